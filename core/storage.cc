@@ -1,0 +1,61 @@
+#include "core/storage.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom::core {
+namespace {
+
+class CpuAllocator : public Allocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes, Device device) override {
+    // aligned_alloc needs a size that is a multiple of the alignment.
+    size_t rounded = (bytes + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
+    void* p = std::aligned_alloc(kStorageAlignment, rounded == 0 ? kStorageAlignment : rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("CPU allocation of ", bytes, " bytes failed"));
+    }
+    return p;
+  }
+  void Free(void* ptr, size_t, Device) override { std::free(ptr); }
+};
+
+CpuAllocator* DefaultCpuAllocator() {
+  static CpuAllocator* allocator = new CpuAllocator();
+  return allocator;
+}
+
+std::atomic<Allocator*>& Slot(DeviceType type) {
+  static std::atomic<Allocator*> cpu{DefaultCpuAllocator()};
+  static std::atomic<Allocator*> cuda{nullptr};
+  return type == DeviceType::kCPU ? cpu : cuda;
+}
+
+}  // namespace
+
+Allocator* SetAllocator(DeviceType type, Allocator* allocator) {
+  return Slot(type).exchange(allocator);
+}
+
+Allocator* GetAllocator(DeviceType type) { return Slot(type).load(); }
+
+absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t bytes, Device device) {
+  Allocator* allocator = GetAllocator(device.type);
+  if (allocator == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no allocator for device ", device.ToString(),
+        ": link //core/cuda (and run on a machine with a GPU) to use CUDA tensors"));
+  }
+  absl::StatusOr<void*> data = allocator->Allocate(bytes, device);
+  if (!data.ok()) return data.status();
+  return std::shared_ptr<Storage>(new Storage(*data, bytes, device, allocator));
+}
+
+Storage::~Storage() { allocator_->Free(data_, bytes_, device_); }
+
+}  // namespace loom::core

@@ -1,0 +1,54 @@
+#ifndef LOOM_CORE_STORAGE_H_
+#define LOOM_CORE_STORAGE_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+
+namespace loom::core {
+
+// Alignment of every CPU allocation: one cache line, and what AVX-512 loads like.
+inline constexpr size_t kStorageAlignment = 64;
+
+// Allocates and frees raw bytes on one kind of device. CPU is built in; the
+// CUDA allocator (a caching cudaMalloc allocator) registers itself when
+// //core/cuda is linked, so //core never depends on CUDA.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual absl::StatusOr<void*> Allocate(size_t bytes, Device device) = 0;
+  virtual void Free(void* ptr, size_t bytes, Device device) = 0;
+};
+
+// Registers the allocator for `type`; returns the previous one. Called once
+// at start-up by device libraries, not by user code.
+Allocator* SetAllocator(DeviceType type, Allocator* allocator);
+Allocator* GetAllocator(DeviceType type);  // null when none is registered
+
+// A reference-counted block of device memory; tensors and their views hold a
+// shared_ptr to one. Freed when the last view goes.
+class Storage {
+ public:
+  static absl::StatusOr<std::shared_ptr<Storage>> Allocate(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Storage(void* data, size_t bytes, Device device, Allocator* allocator)
+      : data_(data), bytes_(bytes), device_(device), allocator_(allocator) {}
+  void* data_;
+  size_t bytes_;
+  Device device_;
+  Allocator* allocator_;
+};
+
+}  // namespace loom::core
+
+#endif  // LOOM_CORE_STORAGE_H_

@@ -1,0 +1,249 @@
+"""Detects system libraries and writes them as targets of @loom_deps.
+
+Modelled on XLA's cuda_configure: a BUILD file is always written. A library
+that is present becomes a cc_library carrying its flags; one that is missing
+becomes a cc_library that is incompatible with every platform, so
+`bazel build //...` skips exactly the targets that need it (and the targets
+that depend on them) while the rest still builds. The reason and the install
+hint are printed at configure time and kept in @loom_deps//:MISSING.txt.
+
+Overrides (pass with --repo_env=NAME=VALUE):
+  LOOM_CUDA_PATH   CUDA toolkit root (default /usr/local/cuda).
+  LOOM_DISABLE     comma-separated library names to treat as missing
+                   (e.g. "ucx,mpi"), for testing the skip path.
+"""
+
+_ABSL_MODULES = [
+    "absl_flags",
+    "absl_flags_parse",
+    "absl_flags_usage",
+    "absl_flags_marshalling",
+    "absl_status",
+    "absl_statusor",
+    "absl_str_format",
+    "absl_strings",
+    "absl_synchronization",
+    "absl_time",
+    "absl_random_random",
+    "absl_hash",
+    "absl_raw_hash_set",
+]
+
+_APT = "sudo apt-get install -y {}  (or run tools/setup.sh)"
+
+def _quote(s):
+    return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\""
+
+def _qlist(items):
+    return "[" + ", ".join([_quote(i) for i in items]) + "]"
+
+def _run(ctx, args):
+    """Runs a command; returns stdout or None on failure."""
+    tool = ctx.which(args[0])
+    if tool == None:
+        return None
+    res = ctx.execute([tool] + args[1:])
+    if res.return_code != 0:
+        return None
+    return res.stdout.strip()
+
+def _pkg_config(ctx, modules):
+    """Returns (cflags, libs) lists for pkg-config modules, or None."""
+    cflags = _run(ctx, ["pkg-config", "--cflags"] + modules)
+    libs = _run(ctx, ["pkg-config", "--libs"] + modules)
+    if cflags == None or libs == None:
+        return None
+    return ([f for f in cflags.split(" ") if f], [f for f in libs.split(" ") if f])
+
+def _exists(ctx, path):
+    return ctx.path(path).exists
+
+def _lib(name, linkopts = [], copts = [], hdrs = None, includes = [], deps = [], doc = ""):
+    return struct(name = name, ok = True, linkopts = linkopts, copts = copts, hdrs = hdrs, includes = includes, deps = deps, doc = doc, why = "")
+
+def _missing(name, why):
+    return struct(name = name, ok = False, why = why, linkopts = [], copts = [], hdrs = None, includes = [], deps = [], doc = "")
+
+def _detect_absl(ctx):
+    r = _pkg_config(ctx, _ABSL_MODULES)
+    if r == None:
+        return _missing("absl", "Abseil not found by pkg-config (" + " ".join(_ABSL_MODULES[:3]) + " ...). " + _APT.format("libabsl-dev"))
+    return _lib("absl", linkopts = r[1], copts = r[0], doc = "Abseil (flags, status, strings, synchronization, time)")
+
+def _detect_gtest(ctx):
+    r = _pkg_config(ctx, ["gtest", "gmock"])
+    if r == None:
+        return _missing("gtest", "GoogleTest/GoogleMock not found by pkg-config (gtest, gmock). " + _APT.format("libgtest-dev libgmock-dev"))
+    return _lib("gtest", linkopts = r[1], copts = r[0], doc = "GoogleTest and GoogleMock")
+
+def _detect_benchmark(ctx):
+    if not _exists(ctx, "/usr/include/benchmark/benchmark.h"):
+        return _missing("benchmark", "Google Benchmark header /usr/include/benchmark/benchmark.h not found. " + _APT.format("libbenchmark-dev"))
+    return _lib("benchmark", linkopts = ["-lbenchmark", "-lpthread"], doc = "Google Benchmark")
+
+def _detect_protobuf(ctx):
+    r = _pkg_config(ctx, ["protobuf"])
+    protoc = ctx.which("protoc")
+    if r == None or protoc == None:
+        return _missing("protobuf", "Protobuf library (pkg-config protobuf) or protoc not found. " + _APT.format("libprotobuf-dev protobuf-compiler"))
+    ctx.symlink(protoc, "protoc_bin/protoc")
+    return _lib("protobuf", linkopts = r[1], copts = r[0], doc = "Protocol Buffers runtime (protoc in :protoc)")
+
+def _detect_dnnl(ctx):
+    if not _exists(ctx, "/usr/include/oneapi/dnnl/dnnl.h"):
+        return _missing("dnnl", "oneDNN header oneapi/dnnl/dnnl.h not found. " + _APT.format("libdnnl-dev"))
+    return _lib("dnnl", linkopts = ["-ldnnl"], doc = "oneDNN: Loom's CPU GEMM (fastest measured on Zen 5, see BENCHMARKS.md)")
+
+def _detect_openblas(ctx):
+    r = _pkg_config(ctx, ["openblas"])
+    if r == None:
+        return _missing("openblas", "OpenBLAS not found by pkg-config (openblas). " + _APT.format("libopenblas-dev"))
+    return _lib("openblas", linkopts = r[1], copts = r[0], doc = "OpenBLAS (reference in //core:bench)")
+
+def _detect_mpi(ctx):
+    compile = _run(ctx, ["mpicc", "--showme:incdirs"])
+    link = _run(ctx, ["mpicc", "--showme:link"])
+    mpirun = ctx.which("mpirun")
+    if compile == None or link == None or mpirun == None:
+        return _missing("mpi", "OpenMPI not found (mpicc --showme failed or mpirun missing). " + _APT.format("libopenmpi-dev openmpi-bin"))
+    incdirs = [d for d in compile.split(" ") if d]
+    includes = []
+    for i, d in enumerate(incdirs):
+        ctx.symlink(d, "mpi/include{}".format(i))
+        includes.append("mpi/include{}".format(i))
+    ctx.symlink(mpirun, "mpi/mpirun")
+    return _lib(
+        "mpi",
+        linkopts = [f for f in link.split(" ") if f],
+        includes = includes,
+        hdrs = ["mpi/include{}/**".format(i) for i in range(len(incdirs))],
+        doc = "OpenMPI (mpirun in :mpirun)",
+    )
+
+def _detect_ucx(ctx):
+    r = _pkg_config(ctx, ["ucx"])
+    if r == None:
+        return _missing("ucx", "UCX not found by pkg-config (ucx). " + _APT.format("libucx-dev"))
+    return _lib("ucx", linkopts = r[1], copts = r[0], doc = "UCX (UCP)")
+
+def _detect_cuda(ctx, root):
+    """Returns (cuda_runtime, cublas, nccl) library structs."""
+    hint = "Install the CUDA toolkit or point --repo_env=LOOM_CUDA_PATH at it."
+    if not _exists(ctx, root + "/bin/nvcc") or not _exists(ctx, root + "/include/cuda_runtime.h"):
+        why = "CUDA toolkit not found at {} (no bin/nvcc or include/cuda_runtime.h). {}".format(root, hint)
+        return [_missing("cuda_runtime", why), _missing("cublas", why), _missing("nccl", why)]
+    ctx.symlink(root + "/include", "cuda/include")
+    lib64 = root + "/lib64"
+    base = ["-L" + lib64, "-Wl,-rpath," + lib64]
+    hdrs = ["cuda/include/**"]
+    includes = ["cuda/include", "cuda/include/cccl"]
+    rt = _lib("cuda_runtime", linkopts = base + ["-lcudart"], hdrs = hdrs, includes = includes, doc = "CUDA runtime at " + root)
+    if _exists(ctx, lib64 + "/libcublas.so") and _exists(ctx, root + "/include/cublas_v2.h"):
+        cublas = _lib("cublas", linkopts = base + ["-lcublasLt", "-lcublas"], deps = [":cuda_runtime"], doc = "cuBLAS and cuBLASLt")
+    else:
+        cublas = _missing("cublas", "cuBLAS not found under {} (lib64/libcublas.so). {}".format(root, hint))
+    if _exists(ctx, lib64 + "/libnccl.so") and _exists(ctx, root + "/include/nccl.h"):
+        nccl = _lib("nccl", linkopts = base + ["-lnccl"], deps = [":cuda_runtime"], doc = "NCCL")
+    else:
+        nccl = _missing("nccl", "NCCL not found under {} (lib64/libnccl.so, include/nccl.h). {}".format(root, hint))
+    return [rt, cublas, nccl]
+
+def _target(lib):
+    lines = ["cc_library("]
+    lines.append("    name = {},".format(_quote(lib.name)))
+    if lib.ok:
+        if lib.hdrs:
+            lines.append("    hdrs = glob({}),".format(_qlist(lib.hdrs)))
+        if lib.includes:
+            lines.append("    includes = {},".format(_qlist(lib.includes)))
+        defines = [f[2:] for f in lib.copts if f.startswith("-D")]
+        if defines:
+            lines.append("    defines = {},".format(_qlist(defines)))
+        if lib.linkopts:
+            lines.append("    linkopts = {},".format(_qlist(lib.linkopts)))
+        if lib.deps:
+            lines.append("    deps = {},".format(_qlist(lib.deps)))
+    else:
+        lines.append("    # MISSING: " + lib.why)
+        lines.append("    target_compatible_with = [\":missing\"],")
+    lines.append("    visibility = [\"//visibility:public\"],")
+    lines.append(")\n")
+    return "\n".join(lines)
+
+def _system_libs_impl(ctx):
+    disabled = [d.strip() for d in ctx.os.environ.get("LOOM_DISABLE", "").split(",") if d.strip()]
+    cuda_root = ctx.os.environ.get("LOOM_CUDA_PATH", "/usr/local/cuda")
+    libs = [
+        _detect_absl(ctx),
+        _detect_gtest(ctx),
+        _detect_benchmark(ctx),
+        _detect_protobuf(ctx),
+        _detect_dnnl(ctx),
+        _detect_openblas(ctx),
+        _detect_mpi(ctx),
+        _detect_ucx(ctx),
+    ] + _detect_cuda(ctx, cuda_root)
+    gtest = libs[1]
+    libs.insert(2, _lib("gtest_main", linkopts = ["-lgtest_main"], deps = [":gtest"]) if gtest.ok else _missing("gtest_main", gtest.why))
+    libs = [
+        _missing(l.name, "disabled by LOOM_DISABLE") if l.name in disabled else l
+        for l in libs
+    ]
+
+    build = [
+        "# Generated by //third_party:system_libs.bzl. Do not edit.",
+        "package(default_visibility = [\"//visibility:public\"])",
+        "",
+        "# No platform carries this value: targets that list it are skipped.",
+        "constraint_setting(name = \"availability\")",
+        "constraint_value(name = \"missing\", constraint_setting = \":availability\")",
+        "",
+    ]
+    for l in libs:
+        build.append(_target(l))
+    by_name = {l.name: l for l in libs}
+    if by_name["protobuf"].ok:
+        build.append("exports_files([\"protoc_bin/protoc\"])\nalias(name = \"protoc\", actual = \"protoc_bin/protoc\")\n")
+    else:
+        build.append("genrule(name = \"protoc\", outs = [\"protoc_missing\"], cmd = \"false\", target_compatible_with = [\":missing\"])\n")
+    if by_name["mpi"].ok:
+        build.append("exports_files([\"mpi/mpirun\"])\nalias(name = \"mpirun\", actual = \"mpi/mpirun\")\n")
+    else:
+        build.append("genrule(name = \"mpirun\", outs = [\"mpirun_missing\"], cmd = \"false\", target_compatible_with = [\":missing\"])\n")
+    build.append("exports_files([\"MISSING.txt\"])\n")
+    ctx.file("BUILD", "\n".join(build))
+
+    report = []
+    for l in libs:
+        if not l.ok:
+            report.append("{}: {}".format(l.name, l.why))
+            print("loom: '{}' is missing, its targets will be skipped: {}".format(l.name, l.why))
+    ctx.file("MISSING.txt", "\n".join(report) + "\n")
+
+    defs = [
+        "# Generated by //third_party:system_libs.bzl. Do not edit.",
+        "CUDA_PATH = {}".format(_quote(cuda_root)),
+        "NVCC = {}".format(_quote(cuda_root + "/bin/nvcc")),
+        "AVAILABLE = {",
+    ]
+    for l in libs:
+        defs.append("    {}: {},".format(_quote(l.name), "True" if l.ok else "False"))
+    defs.append("}")
+    defs.append("""
+def requires(*names):
+    \"\"\"target_compatible_with for a target that needs these libraries.\"\"\"
+    for n in names:
+        if not AVAILABLE[n]:
+            return ["@loom_deps//:missing"]
+    return []
+
+def if_available(name, yes, no = []):
+    return yes if AVAILABLE[name] else no
+""")
+    ctx.file("defs.bzl", "\n".join(defs))
+
+system_libs_configure = repository_rule(
+    implementation = _system_libs_impl,
+    local = True,
+    environ = ["LOOM_CUDA_PATH", "LOOM_DISABLE", "PATH", "PKG_CONFIG_PATH"],
+)
