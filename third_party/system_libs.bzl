@@ -100,6 +100,17 @@ def _detect_openblas(ctx):
         return _missing("openblas", "OpenBLAS not found by pkg-config (openblas). " + _APT.format("libopenblas-dev"))
     return _lib("openblas", linkopts = r[1], copts = r[0], doc = "OpenBLAS (reference in //core:bench)")
 
+def _detect_re2(ctx):
+    r = _pkg_config(ctx, ["re2"])
+    if r == None:
+        return _missing("re2", "RE2 not found by pkg-config (re2). " + _APT.format("libre2-dev"))
+    return _lib("re2", linkopts = r[1], doc = "RE2 regular expressions (GPT-2 pre-tokenizer)")
+
+def _detect_json(ctx):
+    if not _exists(ctx, "/usr/include/nlohmann/json.hpp"):
+        return _missing("json", "nlohmann/json.hpp not found. " + _APT.format("nlohmann-json3-dev"))
+    return _lib("json", doc = "nlohmann JSON (header-only; vocab.json, JSON-lines input)")
+
 def _detect_mpi(ctx):
     compile = _run(ctx, ["mpicc", "--showme:incdirs"])
     link = _run(ctx, ["mpicc", "--showme:link"])
@@ -180,6 +191,8 @@ def _system_libs_impl(ctx):
         _detect_protobuf(ctx),
         _detect_dnnl(ctx),
         _detect_openblas(ctx),
+        _detect_re2(ctx),
+        _detect_json(ctx),
         _detect_mpi(ctx),
         _detect_ucx(ctx),
     ] + _detect_cuda(ctx, cuda_root)

@@ -16,6 +16,7 @@ PACKAGES=(
   libopenblas-dev libblis-dev         # reference BLAS libraries for //core:bench
   libopenmpi-dev openmpi-bin          # MPI backend
   libucx-dev               # UCX backend
+  libre2-dev nlohmann-json3-dev       # tokenizers (GPT-2 pre-tokenizer, vocab.json)
   fortunes                 # default English training corpus
   iproute2 procps          # network namespaces and process tools for tests
 )
