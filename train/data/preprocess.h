@@ -1,0 +1,44 @@
+#ifndef LOOM_TRAIN_DATA_PREPROCESS_H_
+#define LOOM_TRAIN_DATA_PREPROCESS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "train/data/tokenizer.h"
+
+namespace loom::train {
+
+struct PreprocessOptions {
+  std::vector<std::string> inputs;  // --input: files
+  std::string output_prefix;        // --output-prefix: writes <prefix>.bin/.idx
+  // --input-format: "jsonl" (one JSON object per line, text under json_key),
+  // "text" (documents separated by lines equal to document_separator; the
+  // whole file is one document when it is empty), or "auto" (jsonl for
+  // .json/.jsonl files, text otherwise).
+  std::string input_format = "auto";
+  std::string json_key = "text";          // --json-keys
+  std::string document_separator = "";    // --document-separator ("%" for fortune files)
+  bool append_eod = false;                // --append-eod
+};
+
+struct PreprocessStats {
+  int64_t documents = 0;
+  int64_t tokens = 0;
+  int64_t bytes_read = 0;
+};
+
+// Progress callback: (bytes read so far, total bytes).
+using ProgressFn = std::function<void(int64_t, int64_t)>;
+
+// Tokenizes the inputs into a Megatron indexed dataset, one sequence per
+// document. Errors name the file and line.
+absl::StatusOr<PreprocessStats> Preprocess(const PreprocessOptions& options,
+                                           const Tokenizer& tokenizer,
+                                           const ProgressFn& progress = nullptr);
+
+}  // namespace loom::train
+
+#endif  // LOOM_TRAIN_DATA_PREPROCESS_H_
