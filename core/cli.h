@@ -1,0 +1,30 @@
+#ifndef LOOM_CORE_CLI_H_
+#define LOOM_CORE_CLI_H_
+
+#include <string>
+#include <vector>
+
+namespace loom::core {
+
+// Megatron spells flags with dashes (--tensor-model-parallel-size); Abseil
+// flags are identifiers with underscores. Returns argv with the name part of
+// every "--flag-name[=value]" rewritten to "--flag_name[=value]" (values are
+// untouched; nothing after a bare "--" is changed), so users can type either.
+std::vector<std::string> NormalizeFlagNames(int argc, char** argv);
+
+// Owns the rewritten strings and exposes them as a mutable argv for
+// absl::ParseCommandLine.
+class NormalizedArgv {
+ public:
+  NormalizedArgv(int argc, char** argv);
+  int argc() const { return static_cast<int>(ptrs_.size()) - 1; }
+  char** argv() { return ptrs_.data(); }
+
+ private:
+  std::vector<std::string> args_;
+  std::vector<char*> ptrs_;
+};
+
+}  // namespace loom::core
+
+#endif  // LOOM_CORE_CLI_H_

@@ -1,0 +1,24 @@
+#include "core/cli.h"
+
+#include "gtest/gtest.h"
+
+namespace loom::core {
+namespace {
+
+TEST(CliTest, DashesInFlagNamesBecomeUnderscores) {
+  const char* in[] = {"prog", "--tensor-model-parallel-size=2", "--lr-decay-style", "cosine",
+                      "--data-path=/a-b/c-d", "-x-y", "plain-arg", "--", "--keep-me"};
+  std::vector<char*> argv;
+  for (const char* s : in) argv.push_back(const_cast<char*>(s));
+  std::vector<std::string> out = NormalizeFlagNames(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EQ(out, (std::vector<std::string>{"prog", "--tensor_model_parallel_size=2",
+                                           "--lr_decay_style", "cosine", "--data_path=/a-b/c-d",
+                                           "-x_y", "plain-arg", "--", "--keep-me"}));
+  NormalizedArgv n(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EQ(n.argc(), 9);
+  EXPECT_STREQ(n.argv()[1], "--tensor_model_parallel_size=2");
+  EXPECT_EQ(n.argv()[9], nullptr);
+}
+
+}  // namespace
+}  // namespace loom::core

@@ -1,0 +1,91 @@
+// bazel run //train:preprocess_data -- --input=a.jsonl,b.txt --output-prefix=data/my
+//     --tokenizer-type=GPT2BPETokenizer --vocab-file=vocab.json --merge-file=merges.txt
+// Tokenizes text or JSON-lines files into a Megatron indexed dataset
+// (<prefix>.bin/.idx) that //train:gpt reads with --data-path=<prefix>.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "core/cli.h"
+#include "train/data/preprocess.h"
+#include "train/data/tokenizer.h"
+
+ABSL_FLAG(std::string, input, "", "Comma-separated input files (text, or JSON lines)");
+ABSL_FLAG(std::string, output_prefix, "", "Output path prefix: writes <prefix>.bin and <prefix>.idx");
+ABSL_FLAG(std::string, tokenizer_type, "GPT2BPETokenizer",
+          "ByteLevelTokenizer (256 byte ids) or GPT2BPETokenizer");
+ABSL_FLAG(std::string, vocab_file, "", "GPT-2 vocab.json (GPT2BPETokenizer)");
+ABSL_FLAG(std::string, merge_file, "", "GPT-2 merges.txt (GPT2BPETokenizer)");
+ABSL_FLAG(std::string, input_format, "auto", "auto (by extension), jsonl or text");
+ABSL_FLAG(std::string, json_keys, "text", "JSON field holding the document text");
+ABSL_FLAG(std::string, document_separator, "",
+          "Text input: a line equal to this ends a document (\"%\" for fortune files); empty: "
+          "one document per file");
+ABSL_FLAG(bool, append_eod, false, "Append the end-of-document token to every document");
+
+namespace {
+
+// Paths given to `bazel run` are relative to where the user ran it.
+std::string Resolve(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
+  return std::string(cwd) + "/" + path;
+}
+
+void DrawProgress(int64_t done, int64_t total, std::chrono::steady_clock::time_point start) {
+  const int width = 40;
+  double frac = total > 0 ? static_cast<double>(done) / total : 1.0;
+  int filled = static_cast<int>(frac * width);
+  double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() + 1e-9;
+  std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.1f MB/s", std::string(filled, '#').c_str(),
+               std::string(width - filled, ' ').c_str(), 100 * frac, done / secs / 1e6);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Tokenizes text or JSON-lines files into a Megatron indexed dataset.\n"
+      "  preprocess_data --input=FILES --output-prefix=PREFIX --tokenizer-type=TYPE");
+  loom::core::NormalizedArgv args(argc, argv);
+  absl::ParseCommandLine(args.argc(), args.argv());
+  loom::train::PreprocessOptions options;
+  for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_input), ',', absl::SkipEmpty())) {
+    options.inputs.push_back(Resolve(std::string(f)));
+  }
+  options.output_prefix = Resolve(absl::GetFlag(FLAGS_output_prefix));
+  options.input_format = absl::GetFlag(FLAGS_input_format);
+  options.json_key = absl::GetFlag(FLAGS_json_keys);
+  options.document_separator = absl::GetFlag(FLAGS_document_separator);
+  options.append_eod = absl::GetFlag(FLAGS_append_eod);
+
+  auto tokenizer = loom::train::MakeTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
+                                              Resolve(absl::GetFlag(FLAGS_vocab_file)),
+                                              Resolve(absl::GetFlag(FLAGS_merge_file)));
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "preprocess_data: %s\n", std::string(tokenizer.status().message()).c_str());
+    return 2;
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto stats = loom::train::Preprocess(options, **tokenizer, [&](int64_t done, int64_t total) {
+    DrawProgress(done, total, start);
+  });
+  std::fprintf(stderr, "\n");
+  if (!stats.ok()) {
+    std::fprintf(stderr, "preprocess_data: %s\n", std::string(stats.status().message()).c_str());
+    return 1;
+  }
+  std::printf("wrote %s.bin/.idx: %lld documents, %lld tokens (vocab %lld)\n",
+              options.output_prefix.c_str(), static_cast<long long>(stats->documents),
+              static_cast<long long>(stats->tokens),
+              static_cast<long long>((*tokenizer)->vocab_size()));
+  return 0;
+}
