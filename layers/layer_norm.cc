@@ -1,0 +1,29 @@
+#include "layers/layer_norm.h"
+
+#include "core/cpu/layernorm.h"
+#include "core/status_macros.h"
+
+namespace loom::layers {
+
+using core::Tensor;
+
+absl::StatusOr<Tensor> LayerNorm::Forward(const Tensor& x, Saved* saved) const {
+  const int64_t rows = x.numel() / x.dim(x.rank() - 1);
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(saved->mean, Tensor::Empty(core::Shape{rows}, core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(saved->rstd, Tensor::Empty(core::Shape{rows}, core::DType::kF32));
+  saved->input = x;
+  LOOM_RETURN_IF_ERROR(core::cpu::LayerNormForward(x, gamma_->value, beta_->value, eps_, &out,
+                                                   &saved->mean, &saved->rstd));
+  return out;
+}
+
+absl::StatusOr<Tensor> LayerNorm::Backward(const Tensor& dy, const Saved& saved) const {
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(dy.shape(), core::DType::kF32));
+  LOOM_RETURN_IF_ERROR(core::cpu::LayerNormBackward(dy, saved.input, gamma_->value, saved.mean,
+                                                    saved.rstd, &dx, &gamma_->grad,
+                                                    &beta_->grad));
+  return dx;
+}
+
+}  // namespace loom::layers

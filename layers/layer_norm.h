@@ -1,0 +1,32 @@
+#ifndef LOOM_LAYERS_LAYER_NORM_H_
+#define LOOM_LAYERS_LAYER_NORM_H_
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "layers/params.h"
+
+namespace loom::layers {
+
+// LayerNorm over the hidden dimension. Its parameters are replicated over TP;
+// under sequence parallelism each rank normalises only its s/p rows, so the
+// gradients are partial and get all-reduced over TP before the optimizer
+// (ParamSpec::sequence_parallel_grad).
+class LayerNorm {
+ public:
+  struct Saved {
+    core::Tensor input, mean, rstd;  // [s(/p), b, h], [s(/p)·b] x2
+  };
+  LayerNorm(Param* gamma, Param* beta, float eps) : gamma_(gamma), beta_(beta), eps_(eps) {}
+
+  absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
+  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved) const;
+
+ private:
+  Param* gamma_;
+  Param* beta_;
+  float eps_;
+};
+
+}  // namespace loom::layers
+
+#endif  // LOOM_LAYERS_LAYER_NORM_H_

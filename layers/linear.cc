@@ -1,0 +1,131 @@
+#include "layers/linear.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu/elementwise.h"
+#include "core/cpu/matmul.h"
+#include "core/status_macros.h"
+#include "layers/mappings.h"
+
+namespace loom::layers {
+namespace {
+
+using core::Shape;
+using core::Tensor;
+using core::cpu::Matmul;
+using core::cpu::MatmulOptions;
+
+absl::StatusOr<Tensor> NewActivation(int64_t s, int64_t b, int64_t h) {
+  return Tensor::Empty(Shape{s, b, h}, core::DType::kF32);
+}
+
+absl::Status CheckInput(const char* op, const Tensor& x, int64_t features) {
+  if (x.rank() != 3 || x.dim(2) != features) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": input ", x.DebugString(),
+                                                   ", expected f32[s, b, ", features, "]"));
+  }
+  return core::CheckDTypeIs(op, "input", x, core::DType::kF32);
+}
+
+// dW += dYᵀ·X and db += Σ dY over rows.
+absl::Status WeightGrads(const Tensor& dy2, const Tensor& x2, Param* w, Param* b) {
+  LOOM_RETURN_IF_ERROR(Matmul(dy2, x2, &w->grad, MatmulOptions{true, false, 1.0f, 1.0f}));
+  if (b != nullptr) LOOM_RETURN_IF_ERROR(core::cpu::BiasAddBackward(dy2, &b->grad));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> As2D(const Tensor& x) {
+  return x.Reshape(Shape{x.numel() / x.dim(x.rank() - 1), x.dim(x.rank() - 1)});
+}
+
+// ------------------------------------------------------------ column parallel
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* saved) const {
+  const int64_t in = w_->value.dim(1), out = w_->value.dim(0);
+  LOOM_RETURN_IF_ERROR(CheckInput("ColumnParallelLinear", x, in));
+  Tensor full = x;
+  if (tp_.sequence_parallel) {
+    absl::StatusOr<Tensor> g = AllGatherSeq(tp_, x);  // [s/p, b, in] -> [s, b, in]
+    if (!g.ok()) return g.status();
+    full = *g;
+  }
+  saved->input = x;  // with SP only the shard is kept
+  absl::StatusOr<Tensor> y = NewActivation(full.dim(0), full.dim(1), out);
+  if (!y.ok()) return y.status();
+  Tensor y2 = *As2D(*y);
+  LOOM_RETURN_IF_ERROR(Matmul(*As2D(full), w_->value, &y2, MatmulOptions{false, true}));
+  if (b_ != nullptr) LOOM_RETURN_IF_ERROR(core::cpu::BiasAddForward(y2, b_->value, &y2));
+  return y;
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Saved& saved) const {
+  const int64_t in = w_->value.dim(1);
+  // SP: start re-gathering the input shard now; it is needed only for dW.
+  Tensor full;
+  comm::WorkPtr gather = tp_.sequence_parallel ? AllGatherSeqAsync(tp_, saved.input, &full)
+                                               : nullptr;
+  if (!tp_.sequence_parallel) full = saved.input;
+  absl::StatusOr<Tensor> dx = NewActivation(dy.dim(0), dy.dim(1), in);
+  if (!dx.ok()) return dx.status();
+  Tensor dy2 = *As2D(dy), dx2 = *As2D(*dx);
+  LOOM_RETURN_IF_ERROR(Matmul(dy2, w_->value, &dx2, MatmulOptions{}));  // dX = dY·A
+  if (gather) LOOM_RETURN_IF_ERROR(gather->Wait());
+  // Reduce dX over TP (all-reduce, or reduce-scatter along s with SP) while
+  // the weight-gradient GEMM runs.
+  Tensor dx_out;
+  comm::WorkPtr reduce = tp_.sequence_parallel ? ReduceScatterSeqAsync(tp_, *dx, &dx_out)
+                                               : AllReduceTpAsync(tp_, *dx);
+  if (!tp_.sequence_parallel) dx_out = *dx;
+  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), w_, b_));
+  LOOM_RETURN_IF_ERROR(reduce->Wait());
+  return dx_out;
+}
+
+// ------------------------------------------------------------ row parallel
+
+absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Saved* saved) const {
+  const int64_t in = w_->value.dim(1), out = w_->value.dim(0);
+  LOOM_RETURN_IF_ERROR(CheckInput("RowParallelLinear", x, in));
+  saved->input = x;
+  absl::StatusOr<Tensor> partial = NewActivation(x.dim(0), x.dim(1), out);
+  if (!partial.ok()) return partial.status();
+  Tensor p2 = *As2D(*partial);
+  LOOM_RETURN_IF_ERROR(Matmul(*As2D(x), w_->value, &p2, MatmulOptions{false, true}));
+  Tensor y;
+  if (tp_.sequence_parallel) {
+    absl::StatusOr<Tensor> rs = ReduceScatterSeq(tp_, *partial);  // -> [s/p, b, out]
+    if (!rs.ok()) return rs.status();
+    y = *rs;
+  } else {
+    LOOM_RETURN_IF_ERROR(AllReduceTp(tp_, *partial));
+    y = *partial;
+  }
+  if (b_ != nullptr) {
+    Tensor y2 = *As2D(y);
+    LOOM_RETURN_IF_ERROR(core::cpu::BiasAddForward(y2, b_->value, &y2));
+  }
+  return y;
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved& saved) const {
+  // The bias was added after the reduction: its gradient is Σ dY over this
+  // rank's rows (with SP only 1/p of the sequence: the optimizer all-reduces
+  // it over TP, see ParamSpec::sequence_parallel_grad).
+  if (b_ != nullptr) LOOM_RETURN_IF_ERROR(core::cpu::BiasAddBackward(*As2D(dy), &b_->grad));
+  Tensor full = dy;
+  if (tp_.sequence_parallel) {
+    absl::StatusOr<Tensor> g = AllGatherSeq(tp_, dy);  // [s/p, b, out] -> [s, b, out]
+    if (!g.ok()) return g.status();
+    full = *g;
+  }
+  const int64_t in = w_->value.dim(1);
+  absl::StatusOr<Tensor> dx = NewActivation(full.dim(0), full.dim(1), in);
+  if (!dx.ok()) return dx.status();
+  Tensor dy2 = *As2D(full), dx2 = *As2D(*dx);
+  LOOM_RETURN_IF_ERROR(Matmul(dy2, w_->value, &dx2, MatmulOptions{}));
+  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(saved.input), w_, nullptr));
+  return dx;
+}
+
+}  // namespace loom::layers

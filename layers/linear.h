@@ -1,0 +1,65 @@
+#ifndef LOOM_LAYERS_LINEAR_H_
+#define LOOM_LAYERS_LINEAR_H_
+
+// Megatron's ColumnParallelLinear and RowParallelLinear (parallelism-spec.md).
+// Forward returns the output and fills a Saved record that the matching
+// Backward consumes, so any number of micro-batches can be in flight (the
+// pipeline keeps one Saved per micro-batch). Backward accumulates into the
+// parameters' gradients and returns the input gradient.
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "layers/params.h"
+#include "layers/tp_group.h"
+
+namespace loom::layers {
+
+// Y = X·Aᵀ + b with A split by output rows: weight [out/p, in], bias [out/p].
+// No SP: X [s, b, in] is replicated (copy-to-TP); backward all-reduces dX,
+// overlapped with the weight-gradient GEMM.
+// SP: X [s/p, b, in] is all-gathered along s; only the shard is saved, and
+// backward re-gathers it asynchronously and reduce-scatters dX while the
+// weight gradient is computed.
+// Output: [s, b, out/p] (stays split).
+class ColumnParallelLinear {
+ public:
+  struct Saved {
+    core::Tensor input;  // [s, b, in] or, with SP, the shard [s/p, b, in]
+  };
+  ColumnParallelLinear(Param* weight, Param* bias, TpGroup tp) : w_(weight), b_(bias), tp_(tp) {}
+
+  absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
+  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved) const;
+
+ private:
+  Param* w_;
+  Param* b_;  // may be null
+  TpGroup tp_;
+};
+
+// Y = X·Aᵀ + b with A split by input columns: weight [out, in/p], bias [out]
+// full and added after the reduction. Input [s, b, in/p] (split).
+// No SP: forward all-reduces the partial output; backward is local.
+// SP: forward reduce-scatters along s to [s/p, b, out]; backward all-gathers dY.
+class RowParallelLinear {
+ public:
+  struct Saved {
+    core::Tensor input;  // [s, b, in/p]
+  };
+  RowParallelLinear(Param* weight, Param* bias, TpGroup tp) : w_(weight), b_(bias), tp_(tp) {}
+
+  absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
+  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved) const;
+
+ private:
+  Param* w_;
+  Param* b_;  // may be null
+  TpGroup tp_;
+};
+
+// [s, b, k] viewed as [s·b, k] (the GEMM operand form of an activation).
+absl::StatusOr<core::Tensor> As2D(const core::Tensor& x);
+
+}  // namespace loom::layers
+
+#endif  // LOOM_LAYERS_LINEAR_H_

@@ -1,0 +1,127 @@
+#include "layers/params.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "core/cpu/philox.h"
+
+namespace loom::layers {
+namespace {
+
+// A stable 64-bit hash of the name (FNV-1a): absl::Hash is salted per process.
+uint64_t NameKey(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+float InitialValue(const ParamSpec& spec, uint64_t seed, int64_t index) {
+  switch (spec.init) {
+    case Init::kZeros:
+      return 0.0f;
+    case Init::kOnes:
+      return 1.0f;
+    case Init::kNormal:
+    case Init::kScaledNormal: {
+      // Box-Muller over two Philox words drawn at (seed, name, index).
+      const uint64_t key = NameKey(spec.name);
+      const uint32_t w0 = core::cpu::PhiloxWordAt(seed, key, 2 * static_cast<uint64_t>(index));
+      const uint32_t w1 = core::cpu::PhiloxWordAt(seed, key, 2 * static_cast<uint64_t>(index) + 1);
+      const double u1 = (static_cast<double>(w0) + 1.0) / 4294967297.0;  // (0, 1)
+      const double u2 = static_cast<double>(w1) / 4294967296.0;
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+      return static_cast<float>(spec.std * z);
+    }
+  }
+  return 0.0f;
+}
+
+absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, int tp_rank,
+                                                int tp_size, uint64_t seed) {
+  ParamBuffer buf;
+  buf.specs_ = std::move(specs);
+  int64_t total = 0;
+  std::vector<core::Shape> local_shapes;
+  std::vector<int64_t> starts;
+  for (const ParamSpec& spec : buf.specs_) {
+    const core::Shape& g = spec.global_shape;
+    int dim = spec.split == TpSplit::kRows ? 0 : spec.split == TpSplit::kCols ? 1 : -1;
+    int64_t dims[core::Shape::kMaxRank];
+    for (int i = 0; i < g.rank(); ++i) dims[i] = g.dim(i);
+    int64_t start = 0;
+    if (dim >= 0) {
+      if (dim >= g.rank() || g.dim(dim) % tp_size != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter ", spec.name, " ", g.ToString(), ": dim ", dim,
+            " is not divisible by --tensor-model-parallel-size ", tp_size));
+      }
+      dims[dim] = g.dim(dim) / tp_size;
+      start = dims[dim] * tp_rank;
+    }
+    absl::StatusOr<core::Shape> local = core::Shape::Make(dims, g.rank());
+    if (!local.ok()) return local.status();
+    local_shapes.push_back(*local);
+    starts.push_back(start);
+    if (buf.index_.count(spec.name)) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate parameter name ", spec.name));
+    }
+    buf.index_[spec.name] = buf.params_.size();
+    buf.params_.push_back(Param{nullptr, {}, {}, total, start});
+    total += local->numel();
+  }
+  absl::StatusOr<core::Tensor> values = core::Tensor::Empty(core::Shape{total}, core::DType::kF32);
+  absl::StatusOr<core::Tensor> grads = core::Tensor::Zeros(core::Shape{total}, core::DType::kF32);
+  if (!values.ok()) return values.status();
+  if (!grads.ok()) return grads.status();
+  buf.values_ = *values;
+  buf.grads_ = *grads;
+  for (size_t i = 0; i < buf.params_.size(); ++i) {
+    Param& p = buf.params_[i];
+    const ParamSpec& spec = buf.specs_[i];
+    p.spec = &buf.specs_[i];
+    p.value = *buf.values_.View(p.offset, local_shapes[i]);
+    p.grad = *buf.grads_.View(p.offset, local_shapes[i]);
+    // Fill the shard with the global tensor's values at the matching indices.
+    float* v = p.value.data<float>();
+    const core::Shape& g = spec.global_shape;
+    const int64_t cols = g.rank() >= 2 ? g.numel() / g.dim(0) : 1;
+    const int64_t local_cols = local_shapes[i].rank() >= 2 ? local_shapes[i].numel() / local_shapes[i].dim(0) : 1;
+    const int64_t n = local_shapes[i].numel();
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t row = k / local_cols, col = k % local_cols;
+      int64_t global = spec.split == TpSplit::kRows   ? (row + p.split_start) * cols + col
+                       : spec.split == TpSplit::kCols ? row * cols + col + p.split_start
+                                                      : k;
+      v[k] = InitialValue(spec, seed, global);
+    }
+  }
+  return buf;
+}
+
+Param& ParamBuffer::at(const std::string& name) {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    std::fprintf(stderr, "loom: no parameter named %s\n", name.c_str());
+    std::abort();
+  }
+  return params_[it->second];
+}
+
+const Param& ParamBuffer::at(const std::string& name) const {
+  return const_cast<ParamBuffer*>(this)->at(name);
+}
+
+void ParamBuffer::ZeroGrads() {
+  if (grads_.defined()) std::memset(grads_.raw_data(), 0, grads_.nbytes());
+}
+
+}  // namespace loom::layers

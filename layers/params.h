@@ -1,0 +1,89 @@
+#ifndef LOOM_LAYERS_PARAMS_H_
+#define LOOM_LAYERS_PARAMS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/shape.h"
+#include "core/tensor.h"
+
+namespace loom::layers {
+
+// How a parameter is initialised. Values depend only on (seed, name, global
+// element index), never on the layout, so every TP degree (and every
+// pipeline stage holding a copy, e.g. the tied embedding) starts from the
+// same full-size model.
+enum class Init { kNormal, kScaledNormal, kZeros, kOnes };
+
+// How a parameter is laid out over the TP group.
+enum class TpSplit {
+  kReplicated,  // every TP rank holds all of it (LayerNorm, row-parallel bias)
+  kRows,        // dim 0 split: column-parallel weight [out/p, in], its bias, vocab rows
+  kCols,        // dim 1 split: row-parallel weight [out, in/p]
+};
+
+struct ParamSpec {
+  std::string name;       // global, layout-independent: "layers.3.attention.qkv.weight"
+  core::Shape global_shape;
+  TpSplit split = TpSplit::kReplicated;
+  Init init = Init::kNormal;
+  float std = 0.02f;              // for kNormal / kScaledNormal (already scaled)
+  bool weight_decay = true;       // false for biases and LayerNorm
+  // Replicated over TP but computed from 1/p of the sequence under sequence
+  // parallelism: its gradient must be all-reduced over TP (LayerNorm, row bias).
+  bool sequence_parallel_grad = false;
+};
+
+// One parameter as a rank holds it: views into the rank's flat buffers.
+struct Param {
+  const ParamSpec* spec = nullptr;
+  core::Tensor value;  // local shard, f32
+  core::Tensor grad;   // same shape, f32, accumulated over micro-batches
+  int64_t offset = 0;  // element offset of the shard in the flat buffers
+  // The shard's place in the global tensor: rows/cols [start, start + local).
+  int64_t split_start = 0;
+};
+
+// All parameters of one rank in one contiguous f32 buffer, gradients in a
+// second one with the same layout. Contiguity makes data-parallel buckets,
+// the distributed optimizer and checkpoints plain slices of a flat array.
+class ParamBuffer {
+ public:
+  // Lays out `specs` for TP rank `tp_rank` of `tp_size` and initialises the
+  // values from `seed`. Errors name the parameter whose split dim is not
+  // divisible by tp_size.
+  static absl::StatusOr<ParamBuffer> Create(std::vector<ParamSpec> specs, int tp_rank,
+                                            int tp_size, uint64_t seed);
+
+  ParamBuffer() = default;
+  ParamBuffer(ParamBuffer&&) = default;
+  ParamBuffer& operator=(ParamBuffer&&) = default;
+
+  // The parameter named `name` (crashes on an unknown name: a programming bug).
+  Param& at(const std::string& name);
+  const Param& at(const std::string& name) const;
+  bool contains(const std::string& name) const { return index_.count(name) > 0; }
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+
+  const core::Tensor& flat_values() const { return values_; }  // f32[numel]
+  const core::Tensor& flat_grads() const { return grads_; }    // f32[numel]
+  int64_t numel() const { return values_.defined() ? values_.numel() : 0; }
+  void ZeroGrads();
+
+ private:
+  std::vector<ParamSpec> specs_;
+  std::vector<Param> params_;
+  std::map<std::string, size_t> index_;
+  core::Tensor values_, grads_;
+};
+
+// The initial value of global element `index` of parameter `spec`.
+float InitialValue(const ParamSpec& spec, uint64_t seed, int64_t index);
+
+}  // namespace loom::layers
+
+#endif  // LOOM_LAYERS_PARAMS_H_

@@ -1,0 +1,85 @@
+#include "layers/params.h"
+
+#include "gtest/gtest.h"
+#include "layers/gpt_config.h"
+
+namespace loom::layers {
+namespace {
+
+ParamSpec Spec(const char* name, core::Shape shape, TpSplit split) {
+  ParamSpec s;
+  s.name = name;
+  s.global_shape = shape;
+  s.split = split;
+  s.init = Init::kNormal;
+  s.std = 1.0f;
+  return s;
+}
+
+TEST(ParamBufferTest, ShardsAreSlicesOfTheSameFullTensor) {
+  std::vector<ParamSpec> specs = {Spec("rows", {6, 4}, TpSplit::kRows),
+                                  Spec("cols", {4, 6}, TpSplit::kCols),
+                                  Spec("rep", {5}, TpSplit::kReplicated)};
+  auto full = ParamBuffer::Create(specs, 0, 1, 77);
+  ASSERT_TRUE(full.ok());
+  for (int p : {2, 3}) {
+    for (int r = 0; r < p; ++r) {
+      auto shard = ParamBuffer::Create(specs, r, p, 77);
+      ASSERT_TRUE(shard.ok());
+      const Param& rows = shard->at("rows");
+      EXPECT_EQ(rows.value.dim(0), 6 / p);
+      for (int64_t i = 0; i < rows.value.numel(); ++i) {
+        EXPECT_EQ(rows.value.data<float>()[i], full->at("rows").value.data<float>()[r * (24 / p) + i]);
+      }
+      const Param& cols = shard->at("cols");
+      const int64_t w = 6 / p;
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < w; ++j)
+          EXPECT_EQ(cols.value.data<float>()[i * w + j],
+                    full->at("cols").value.data<float>()[i * 6 + r * w + j]);
+      EXPECT_EQ(shard->at("rep").value.data<float>()[4], full->at("rep").value.data<float>()[4]);
+    }
+  }
+}
+
+TEST(ParamBufferTest, ViewsLiveInOneContiguousBuffer) {
+  auto buf = ParamBuffer::Create({Spec("a", {2, 3}, TpSplit::kReplicated),
+                                  Spec("b", {4}, TpSplit::kReplicated)},
+                                 0, 1, 1);
+  ASSERT_TRUE(buf.ok());
+  EXPECT_EQ(buf->numel(), 10);
+  EXPECT_TRUE(buf->at("b").value.SharesStorageWith(buf->flat_values()));
+  buf->at("b").grad.data<float>()[0] = 5.0f;
+  EXPECT_EQ(buf->flat_grads().data<float>()[6], 5.0f);
+  buf->ZeroGrads();
+  EXPECT_EQ(buf->flat_grads().data<float>()[6], 0.0f);
+}
+
+TEST(ParamBufferTest, InitIsNormalWithTheRequestedStd) {
+  ParamSpec s = Spec("w", {200, 100}, TpSplit::kReplicated);
+  s.std = 0.02f;
+  auto buf = ParamBuffer::Create({s}, 0, 1, 5);
+  ASSERT_TRUE(buf.ok());
+  double sum = 0, sq = 0;
+  const float* v = buf->at("w").value.data<float>();
+  for (int i = 0; i < 20000; ++i) {
+    sum += v[i];
+    sq += double(v[i]) * v[i];
+  }
+  EXPECT_NEAR(sum / 20000, 0.0, 0.001);
+  EXPECT_NEAR(std::sqrt(sq / 20000), 0.02, 0.001);
+  // Another seed, another model.
+  auto other = ParamBuffer::Create({s}, 0, 1, 6);
+  EXPECT_NE(other->at("w").value.data<float>()[0], v[0]);
+}
+
+TEST(ParamBufferTest, IndivisibleSplitNamesTheParameter) {
+  auto buf = ParamBuffer::Create({Spec("layers.0.attention.qkv.weight", {9, 4}, TpSplit::kRows)},
+                                 0, 2, 1);
+  ASSERT_FALSE(buf.ok());
+  EXPECT_NE(buf.status().message().find("layers.0.attention.qkv.weight"), std::string::npos);
+  EXPECT_NE(buf.status().message().find("--tensor-model-parallel-size 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::layers

@@ -1,0 +1,79 @@
+#include "layers/transformer_block.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu/dropout.h"
+#include "core/cpu/elementwise.h"
+#include "core/status_macros.h"
+
+namespace loom::layers {
+
+using core::Tensor;
+
+namespace {
+std::string Name(int64_t layer, const char* rest) { return absl::StrCat("layers.", layer, ".", rest); }
+}  // namespace
+
+absl::Status HiddenDropout(Tensor* x, const DropoutStream& d, uint64_t site_stream,
+                           const TpGroup& tp, bool backward) {
+  if (!d.training || d.hidden_p <= 0.0f) return absl::OkStatus();
+  core::cpu::DropoutOptions opts;
+  opts.p = d.hidden_p;
+  opts.seed = d.seed;
+  opts.offset = site_stream;
+  core::cpu::GlobalIndex where;
+  const int64_t h = x->dim(x->rank() - 1);
+  where.row_stride = h;
+  // Under SP this rank holds rows [rank·n, (rank+1)·n) of the global [s·b, h].
+  if (tp.sequence_parallel) where.first_index = tp.rank() * (x->numel() / h) * h;
+  return backward ? core::cpu::DropoutBackward(*x, x, opts, where)
+                  : core::cpu::DropoutForward(*x, x, opts, where);
+}
+
+TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t layer, TpGroup tp)
+    : layer_(layer),
+      tp_(tp),
+      ln1_(&p->at(Name(layer, "input_layernorm.weight")), &p->at(Name(layer, "input_layernorm.bias")),
+           c.layernorm_epsilon),
+      ln2_(&p->at(Name(layer, "post_attention_layernorm.weight")),
+           &p->at(Name(layer, "post_attention_layernorm.bias")), c.layernorm_epsilon),
+      attention_(&p->at(Name(layer, "attention.qkv.weight")), &p->at(Name(layer, "attention.qkv.bias")),
+                 &p->at(Name(layer, "attention.dense.weight")),
+                 &p->at(Name(layer, "attention.dense.bias")), c.num_attention_heads, tp, layer),
+      mlp_(&p->at(Name(layer, "mlp.dense_h_to_4h.weight")), &p->at(Name(layer, "mlp.dense_h_to_4h.bias")),
+           &p->at(Name(layer, "mlp.dense_4h_to_h.weight")),
+           &p->at(Name(layer, "mlp.dense_4h_to_h.bias")), tp) {}
+
+absl::Status TransformerBlock::Dropout(Tensor* x, const DropoutStream& d, int site,
+                                       bool backward) const {
+  return HiddenDropout(x, d, DropoutSite(d.stream, layer_, site), tp_, backward);
+}
+
+absl::StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, const DropoutStream& d,
+                                                 Saved* saved) const {
+  LOOM_ASSIGN_OR_RETURN(Tensor a, ln1_.Forward(x, &saved->ln1));
+  LOOM_ASSIGN_OR_RETURN(a, attention_.Forward(a, d, &saved->attention));
+  LOOM_RETURN_IF_ERROR(Dropout(&a, d, 0, false));
+  LOOM_RETURN_IF_ERROR(core::cpu::Add(a, x, &a));  // a is now h1
+  LOOM_ASSIGN_OR_RETURN(Tensor m, ln2_.Forward(a, &saved->ln2));
+  LOOM_ASSIGN_OR_RETURN(m, mlp_.Forward(m, &saved->mlp));
+  LOOM_RETURN_IF_ERROR(Dropout(&m, d, 1, false));
+  LOOM_RETURN_IF_ERROR(core::cpu::Add(m, a, &m));
+  return m;
+}
+
+absl::StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy, const DropoutStream& d,
+                                                  const Saved& saved) const {
+  LOOM_ASSIGN_OR_RETURN(Tensor dm, dy.Clone());
+  LOOM_RETURN_IF_ERROR(Dropout(&dm, d, 1, true));
+  LOOM_ASSIGN_OR_RETURN(dm, mlp_.Backward(dm, saved.mlp));
+  LOOM_ASSIGN_OR_RETURN(Tensor dh1, ln2_.Backward(dm, saved.ln2));
+  LOOM_RETURN_IF_ERROR(core::cpu::Add(dh1, dy, &dh1));  // residual
+  LOOM_ASSIGN_OR_RETURN(Tensor da, dh1.Clone());
+  LOOM_RETURN_IF_ERROR(Dropout(&da, d, 0, true));
+  LOOM_ASSIGN_OR_RETURN(da, attention_.Backward(da, d, saved.attention));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, ln1_.Backward(da, saved.ln1));
+  LOOM_RETURN_IF_ERROR(core::cpu::Add(dx, dh1, &dx));
+  return dx;
+}
+
+}  // namespace loom::layers

@@ -1,0 +1,50 @@
+#ifndef LOOM_LAYERS_TRANSFORMER_BLOCK_H_
+#define LOOM_LAYERS_TRANSFORMER_BLOCK_H_
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "layers/attention.h"
+#include "layers/gpt_config.h"
+#include "layers/layer_norm.h"
+#include "layers/params.h"
+#include "layers/tp_group.h"
+
+namespace loom::layers {
+
+// A pre-LN GPT block:
+//   h1  = x + dropout(attention(LN1(x)))
+//   out = h1 + dropout(mlp(LN2(h1)))
+// on activations [s, b, h] ([s/p, b, h] under sequence parallelism).
+class TransformerBlock {
+ public:
+  struct Saved {
+    LayerNorm::Saved ln1;  // holds x
+    ParallelAttention::Saved attention;
+    LayerNorm::Saved ln2;  // holds h1
+    ParallelMlp::Saved mlp;
+  };
+  TransformerBlock(ParamBuffer* params, const GptConfig& config, int64_t layer, TpGroup tp);
+
+  absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, const DropoutStream& dropout,
+                                       Saved* saved) const;
+  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const DropoutStream& dropout,
+                                        const Saved& saved) const;
+
+ private:
+  absl::Status Dropout(core::Tensor* x, const DropoutStream& d, int site, bool backward) const;
+
+  int64_t layer_;
+  TpGroup tp_;
+  LayerNorm ln1_, ln2_;
+  ParallelAttention attention_;
+  ParallelMlp mlp_;
+};
+
+// Hidden dropout on an activation [s(/p), b, h] in place, its mask taken at the
+// tensor's place in the global [s, b, h] (SP: this rank's block of rows).
+absl::Status HiddenDropout(core::Tensor* x, const DropoutStream& d, uint64_t site_stream,
+                           const TpGroup& tp, bool backward);
+
+}  // namespace loom::layers
+
+#endif  // LOOM_LAYERS_TRANSFORMER_BLOCK_H_

@@ -1,0 +1,67 @@
+#ifndef LOOM_LAYERS_VOCAB_PARALLEL_H_
+#define LOOM_LAYERS_VOCAB_PARALLEL_H_
+
+// The vocabulary split over TP: embedding rows [V/p, h] per rank, and the
+// cross-entropy computed on logits split over the vocabulary without ever
+// gathering them.
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "layers/params.h"
+#include "layers/tp_group.h"
+
+namespace loom::layers {
+
+// The vocabulary padded to a multiple of (divisible_by · tp), as Megatron's
+// --make-vocab-size-divisible-by. Padding rows are never looked up, and the
+// cross-entropy masks their logits, so padding (and thus TP) does not change
+// the model's function.
+int64_t PaddedVocabSize(int64_t vocab_size, int64_t divisible_by, int tp_size);
+
+// Token embedding with the table split by vocabulary rows. Each rank looks up
+// the ids it owns (zeros elsewhere), then the partial rows are all-reduced
+// (no SP) or reduce-scattered along s (SP).
+class VocabParallelEmbedding {
+ public:
+  struct Saved {
+    core::Tensor ids;  // [s, b] (all of the sequence; the backward needs every id)
+  };
+  VocabParallelEmbedding(Param* weight, TpGroup tp) : w_(weight), tp_(tp) {}
+
+  // ids: i32[s, b] -> [s, b, h], or [s/p, b, h] with SP.
+  absl::StatusOr<core::Tensor> Forward(const core::Tensor& ids, Saved* saved) const;
+  // dy: [s(/p), b, h]; accumulates the table gradient.
+  absl::Status Backward(const core::Tensor& dy, const Saved& saved) const;
+
+ private:
+  Param* w_;
+  TpGroup tp_;
+};
+
+// Cross-entropy over vocabulary-split logits (parallelism-spec.md):
+// all-reduce(MAX) of the row maxima, then one all-reduce(SUM) carrying both
+// the sum of exponentials and the target logit. Backward needs no
+// communication. Columns at or beyond `vocab_size` (padding) are masked.
+class VocabParallelCrossEntropy {
+ public:
+  struct Saved {
+    core::Tensor logits;   // [s, b, V/p]
+    core::Tensor targets;  // [s, b]
+    core::Tensor max, sum; // [s·b] global row max and Σ exp(logit - max)
+  };
+  VocabParallelCrossEntropy(TpGroup tp, int64_t vocab_size) : tp_(tp), vocab_size_(vocab_size) {}
+
+  // Returns the mean loss over the s·b tokens (identical on every TP rank).
+  absl::StatusOr<double> Forward(const core::Tensor& logits, const core::Tensor& targets,
+                                 Saved* saved) const;
+  // dlogits = (softmax - onehot) · dloss / (s·b), written into a new tensor.
+  absl::StatusOr<core::Tensor> Backward(const Saved& saved, float dloss) const;
+
+ private:
+  TpGroup tp_;
+  int64_t vocab_size_;
+};
+
+}  // namespace loom::layers
+
+#endif  // LOOM_LAYERS_VOCAB_PARALLEL_H_
