@@ -1,0 +1,245 @@
+#include "pipeline/schedule.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
+
+namespace loom::pipeline {
+
+absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "gpipe") return ScheduleKind::kGPipe;
+  if (lower == "1f1b") return ScheduleKind::k1F1B;
+  if (lower == "interleaved") return ScheduleKind::kInterleaved;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--pipeline-schedule='%s' is not a schedule; expected one of gpipe|1f1b|interleaved",
+      std::string(name)));
+}
+
+const char* ScheduleKindName(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kGPipe: return "gpipe";
+    case ScheduleKind::k1F1B: return "1f1b";
+    case ScheduleKind::kInterleaved: return "interleaved";
+  }
+  return "?";
+}
+
+int EffectiveGroupSize(const ScheduleOptions& o) {
+  if (o.kind != ScheduleKind::kInterleaved) return 1;
+  return o.microbatch_group_size > 0 ? o.microbatch_group_size : o.pp;
+}
+
+absl::Status ValidateScheduleOptions(const ScheduleOptions& o) {
+  if (o.pp < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--pipeline-model-parallel-size (--pp) = %d: expected at least 1", o.pp));
+  }
+  if (o.micro_batches < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--micro-batches = %d: expected at least 1 micro-batch per step", o.micro_batches));
+  }
+  if (o.vp < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--virtual-pipeline-model-parallel-size (--vpp) = %d: expected at least 1", o.vp));
+  }
+  if (o.kind != ScheduleKind::kInterleaved) {
+    if (o.vp != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--virtual-pipeline-model-parallel-size (--vpp) = %d needs "
+          "--pipeline-schedule=interleaved; --pipeline-schedule=%s runs one chunk per stage "
+          "(hint: drop --vpp or use the interleaved schedule)",
+          o.vp, ScheduleKindName(o.kind)));
+    }
+    if (o.microbatch_group_size != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--microbatch-group-size-per-virtual-pipeline-stage = %d applies only to "
+          "--pipeline-schedule=interleaved, not %s",
+          o.microbatch_group_size, ScheduleKindName(o.kind)));
+    }
+    return absl::OkStatus();
+  }
+  // Interleaved.
+  if (o.pp < 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--pipeline-schedule=interleaved needs --pipeline-model-parallel-size (--pp) >= 2, "
+        "got %d (hint: with one stage there is nothing to interleave; use 1f1b)",
+        o.pp));
+  }
+  if (o.vp < 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--pipeline-schedule=interleaved needs --virtual-pipeline-model-parallel-size (--vpp) "
+        ">= 2 chunks per stage, got %d (hint: use 1f1b for one chunk)",
+        o.vp));
+  }
+  if (o.microbatch_group_size < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--microbatch-group-size-per-virtual-pipeline-stage = %d: expected 0 (default: "
+        "--pipeline-model-parallel-size) or a value in [P, M]",
+        o.microbatch_group_size));
+  }
+  const int g = EffectiveGroupSize(o);
+  if (g < o.pp || g > o.micro_batches) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--microbatch-group-size-per-virtual-pipeline-stage = %d%s must lie in "
+        "[--pipeline-model-parallel-size, --micro-batches] = [%d, %d] for the interleaved "
+        "schedule (hint: use at least --micro-batches=%d)",
+        g, o.microbatch_group_size == 0 ? " (default: --pipeline-model-parallel-size)" : "",
+        o.pp, o.micro_batches, std::max(g, o.pp)));
+  }
+  if (o.micro_batches % g != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--micro-batches = %d must be a multiple of "
+        "--microbatch-group-size-per-virtual-pipeline-stage = %d%s for the interleaved "
+        "schedule, as Megatron requires (hint: --micro-batches=%d or %d)",
+        o.micro_batches, g,
+        o.microbatch_group_size == 0 ? " (default: --pipeline-model-parallel-size)" : "",
+        (o.micro_batches / g) * g, (o.micro_batches / g + 1) * g));
+  }
+  return absl::OkStatus();
+}
+
+int WarmupForwards(const ScheduleOptions& o, int r) {
+  const int total = o.micro_batches * o.vp;
+  switch (o.kind) {
+    case ScheduleKind::kGPipe:
+      return o.micro_batches;
+    case ScheduleKind::k1F1B:
+      return std::min(o.pp - r - 1, o.micro_batches);
+    case ScheduleKind::kInterleaved:
+      return std::min(2 * (o.pp - r - 1) + (o.vp - 1) * EffectiveGroupSize(o), total);
+  }
+  return 0;
+}
+
+ChunkStep NthStep(const ScheduleOptions& o, int k, bool forward) {
+  const int g = std::max(1, EffectiveGroupSize(o));
+  const int v = o.vp;
+  ChunkStep s;
+  s.chunk = (k / g) % v;
+  if (!forward) s.chunk = v - 1 - s.chunk;
+  s.micro_batch = (k / (g * v)) * g + k % g;
+  return s;
+}
+
+std::vector<Action> ComputeOrder(const ScheduleOptions& o, int r) {
+  const int total = o.micro_batches * o.vp;
+  const int warmup = WarmupForwards(o, r);
+  auto fwd = [&](int k) {
+    ChunkStep s = NthStep(o, k, /*forward=*/true);
+    return Forward(s.micro_batch, s.chunk);
+  };
+  auto bwd = [&](int k) {
+    ChunkStep s = NthStep(o, k, /*forward=*/false);
+    return Backward(s.micro_batch, s.chunk);
+  };
+  std::vector<Action> order;
+  order.reserve(2 * total);
+  for (int k = 0; k < warmup; ++k) order.push_back(fwd(k));            // warm-up
+  for (int i = 0; i < total - warmup; ++i) {                            // steady 1F1B
+    order.push_back(fwd(warmup + i));
+    order.push_back(bwd(i));
+  }
+  for (int k = total - warmup; k < total; ++k) order.push_back(bwd(k));  // cool-down
+  return order;
+}
+
+namespace {
+
+// Where the tensors of one compute action come from and go to, on stage r.
+struct Neighbours {
+  int prev_stage = -1;  // stage of the previous virtual stage; -1: none or local
+  int next_stage = -1;  // stage of the next virtual stage; -1: none or local
+};
+
+Neighbours NeighboursOf(const ScheduleOptions& o, int r, int chunk) {
+  const int p = o.pp;
+  const int vs = chunk * p + r;
+  Neighbours n;
+  if (vs > 0 && (vs - 1) % p != r) n.prev_stage = (vs - 1) % p;
+  if (vs < p * o.vp - 1 && (vs + 1) % p != r) n.next_stage = (vs + 1) % p;
+  return n;
+}
+
+// Receives a step's compute actions need.
+void AppendRecvs(const ScheduleOptions& o, int r, const std::vector<Action>& step,
+                 std::vector<Action>* out) {
+  for (const Action& a : step) {
+    const Neighbours n = NeighboursOf(o, r, a.chunk);
+    if (a.kind == ActionKind::kForward && n.prev_stage >= 0) {
+      out->push_back({ActionKind::kRecvActivation, a.micro_batch, a.chunk, n.prev_stage});
+    }
+    if (a.kind == ActionKind::kBackward && n.next_stage >= 0) {
+      out->push_back({ActionKind::kRecvGrad, a.micro_batch, a.chunk, n.next_stage});
+    }
+  }
+}
+
+// Sends of what a step's compute actions produced.
+void AppendSends(const ScheduleOptions& o, int r, const std::vector<Action>& step,
+                 std::vector<Action>* out) {
+  for (const Action& a : step) {
+    const Neighbours n = NeighboursOf(o, r, a.chunk);
+    if (a.kind == ActionKind::kForward && n.next_stage >= 0) {
+      out->push_back({ActionKind::kSendActivation, a.micro_batch, a.chunk, n.next_stage});
+    }
+    if (a.kind == ActionKind::kBackward && n.prev_stage >= 0) {
+      out->push_back({ActionKind::kSendGrad, a.micro_batch, a.chunk, n.prev_stage});
+    }
+  }
+}
+
+// Splits a stage's compute order into steps; one batch of communication follows each step.
+// GPipe and 1F1B: every compute action is a step (Megatron's send_forward_recv_backward /
+// send_backward_recv_forward pairing). Interleaved: the steady state's Forward + Backward pair
+// is one step, followed by one four-way batch, as in Megatron's
+// send_forward_backward_recv_forward_backward; this keeps the schedule deadlock-free when
+// sends block until received.
+std::vector<std::vector<Action>> Steps(const ScheduleOptions& o, int r,
+                                       const std::vector<Action>& compute) {
+  std::vector<std::vector<Action>> steps;
+  const int total = o.micro_batches * o.vp;
+  const int warmup = WarmupForwards(o, r);
+  const bool pair_steady = o.kind == ScheduleKind::kInterleaved;
+  size_t i = 0;
+  while (i < compute.size()) {
+    const bool steady = i >= static_cast<size_t>(warmup) &&
+                        i < static_cast<size_t>(warmup + 2 * (total - warmup));
+    const size_t n = pair_steady && steady ? 2 : 1;
+    steps.emplace_back(compute.begin() + i, compute.begin() + i + n);
+    i += n;
+  }
+  return steps;
+}
+
+// Inserts the communication implied by stage r's compute order: the receives of the first step
+// up front, then after every step one batch with its sends and the next step's receives.
+std::vector<Action> WithCommunication(const ScheduleOptions& o, int r,
+                                      const std::vector<Action>& compute) {
+  const std::vector<std::vector<Action>> steps = Steps(o, r, compute);
+  std::vector<Action> out;
+  out.reserve(compute.size() * 3);
+  if (!steps.empty()) AppendRecvs(o, r, steps[0], &out);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    out.insert(out.end(), steps[s].begin(), steps[s].end());
+    AppendSends(o, r, steps[s], &out);
+    if (s + 1 < steps.size()) AppendRecvs(o, r, steps[s + 1], &out);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Schedule> BuildSchedule(const ScheduleOptions& options) {
+  if (absl::Status s = ValidateScheduleOptions(options); !s.ok()) return s;
+  Schedule schedule;
+  schedule.options = options;
+  schedule.stages.resize(options.pp);
+  for (int r = 0; r < options.pp; ++r) {
+    schedule.stages[r] = WithCommunication(options, r, ComputeOrder(options, r));
+  }
+  return schedule;
+}
+
+}  // namespace loom::pipeline

@@ -1,0 +1,90 @@
+#ifndef LOOM_PIPELINE_SCHEDULE_H_
+#define LOOM_PIPELINE_SCHEDULE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "pipeline/action.h"
+
+namespace loom::pipeline {
+
+// Pipeline schedules as data: for every pipeline stage, the ordered list of compute and
+// communication actions it runs in one training step. Nothing here communicates; an executor
+// runs the lists over point-to-point send/recv, and //pipeline:simulator times them.
+//
+// Vocabulary (Megatron's): P = pp stages, v = vp chunks per stage, M = micro-batches.
+// Virtual stage of (pp_rank r, chunk c) is c·P + r; activations flow virtual stage
+// 0 -> 1 -> ... -> P·v − 1 and grads flow back. So chunk c of the last stage feeds chunk c+1 of
+// stage 0.
+
+enum class ScheduleKind {
+  kGPipe,        // all M forwards, then all M backwards
+  k1F1B,         // PipeDream-flush: warm-up, one-forward-one-backward, cool-down
+  kInterleaved,  // Megatron's interleaved 1F1B over v chunks per stage
+};
+
+// "gpipe" | "1f1b" | "interleaved"; the error names --pipeline-schedule.
+absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
+const char* ScheduleKindName(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved"
+
+struct ScheduleOptions {
+  ScheduleKind kind = ScheduleKind::k1F1B;  // --pipeline-schedule
+  int pp = 1;                                // --pipeline-model-parallel-size (P)
+  int vp = 1;                                // --virtual-pipeline-model-parallel-size (v)
+  int micro_batches = 1;                     // --micro-batches (M)
+  // --microbatch-group-size-per-virtual-pipeline-stage (G), interleaved only.
+  // 0 means the default, P. Must lie in [P, M] and divide M.
+  int microbatch_group_size = 0;
+};
+
+// Checks the constraints above; errors are absl::InvalidArgumentError naming the flags.
+absl::Status ValidateScheduleOptions(const ScheduleOptions& options);
+
+// G after applying the default (interleaved), 1 for the other schedules.
+int EffectiveGroupSize(const ScheduleOptions& options);
+
+struct Schedule {
+  ScheduleOptions options;
+  std::vector<std::vector<Action>> stages;  // [P][actions in program order]
+};
+
+// Number of warm-up forwards stage `pp_rank` runs before its first backward:
+//   gpipe:       M
+//   1f1b:        min(P − r − 1, M)
+//   interleaved: min(2(P − r − 1) + (v − 1)·G, M·v)
+int WarmupForwards(const ScheduleOptions& options, int pp_rank);
+
+// The k-th forward (or backward) of one stage in the interleaved order, k in [0, M·v):
+//   forward chunk  = (k / G) % v,  backward chunk = v − 1 − (k / G) % v,
+//   micro-batch    = (k / (G·v))·G + k % G.
+// For v = 1 this is simply (micro-batch k, chunk 0).
+struct ChunkStep {
+  int micro_batch = 0;
+  int chunk = 0;
+};
+ChunkStep NthStep(const ScheduleOptions& options, int k, bool forward);
+
+// Only the compute actions of one stage, in order (no sends/receives).
+std::vector<Action> ComputeOrder(const ScheduleOptions& options, int pp_rank);
+
+// The full schedule: each stage's compute order with the implied communication inserted in
+// Megatron's batches. The compute order is cut into steps (one compute action; in the
+// interleaved steady state the Forward + Backward pair); after each step comes one batch with
+// the step's sends and the next step's receives. So 1F1B's steady state has the batches
+// "SendActivation, RecvGrad" and "SendGrad, RecvActivation", and interleaved's steady state
+// one four-way batch. The lists are deadlock-free with buffered sends; with blocking
+// (rendezvous) sends too whenever G = P, Megatron's default. With G > P, stage P-1's warm-up
+// sends wrap around to stage 0 long before it receives them: the executor must buffer them
+// (non-blocking isend whose completion it does not wait for at once).
+//
+// Executor contract: activations and grads between the same pair of stages (P = 2, and the
+// wrap-around link of interleaved) must be told apart (e.g. by a message tag); within one kind
+// the k-th send on a (src, dst) link matches the k-th receive.
+absl::StatusOr<Schedule> BuildSchedule(const ScheduleOptions& options);
+
+}  // namespace loom::pipeline
+
+#endif  // LOOM_PIPELINE_SCHEDULE_H_

@@ -1,0 +1,282 @@
+#include "pipeline/simulator.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace loom::pipeline {
+namespace {
+
+ScheduleOptions Opts(ScheduleKind kind, int pp, int vp, int m, int g = 0) {
+  ScheduleOptions o;
+  o.kind = kind;
+  o.pp = pp;
+  o.vp = vp;
+  o.micro_batches = m;
+  o.microbatch_group_size = g;
+  return o;
+}
+
+Schedule Build(const ScheduleOptions& o) {
+  absl::StatusOr<Schedule> s = BuildSchedule(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+SimOptions Costs(double f, double b, CommMode mode = CommMode::kEager) {
+  SimOptions s;
+  s.forward_cost = f;
+  s.backward_cost = b;
+  s.comm_mode = mode;
+  return s;
+}
+
+bool Mentions(const absl::Status& s, const std::string& text) {
+  return s.message().find(text) != absl::string_view::npos;
+}
+
+size_t Find(const std::vector<Action>& list, const Action& a) {
+  return std::find(list.begin(), list.end(), a) - list.begin();
+}
+
+const std::vector<std::pair<double, double>> kCosts = {{1, 1}, {1, 2}, {2, 3}};
+
+TEST(SimulatorTest, GPipeAnd1F1BBubbleIsPMinusOneOverM) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
+    for (int pp : {2, 4}) {
+      for (int m : {4, 8, 16}) {
+        for (auto [f, b] : kCosts) {
+          for (CommMode mode : {CommMode::kEager, CommMode::kRendezvous}) {
+            absl::StatusOr<SimResult> r = Simulate(Build(Opts(kind, pp, 1, m)), Costs(f, b, mode));
+            ASSERT_TRUE(r.ok()) << r.status();
+            EXPECT_NEAR(r->bubble_fraction, double(pp - 1) / m, 1e-12)
+                << ScheduleKindName(kind) << " P=" << pp << " M=" << m << " f=" << f << " b=" << b;
+            EXPECT_DOUBLE_EQ(r->ideal, m * (f + b));
+            EXPECT_DOUBLE_EQ(r->makespan, (m + pp - 1) * (f + b));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SimulatorTest, InterleavedBubbleIsPMinusOneOverVM) {
+  for (int pp : {2, 4}) {
+    for (int m : {4, 8, 16}) {
+      for (int vp : {2, 3, 4}) {
+        for (auto [f, b] : kCosts) {
+          for (CommMode mode : {CommMode::kEager, CommMode::kRendezvous}) {
+            absl::StatusOr<SimResult> r =
+                Simulate(Build(Opts(ScheduleKind::kInterleaved, pp, vp, m)), Costs(f, b, mode));
+            ASSERT_TRUE(r.ok()) << r.status();
+            EXPECT_NEAR(r->bubble_fraction, double(pp - 1) / (vp * m), 1e-12)
+                << "P=" << pp << " v=" << vp << " M=" << m << " f=" << f << " b=" << b;
+            EXPECT_DOUBLE_EQ(r->ideal, m * vp * (f + b));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SimulatorTest, PeakActivations) {
+  for (int pp : {1, 2, 3, 4, 6}) {
+    for (int m : {1, 2, 4, 8, 16}) {
+      absl::StatusOr<SimResult> gpipe = Simulate(Build(Opts(ScheduleKind::kGPipe, pp, 1, m)));
+      absl::StatusOr<SimResult> ofob = Simulate(Build(Opts(ScheduleKind::k1F1B, pp, 1, m)));
+      ASSERT_TRUE(gpipe.ok() && ofob.ok());
+      for (int r = 0; r < pp; ++r) {
+        EXPECT_EQ(gpipe->stages[r].peak_activations, m);
+        EXPECT_LE(ofob->stages[r].peak_activations, pp);
+        EXPECT_EQ(ofob->stages[r].peak_activations, std::min(pp - r, m))
+            << "P=" << pp << " M=" << m << " stage " << r;
+      }
+    }
+  }
+}
+
+TEST(SimulatorTest, ExactTimingsOfASmall1F1B) {
+  // P=2, M=2, f=1, b=2. Stage 0: F0 [0,1) F1 [1,2); stage 1: F0 [1,2) B0 [2,4) F1 [4,5)
+  // B1 [5,7); stage 0: B0 [4,6) B1 [7,9).
+  absl::StatusOr<SimResult> r = Simulate(Build(Opts(ScheduleKind::k1F1B, 2, 1, 2)), Costs(1, 2));
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto span = [&](int stage, const Action& a) {
+    for (const TimedAction& t : r->stages[stage].actions) {
+      if (t.action == a) return std::make_pair(t.start, t.end);
+    }
+    return std::make_pair(-1.0, -1.0);
+  };
+  EXPECT_EQ(span(0, Forward(1, 0)), std::make_pair(1.0, 2.0));
+  EXPECT_EQ(span(1, Backward(0, 0)), std::make_pair(2.0, 4.0));
+  EXPECT_EQ(span(1, Forward(1, 0)), std::make_pair(4.0, 5.0));
+  EXPECT_EQ(span(0, Backward(0, 0)), std::make_pair(4.0, 6.0));
+  EXPECT_EQ(span(0, Backward(1, 0)), std::make_pair(7.0, 9.0));
+  EXPECT_DOUBLE_EQ(r->makespan, 9.0);
+  EXPECT_DOUBLE_EQ(r->stages[1].finish, 7.0);
+}
+
+TEST(SimulatorTest, CommCostAndPerActionCost) {
+  SimOptions sim = Costs(1, 2);
+  sim.comm_cost = 0.5;
+  // P=2, M=1: F F B B in a chain with two transfers.
+  absl::StatusOr<SimResult> r = Simulate(Build(Opts(ScheduleKind::k1F1B, 2, 1, 1)), sim);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->makespan, 1 + 0.5 + 1 + 2 + 0.5 + 2);
+
+  SimOptions custom;
+  custom.cost = [](int stage, const Action& a) {
+    if (!IsCompute(a.kind)) return 0.0;
+    return stage == 1 ? 3.0 : 1.0;  // a slow last stage
+  };
+  r = Simulate(Build(Opts(ScheduleKind::kGPipe, 2, 1, 2)), custom);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->ideal, 12.0);  // stage 1: 4 actions x 3
+  EXPECT_DOUBLE_EQ(r->stages[0].busy, 4.0);
+  EXPECT_DOUBLE_EQ(r->makespan, 1 + 12 + 1);
+}
+
+TEST(SimulatorTest, NoDeadlockOverAGrid) {
+  int checked = 0;
+  for (int pp = 1; pp <= 6; ++pp) {
+    for (int m = 1; m <= 12; ++m) {
+      std::vector<ScheduleOptions> all = {Opts(ScheduleKind::kGPipe, pp, 1, m),
+                                          Opts(ScheduleKind::k1F1B, pp, 1, m)};
+      for (int vp = 2; vp <= 4 && pp >= 2; ++vp) {
+        for (int g = pp; g <= m; ++g) {
+          if (m % g == 0) all.push_back(Opts(ScheduleKind::kInterleaved, pp, vp, m, g));
+        }
+      }
+      for (const ScheduleOptions& o : all) {
+        const Schedule s = Build(o);
+        for (double comm : {0.0, 0.3}) {
+          SimOptions sim = Costs(1, 2);
+          sim.comm_cost = comm;
+          absl::StatusOr<SimResult> r = Simulate(s, sim);
+          EXPECT_TRUE(r.ok()) << ScheduleKindName(o.kind) << " P=" << pp << " v=" << o.vp
+                              << " M=" << m << " G=" << o.microbatch_group_size << ": "
+                              << r.status();
+          ++checked;
+          // Blocking sends work too whenever G = P (every schedule Megatron runs by default).
+          if (EffectiveGroupSize(o) <= o.pp) {
+            sim.comm_mode = CommMode::kRendezvous;
+            r = Simulate(s, sim);
+            EXPECT_TRUE(r.ok()) << "rendezvous " << ScheduleKindName(o.kind) << " P=" << pp
+                                << " v=" << o.vp << " M=" << m << ": " << r.status();
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 300);
+}
+
+TEST(SimulatorTest, ReceiveBeforeItsSendIsADeadlock) {
+  // 1F1B, P=2: stage 0 waits for the grad of micro-batch 0 before it has sent the activation
+  // of micro-batch 0, while stage 1 waits for that activation.
+  Schedule s = Build(Opts(ScheduleKind::k1F1B, 2, 1, 4));
+  std::vector<Action>& st0 = s.stages[0];
+  const size_t send = Find(st0, {ActionKind::kSendActivation, 0, 0, 1});
+  const size_t recv = Find(st0, {ActionKind::kRecvGrad, 0, 0, 1});
+  ASSERT_LT(send, recv);
+  ASSERT_LT(recv, st0.size());
+  std::swap(st0[send], st0[recv]);
+  for (CommMode mode : {CommMode::kEager, CommMode::kRendezvous}) {
+    absl::StatusOr<SimResult> r = Simulate(s, Costs(1, 2, mode));
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_TRUE(Mentions(r.status(), "deadlock")) << r.status();
+    EXPECT_TRUE(Mentions(r.status(), "stage 0 is blocked")) << r.status();
+    EXPECT_TRUE(Mentions(r.status(), "RecvGrad(micro-batch 0, chunk 0) from stage 1"))
+        << r.status();
+    EXPECT_TRUE(Mentions(r.status(), "stage 1 is blocked")) << r.status();
+    EXPECT_TRUE(Mentions(r.status(), "RecvActivation(micro-batch 0, chunk 0) from stage 0"))
+        << r.status();
+  }
+}
+
+TEST(SimulatorTest, ComputeBeforeItsInputCannotProgress) {
+  Schedule s = Build(Opts(ScheduleKind::kGPipe, 3, 1, 2));
+  std::vector<Action>& st1 = s.stages[1];
+  const size_t recv = Find(st1, {ActionKind::kRecvActivation, 0, 0, 0});
+  const size_t fwd = Find(st1, Forward(0, 0));
+  ASSERT_EQ(recv + 1, fwd);
+  std::swap(st1[recv], st1[fwd]);
+  absl::StatusOr<SimResult> r = Simulate(s);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(r.status(), "stage 1 cannot make progress")) << r.status();
+  EXPECT_TRUE(Mentions(r.status(), "activation of micro-batch 0")) << r.status();
+}
+
+TEST(SimulatorTest, BackwardBeforeForwardAndSendBeforeCompute) {
+  Schedule s = Build(Opts(ScheduleKind::k1F1B, 1, 1, 2));
+  std::swap(s.stages[0][0], s.stages[0][1]);  // B0 before F0
+  absl::StatusOr<SimResult> r = Simulate(s);
+  EXPECT_TRUE(Mentions(r.status(), "its own Forward(micro-batch 0, chunk 0)")) << r.status();
+
+  Schedule t = Build(Opts(ScheduleKind::kGPipe, 2, 1, 1));
+  std::swap(t.stages[0][0], t.stages[0][1]);  // SendActivation before Forward
+  r = Simulate(t);
+  EXPECT_TRUE(Mentions(r.status(), "has not run before it")) << r.status();
+}
+
+TEST(SimulatorTest, ReorderedReceivesAreAMismatch) {
+  Schedule s = Build(Opts(ScheduleKind::kGPipe, 2, 1, 4));
+  std::vector<Action>& st1 = s.stages[1];
+  const size_t a = Find(st1, {ActionKind::kRecvActivation, 0, 0, 0});
+  const size_t b = Find(st1, {ActionKind::kRecvActivation, 1, 0, 0});
+  std::swap(st1[a], st1[b]);
+  absl::StatusOr<SimResult> r = Simulate(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(Mentions(r.status(), "same order")) << r.status();
+}
+
+TEST(SimulatorTest, MissingReceiveIsReported) {
+  Schedule s = Build(Opts(ScheduleKind::kGPipe, 2, 1, 2));
+  std::vector<Action>& st0 = s.stages[0];
+  st0.erase(st0.begin() + Find(st0, {ActionKind::kRecvGrad, 1, 0, 1}));
+  absl::StatusOr<SimResult> r = Simulate(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(Mentions(r.status(), "grad")) << r.status();
+}
+
+TEST(SimulatorTest, WrongPeerIsRejected) {
+  Schedule s = Build(Opts(ScheduleKind::kGPipe, 3, 1, 1));
+  for (Action& a : s.stages[0]) {
+    if (a.kind == ActionKind::kSendActivation) a.peer = 2;
+  }
+  absl::StatusOr<SimResult> r = Simulate(s);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(r.status(), "lives on stage 1, not on stage 2")) << r.status();
+}
+
+TEST(SimulatorTest, LargeGroupNeedsBufferedSends) {
+  // G > P: stage P-1's warm-up sends wrap to stage 0 long before stage 0 receives them. Fine
+  // with buffered sends; with blocking sends the simulator reports the deadlock.
+  const Schedule s = Build(Opts(ScheduleKind::kInterleaved, 2, 2, 8, 4));
+  EXPECT_TRUE(Simulate(s, Costs(1, 2, CommMode::kEager)).ok());
+  absl::StatusOr<SimResult> r = Simulate(s, Costs(1, 2, CommMode::kRendezvous));
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(r.status(), "deadlock")) << r.status();
+}
+
+TEST(SimulatorTest, UntaggedChannelsMixActivationsAndGradsWhenPIsTwo) {
+  // With P = 2 both tensor kinds travel between the same pair; one FIFO per pair (no tags)
+  // matches a grad with an activation, which the simulator reports.
+  const Schedule s = Build(Opts(ScheduleKind::kInterleaved, 2, 2, 8, 4));
+  SimOptions sim;
+  sim.tagged_channels = false;
+  absl::StatusOr<SimResult> r = Simulate(s, sim);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(Mentions(r.status(), "same order")) << r.status();
+}
+
+TEST(SimulatorTest, RejectsAScheduleWithTheWrongNumberOfStages) {
+  Schedule s = Build(Opts(ScheduleKind::k1F1B, 2, 1, 2));
+  s.stages.pop_back();
+  EXPECT_EQ(Simulate(s).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom::pipeline

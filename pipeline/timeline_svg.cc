@@ -1,0 +1,168 @@
+#include "pipeline/timeline_svg.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "pipeline/timeline_text.h"
+
+namespace loom::pipeline {
+namespace {
+
+constexpr int kLeft = 80;    // room for "stage r" labels
+constexpr int kTop = 64;     // room for the title lines
+constexpr int kRight = 20;
+constexpr int kRowGap = 6;
+
+std::string EscapeXml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// "#rrggbb" of an HSL colour (h in degrees, s and l in [0, 1]); hex works in every renderer.
+std::string HslToHex(double h, double s, double l) {
+  const double c = (1 - std::fabs(2 * l - 1)) * s;
+  const double hp = std::fmod(h, 360.0) / 60.0;
+  const double x = c * (1 - std::fabs(std::fmod(hp, 2.0) - 1));
+  double r = 0, g = 0, b = 0;
+  if (hp < 1) { r = c; g = x; }
+  else if (hp < 2) { r = x; g = c; }
+  else if (hp < 3) { g = c; b = x; }
+  else if (hp < 4) { g = x; b = c; }
+  else if (hp < 5) { r = x; b = c; }
+  else { r = c; b = x; }
+  const double m = l - c / 2;
+  auto byte = [&](double v) { return static_cast<int>(std::lround(std::clamp(v + m, 0.0, 1.0) * 255)); };
+  return absl::StrFormat("#%02x%02x%02x", byte(r), byte(g), byte(b));
+}
+
+// A tick step of 1, 2 or 5 times a power of ten giving about 10 to 20 ticks.
+double TickStep(double makespan) {
+  double step = 1;
+  while (makespan / step > 20) {
+    if (makespan / (step * 2) <= 20) return step * 2;
+    if (makespan / (step * 5) <= 20) return step * 5;
+    step *= 10;
+  }
+  return step;
+}
+
+}  // namespace
+
+std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
+                              const SvgOptions& opt) {
+  const ScheduleOptions& so = schedule.options;
+  const double makespan = std::max(result.makespan, 1e-9);
+  const double ppu =
+      opt.pixels_per_unit > 0 ? opt.pixels_per_unit : opt.target_width / makespan;
+  const int rows = static_cast<int>(result.stages.size());
+  const int plot_w = static_cast<int>(std::ceil(makespan * ppu));
+  const int width = kLeft + plot_w + kRight;
+  const int axis_y = kTop + rows * (opt.row_height + kRowGap);
+  const int height = axis_y + 56;
+
+  std::string svg;
+  absl::StrAppendFormat(&svg, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  absl::StrAppendFormat(&svg,
+                        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n",
+                        width, height, width, height);
+  svg +=
+      "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+      "patternTransform=\"rotate(45)\"><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" "
+      "stroke=\"white\" stroke-opacity=\"0.35\" stroke-width=\"2\"/></pattern></defs>\n";
+  svg += "<rect class=\"background\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+
+  // Title: the schedule and its bubble.
+  const std::string title = absl::StrFormat(
+      "%s: bubble %.4f (textbook %s = %.4f), makespan %g", DescribeSchedule(so),
+      result.bubble_fraction, so.kind == ScheduleKind::kInterleaved ? "(P-1)/(v*M)" : "(P-1)/M",
+      TheoreticalBubble(so), result.makespan);
+  absl::StrAppendFormat(&svg, "<text class=\"title\" x=\"%d\" y=\"24\" font-size=\"16\" "
+                              "font-weight=\"bold\">%s</text>\n",
+                        kLeft, EscapeXml(title));
+  const std::string subtitle =
+      opt.subtitle.empty()
+          ? std::string("light box = forward, dark hatched = backward; label = micro-batch.chunk")
+          : opt.subtitle;
+  absl::StrAppendFormat(&svg, "<text class=\"subtitle\" x=\"%d\" y=\"44\" font-size=\"12\" "
+                              "fill=\"#444\">%s</text>\n",
+                        kLeft, EscapeXml(subtitle));
+
+  for (int r = 0; r < rows; ++r) {
+    const int y = kTop + r * (opt.row_height + kRowGap);
+    absl::StrAppendFormat(&svg, "<g class=\"stage\" data-stage=\"%d\">\n", r);
+    absl::StrAppendFormat(&svg,
+                          "<text x=\"%d\" y=\"%d\" font-size=\"13\" text-anchor=\"end\">"
+                          "stage %d</text>\n",
+                          kLeft - 8, y + opt.row_height / 2 + 5, r);
+    // The row's full extent; what stays visible of it is idle time.
+    absl::StrAppendFormat(&svg,
+                          "<rect class=\"row\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
+                          "fill=\"#f4f4f4\" stroke=\"#ccc\"/>\n",
+                          kLeft, y, plot_w, opt.row_height);
+    for (const TimedAction& t : result.stages[r].actions) {
+      const Action& a = t.action;
+      if (!IsCompute(a.kind)) continue;
+      const bool fwd = a.kind == ActionKind::kForward;
+      const double hue = 360.0 * a.micro_batch / std::max(1, so.micro_batches);
+      const double x = kLeft + t.start * ppu;
+      const double w = (t.end - t.start) * ppu;
+      absl::StrAppendFormat(
+          &svg,
+          "<rect class=\"%s\" data-stage=\"%d\" data-mb=\"%d\" data-chunk=\"%d\" x=\"%.2f\" "
+          "y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#333\" "
+          "stroke-width=\"0.6\"><title>%s [%g, %g)</title></rect>\n",
+          fwd ? "fwd" : "bwd", r, a.micro_batch, a.chunk, x, y, w, opt.row_height,
+          HslToHex(hue, 0.7, fwd ? 0.75 : 0.40), ToShortString(a), t.start, t.end);
+      if (!fwd) {
+        absl::StrAppendFormat(&svg,
+                              "<rect class=\"hatch\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                              "height=\"%d\" fill=\"url(#hatch)\"/>\n",
+                              x, y, w, opt.row_height);
+      }
+      // Label "m.c", as large as fits the box (a glyph is about 0.6 em wide).
+      const std::string label = absl::StrFormat("%d.%d", a.micro_batch, a.chunk);
+      const int font = static_cast<int>(
+          std::clamp((w - 2) / (0.6 * label.size()), 5.0, std::min(14.0, opt.row_height * 0.45)));
+      absl::StrAppendFormat(&svg,
+                            "<text x=\"%.2f\" y=\"%d\" font-size=\"%d\" text-anchor=\"middle\" "
+                            "fill=\"%s\">%s</text>\n",
+                            x + w / 2, y + opt.row_height / 2 + font / 3, font,
+                            fwd ? "#000" : "#fff", label);
+    }
+    svg += "</g>\n";
+  }
+
+  // Time axis.
+  absl::StrAppendFormat(&svg,
+                        "<g class=\"axis\"><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
+                        "stroke=\"#333\"/>\n",
+                        kLeft, axis_y, kLeft + plot_w, axis_y);
+  const double step = TickStep(makespan);
+  for (double t = 0; t <= makespan + 1e-9; t += step) {
+    const double x = kLeft + t * ppu;
+    absl::StrAppendFormat(&svg,
+                          "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333\"/>"
+                          "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">"
+                          "%g</text>\n",
+                          x, axis_y, x, axis_y + 4, x, axis_y + 16, t);
+  }
+  absl::StrAppendFormat(&svg,
+                        "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#444\">time (cost "
+                        "units)</text></g>\n",
+                        kLeft, axis_y + 34);
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace loom::pipeline

@@ -1,0 +1,30 @@
+#ifndef LOOM_PIPELINE_TIMELINE_SVG_H_
+#define LOOM_PIPELINE_TIMELINE_SVG_H_
+
+#include <string>
+
+#include "pipeline/schedule.h"
+#include "pipeline/simulator.h"
+
+namespace loom::pipeline {
+
+// Draws a simulated schedule as an SVG timeline, like the figures of the Megatron papers:
+// one row per stage, time to the right, one box per compute action.
+// - Forward boxes: <rect class="fwd" data-stage="r" data-mb="m" data-chunk="c" ...>, a light
+//   shade of the micro-batch's hue. Backward boxes: class="bwd", a darker shade of the same hue
+//   with a hatch overlay (a separate rect of class="hatch"). Labels "m.c" (micro-batch.chunk).
+// - Idle time is the gaps between boxes; the title carries the bubble fraction.
+// So each stage row holds exactly M·v rects of class "fwd" and M·v of class "bwd".
+struct SvgOptions {
+  double pixels_per_unit = 0;  // 0: fit the makespan into about target_width pixels
+  int target_width = 1100;     // timeline width in pixels when pixels_per_unit is 0
+  int row_height = 34;         // pixels per stage row
+  std::string subtitle;        // optional second title line, e.g. the costs used
+};
+
+std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
+                              const SvgOptions& options = {});
+
+}  // namespace loom::pipeline
+
+#endif  // LOOM_PIPELINE_TIMELINE_SVG_H_

@@ -1,0 +1,57 @@
+#include "pipeline/timeline_text.h"
+
+#include "absl/strings/str_format.h"
+
+namespace loom::pipeline {
+namespace {
+
+std::string Render(const Schedule& schedule, bool with_comm) {
+  std::string out;
+  for (size_t r = 0; r < schedule.stages.size(); ++r) {
+    absl::StrAppendFormat(&out, "stage %d:", r);
+    for (const Action& a : schedule.stages[r]) {
+      if (with_comm || IsCompute(a.kind)) absl::StrAppend(&out, " ", ToShortString(a));
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RenderComputeText(const Schedule& schedule) { return Render(schedule, false); }
+std::string RenderActionsText(const Schedule& schedule) { return Render(schedule, true); }
+
+std::string DescribeSchedule(const ScheduleOptions& o) {
+  switch (o.kind) {
+    case ScheduleKind::kGPipe:
+      return absl::StrFormat("GPipe, P=%d, M=%d", o.pp, o.micro_batches);
+    case ScheduleKind::k1F1B:
+      return absl::StrFormat("1F1B, P=%d, M=%d", o.pp, o.micro_batches);
+    case ScheduleKind::kInterleaved:
+      return absl::StrFormat("interleaved 1F1B, P=%d, v=%d, M=%d, G=%d", o.pp, o.vp,
+                             o.micro_batches, EffectiveGroupSize(o));
+  }
+  return "?";
+}
+
+double TheoreticalBubble(const ScheduleOptions& o) {
+  return static_cast<double>(o.pp - 1) / (static_cast<double>(o.vp) * o.micro_batches);
+}
+
+std::string RenderSummaryText(const Schedule& schedule, const SimResult& result) {
+  std::string out = absl::StrFormat(
+      "%s\nmakespan %g, ideal %g, bubble (makespan - ideal) / ideal = %.4f "
+      "(textbook %s = %.4f)\n",
+      DescribeSchedule(schedule.options), result.makespan, result.ideal, result.bubble_fraction,
+      schedule.options.kind == ScheduleKind::kInterleaved ? "(P-1)/(v*M)" : "(P-1)/M",
+      TheoreticalBubble(schedule.options));
+  for (size_t r = 0; r < result.stages.size(); ++r) {
+    const StageTimeline& tl = result.stages[r];
+    absl::StrAppendFormat(&out, "stage %d: busy %g, finish %g, peak in-flight activations %d\n",
+                          r, tl.busy, tl.finish, tl.peak_activations);
+  }
+  return out;
+}
+
+}  // namespace loom::pipeline

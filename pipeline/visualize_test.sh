@@ -1,0 +1,37 @@
+#!/bin/bash
+# Runs //pipeline:visualize as a user would: outputs, flag spellings, and error messages.
+set -u
+BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/pipeline/visualize"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Text format: one line per stage, then the summary.
+out="$("$BIN" --schedule=1f1b --pp=2 --micro-batches=3 --format=text)" || fail "text run failed"
+echo "$out" | grep -qx "stage 0: F0.0 F1.0 B0.0 F2.0 B1.0 B2.0" || fail "stage 0 line: $out"
+echo "$out" | grep -q "bubble" || fail "no bubble in summary: $out"
+
+# Underscore spellings work too.
+"$BIN" --schedule=gpipe --pp=2 --micro_batches=2 --format=text >/dev/null || fail "underscores"
+
+# A relative --out is resolved against BUILD_WORKING_DIRECTORY (set by `bazel run`).
+BUILD_WORKING_DIRECTORY="$TEST_TMPDIR" "$BIN" --schedule=interleaved --pp=4 --vpp=2 \
+    --micro-batches=8 --out=schedule.svg 2>/dev/null || fail "svg run failed"
+grep -q "<svg" "$TEST_TMPDIR/schedule.svg" || fail "no svg written under BUILD_WORKING_DIRECTORY"
+
+# Errors name the flag.
+expect_error() {  # expect_error TEXT ARGS...
+  local want="$1"; shift
+  local err
+  if err="$("$BIN" "$@" 2>&1 >/dev/null)"; then fail "expected failure for: $*"; fi
+  echo "$err" | grep -qF -- "$want" || fail "error for '$*' lacks '$want': $err"
+}
+expect_error "--schedule='zb'" --schedule=zb
+expect_error "--micro-batches = 6" --schedule=interleaved --pp=4 --vpp=2 --micro-batches=6
+expect_error "--pipeline-model-parallel-size (--pp)" --schedule=interleaved --pp=1 --vpp=2
+expect_error "--virtual-pipeline-model-parallel-size (--vpp)" --schedule=1f1b --vpp=2
+expect_error "--micro-batches = 0" --micro-batches=0
+expect_error "--format='png'" --format=png
+expect_error "--comm-mode='sync'" --comm-mode=sync
+expect_error "pp" --pp=four
+expect_error "no_such_flag" --no-such-flag=1
+expect_error "--out=" --out=/nonexistent-dir/x.svg
+echo PASS
