@@ -39,7 +39,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
 }
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, TpGroup tp,
-                                                           std::vector<ChunkSpec> chunks) {
+                                                           std::vector<ChunkSpec> chunks,
+                                                           int64_t buffer_multiple) {
   LOOM_RETURN_IF_ERROR(ValidateLayout(config, tp.size(), tp.sequence_parallel));
   std::unique_ptr<GptModel> m(new GptModel(config, tp, std::move(chunks)));
   m->padded_vocab_ =
@@ -68,7 +69,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
     }
   }
   LOOM_ASSIGN_OR_RETURN(m->params_,
-                        ParamBuffer::Create(std::move(specs), tp.rank(), tp.size(), config.seed));
+                        ParamBuffer::Create(std::move(specs), tp.rank(), tp.size(), config.seed,
+                                            buffer_multiple));
   for (const ChunkSpec& c : m->chunks_) {
     std::vector<std::unique_ptr<TransformerBlock>> blocks;
     for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {

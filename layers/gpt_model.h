@@ -46,8 +46,11 @@ class GptModel {
     int64_t ActivationBytes() const;  // for memory accounting
   };
 
+  // `buffer_multiple`: pad the flat parameter/gradient buffers to a multiple
+  // of it (the DP size, for the distributed optimizer's equal shards).
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp,
-                                                          std::vector<ChunkSpec> chunks);
+                                                          std::vector<ChunkSpec> chunks,
+                                                          int64_t buffer_multiple = 1);
   // The single-chunk, whole-model form.
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp);
 

@@ -46,7 +46,7 @@ float InitialValue(const ParamSpec& spec, uint64_t seed, int64_t index) {
 }
 
 absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, int tp_rank,
-                                                int tp_size, uint64_t seed) {
+                                                int tp_size, uint64_t seed, int64_t multiple) {
   ParamBuffer buf;
   buf.specs_ = std::move(specs);
   int64_t total = 0;
@@ -78,7 +78,9 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
     buf.params_.push_back(Param{nullptr, {}, {}, total, start});
     total += local->numel();
   }
-  absl::StatusOr<core::Tensor> values = core::Tensor::Empty(core::Shape{total}, core::DType::kF32);
+  buf.numel_ = total;
+  if (multiple > 1) total = (total + multiple - 1) / multiple * multiple;
+  absl::StatusOr<core::Tensor> values = core::Tensor::Zeros(core::Shape{total}, core::DType::kF32);
   absl::StatusOr<core::Tensor> grads = core::Tensor::Zeros(core::Shape{total}, core::DType::kF32);
   if (!values.ok()) return values.status();
   if (!grads.ok()) return grads.status();

@@ -55,8 +55,11 @@ class ParamBuffer {
   // Lays out `specs` for TP rank `tp_rank` of `tp_size` and initialises the
   // values from `seed`. Errors name the parameter whose split dim is not
   // divisible by tp_size.
+  // `multiple`: the flat buffers are padded with zeros to a multiple of it
+  // (the data-parallel size, so the distributed optimizer can reduce-scatter
+  // them in equal shards).
   static absl::StatusOr<ParamBuffer> Create(std::vector<ParamSpec> specs, int tp_rank,
-                                            int tp_size, uint64_t seed);
+                                            int tp_size, uint64_t seed, int64_t multiple = 1);
 
   ParamBuffer() = default;
   ParamBuffer(ParamBuffer&&) = default;
@@ -69,9 +72,11 @@ class ParamBuffer {
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
 
-  const core::Tensor& flat_values() const { return values_; }  // f32[numel]
-  const core::Tensor& flat_grads() const { return grads_; }    // f32[numel]
-  int64_t numel() const { return values_.defined() ? values_.numel() : 0; }
+  const core::Tensor& flat_values() const { return values_; }  // f32[padded numel]
+  const core::Tensor& flat_grads() const { return grads_; }    // f32[padded numel]
+  // Elements of the parameters (without padding) and of the flat buffers.
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return values_.defined() ? values_.numel() : 0; }
   void ZeroGrads();
 
  private:
@@ -79,6 +84,7 @@ class ParamBuffer {
   std::vector<Param> params_;
   std::map<std::string, size_t> index_;
   core::Tensor values_, grads_;
+  int64_t numel_ = 0;
 };
 
 // The initial value of global element `index` of parameter `spec`.

@@ -48,11 +48,20 @@ TEST(ParamBufferTest, ViewsLiveInOneContiguousBuffer) {
                                  0, 1, 1);
   ASSERT_TRUE(buf.ok());
   EXPECT_EQ(buf->numel(), 10);
+  EXPECT_EQ(buf->padded_numel(), 10);
   EXPECT_TRUE(buf->at("b").value.SharesStorageWith(buf->flat_values()));
   buf->at("b").grad.data<float>()[0] = 5.0f;
   EXPECT_EQ(buf->flat_grads().data<float>()[6], 5.0f);
   buf->ZeroGrads();
   EXPECT_EQ(buf->flat_grads().data<float>()[6], 0.0f);
+}
+
+TEST(ParamBufferTest, PaddingToAMultipleIsZero) {
+  auto buf = ParamBuffer::Create({Spec("a", {7}, TpSplit::kReplicated)}, 0, 1, 1, /*multiple=*/4);
+  ASSERT_TRUE(buf.ok());
+  EXPECT_EQ(buf->numel(), 7);
+  EXPECT_EQ(buf->padded_numel(), 8);
+  EXPECT_EQ(buf->flat_values().data<float>()[7], 0.0f);
 }
 
 TEST(ParamBufferTest, InitIsNormalWithTheRequestedStd) {
