@@ -1,0 +1,109 @@
+#include "train/config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace loom::train {
+
+absl::Status Finalize(TrainConfig* c, int world_size) {
+  const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+  if (tp < 1 || pp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensor-model-parallel-size (", tp,
+                                                   ") and --pipeline-model-parallel-size (", pp,
+                                                   ") must be >= 1"));
+  }
+  if (world_size % (tp * pp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world size (", world_size, " ranks) is not divisible by --tensor-model-parallel-size (",
+        tp, ") x --pipeline-model-parallel-size (", pp, ") = ", tp * pp));
+  }
+  c->world_size = world_size;
+  c->data_parallel_size = world_size / (tp * pp);
+  const int dp = c->data_parallel_size;
+
+  if (c->micro_batch_size < 1 || c->global_batch_size < 1) {
+    return absl::InvalidArgumentError("--micro-batch-size and --global-batch-size must be >= 1");
+  }
+  if (c->global_batch_size % (c->micro_batch_size * dp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch-size (", c->global_batch_size, ") is not divisible by --micro-batch-size (",
+        c->micro_batch_size, ") x data-parallel size (", dp, ") = ", c->micro_batch_size * dp,
+        " (data-parallel size = world ", world_size, " / (TP ", tp, " x PP ", pp, "))"));
+  }
+  c->num_micro_batches = c->global_batch_size / (c->micro_batch_size * dp);
+
+  if (c->pipeline_schedule != "gpipe" && c->pipeline_schedule != "1f1b" &&
+      c->pipeline_schedule != "interleaved") {
+    return absl::InvalidArgumentError(absl::StrCat("--pipeline-schedule=", c->pipeline_schedule,
+                                                   ": expected gpipe, 1f1b or interleaved"));
+  }
+  const int64_t layers = c->model.num_layers;
+  c->virtual_pipeline_size = 1;
+  if (c->num_layers_per_virtual_pipeline_stage > 0) {
+    const int64_t per = c->num_layers_per_virtual_pipeline_stage;
+    if (pp == 1) {
+      return absl::InvalidArgumentError(
+          "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1 "
+          "(interleaving splits each stage's layers into chunks)");
+    }
+    if (layers % (pp * per) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--num-layers (", layers, ") is not divisible by --pipeline-model-parallel-size (", pp,
+          ") x --num-layers-per-virtual-pipeline-stage (", per, ") = ", pp * per));
+    }
+    c->virtual_pipeline_size = static_cast<int>(layers / (pp * per));
+    if (c->pipeline_schedule == "1f1b" && c->virtual_pipeline_size > 1) {
+      c->pipeline_schedule = "interleaved";  // Megatron: interleaving implies the schedule
+    }
+  }
+  if (c->pipeline_schedule == "interleaved" && c->virtual_pipeline_size < 2) {
+    return absl::InvalidArgumentError(
+        "--pipeline-schedule=interleaved needs --num-layers-per-virtual-pipeline-stage giving "
+        "at least 2 chunks per stage");
+  }
+  if (c->pipeline_schedule == "interleaved" && c->num_micro_batches % pp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule=interleaved: micro-batches per step (", c->num_micro_batches,
+        " = --global-batch-size / (--micro-batch-size x DP)) must be a multiple of "
+        "--pipeline-model-parallel-size (",
+        pp, ")"));
+  }
+  if (c->model.seq_length % tp != 0 && c->sequence_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat("--seq-length (", c->model.seq_length,
+                                                   ") is not divisible by "
+                                                   "--tensor-model-parallel-size (",
+                                                   tp, ") under --sequence-parallel"));
+  }
+  if (c->sequence_parallel && tp == 1) c->sequence_parallel = false;  // nothing to split
+  absl::Status layout =
+      layers::ValidateLayout(c->model, tp, c->sequence_parallel, pp, c->virtual_pipeline_size);
+  if (!layout.ok()) return layout;
+
+  if (c->train_iters < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--train-iters (", c->train_iters, ") must be >= 1"));
+  }
+  if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
+  absl::Status lr = c->lr.Validate();
+  if (!lr.ok()) return lr;
+  if (c->hidden_dropout < 0 || c->hidden_dropout >= 1 || c->attention_dropout < 0 ||
+      c->attention_dropout >= 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--hidden-dropout (", c->hidden_dropout,
+                                                   ") and --attention-dropout (",
+                                                   c->attention_dropout, ") must lie in [0, 1)"));
+  }
+  if (c->optimizer.clip_grad < 0 || c->optimizer.weight_decay < 0 || c->optimizer.eps <= 0 ||
+      c->optimizer.beta1 < 0 || c->optimizer.beta1 >= 1 || c->optimizer.beta2 < 0 ||
+      c->optimizer.beta2 >= 1) {
+    return absl::InvalidArgumentError(
+        "--clip-grad and --weight-decay must be >= 0, --adam-eps > 0, --adam-beta1/2 in [0, 1)");
+  }
+  if (c->log_interval < 1 || c->eval_interval < 0 || c->eval_iters < 0 || c->save_interval < 0) {
+    return absl::InvalidArgumentError(
+        "--log-interval must be >= 1; --eval-interval, --eval-iters, --save-interval >= 0");
+  }
+  if (c->save_interval > 0 && c->save.empty()) {
+    return absl::InvalidArgumentError("--save-interval needs --save=<directory>");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::train

@@ -1,0 +1,82 @@
+#include "train/config.h"
+
+#include "gtest/gtest.h"
+
+namespace loom::train {
+namespace {
+
+TrainConfig Base() {
+  TrainConfig c;
+  c.model.num_layers = 4;
+  c.model.hidden_size = 64;
+  c.model.num_attention_heads = 4;
+  c.model.seq_length = 32;
+  return c;
+}
+
+void ExpectError(TrainConfig c, int world, const std::vector<std::string>& parts) {
+  absl::Status s = Finalize(&c, world);
+  ASSERT_FALSE(s.ok());
+  for (const auto& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << s.message();
+}
+
+TEST(ConfigTest, DerivesDataParallelAndMicroBatches) {
+  TrainConfig c = Base();
+  c.tensor_model_parallel_size = 2;
+  c.global_batch_size = 16;
+  c.micro_batch_size = 2;
+  ASSERT_TRUE(Finalize(&c, 8).ok());
+  EXPECT_EQ(c.data_parallel_size, 4);
+  EXPECT_EQ(c.num_micro_batches, 2);
+  EXPECT_EQ(c.lr.decay_iters, c.train_iters);
+}
+
+TEST(ConfigTest, InterleavingFromLayersPerVirtualStage) {
+  TrainConfig c = Base();
+  c.pipeline_model_parallel_size = 2;
+  c.num_layers_per_virtual_pipeline_stage = 1;
+  c.global_batch_size = 8;
+  c.micro_batch_size = 2;
+  ASSERT_TRUE(Finalize(&c, 2).ok());
+  EXPECT_EQ(c.virtual_pipeline_size, 2);
+  EXPECT_EQ(c.pipeline_schedule, "interleaved");
+}
+
+TEST(ConfigTest, RejectsInconsistentFlags) {
+  TrainConfig c = Base();
+  c.global_batch_size = 30;
+  ExpectError(c, 2, {"--global-batch-size (30)", "--micro-batch-size (4)", "data-parallel size (2)", "= 8"});
+  c = Base();
+  c.tensor_model_parallel_size = 3;
+  ExpectError(c, 4, {"world size (4 ranks)", "--tensor-model-parallel-size (3)"});
+  c = Base();
+  c.num_layers_per_virtual_pipeline_stage = 1;
+  ExpectError(c, 1, {"--num-layers-per-virtual-pipeline-stage", "--pipeline-model-parallel-size > 1"});
+  c = Base();
+  c.pipeline_model_parallel_size = 2;
+  c.num_layers_per_virtual_pipeline_stage = 3;
+  ExpectError(c, 2, {"--num-layers (4)", "= 6"});
+  c = Base();
+  c.pipeline_schedule = "zigzag";
+  ExpectError(c, 1, {"--pipeline-schedule=zigzag"});
+  c = Base();
+  c.tensor_model_parallel_size = 2;
+  c.model.num_attention_heads = 3;
+  c.model.hidden_size = 48;
+  ExpectError(c, 2, {"--num-attention-heads (3)", "--tensor-model-parallel-size (2)"});
+  c = Base();
+  c.pipeline_model_parallel_size = 2;
+  c.num_layers_per_virtual_pipeline_stage = 1;
+  c.global_batch_size = 12;
+  c.micro_batch_size = 4;  // 3 micro-batches, not a multiple of PP 2
+  ExpectError(c, 2, {"micro-batches per step (3", "--pipeline-model-parallel-size (2)"});
+  c = Base();
+  c.save_interval = 10;
+  ExpectError(c, 1, {"--save-interval needs --save"});
+  c = Base();
+  c.hidden_dropout = 1.5f;
+  ExpectError(c, 1, {"--hidden-dropout (1.5)"});
+}
+
+}  // namespace
+}  // namespace loom::train
