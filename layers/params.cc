@@ -32,10 +32,13 @@ float InitialValue(const ParamSpec& spec, uint64_t seed, int64_t index) {
       return 1.0f;
     case Init::kNormal:
     case Init::kScaledNormal: {
-      // Box-Muller over two Philox words drawn at (seed, name, index).
-      const uint64_t key = NameKey(spec.name);
-      const uint32_t w0 = core::cpu::PhiloxWordAt(seed, key, 2 * static_cast<uint64_t>(index));
-      const uint32_t w1 = core::cpu::PhiloxWordAt(seed, key, 2 * static_cast<uint64_t>(index) + 1);
+      // Box-Muller over two words of the Philox block at (name, index), keyed by seed.
+      const uint64_t name = NameKey(spec.name), i = static_cast<uint64_t>(index);
+      const core::cpu::PhiloxCounter block = core::cpu::Philox4x32_10(
+          {static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), static_cast<uint32_t>(name),
+           static_cast<uint32_t>(name >> 32)},
+          {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+      const uint32_t w0 = block[0], w1 = block[1];
       const double u1 = (static_cast<double>(w0) + 1.0) / 4294967297.0;  // (0, 1)
       const double u2 = static_cast<double>(w1) / 4294967296.0;
       const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);

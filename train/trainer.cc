@@ -1,0 +1,315 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "pipeline/layer_assignment.h"
+#include "train/default_data.h"
+
+namespace loom::train {
+
+using core::Shape;
+using core::Tensor;
+
+namespace {
+
+// A dropout stream id from (iteration, first global sample of the
+// micro-batch): the same for every parallel layout.
+uint64_t StreamId(int64_t iteration, int64_t first_sample, bool training) {
+  uint64_t z = static_cast<uint64_t>(iteration) * 0x9E3779B97F4A7C15ull ^
+               static_cast<uint64_t>(first_sample) * 0xC2B2AE3D27D4EB4Full ^ (training ? 0 : 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  return z ^ (z >> 27);
+}
+
+absl::Status AverageOver(comm::Communicator* c, double* value) {
+  if (c == nullptr || c->size() == 1) return absl::OkStatus();
+  Tensor t = *Tensor::Empty(Shape{1}, core::DType::kF64);
+  t.data<double>()[0] = *value;
+  LOOM_RETURN_IF_ERROR(c->AllReduce(t, comm::ReduceOp::kAvg)->Wait());
+  *value = t.data<double>()[0];
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
+                                                         comm::Communicator* world, LogFn log) {
+  LOOM_ASSIGN_OR_RETURN(comm::Grid grid,
+                        comm::Grid::Make(world->size(), config.tensor_model_parallel_size,
+                                         config.pipeline_model_parallel_size));
+  std::unique_ptr<Trainer> t(new Trainer(config, world, grid, std::move(log)));
+  LOOM_RETURN_IF_ERROR(t->Setup());
+  return t;
+}
+
+void Trainer::Log(const std::string& line) const {
+  if (world_->rank() != 0) return;
+  if (log_) {
+    log_(line);
+  } else {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+}
+
+absl::Status Trainer::Setup() {
+  coord_ = grid_.Coord(world_->rank());
+  LOOM_ASSIGN_OR_RETURN(groups_, comm::MakeParallelGroups(*world_, grid_));
+  LOOM_RETURN_IF_ERROR(SetupData());  // fixes the vocabulary size
+
+  const int pp = grid_.pp(), vp = config_.virtual_pipeline_size;
+  std::vector<layers::ChunkSpec> chunks;
+  for (int c = 0; c < vp; ++c) {
+    LOOM_ASSIGN_OR_RETURN(pipeline::LayerRange r,
+                          pipeline::LayersOf(config_.model.num_layers, pp, vp, coord_.pp_rank, c));
+    chunks.push_back(layers::ChunkSpec{r.first, r.count, c == 0 && coord_.pp_rank == 0,
+                                       c == vp - 1 && coord_.pp_rank == pp - 1});
+  }
+  layers::TpGroup tp{groups_.tp.get(), config_.sequence_parallel};
+  LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(config_.model, tp, chunks,
+                                                         /*buffer_multiple=*/grid_.dp()));
+
+  pipeline::ScheduleOptions so;
+  LOOM_ASSIGN_OR_RETURN(so.kind, pipeline::ParseScheduleKind(config_.pipeline_schedule));
+  so.pp = pp;
+  so.vp = vp;
+  so.micro_batches = static_cast<int>(config_.num_micro_batches);
+  LOOM_ASSIGN_OR_RETURN(pipeline::Schedule schedule, pipeline::BuildSchedule(so));
+  pipeline::ExecutorOptions eo;
+  eo.micro_batch_size = config_.micro_batch_size;
+  eo.loss_scale = 1.0f / static_cast<float>(config_.num_micro_batches);
+  LOOM_ASSIGN_OR_RETURN(pipeline::Executor executor,
+                        pipeline::Executor::Create(schedule, model_.get(), groups_.pp.get(),
+                                                   groups_.embedding.get(), eo));
+  executor_.emplace(std::move(executor));
+  // Evaluation runs the same schedule with the losses weighted 0 (so no
+  // gradient reaches the parameters) and dropout off.
+  pipeline::ExecutorOptions eval_options = eo;
+  eval_options.loss_scale = 0.0f;
+  eval_options.all_reduce_embedding_grads = false;
+  eval_options.reduce_sequence_parallel_grads = false;
+  LOOM_ASSIGN_OR_RETURN(pipeline::Executor eval_executor,
+                        pipeline::Executor::Create(schedule, model_.get(), groups_.pp.get(),
+                                                   groups_.embedding.get(), eval_options));
+  eval_executor_.emplace(std::move(eval_executor));
+
+  OptimizerGroups og;
+  og.tp = groups_.tp.get();
+  og.pp = groups_.pp.get();
+  og.dp = groups_.dp.get();
+  og.count_word_embedding = coord_.pp_rank == 0;
+  LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og));
+
+  if (world_->rank() == 0) {
+    LOOM_ASSIGN_OR_RETURN(metrics_, MetricsFile::Open(config_.metrics_file));
+  }
+  // Every rank measures its GEMM rate at the same moment, so each sees its
+  // share of the machine (the MFU denominator).
+  LOOM_RETURN_IF_ERROR(world_->Barrier()->Wait());
+  peak_flops_ = config_.peak_flops > 0 ? config_.peak_flops : MeasureGemmFlops();
+
+  Log(absl::StrFormat(
+      "loom: GPT with %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM "
+      "parameters",
+      config_.model.num_layers, config_.model.hidden_size, config_.model.num_attention_heads,
+      config_.model.seq_length, config_.model.vocab_size, model_->padded_vocab_size(),
+      layers::ParameterCount(config_.model) / 1e6));
+  Log(absl::StrFormat(
+      "loom: %d ranks = TP %d x PP %d x DP %d%s, schedule %s (vp %d), %d micro-batches of %d "
+      "per step, global batch %d, backend %s, peak %.1f GFLOP/s per rank (%s)",
+      world_->size(), grid_.tp(), grid_.pp(), grid_.dp(),
+      config_.sequence_parallel ? " + SP" : "", config_.pipeline_schedule, vp,
+      config_.num_micro_batches, config_.micro_batch_size, config_.global_batch_size,
+      world_->backend_name(), peak_flops_ / 1e9,
+      config_.peak_flops > 0 ? "--peak-flops" : "1024^3 GEMM measured at start"));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SetupData() {
+  LOOM_ASSIGN_OR_RETURN(tokenizer_, MakeTokenizer(config_.tokenizer_type, config_.vocab_file,
+                                                  config_.merge_file));
+  config_.model.vocab_size = tokenizer_->vocab_size();
+  std::string prefix = config_.data_path;
+  const std::string cache = config_.data_cache_dir.empty()
+                                ? absl::StrCat(getenv("HOME") ? getenv("HOME") : "/tmp",
+                                               "/.cache/loom")
+                                : config_.data_cache_dir;
+  // Rank 0 prepares (the default corpus, the sample indices) first; the
+  // others then read what it cached.
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool mine = (pass == 0) == (world_->rank() == 0);
+    if (mine) {
+      if (prefix.empty()) {
+        LOOM_ASSIGN_OR_RETURN(prefix, PrepareDefaultData(cache, *tokenizer_, config_.tokenizer_type));
+      }
+      LOOM_ASSIGN_OR_RETURN(dataset_, IndexedDataset::Open(prefix));
+      LOOM_ASSIGN_OR_RETURN(auto splits, SplitDocuments(config_.split, dataset_->num_documents()));
+      GptDatasetOptions o;
+      o.seq_length = config_.model.seq_length;
+      o.seed = config_.model.seed;
+      o.cache_dir = cache;
+      o.documents = splits[0];
+      o.num_samples = config_.train_iters * config_.global_batch_size;
+      o.name = "train";
+      LOOM_ASSIGN_OR_RETURN(train_data_, GptDataset::Build(dataset_.get(), o));
+      if (config_.eval_iters > 0 && splits[1].end > splits[1].begin) {
+        o.documents = splits[1];
+        o.num_samples = config_.eval_iters * config_.global_batch_size;
+        o.name = "valid";
+        LOOM_ASSIGN_OR_RETURN(valid_data_, GptDataset::Build(dataset_.get(), o));
+      }
+    }
+    // Rank 0's preprocessing may take a while: wait without the op timeout.
+    LOOM_RETURN_IF_ERROR(world_->Barrier()->Wait(absl::InfiniteDuration()));
+    if (prefix.empty()) prefix = absl::StrCat(cache, "/fortunes_", config_.tokenizer_type);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const GptDataset& data,
+                                                             int64_t consumed, int m,
+                                                             bool training) const {
+  const int64_t s = config_.model.seq_length, b = config_.micro_batch_size;
+  pipeline::MicroBatch mb;
+  LOOM_ASSIGN_OR_RETURN(mb.ids, Tensor::Empty(Shape{s, b}, core::DType::kI32));
+  LOOM_ASSIGN_OR_RETURN(mb.targets, Tensor::Empty(Shape{s, b}, core::DType::kI32));
+  std::vector<int32_t> tokens(s + 1);
+  for (int64_t j = 0; j < b; ++j) {
+    const int64_t index = SampleIndexFor(consumed, m, b, coord_.dp_rank, grid_.dp(), j);
+    LOOM_RETURN_IF_ERROR(data.Sample(index % data.num_samples(), tokens.data()));
+    for (int64_t i = 0; i < s; ++i) {  // [s, b]: sequence first
+      mb.ids.data<int32_t>()[i * b + j] = tokens[i];
+      mb.targets.data<int32_t>()[i * b + j] = tokens[i + 1];
+    }
+  }
+  mb.dropout.hidden_p = config_.hidden_dropout;
+  mb.dropout.attention_p = config_.attention_dropout;
+  mb.dropout.seed = config_.model.seed;
+  mb.dropout.training = training;
+  mb.dropout.stream =
+      StreamId(iteration_, SampleIndexFor(consumed, m, b, coord_.dp_rank, grid_.dp(), 0), training);
+  return mb;
+}
+
+absl::StatusOr<double> Trainer::TrainStep() {
+  // 1. Forward and backward of every micro-batch, as the pipeline schedule says.
+  model_->params().ZeroGrads();
+  const int64_t consumed = consumed_samples_;
+  LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, executor_->RunStep([&](int m) {
+    return MakeMicroBatch(*train_data_, consumed, m, /*training=*/true);
+  }));
+  // 2. The loss of the global batch: the mean over the DP ranks' means.
+  double loss = step.mean_loss;
+  LOOM_RETURN_IF_ERROR(AverageOver(groups_.dp.get(), &loss));
+  // 3. Average gradients over DP, clip by the global norm, AdamW.
+  LOOM_ASSIGN_OR_RETURN(double grad_norm, optimizer_->ReduceGradients());
+  LOOM_RETURN_IF_ERROR(optimizer_->Step(config_.lr.At(iteration_)));
+  last_grad_norm_ = grad_norm;
+  ++iteration_;
+  consumed_samples_ += config_.global_batch_size;
+  losses_.push_back(loss);
+  return loss;
+}
+
+absl::StatusOr<double> Trainer::Evaluate() {
+  if (!valid_data_) return absl::FailedPreconditionError("no validation split (see --split)");
+  double total = 0;
+  for (int64_t k = 0; k < config_.eval_iters; ++k) {
+    LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, eval_executor_->RunStep([&](int m) {
+      return MakeMicroBatch(*valid_data_, k * config_.global_batch_size, m, /*training=*/false);
+    }));
+    double loss = step.mean_loss;
+    LOOM_RETURN_IF_ERROR(AverageOver(groups_.dp.get(), &loss));
+    total += loss;
+  }
+  model_->params().ZeroGrads();  // the evaluation's backward passes were weighted 0
+  return total / std::max<int64_t>(1, config_.eval_iters);
+}
+
+absl::Status Trainer::Train() {
+  const double tokens_per_step =
+      static_cast<double>(config_.global_batch_size) * config_.model.seq_length;
+  const double flops_per_token = ModelFlopsPerToken(config_.model);
+  const auto start = std::chrono::steady_clock::now();
+  auto window_start = start;
+  int64_t window_iters = 0;
+  double window_loss = 0;
+  while (iteration_ < config_.train_iters) {
+    LOOM_ASSIGN_OR_RETURN(double loss, TrainStep());
+    ++window_iters;
+    window_loss += loss;
+    const auto now = std::chrono::steady_clock::now();
+    if (iteration_ % config_.log_interval == 0 || iteration_ == config_.train_iters) {
+      const double window_s = std::chrono::duration<double>(now - window_start).count();
+      StepMetrics m;
+      m.iteration = iteration_;
+      m.loss = window_loss / window_iters;
+      m.lr = config_.lr.At(iteration_ - 1);
+      m.grad_norm = last_grad_norm_;
+      m.tokens_per_s = tokens_per_step * window_iters / window_s;
+      m.model_tflops_per_rank = flops_per_token * m.tokens_per_s / world_->size() / 1e12;
+      m.mfu = m.model_tflops_per_rank * 1e12 / peak_flops_;
+      m.elapsed_s = std::chrono::duration<double>(now - start).count();
+      m.eta_s = window_s / window_iters * (config_.train_iters - iteration_);
+      Log(FormatStep(m, config_.train_iters));
+      if (world_->rank() == 0) metrics_.WriteStep(m);
+      window_start = std::chrono::steady_clock::now();
+      window_iters = 0;
+      window_loss = 0;
+    }
+    const bool last = iteration_ == config_.train_iters;
+    if (valid_data_ && config_.eval_interval > 0 &&
+        (iteration_ % config_.eval_interval == 0 || last)) {
+      LOOM_ASSIGN_OR_RETURN(double valid, Evaluate());
+      Log(absl::StrFormat(" validation loss at iteration %d: %.4f (perplexity %.2f)", iteration_,
+                          valid, std::exp(valid)));
+      if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
+      window_start = std::chrono::steady_clock::now();  // keep evaluation out of tokens/s
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t tokens) {
+  if (grid_.pp() != 1) {
+    return absl::FailedPreconditionError(
+        "text generation needs --pipeline-model-parallel-size=1 (one rank holds every layer)");
+  }
+  const int64_t s = config_.model.seq_length;
+  std::vector<int32_t> ids = tokenizer_->Encode(prompt);
+  if (ids.empty()) ids.push_back(tokenizer_->eod_id() >= 0 ? tokenizer_->eod_id() : 0);
+  std::mt19937_64 rng(config_.model.seed);  // the same draws on every TP rank
+  layers::DropoutStream no_dropout;
+  no_dropout.training = false;
+  std::vector<int32_t> out;
+  for (int64_t n = 0; n < tokens; ++n) {
+    // The last s tokens, right-padded: causal attention ignores the padding.
+    const int64_t len = std::min<int64_t>(s, ids.size());
+    LOOM_ASSIGN_OR_RETURN(Tensor window, Tensor::Zeros(Shape{s, 1}, core::DType::kI32));
+    for (int64_t i = 0; i < len; ++i) window.data<int32_t>()[i] = ids[ids.size() - len + i];
+    layers::GptModel::Saved saved;
+    double unused = 0;
+    LOOM_RETURN_IF_ERROR(model_->Forward(0, window, window, no_dropout, &saved, &unused).status());
+    LOOM_ASSIGN_OR_RETURN(Tensor logits, model_->GatherLogits(saved));  // [s, 1, V]
+    const int64_t v = logits.dim(2);
+    const float* row = logits.data<float>() + (len - 1) * v;
+    std::vector<double> p(v);
+    double max = -1e300, sum = 0;
+    for (int64_t k = 0; k < v; ++k) max = std::max(max, double(row[k]));
+    for (int64_t k = 0; k < v; ++k) sum += p[k] = std::exp((row[k] - max) / 0.8);
+    double u = std::uniform_real_distribution<double>(0, sum)(rng);
+    int64_t next = 0;
+    while (next + 1 < v && u > p[next]) u -= p[next++];
+    ids.push_back(static_cast<int32_t>(next));
+    out.push_back(static_cast<int32_t>(next));
+  }
+  return tokenizer_->Decode(out);
+}
+
+}  // namespace loom::train

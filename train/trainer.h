@@ -1,0 +1,99 @@
+#ifndef LOOM_TRAIN_TRAINER_H_
+#define LOOM_TRAIN_TRAINER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "comm/comm.h"
+#include "comm/grid.h"
+#include "layers/gpt_model.h"
+#include "pipeline/executor.h"
+#include "pipeline/schedule.h"
+#include "train/config.h"
+#include "train/data/gpt_dataset.h"
+#include "train/data/indexed_dataset.h"
+#include "train/data/tokenizer.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+
+namespace loom::train {
+
+// One rank's training run: flags -> groups -> model -> data -> optimizer ->
+// loop. Every rank of the world constructs one and calls Train(); ranks of a
+// process-per-rank backend each own theirs, ranks of the `local` backend are
+// threads that each own one.
+class Trainer {
+ public:
+  // Where log lines go (rank 0 only prints); defaults to stdout.
+  using LogFn = std::function<void(const std::string&)>;
+
+  // Collective over `world`: splits it into TP/PP/DP groups, builds this
+  // rank's model chunks, the pipeline executor, the data and the optimizer.
+  // `world` must outlive the Trainer.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config,
+                                                         comm::Communicator* world,
+                                                         LogFn log = nullptr);
+
+  // Runs iterations [iteration(), config.train_iters), logging every
+  // --log-interval and evaluating every --eval-interval.
+  absl::Status Train();
+  // One step; returns the mean loss of the global batch.
+  absl::StatusOr<double> TrainStep();
+  // Mean loss over --eval-iters batches of the validation split (no dropout).
+  absl::StatusOr<double> Evaluate();
+  // Continues `prompt` by `tokens` sampled tokens (temperature 0.8, fixed
+  // seed). Needs PP = 1; collective over TP.
+  absl::StatusOr<std::string> Generate(const std::string& prompt, int64_t tokens);
+
+  // The loss of every step so far, in order (rank-independent).
+  const std::vector<double>& losses() const { return losses_; }
+  int64_t iteration() const { return iteration_; }
+  int64_t consumed_samples() const { return consumed_samples_; }
+  // The training state a checkpoint saves and restores.
+  void set_position(int64_t iteration, int64_t consumed_samples) {
+    iteration_ = iteration;
+    consumed_samples_ = consumed_samples;
+  }
+  layers::GptModel& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const TrainConfig& config() const { return config_; }
+  const comm::Grid& grid() const { return grid_; }
+  int global_rank() const { return world_->rank(); }
+
+ private:
+  Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log)
+      : config_(config), world_(world), grid_(grid), log_(std::move(log)) {}
+  absl::Status Setup();
+  absl::Status SetupData();
+  // Micro-batch m of the step that starts at `consumed` samples.
+  absl::StatusOr<pipeline::MicroBatch> MakeMicroBatch(const GptDataset& data, int64_t consumed,
+                                                      int m, bool training) const;
+  void Log(const std::string& line) const;
+
+  TrainConfig config_;
+  comm::Communicator* world_;
+  comm::Grid grid_;
+  comm::GridCoord coord_;
+  LogFn log_;
+  comm::ParallelGroups groups_;
+  std::unique_ptr<layers::GptModel> model_;
+  std::optional<pipeline::Executor> executor_, eval_executor_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<IndexedDataset> dataset_;
+  std::unique_ptr<GptDataset> train_data_, valid_data_;
+  MetricsFile metrics_;
+  double peak_flops_ = 0;
+  double last_grad_norm_ = 0;
+  int64_t iteration_ = 0;
+  int64_t consumed_samples_ = 0;
+  std::vector<double> losses_;
+};
+
+}  // namespace loom::train
+
+#endif  // LOOM_TRAIN_TRAINER_H_
