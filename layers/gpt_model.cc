@@ -57,7 +57,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
     // own copy (same name, same initial values), whose gradient the trainer
     // all-reduces with the first stage's.
     if ((c.pre_process || c.post_process) && !has_embedding) {
-      for (ParamSpec& s : EmbeddingParamSpecs(config, tp.size())) specs.push_back(s);
+      for (ParamSpec& s : EmbeddingParamSpecs(config, tp.size())) {
+        // A stage without the input embedding needs no position table.
+        if (c.pre_process || s.name == kWordEmbedding) specs.push_back(s);
+      }
       has_embedding = true;
     }
     for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {

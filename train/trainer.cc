@@ -84,8 +84,12 @@ absl::Status Trainer::Setup() {
   pipeline::ExecutorOptions eo;
   eo.micro_batch_size = config_.micro_batch_size;
   eo.loss_scale = 1.0f / static_cast<float>(config_.num_micro_batches);
+  // Point-to-point traffic gets its own communicator: the stages exchange
+  // different numbers of messages, and collectives on the pp group (the
+  // gradient norm) must not share a sequence with them.
+  LOOM_ASSIGN_OR_RETURN(pp_p2p_, groups_.pp->Split(0, coord_.pp_rank, "pp_p2p"));
   LOOM_ASSIGN_OR_RETURN(pipeline::Executor executor,
-                        pipeline::Executor::Create(schedule, model_.get(), groups_.pp.get(),
+                        pipeline::Executor::Create(schedule, model_.get(), pp_p2p_.get(),
                                                    groups_.embedding.get(), eo));
   executor_.emplace(std::move(executor));
   // Evaluation runs the same schedule with the losses weighted 0 (so no
@@ -95,7 +99,7 @@ absl::Status Trainer::Setup() {
   eval_options.all_reduce_embedding_grads = false;
   eval_options.reduce_sequence_parallel_grads = false;
   LOOM_ASSIGN_OR_RETURN(pipeline::Executor eval_executor,
-                        pipeline::Executor::Create(schedule, model_.get(), groups_.pp.get(),
+                        pipeline::Executor::Create(schedule, model_.get(), pp_p2p_.get(),
                                                    groups_.embedding.get(), eval_options));
   eval_executor_.emplace(std::move(eval_executor));
 

@@ -1,0 +1,346 @@
+#include "pipeline/executor.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "pipeline/layer_assignment.h"
+
+namespace loom::pipeline {
+
+using core::Tensor;
+using layers::GptModel;
+
+namespace {
+
+constexpr char kWordEmbedding[] = "embedding.word_embeddings.weight";
+
+using Key = std::pair<int, int>;  // (micro_batch, chunk)
+
+// The stage that owns virtual stage `vs`.
+int StageOf(int vs, int pp) { return vs % pp; }
+
+absl::Status Prefix(int stage, const Action& a, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("stage ", stage, ": ", ToString(a), ": ", s.message()));
+}
+
+absl::Status CheckIds(const char* what, const Tensor& t, int64_t s, int64_t b, int m) {
+  if (!t.defined() || t.dtype() != core::DType::kI32 || t.rank() != 2 || t.dim(0) != s ||
+      t.dim(1) != b) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MicroBatchSource gave ", what, " ", t.defined() ? t.DebugString() : "(none)",
+        " for micro-batch ", m, ", expected i32[", s, ", ", b,
+        "] (--seq-length, --micro-batch-size)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Executor::Executor(const Schedule& schedule, GptModel* model, comm::Communicator* pp,
+                   comm::Communicator* embedding, const ExecutorOptions& options,
+                   core::Shape boundary)
+    : schedule_(schedule),
+      model_(model),
+      pp_(pp),
+      embedding_(embedding),
+      options_(options),
+      pp_rank_(pp ? pp->rank() : 0),
+      p2p_(pp, schedule.options.vp, boundary) {}
+
+absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* model,
+                                          comm::Communicator* pp, comm::Communicator* embedding,
+                                          const ExecutorOptions& options) {
+  const int P = schedule.options.pp, v = schedule.options.vp, M = schedule.options.micro_batches;
+  if (model == nullptr) return absl::InvalidArgumentError("pipeline executor: no model");
+  if (P < 1 || v < 1 || static_cast<int>(schedule.stages.size()) != P) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline executor: the schedule has ", schedule.stages.size(), " stage lists for --pipeline-model-parallel-size ",
+        P, "; build it with BuildSchedule"));
+  }
+  if (P > 1 && (pp == nullptr || pp->size() != P)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline executor: the schedule has --pipeline-model-parallel-size ", P,
+        " but the pp communicator has ", pp ? pp->size() : 0,
+        " ranks; pass ParallelGroups::pp of the same grid"));
+  }
+  if (P == 1 && pp != nullptr && pp->size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline executor: a 1-stage schedule with a pp communicator of ", pp->size(), " ranks"));
+  }
+  if (options.micro_batch_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline executor: --micro-batch-size ",
+                                                   options.micro_batch_size, " must be >= 1"));
+  }
+  const int rank = pp ? pp->rank() : 0;
+  const auto& chunks = model->chunks();
+  if (static_cast<int>(chunks.size()) != v) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline executor, stage ", rank, ": the model holds ", chunks.size(),
+        " chunk(s) but the schedule runs --virtual-pipeline-model-parallel-size ", v,
+        " chunks per stage; create the GptModel with one ChunkSpec per chunk (LayersOf)"));
+  }
+  for (int c = 0; c < v; ++c) {
+    const int vs = VirtualStage(P, rank, c);
+    const bool want_pre = vs == 0, want_post = vs == P * v - 1;
+    if (chunks[c].pre_process != want_pre || chunks[c].post_process != want_post) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline executor, stage ", rank, ": chunk ", c, " (virtual stage ", vs, " of ", P * v,
+          ") has pre_process=", chunks[c].pre_process, " post_process=", chunks[c].post_process,
+          ", expected pre_process=", want_pre, " post_process=", want_post));
+    }
+  }
+  for (const Action& a : schedule.stages[rank]) {
+    if (a.micro_batch < 0 || a.micro_batch >= M || a.chunk < 0 || a.chunk >= v) {
+      return absl::InvalidArgumentError(absl::StrCat("pipeline executor, stage ", rank, ": ",
+                                                     ToString(a), " outside M = ", M, ", v = ", v));
+    }
+    if (IsCompute(a.kind)) continue;
+    const int own = VirtualStage(P, rank, a.chunk);
+    const bool upstream = a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kSendGrad;
+    const int other = upstream ? own - 1 : own + 1;
+    if (other < 0 || other >= P * v || a.peer != StageOf(other, P)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline executor, stage ", rank, ": ", ToString(a),
+          " does not connect to the adjacent virtual stage ", other, " of ", P * v));
+    }
+  }
+  LOOM_RETURN_IF_ERROR(CheckTagRange(M, P * v));
+  const bool ends = rank == 0 || rank == P - 1;
+  if (P > 1 && ends && options.all_reduce_embedding_grads) {
+    if (embedding == nullptr || embedding->size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline executor, stage ", rank,
+          ": the first and last stage need the embedding group (2 ranks) to all-reduce the tied "
+          "word-embedding gradient; got ",
+          embedding ? absl::StrCat(embedding->size(), " ranks") : std::string("none"),
+          " (pass ParallelGroups::embedding)"));
+    }
+    if (!model->params().contains(kWordEmbedding)) {
+      return absl::InvalidArgumentError(absl::StrCat("pipeline executor, stage ", rank,
+                                                     ": the model has no ", kWordEmbedding));
+    }
+  }
+  const core::Shape boundary =
+      BoundaryShape(model->config(), model->tp(), options.micro_batch_size);
+  return Executor(schedule, model, pp, embedding, options, boundary);
+}
+
+absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
+  const int P = schedule_.options.pp, v = schedule_.options.vp, M = schedule_.options.micro_batches;
+  const int me = pp_rank_;
+  const int64_t s = model_->config().seq_length, b = options_.micro_batch_size;
+  const auto& chunks = model_->chunks();
+  const std::vector<Action>& actions = schedule_.stages[me];
+
+  std::map<int, MicroBatch> batches;     // fetched, until the last backward of m here
+  std::map<int, int> backwards_done;     // per micro-batch, of v chunks
+  std::map<Key, GptModel::Saved> saved;  // forward done, backward not yet
+  std::map<Key, Tensor> outputs;         // forward outputs awaiting SendActivation
+  std::map<Key, Tensor> inputs;          // received activations awaiting Forward
+  std::map<Key, Tensor> input_grads;     // backward results awaiting SendGrad
+  std::map<Key, Tensor> output_grads;    // received grads awaiting Backward
+  std::map<Key, int64_t> saved_bytes;
+  std::vector<int> live(v, 0);
+  StepResult result;
+  result.peak_live_saved.assign(v, 0);
+  int64_t bytes = 0;
+  std::vector<bool> have_loss(M, false);
+  std::vector<double> losses(M, 0.0);
+
+  auto get_batch = [&](int m) -> absl::StatusOr<const MicroBatch*> {
+    auto it = batches.find(m);
+    if (it != batches.end()) return &it->second;
+    absl::StatusOr<MicroBatch> mb = source(m);
+    if (!mb.ok()) {
+      return absl::Status(mb.status().code(), absl::StrCat("MicroBatchSource(", m, "): ",
+                                                           mb.status().message()));
+    }
+    return &batches.emplace(m, *std::move(mb)).first->second;
+  };
+
+  auto forward = [&](const Action& a) -> absl::Status {
+    const Key key{a.micro_batch, a.chunk};
+    const layers::ChunkSpec& spec = chunks[a.chunk];
+    LOOM_ASSIGN_OR_RETURN(const MicroBatch* mb, get_batch(a.micro_batch));
+    Tensor input;
+    if (spec.pre_process) {
+      LOOM_RETURN_IF_ERROR(CheckIds("ids", mb->ids, s, b, a.micro_batch));
+      input = mb->ids;
+    } else {
+      auto it = inputs.find(key);
+      if (it == inputs.end()) {
+        return absl::InternalError("the schedule runs it before receiving its input activation");
+      }
+      input = std::move(it->second);
+      inputs.erase(it);
+    }
+    if (spec.post_process) LOOM_RETURN_IF_ERROR(CheckIds("targets", mb->targets, s, b, a.micro_batch));
+    if (saved.count(key)) return absl::InternalError("the schedule runs this forward twice");
+    GptModel::Saved& record = saved[key];
+    double loss = 0;
+    absl::StatusOr<Tensor> out =
+        model_->Forward(a.chunk, input, mb->targets, mb->dropout, &record, &loss);
+    if (!out.ok()) {
+      saved.erase(key);
+      return out.status();
+    }
+    if (spec.post_process) {
+      losses[a.micro_batch] = loss;
+      have_loss[a.micro_batch] = true;
+    } else {
+      if (out->shape() != p2p_.boundary_shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output ", out->DebugString(), ", expected f32", p2p_.boundary_shape().ToString(),
+            " (--seq-length (/tp under SP), --micro-batch-size, --hidden-size)"));
+      }
+      outputs[key] = *std::move(out);
+    }
+    const int64_t n = record.ActivationBytes();
+    saved_bytes[key] = n;
+    bytes += n;
+    result.peak_activation_bytes = std::max(result.peak_activation_bytes, bytes);
+    result.peak_live_saved[a.chunk] = std::max(result.peak_live_saved[a.chunk], ++live[a.chunk]);
+    return absl::OkStatus();
+  };
+
+  auto backward = [&](const Action& a) -> absl::Status {
+    const Key key{a.micro_batch, a.chunk};
+    const layers::ChunkSpec& spec = chunks[a.chunk];
+    auto rec = saved.find(key);
+    if (rec == saved.end()) return absl::InternalError("the schedule runs it before its forward");
+    LOOM_ASSIGN_OR_RETURN(const MicroBatch* mb, get_batch(a.micro_batch));
+    Tensor dy;
+    if (!spec.post_process) {
+      auto it = output_grads.find(key);
+      if (it == output_grads.end()) {
+        return absl::InternalError("the schedule runs it before receiving its output gradient");
+      }
+      dy = std::move(it->second);
+      output_grads.erase(it);
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor dx, model_->Backward(a.chunk, dy, options_.loss_scale,
+                                                      mb->dropout, rec->second));
+    if (!spec.pre_process) {
+      if (dx.shape() != p2p_.boundary_shape()) {
+        return absl::InvalidArgumentError(absl::StrCat("input gradient ", dx.DebugString(),
+                                                       ", expected f32",
+                                                       p2p_.boundary_shape().ToString()));
+      }
+      input_grads[key] = std::move(dx);
+    }
+    saved.erase(rec);  // this micro-batch's activations are no longer needed here
+    bytes -= saved_bytes[key];
+    saved_bytes.erase(key);
+    --live[a.chunk];
+    if (++backwards_done[a.micro_batch] == v) batches.erase(a.micro_batch);
+    return absl::OkStatus();
+  };
+
+  for (size_t i = 0; i < actions.size();) {
+    const Action& a = actions[i];
+    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward) {
+      absl::Status st = a.kind == ActionKind::kForward ? forward(a) : backward(a);
+      if (!st.ok()) return Prefix(me, a, st);
+      ++i;
+      continue;
+    }
+    // A maximal run of communication actions: one batch.
+    std::vector<StageP2P::Leg> legs;
+    for (; i < actions.size() && !IsCompute(actions[i].kind); ++i) {
+      const Action& c = actions[i];
+      const Key key{c.micro_batch, c.chunk};
+      Tensor t;
+      if (IsSend(c.kind)) {
+        std::map<Key, Tensor>& from = c.kind == ActionKind::kSendActivation ? outputs : input_grads;
+        auto it = from.find(key);
+        if (it == from.end()) {
+          return Prefix(me, c, absl::InternalError("the schedule sends it before computing it"));
+        }
+        t = it->second;
+      } else {
+        LOOM_ASSIGN_OR_RETURN(t, p2p_.AllocateBoundary());
+      }
+      legs.push_back({c, t});
+    }
+    LOOM_RETURN_IF_ERROR(p2p_.Exchange(legs));
+    for (const StageP2P::Leg& leg : legs) {
+      const Key key{leg.action.micro_batch, leg.action.chunk};
+      switch (leg.action.kind) {
+        case ActionKind::kSendActivation: outputs.erase(key); break;
+        case ActionKind::kSendGrad: input_grads.erase(key); break;
+        case ActionKind::kRecvActivation: inputs[key] = leg.tensor; break;
+        case ActionKind::kRecvGrad: output_grads[key] = leg.tensor; break;
+        default: break;
+      }
+    }
+  }
+
+  if (!saved.empty() || !outputs.empty() || !inputs.empty() || !input_grads.empty() ||
+      !output_grads.empty()) {
+    return absl::InternalError(absl::StrCat(
+        "stage ", me, ": the schedule ended with ", saved.size(), " forwards without backward, ",
+        outputs.size() + input_grads.size(), " unsent and ", inputs.size() + output_grads.size(),
+        " unused received tensors"));
+  }
+
+  // Losses live on the stage holding the last virtual stage (post_process chunk).
+  const bool has_loss_chunk = chunks[v - 1].post_process;
+  if (has_loss_chunk) {
+    for (int m = 0; m < M; ++m) {
+      if (!have_loss[m]) {
+        return absl::InternalError(absl::StrCat("stage ", me, ": no forward of micro-batch ", m,
+                                                " through the last chunk"));
+      }
+    }
+    result.losses = losses;
+    double sum = 0;
+    for (double l : losses) sum += l;
+    result.mean_loss = M > 0 ? sum / M : 0.0;
+  }
+  if (P > 1 && options_.broadcast_loss) {
+    // Point-to-point, not Communicator::Broadcast: the local/UCX engine numbers
+    // collectives with a sequence counter that p2p ops advance too, so after a
+    // schedule (stages issue different numbers of batches) a collective on the
+    // pp communicator would not match across stages. Tags never collide with
+    // the step's messages (LossTag).
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(core::Shape{1}, core::DType::kF64));
+    t.data<double>()[0] = result.mean_loss;
+    const int tag = LossTag(M, P * v);
+    std::vector<comm::P2POp> ops;
+    if (me == P - 1) {
+      for (int r = 0; r < P - 1; ++r) ops.push_back({comm::P2POp::Kind::kSend, t, r, tag});
+    } else {
+      ops.push_back({comm::P2POp::Kind::kRecv, t, P - 1, tag});
+    }
+    absl::Status st = pp_->BatchSendRecv(ops)->Wait();
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("stage ", me,
+                                                  ": broadcast of the mean loss from stage ",
+                                                  P - 1, ": ", st.message()));
+    }
+    result.mean_loss = t.data<double>()[0];
+  }
+  if (P > 1 && options_.all_reduce_embedding_grads && (me == 0 || me == P - 1)) {
+    layers::Param& word = model_->params().at(kWordEmbedding);
+    absl::Status st = embedding_->AllReduce(word.grad, comm::ReduceOp::kSum)->Wait();
+    if (!st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("stage ", me, ": all-reduce of the tied ", kWordEmbedding,
+                                       " gradient over the embedding group: ", st.message()));
+    }
+  }
+  if (options_.reduce_sequence_parallel_grads) {
+    absl::Status st = model_->ReduceSequenceParallelGrads();
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("stage ", me,
+                                                  ": sequence-parallel gradient all-reduce: ",
+                                                  st.message()));
+    }
+  }
+  return result;
+}
+
+}  // namespace loom::pipeline

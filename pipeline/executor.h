@@ -1,0 +1,126 @@
+#ifndef LOOM_PIPELINE_EXECUTOR_H_
+#define LOOM_PIPELINE_EXECUTOR_H_
+
+// Runs one training step of a pipeline schedule (//pipeline:schedule) on the
+// model chunks one rank holds: Megatron's forward_backward_func over
+// schedules-as-data.
+//
+// Every pipeline stage (and every TP rank of it) constructs one Executor and
+// calls RunStep once per step, in the same order as its peers. RunStep:
+//   1. executes this stage's action list: Forward/Backward of its chunks, and
+//      each run of consecutive communication actions as ONE BatchSendRecv
+//      (//pipeline:p2p) that it waits for before going on;
+//   2. keeps only the activations (GptModel::Saved) the schedule still needs:
+//      a micro-batch's record is freed right after its backward;
+//   3. accumulates gradients over micro-batches into the model's grad buffer
+//      (the backward of micro-batch m starts from dloss = loss_scale); it does
+//      NOT zero them first: that is the caller's step boundary;
+//   4. sends the mean loss from the last stage to every stage over the pp
+//      communicator (point-to-point with a reserved tag, see LossTag: the
+//      comm engine's collectives do not match after unequal p2p traffic),
+//   5. all-reduces (sum) the tied word-embedding gradient over the embedding
+//      group (first + last stage) when P > 1, and
+//   6. calls GptModel::ReduceSequenceParallelGrads().
+//
+// Errors never hang: every wait uses the communicator's CommOptions::timeout,
+// and a failed batch names the stage and the actions, e.g.
+//   "stage 1: RecvGrad(micro-batch 3, chunk 0) from stage 2: <comm status>".
+//
+// Interleaved schedules with microbatch_group_size G > P post their warm-up
+// sends long before the peer receives them; RunStep waits for each batch,
+// sends included, so this relies on sends that complete without a matching
+// receive (the local backend copies eagerly; tested). G = P needs nothing.
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/comm.h"
+#include "core/tensor.h"
+#include "layers/attention.h"
+#include "layers/gpt_model.h"
+#include "pipeline/p2p.h"
+#include "pipeline/schedule.h"
+
+namespace loom::pipeline {
+
+// What the data pipeline gives for micro-batch m of this step.
+struct MicroBatch {
+  core::Tensor ids;      // i32[s, b]: read by the stage holding the first chunk
+  core::Tensor targets;  // i32[s, b]: read by the stage holding the last chunk
+  // Dropout of this micro-batch. The caller picks the stream (e.g. from the
+  // iteration and the micro-batch's first global sample) so that every layout
+  // draws the same masks.
+  layers::DropoutStream dropout;
+};
+// Called at most once per micro-batch per step on each rank, when it is first needed.
+using MicroBatchSource = std::function<absl::StatusOr<MicroBatch>(int micro_batch)>;
+
+struct ExecutorOptions {
+  // b: boundary tensors are f32[s (/tp under SP), b, h] (--micro-batch-size).
+  int64_t micro_batch_size = 1;
+  // dloss of every micro-batch's mean loss; pass 1/M for the mean over the step
+  // (Megatron divides each micro-batch loss by the number of micro-batches).
+  float loss_scale = 1.0f;
+  // Broadcast the mean loss from the last stage to every stage (collective over pp).
+  bool broadcast_loss = true;
+  // All-reduce the tied word-embedding gradient over the embedding group (P > 1).
+  bool all_reduce_embedding_grads = true;
+  // Call GptModel::ReduceSequenceParallelGrads() at the end of the step.
+  bool reduce_sequence_parallel_grads = true;
+};
+
+struct StepResult {
+  // Mean loss of each micro-batch (unscaled), [M]; filled only on the last
+  // stage (the rank holding the post-process chunk), empty elsewhere.
+  std::vector<double> losses;
+  // Mean of `losses`, on every stage (broadcast over pp); on other stages 0
+  // when broadcast_loss is false.
+  double mean_loss = 0;
+  // Peak number of live GptModel::Saved records per chunk during the step
+  // (GPipe: M; 1F1B: at most P on stage 0).
+  std::vector<int> peak_live_saved;
+  // Peak of the summed Saved::ActivationBytes() over all chunks.
+  int64_t peak_activation_bytes = 0;
+};
+
+class Executor {
+ public:
+  // Checks that `model` fits `schedule` for this rank before any step runs:
+  // the model has vp chunks; chunk c is pre_process iff it is virtual stage 0
+  // and post_process iff it is the last virtual stage; `pp` has P ranks (may
+  // be null when P = 1); `embedding` is given exactly on the first and last
+  // stage when P > 1 (null otherwise is fine, it is ignored for P = 1); every
+  // communication action's peer is an adjacent stage; tags fit. The pointers
+  // must outlive the Executor.
+  static absl::StatusOr<Executor> Create(const Schedule& schedule, layers::GptModel* model,
+                                         comm::Communicator* pp, comm::Communicator* embedding,
+                                         const ExecutorOptions& options = {});
+
+  // One training step (see the top of this file). Collective over pp (and TP,
+  // and the embedding group).
+  absl::StatusOr<StepResult> RunStep(const MicroBatchSource& source);
+
+  int pp_rank() const { return pp_rank_; }
+  const std::vector<Action>& actions() const { return schedule_.stages[pp_rank_]; }
+  const core::Shape& boundary_shape() const { return p2p_.boundary_shape(); }
+  bool is_first_stage() const { return pp_rank_ == 0; }
+  bool is_last_stage() const { return pp_rank_ == schedule_.options.pp - 1; }
+
+ private:
+  Executor(const Schedule& schedule, layers::GptModel* model, comm::Communicator* pp,
+           comm::Communicator* embedding, const ExecutorOptions& options, core::Shape boundary);
+
+  Schedule schedule_;
+  layers::GptModel* model_;
+  comm::Communicator* pp_;
+  comm::Communicator* embedding_;
+  ExecutorOptions options_;
+  int pp_rank_ = 0;
+  StageP2P p2p_;
+};
+
+}  // namespace loom::pipeline
+
+#endif  // LOOM_PIPELINE_EXECUTOR_H_

@@ -1,0 +1,499 @@
+// The pipeline executor reproduces the single-stage model: for every schedule
+// (GPipe, 1F1B, interleaved 1F1B), P in {2, 4} and TP in {1, 2} (with and
+// without sequence parallelism), one step's loss and every parameter gradient
+// (gathered over TP, compared by global name) match the whole model on one
+// rank accumulating the same micro-batches with the same loss scale. Also:
+// peak live activations, and errors (not hangs) for bad layouts and dead peers.
+// Ranks are threads on the `local` backend.
+#include "pipeline/executor.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "comm/grid.h"
+#include "comm/local/communicator.h"
+#include "gtest/gtest.h"
+#include "layers/gpt_model.h"
+#include "layers/test_util.h"
+#include "pipeline/layer_assignment.h"
+#include "pipeline/p2p.h"
+#include "pipeline/schedule.h"
+
+namespace loom::pipeline {
+namespace {
+
+using core::Tensor;
+using layers::GptConfig;
+using layers::GptModel;
+using layers::testing::GatherFull;
+using layers::testing::MaxRelativeError;
+using layers::testing::RandomIds;
+using layers::testing::ToVector;
+
+constexpr double kTolerance = 1e-5;  // max |diff| / max |ref| per tensor
+constexpr int64_t kMicroBatchSize = 2;
+
+GptConfig TestConfig() {
+  GptConfig c;
+  c.num_layers = 8;
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.seq_length = 8;
+  c.vocab_size = 50;
+  c.make_vocab_size_divisible_by = 8;
+  c.seed = 42;
+  return c;
+}
+
+// Micro-batch m of the step: the same data and dropout masks on every layout.
+MicroBatch MakeMicroBatch(const GptConfig& config, int m) {
+  MicroBatch mb;
+  mb.ids = RandomIds(config.seq_length, kMicroBatchSize, config.vocab_size, 100 + m);
+  mb.targets = RandomIds(config.seq_length, kMicroBatchSize, config.vocab_size, 200 + m);
+  mb.dropout.hidden_p = 0.1f;
+  mb.dropout.seed = 7;
+  mb.dropout.stream = 1000 + static_cast<uint64_t>(m) * kMicroBatchSize;  // first global sample
+  return mb;
+}
+
+struct Reference {
+  std::vector<double> losses;
+  double mean_loss = 0;
+  std::map<std::string, std::vector<float>> grads;
+};
+
+// The whole model on one rank, micro-batches accumulated with dloss = 1/M,
+// without the executor.
+const Reference& GetReference(int micro_batches) {
+  static absl::Mutex mu;
+  static auto* cache = new std::map<int, Reference>();
+  absl::MutexLock lock(&mu);
+  auto it = cache->find(micro_batches);
+  if (it != cache->end()) return it->second;
+  Reference& ref = (*cache)[micro_batches];
+  const GptConfig config = TestConfig();
+  auto model = GptModel::Create(config, layers::TpGroup{});
+  EXPECT_TRUE(model.ok()) << model.status();
+  (*model)->params().ZeroGrads();
+  for (int m = 0; m < micro_batches; ++m) {
+    MicroBatch mb = MakeMicroBatch(config, m);
+    GptModel::Saved saved;
+    double loss = 0;
+    EXPECT_TRUE((*model)->Forward(0, mb.ids, mb.targets, mb.dropout, &saved, &loss).ok());
+    EXPECT_TRUE(
+        (*model)->Backward(0, Tensor(), 1.0f / micro_batches, mb.dropout, saved).ok());
+    ref.losses.push_back(loss);
+    ref.mean_loss += loss / micro_batches;
+  }
+  for (layers::Param& p : (*model)->params().params()) ref.grads[p.spec->name] = ToVector(p.grad);
+  return ref;
+}
+
+// fn(global_rank, world) on `size` threads of one local world with `options`.
+absl::Status RunWorld(int size, const comm::local::LocalOptions& options,
+                      const std::function<absl::Status(int, comm::Communicator*)>& fn) {
+  auto world = comm::local::CreateWorld(size, options);
+  if (!world.ok()) return world.status();
+  absl::Mutex mu;
+  absl::Status first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      absl::Status s = fn(r, (*world)[r].get());
+      absl::MutexLock lock(&mu);
+      if (!s.ok()) ADD_FAILURE() << "rank " << r << ": " << s;
+      if (!s.ok() && first.ok()) {
+        first = absl::Status(s.code(), absl::StrCat("rank ", r, ": ", s.message()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return first;
+}
+
+struct Layout {
+  ScheduleKind kind = ScheduleKind::k1F1B;
+  int pp = 2;
+  int vp = 1;
+  int tp = 1;
+  bool sp = false;
+  int micro_batches = 8;
+  int group_size = 0;  // interleaved G (0: P)
+};
+
+std::string Name(const Layout& l) {
+  std::string s = absl::StrCat(ScheduleKindName(l.kind), "_pp", l.pp);
+  if (l.vp > 1) absl::StrAppend(&s, "_vp", l.vp);
+  if (l.group_size) absl::StrAppend(&s, "_g", l.group_size);
+  absl::StrAppend(&s, "_tp", l.tp, l.sp ? "_sp" : "", "_m", l.micro_batches);
+  return s;
+}
+
+std::vector<layers::ChunkSpec> ChunksOf(const GptConfig& config, int pp, int vp, int pp_rank) {
+  std::vector<layers::ChunkSpec> chunks;
+  for (int c = 0; c < vp; ++c) {
+    LayerRange r = *LayersOf(config.num_layers, pp, vp, pp_rank, c);
+    const int vs = VirtualStage(pp, pp_rank, c);
+    chunks.push_back({r.first, r.count, vs == 0, vs == pp * vp - 1});
+  }
+  return chunks;
+}
+
+class ExecutorEquivalenceTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
+  const Layout l = GetParam();
+  const GptConfig config = TestConfig();
+  const int M = l.micro_batches;
+  const Reference& ref = GetReference(M);
+  absl::Mutex mu;
+  std::set<std::string> covered;
+  std::vector<int> stage0_peak, last_peak;
+
+  auto rank_fn = [&](int global_rank, comm::Communicator* world) -> absl::Status {
+    auto grid = comm::Grid::Make(world->size(), l.tp, l.pp);
+    if (!grid.ok()) return grid.status();
+    auto groups = comm::MakeParallelGroups(*world, *grid);
+    if (!groups.ok()) return groups.status();
+    const comm::GridCoord coord = grid->Coord(global_rank);
+    layers::TpGroup tp{groups->tp.get(), l.sp};
+    auto model = GptModel::Create(config, tp, ChunksOf(config, l.pp, l.vp, coord.pp_rank));
+    if (!model.ok()) return model.status();
+    (*model)->params().ZeroGrads();
+    auto schedule = BuildSchedule({l.kind, l.pp, l.vp, M, l.group_size});
+    if (!schedule.ok()) return schedule.status();
+    ExecutorOptions options;
+    options.micro_batch_size = kMicroBatchSize;
+    options.loss_scale = 1.0f / M;
+    auto exec = Executor::Create(*schedule, model->get(), groups->pp.get(),
+                                 groups->embedding.get(), options);
+    if (!exec.ok()) return exec.status();
+    auto result = exec->RunStep(
+        [&](int m) -> absl::StatusOr<MicroBatch> { return MakeMicroBatch(config, m); });
+    if (!result.ok()) return result.status();
+
+    const std::string where = absl::StrCat("pp_rank ", coord.pp_rank, " tp_rank ", coord.tp_rank);
+    EXPECT_NEAR(result->mean_loss, ref.mean_loss, kTolerance * std::abs(ref.mean_loss)) << where;
+    if (coord.pp_rank == l.pp - 1) {
+      EXPECT_EQ(result->losses.size(), static_cast<size_t>(M)) << where;
+      for (size_t m = 0; m < result->losses.size(); ++m) {
+        EXPECT_NEAR(result->losses[m], ref.losses[m], kTolerance * std::abs(ref.losses[m]))
+            << where << " micro-batch " << m;
+      }
+    } else {
+      EXPECT_TRUE(result->losses.empty()) << where;
+    }
+    for (layers::Param& p : (*model)->params().params()) {
+      auto full = GatherFull(p, tp, /*grad=*/true);
+      if (!full.ok()) return full.status();
+      auto want_it = ref.grads.find(p.spec->name);
+      if (want_it == ref.grads.end()) {
+        ADD_FAILURE() << "unknown parameter " << p.spec->name;
+        continue;
+      }
+      const std::vector<float>& want = want_it->second;
+      std::vector<float> got = *full;
+      if (p.spec->name == "embedding.position_embeddings.weight" && coord.pp_rank != 0) {
+        // GptModel gives the last stage an unused copy (it holds the whole
+        // embedding for the tied output layer): its gradient stays zero, and
+        // stage 0 holds the real one.
+        for (float g : got) EXPECT_EQ(g, 0.0f) << p.spec->name << ", " << where;
+        continue;
+      }
+      if (got.size() > want.size()) {  // a larger padded vocabulary: padding rows get no gradient
+        for (size_t i = want.size(); i < got.size(); ++i) EXPECT_EQ(got[i], 0.0f) << p.spec->name;
+        got.resize(want.size());
+      }
+      EXPECT_LT(MaxRelativeError(got, want), kTolerance) << p.spec->name << ", " << where;
+      absl::MutexLock lock(&mu);
+      covered.insert(p.spec->name);
+    }
+    absl::MutexLock lock(&mu);
+    if (coord.pp_rank == 0 && coord.tp_rank == 0) stage0_peak = result->peak_live_saved;
+    if (coord.pp_rank == l.pp - 1 && coord.tp_rank == 0) last_peak = result->peak_live_saved;
+    return absl::OkStatus();
+  };
+  comm::local::LocalOptions world_options;
+  world_options.comm.timeout = absl::Seconds(20);  // a hang fails the test instead
+  absl::Status s = RunWorld(l.tp * l.pp, world_options, rank_fn);
+  ASSERT_TRUE(s.ok()) << s;
+
+  // Every parameter of the model lives on some stage.
+  for (const auto& [name, g] : ref.grads) EXPECT_TRUE(covered.count(name)) << name;
+  // Peak live activations (Saved records) on stage 0.
+  ASSERT_EQ(stage0_peak.size(), static_cast<size_t>(l.vp));
+  if (l.kind == ScheduleKind::kGPipe) {
+    EXPECT_EQ(stage0_peak[0], M);
+    EXPECT_EQ(last_peak[0], M);
+  } else if (l.kind == ScheduleKind::k1F1B) {
+    EXPECT_LE(stage0_peak[0], l.pp);
+    EXPECT_EQ(stage0_peak[0], std::min(l.pp, M));  // warm-up P-1, then one more forward
+    EXPECT_EQ(last_peak[0], 1);
+  } else {
+    int total = 0;
+    for (int n : stage0_peak) total += n;
+    EXPECT_LT(total, l.vp * M);  // interleaving frees before all forwards are done
+  }
+}
+
+std::vector<Layout> Layouts() {
+  std::vector<Layout> out;
+  for (int pp : {2, 4}) {
+    out.push_back({ScheduleKind::kGPipe, pp, 1, 1, false, 8});
+    out.push_back({ScheduleKind::k1F1B, pp, 1, 1, false, 8});
+    out.push_back({ScheduleKind::kInterleaved, pp, 2, 1, false, 8});
+  }
+  out.push_back({ScheduleKind::k1F1B, 4, 1, 1, false, 2});          // M < P
+  out.push_back({ScheduleKind::kInterleaved, 2, 2, 1, false, 8, 4});  // G = 2P > P
+  out.push_back({ScheduleKind::kInterleaved, 2, 4, 1, false, 4});     // v = 4, one layer a chunk
+  for (bool sp : {false, true}) {
+    out.push_back({ScheduleKind::kGPipe, 2, 1, 2, sp, 4});
+    out.push_back({ScheduleKind::k1F1B, 2, 1, 2, sp, 4});
+    out.push_back({ScheduleKind::kInterleaved, 2, 2, 2, sp, 4});
+  }
+  // P = 1: the executor runs all forwards/backwards of the one stage.
+  out.push_back({ScheduleKind::kGPipe, 1, 1, 1, false, 4});
+  out.push_back({ScheduleKind::k1F1B, 1, 1, 1, false, 4});
+  out.push_back({ScheduleKind::k1F1B, 1, 1, 2, true, 4});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ExecutorEquivalenceTest, ::testing::ValuesIn(Layouts()),
+                         [](const auto& info) { return Name(info.param); });
+
+// Sanity: the comparison can fail. A different loss scale on the pipeline
+// gives gradients that do not match.
+TEST(ExecutorSanityTest, WrongLossScaleIsDetected) {
+  const GptConfig config = TestConfig();
+  const Reference& ref = GetReference(4);
+  auto model = GptModel::Create(config, layers::TpGroup{});
+  ASSERT_TRUE(model.ok());
+  auto schedule = BuildSchedule({ScheduleKind::k1F1B, 1, 1, 4, 0});
+  ASSERT_TRUE(schedule.ok());
+  ExecutorOptions options;
+  options.micro_batch_size = kMicroBatchSize;
+  options.loss_scale = 1.0f;  // the reference uses 1/4
+  auto exec = Executor::Create(*schedule, model->get(), nullptr, nullptr, options);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  auto result = exec->RunStep([&](int m) -> absl::StatusOr<MicroBatch> {
+    return MakeMicroBatch(config, m);
+  });
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_NEAR(result->mean_loss, ref.mean_loss, kTolerance * ref.mean_loss);  // loss unaffected
+  const auto& name = (*model)->params().params().back().spec->name;
+  EXPECT_GT(MaxRelativeError(ToVector((*model)->params().at(name).grad), ref.grads.at(name)),
+            kTolerance);
+}
+
+TEST(P2PTest, TagsAreUniquePerMessage) {
+  std::set<int> tags;
+  const int M = 8, stages = 8;
+  for (int m = 0; m < M; ++m) {
+    for (int vs = 0; vs < stages; ++vs) {
+      for (bool g : {false, true}) {
+        int t = MessageTag(g, m, vs, stages);
+        EXPECT_GE(t, 0);
+        EXPECT_LT(t, comm::kMaxTag);
+        EXPECT_TRUE(tags.insert(t).second);
+      }
+    }
+  }
+  EXPECT_TRUE(CheckTagRange(1000, 16).ok());
+  absl::Status s = CheckTagRange(1 << 16, 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--micro-batches"), std::string::npos) << s;
+  // The consumer of a send is the neighbouring virtual stage; of a receive, this one.
+  EXPECT_EQ(ConsumerVirtualStage({ActionKind::kSendActivation, 0, 0, 0}, 2, 1), 2);  // wraps to stage 0
+  EXPECT_EQ(ConsumerVirtualStage({ActionKind::kRecvActivation, 0, 1, 1}, 2, 0), 2);
+  EXPECT_EQ(ConsumerVirtualStage({ActionKind::kSendGrad, 0, 1, 1}, 2, 0), 1);
+  EXPECT_EQ(ConsumerVirtualStage({ActionKind::kRecvGrad, 0, 0, 0}, 2, 1), 1);
+}
+
+TEST(P2PTest, BoundaryShapeFollowsSequenceParallelism) {
+  const GptConfig config = TestConfig();
+  auto world = comm::local::CreateWorld(2);
+  ASSERT_TRUE(world.ok());
+  EXPECT_EQ(BoundaryShape(config, layers::TpGroup{}, 2), (core::Shape{8, 2, 32}));
+  EXPECT_EQ(BoundaryShape(config, layers::TpGroup{(*world)[0].get(), false}, 2),
+            (core::Shape{8, 2, 32}));
+  EXPECT_EQ(BoundaryShape(config, layers::TpGroup{(*world)[0].get(), true}, 2),
+            (core::Shape{4, 2, 32}));
+}
+
+// ------------------------------------------------------------------- errors
+
+TEST(ExecutorErrorTest, WrongNumberOfChunks) {
+  const GptConfig config = TestConfig();
+  auto world = comm::local::CreateWorld(2);
+  ASSERT_TRUE(world.ok());
+  auto schedule = BuildSchedule({ScheduleKind::kInterleaved, 2, 2, 4, 0});
+  ASSERT_TRUE(schedule.ok());
+  // Stage 0 of a v = 2 schedule, but the model holds one chunk.
+  auto model = GptModel::Create(config, layers::TpGroup{}, ChunksOf(config, 2, 1, 0));
+  ASSERT_TRUE(model.ok());
+  auto exec = Executor::Create(*schedule, model->get(), (*world)[0].get(), (*world)[1].get());
+  ASSERT_FALSE(exec.ok());
+  EXPECT_EQ(exec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(exec.status().message().find("--virtual-pipeline-model-parallel-size 2"),
+            std::string::npos)
+      << exec.status();
+  EXPECT_NE(exec.status().message().find("1 chunk"), std::string::npos) << exec.status();
+}
+
+TEST(ExecutorErrorTest, PipelineCommunicatorSizeMustMatch) {
+  const GptConfig config = TestConfig();
+  auto world = comm::local::CreateWorld(3);
+  ASSERT_TRUE(world.ok());
+  auto schedule = BuildSchedule({ScheduleKind::k1F1B, 2, 1, 4, 0});
+  ASSERT_TRUE(schedule.ok());
+  auto model = GptModel::Create(config, layers::TpGroup{}, ChunksOf(config, 2, 1, 0));
+  ASSERT_TRUE(model.ok());
+  auto exec = Executor::Create(*schedule, model->get(), (*world)[0].get(), nullptr);
+  ASSERT_FALSE(exec.ok());
+  EXPECT_NE(exec.status().message().find("3 ranks"), std::string::npos) << exec.status();
+}
+
+TEST(ExecutorErrorTest, MissingEmbeddingGroup) {
+  const GptConfig config = TestConfig();
+  auto world = comm::local::CreateWorld(2);
+  ASSERT_TRUE(world.ok());
+  auto schedule = BuildSchedule({ScheduleKind::k1F1B, 2, 1, 4, 0});
+  ASSERT_TRUE(schedule.ok());
+  auto model = GptModel::Create(config, layers::TpGroup{}, ChunksOf(config, 2, 1, 1));
+  ASSERT_TRUE(model.ok());
+  auto exec = Executor::Create(*schedule, model->get(), (*world)[1].get(), nullptr);
+  ASSERT_FALSE(exec.ok());
+  EXPECT_NE(exec.status().message().find("embedding group"), std::string::npos) << exec.status();
+}
+
+TEST(ExecutorErrorTest, MicroBatchOfTheWrongShape) {
+  const GptConfig config = TestConfig();
+  auto model = GptModel::Create(config, layers::TpGroup{});
+  ASSERT_TRUE(model.ok());
+  auto schedule = BuildSchedule({ScheduleKind::kGPipe, 1, 1, 2, 0});
+  ASSERT_TRUE(schedule.ok());
+  ExecutorOptions options;
+  options.micro_batch_size = 3;  // the source gives b = 2
+  auto exec = Executor::Create(*schedule, model->get(), nullptr, nullptr, options);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  auto result = exec->RunStep([&](int m) -> absl::StatusOr<MicroBatch> {
+    return MakeMicroBatch(config, m);
+  });
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("stage 0: Forward(micro-batch 0, chunk 0)"),
+            std::string::npos)
+      << result.status();
+  EXPECT_NE(result.status().message().find("--micro-batch-size"), std::string::npos)
+      << result.status();
+}
+
+TEST(ExecutorErrorTest, SourceErrorPropagates) {
+  const GptConfig config = TestConfig();
+  auto model = GptModel::Create(config, layers::TpGroup{});
+  ASSERT_TRUE(model.ok());
+  auto schedule = BuildSchedule({ScheduleKind::k1F1B, 1, 1, 2, 0});
+  ASSERT_TRUE(schedule.ok());
+  auto exec = Executor::Create(*schedule, model->get(), nullptr, nullptr);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  auto result = exec->RunStep(
+      [&](int m) -> absl::StatusOr<MicroBatch> { return absl::NotFoundError("no more data"); });
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(result.status().message().find("MicroBatchSource(0): no more data"), std::string::npos)
+      << result.status();
+}
+
+comm::local::LocalOptions ShortTimeout() {
+  comm::local::LocalOptions o;
+  o.comm.timeout = absl::Seconds(2);
+  return o;
+}
+
+// Runs a P-stage 1F1B step where stage `dead` gets `dead_options` (or, with
+// dead_returns, leaves right after creating its groups). Returns each stage's status.
+std::vector<absl::Status> RunWithFaultyStage(int pp, int dead, bool dead_returns,
+                                             int64_t dead_micro_batch_size) {
+  const GptConfig config = TestConfig();
+  std::vector<absl::Status> statuses(pp);
+  absl::Mutex mu;
+  absl::Status s = RunWorld(pp, ShortTimeout(), [&](int rank, comm::Communicator* world) {
+    auto grid = comm::Grid::Make(pp, 1, pp);
+    if (!grid.ok()) return grid.status();
+    auto groups = comm::MakeParallelGroups(*world, *grid);
+    if (!groups.ok()) return groups.status();
+    if (rank == dead && dead_returns) return absl::OkStatus();  // never sends or receives
+    auto model = GptModel::Create(config, layers::TpGroup{}, ChunksOf(config, pp, 1, rank));
+    if (!model.ok()) return model.status();
+    auto schedule = BuildSchedule({ScheduleKind::k1F1B, pp, 1, 4, 0});
+    if (!schedule.ok()) return schedule.status();
+    ExecutorOptions options;
+    options.micro_batch_size = rank == dead ? dead_micro_batch_size : kMicroBatchSize;
+    options.loss_scale = 0.25f;
+    auto exec = Executor::Create(*schedule, model->get(), groups->pp.get(),
+                                 groups->embedding.get(), options);
+    if (!exec.ok()) return exec.status();
+    auto result = exec->RunStep([&](int m) -> absl::StatusOr<MicroBatch> {
+      MicroBatch mb = MakeMicroBatch(config, m);
+      if (rank == dead) {
+        mb.ids = RandomIds(config.seq_length, dead_micro_batch_size, config.vocab_size, m);
+        mb.targets = mb.ids;
+      }
+      return mb;
+    });
+    absl::MutexLock lock(&mu);
+    statuses[rank] = result.status();
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return statuses;
+}
+
+TEST(ExecutorErrorTest, DeadPeerFailsWithinTimeout) {
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> st = RunWithFaultyStage(2, /*dead=*/1, true, kMicroBatchSize);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  ASSERT_FALSE(st[0].ok());
+  EXPECT_EQ(st[0].code(), absl::StatusCode::kDeadlineExceeded) << st[0];
+  // Stage 0's first receive from stage 1 is the grad of micro-batch 0.
+  EXPECT_EQ(st[0].message().rfind("stage 0: ", 0), 0u) << st[0];
+  EXPECT_NE(st[0].message().find("RecvGrad(micro-batch 0, chunk 0) from stage 1"),
+            std::string::npos)
+      << st[0];
+}
+
+TEST(ExecutorErrorTest, DeadInnerStageFailsEveryStage) {
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> st = RunWithFaultyStage(4, /*dead=*/2, true, kMicroBatchSize);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  for (int r : {0, 1, 3}) {
+    ASSERT_FALSE(st[r].ok()) << "stage " << r;
+    EXPECT_EQ(st[r].message().rfind(absl::StrCat("stage ", r, ": "), 0), 0u) << st[r];
+  }
+  EXPECT_NE(st[3].message().find("RecvActivation(micro-batch 0, chunk 0) from stage 2"),
+            std::string::npos)
+      << st[3];
+  EXPECT_NE(st[1].message().find("RecvGrad(micro-batch 0, chunk 0) from stage 2"),
+            std::string::npos)
+      << st[1];
+}
+
+TEST(ExecutorErrorTest, MismatchedBoundaryShapesAreReported) {
+  // Stage 1 expects micro-batches of 3 while stage 0 sends micro-batches of 2.
+  std::vector<absl::Status> st = RunWithFaultyStage(2, /*dead=*/1, false, 3);
+  ASSERT_FALSE(st[1].ok());
+  EXPECT_EQ(st[1].code(), absl::StatusCode::kInvalidArgument) << st[1];
+  EXPECT_NE(st[1].message().find("stage 1: RecvActivation(micro-batch 0, chunk 0) from stage 0"),
+            std::string::npos)
+      << st[1];
+  ASSERT_FALSE(st[0].ok());  // and its peer does not hang
+}
+
+}  // namespace
+}  // namespace loom::pipeline

@@ -1,0 +1,104 @@
+#include "pipeline/p2p.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace loom::pipeline {
+
+core::Shape BoundaryShape(const layers::GptConfig& config, const layers::TpGroup& tp,
+                          int64_t micro_batch_size) {
+  const int64_t s =
+      tp.sequence_parallel && tp.parallel() ? config.seq_length / tp.size() : config.seq_length;
+  return core::Shape{s, micro_batch_size, config.hidden_size};
+}
+
+int ConsumerVirtualStage(const Action& a, int pp, int pp_rank) {
+  const int own = VirtualStage(pp, pp_rank, a.chunk);
+  switch (a.kind) {
+    case ActionKind::kSendActivation: return own + 1;
+    case ActionKind::kSendGrad: return own - 1;
+    default: return own;  // receives (and compute actions) consume on this stage
+  }
+}
+
+int MessageTag(bool is_grad, int micro_batch, int consumer_virtual_stage, int num_virtual_stages) {
+  return (micro_batch * num_virtual_stages + consumer_virtual_stage) * 2 + (is_grad ? 1 : 0);
+}
+
+absl::Status CheckTagRange(int micro_batches, int num_virtual_stages) {
+  const int64_t needed = static_cast<int64_t>(micro_batches) * num_virtual_stages * 2 + 1;
+  if (needed > comm::kMaxTag) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline p2p: --micro-batches ", micro_batches, " x ", num_virtual_stages,
+        " virtual stages x 2 kinds + 1 = ", needed, " message tags, more than the communicator's ",
+        comm::kMaxTag, "; use fewer micro-batches per step"));
+  }
+  return absl::OkStatus();
+}
+
+StageP2P::StageP2P(comm::Communicator* pp, int vp, core::Shape boundary)
+    : pp_(pp), vp_(vp), boundary_(boundary) {}
+
+absl::StatusOr<core::Tensor> StageP2P::AllocateBoundary() const {
+  return core::Tensor::Empty(boundary_, core::DType::kF32);
+}
+
+std::string DescribeBatch(const std::vector<StageP2P::Leg>& legs) {
+  return absl::StrJoin(legs, ", ", [](std::string* out, const StageP2P::Leg& l) {
+    out->append(ToString(l.action));
+  });
+}
+
+absl::Status StageP2P::Exchange(const std::vector<Leg>& legs) {
+  if (legs.empty()) return absl::OkStatus();
+  const int P = pp_size();
+  const int me = pp_rank();
+  auto fail = [&](absl::Status s) {
+    return absl::Status(s.code(),
+                        absl::StrCat("stage ", me, ": ", DescribeBatch(legs), ": ", s.message()));
+  };
+  if (pp_ == nullptr) {
+    return fail(absl::FailedPreconditionError(
+        "no pipeline communicator (P = 1 has no stage boundaries)"));
+  }
+  std::vector<comm::P2POp> ops;
+  ops.reserve(legs.size());
+  for (const Leg& leg : legs) {
+    const Action& a = leg.action;
+    if (IsCompute(a.kind)) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat(ToString(a), " is not a communication action")));
+    }
+    if (a.peer < 0 || a.peer >= P) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("peer stage ", a.peer, " outside the pipeline of ", P, " stages")));
+    }
+    if (!leg.tensor.defined() || leg.tensor.dtype() != core::DType::kF32 ||
+        leg.tensor.shape() != boundary_) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          ToString(a), ": tensor ", leg.tensor.defined() ? leg.tensor.DebugString() : "(none)",
+          ", expected f32", boundary_.ToString(),
+          " = [--seq-length (/tp under sequence parallelism), --micro-batch-size, "
+          "--hidden-size]")));
+    }
+    const int consumer = ConsumerVirtualStage(a, P, me);
+    const bool is_grad = a.kind == ActionKind::kSendGrad || a.kind == ActionKind::kRecvGrad;
+    comm::P2POp op;
+    op.kind = IsSend(a.kind) ? comm::P2POp::Kind::kSend : comm::P2POp::Kind::kRecv;
+    op.tensor = leg.tensor;
+    op.peer = a.peer;
+    op.tag = MessageTag(is_grad, a.micro_batch, consumer, P * vp_);
+    if (op.tag < 0 || op.tag >= comm::kMaxTag) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("message tag ", op.tag, " outside [0, ", comm::kMaxTag, ")")));
+    }
+    ops.push_back(std::move(op));
+  }
+  absl::Status s = pp_->BatchSendRecv(ops)->Wait();
+  if (!s.ok()) return fail(s);
+  return absl::OkStatus();
+}
+
+}  // namespace loom::pipeline

@@ -1,0 +1,95 @@
+#ifndef LOOM_PIPELINE_P2P_H_
+#define LOOM_PIPELINE_P2P_H_
+
+// Point-to-point between pipeline stages over the collective interface
+// (comm/comm.h), Megatron's p2p_communication: one run of consecutive
+// communication actions of a schedule becomes ONE BatchSendRecv.
+//
+// Messages are matched by tag, not by arrival order: with P = 2 (and on the
+// wrap-around link of interleaved schedules) activations and grads travel
+// between the same pair of ranks in different orders. The tag names
+//   (is_grad, micro_batch, consumer virtual stage)
+// which is unique within a step, so any posting order matches.
+//
+// Shapes are agreed once from the model config, never sent with a message:
+// every boundary tensor is f32[s (/tp under sequence parallelism), b, h].
+// Receive buffers are allocated by the caller (AllocateBoundary) and must stay
+// alive until Exchange returns.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/comm.h"
+#include "core/shape.h"
+#include "core/tensor.h"
+#include "layers/gpt_config.h"
+#include "layers/tp_group.h"
+#include "pipeline/action.h"
+#include "pipeline/layer_assignment.h"
+
+namespace loom::pipeline {
+
+// The shape of every activation / grad crossing a stage boundary:
+// [seq_length / tp if sequence parallel else seq_length, micro_batch_size, hidden_size].
+core::Shape BoundaryShape(const layers::GptConfig& config, const layers::TpGroup& tp,
+                          int64_t micro_batch_size);
+
+// The virtual stage that consumes the tensor moved by communication action `a`
+// of stage `pp_rank` (P = pp): activations flow to virtual stage +1, grads to -1;
+// a receive's consumer is the receiving (pp_rank, a.chunk) itself.
+int ConsumerVirtualStage(const Action& a, int pp, int pp_rank);
+
+// tag = (micro_batch · num_virtual_stages + consumer_virtual_stage) · 2 + is_grad.
+int MessageTag(bool is_grad, int micro_batch, int consumer_virtual_stage, int num_virtual_stages);
+
+// The tag of the end-of-step mean-loss message (last stage -> every stage):
+// the first tag after the step's messages.
+inline int LossTag(int micro_batches, int num_virtual_stages) {
+  return micro_batches * num_virtual_stages * 2;
+}
+
+// OK iff every tag (LossTag included) of a step with `micro_batches` micro-batches and P·v virtual
+// stages stays below comm::kMaxTag; the error names --micro-batches and the stages.
+absl::Status CheckTagRange(int micro_batches, int num_virtual_stages);
+
+// One stage's end of the pipeline links.
+class StageP2P {
+ public:
+  // `pp`: the pipeline-parallel communicator (rank = pp_rank, size = P); may be
+  // null when P = 1, where only empty batches are legal. `vp`: chunks per stage.
+  // `boundary`: BoundaryShape(...) of this rank.
+  StageP2P(comm::Communicator* pp, int vp, core::Shape boundary);
+
+  int pp_rank() const { return pp_ ? pp_->rank() : 0; }
+  int pp_size() const { return pp_ ? pp_->size() : 1; }
+  const core::Shape& boundary_shape() const { return boundary_; }
+
+  // A fresh f32 tensor of boundary_shape(), for a receive.
+  absl::StatusOr<core::Tensor> AllocateBoundary() const;
+
+  // One leg of a batch: a send's payload or a receive's (preallocated) buffer.
+  struct Leg {
+    Action action;  // kSend*/kRecv*, with its peer
+    core::Tensor tensor;
+  };
+
+  // Posts all legs as one BatchSendRecv and waits for all of it (the
+  // communicator's timeout applies). Shapes are checked before anything is
+  // posted. Errors name the stage and the batch's actions:
+  //   "stage 1: RecvGrad(micro-batch 3, chunk 0) from stage 2: <comm status>".
+  absl::Status Exchange(const std::vector<Leg>& legs);
+
+ private:
+  comm::Communicator* pp_;
+  int vp_;
+  core::Shape boundary_;
+};
+
+// "RecvGrad(micro-batch 3, chunk 0) from stage 2, SendActivation(...) to stage 2".
+std::string DescribeBatch(const std::vector<StageP2P::Leg>& legs);
+
+}  // namespace loom::pipeline
+
+#endif  // LOOM_PIPELINE_P2P_H_
