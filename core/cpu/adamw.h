@@ -1,0 +1,32 @@
+#ifndef LOOM_CORE_CPU_ADAMW_H_
+#define LOOM_CORE_CPU_ADAMW_H_
+
+// One AdamW step (Loshchilov & Hutter: decoupled weight decay) with bias
+// correction, in place over fp32 params and moments.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "core/tensor.h"
+
+namespace loom::core::cpu {
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled: p -= lr * weight_decay * p
+  float grad_scale = 1.0f;    // grads are multiplied by this first (clipping, 1/loss_scale)
+};
+
+// For every element, with g = grad * grad_scale and t = step (1 for the first):
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   p -= lr * (m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay * p)
+//   param, grad, m, v: f32, all with the same numel (any shapes); m, v start at 0
+absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,
+                       const AdamWOptions& opts);
+
+}  // namespace loom::core::cpu
+
+#endif  // LOOM_CORE_CPU_ADAMW_H_

@@ -1,0 +1,170 @@
+#include "core/cpu/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu/check.h"
+#include "core/cpu/matmul.h"
+#include "core/cpu/softmax.h"
+#include "core/cpu/vec_math.h"
+
+namespace loom::core::cpu {
+namespace {
+
+using internal::CheckInput;
+using internal::CheckOutput;
+
+// Rows per causal block: block i multiplies only the first (i+1)*kBlock keys.
+constexpr int64_t kBlock = 128;
+
+struct Dims {
+  int64_t s, b, heads, d;
+};
+
+absl::Status CheckQkv(const char* op, const Tensor& qkv, int64_t heads, Dims* dims) {
+  LOOM_CPU_RETURN_IF_ERROR(CheckRank(op, "qkv", qkv, 3));
+  if (heads <= 0 || qkv.dim(2) % (3 * heads) != 0 || qkv.dim(2) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": qkv ", qkv.DebugString(), " with heads=", heads,
+                     ": last dim must be heads * 3 * head_dim with head_dim > 0"));
+  }
+  *dims = {qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / (3 * heads)};
+  return absl::OkStatus();
+}
+
+absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want) {
+  if (t.shape() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", t.DebugString(),
+                                                   ", expected shape ", want.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+// Runs fn(pair, scratch) for every (batch, head) pair: one pair per thread
+// when there are enough pairs (the GEMMs then run single-threaded), else one
+// after the other with multi-threaded GEMMs. Returns the first error.
+template <typename Fn>
+absl::Status ForEachPair(int64_t pairs, size_t scratch_floats, Fn fn) {
+  const bool outer = pairs >= omp_get_max_threads();
+  absl::Status first_error;
+#pragma omp parallel if (outer)
+  {
+    std::vector<float> scratch(scratch_floats);
+#pragma omp for schedule(dynamic)
+    for (int64_t p = 0; p < pairs; ++p) {
+      absl::Status s = fn(p, scratch.data());
+      if (!s.ok()) {
+#pragma omp critical
+        if (first_error.ok()) first_error = s;
+      }
+    }
+  }
+  return first_error;
+}
+
+}  // namespace
+
+absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs) {
+  constexpr const char* kOp = "AttentionForward";
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "probs", probs));
+  Dims g;
+  LOOM_CPU_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
+  LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
+  const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
+  const float* pqkv = qkv.data<float>();
+  float* pout = out->data<float>();
+  float* pprobs = probs->data<float>();
+  return ForEachPair(g.b * g.heads, 0, [&](int64_t pair, float*) -> absl::Status {
+    const int64_t bi = pair / g.heads, h = pair % g.heads;
+    const float* q = pqkv + bi * g.heads * 3 * g.d + h * 3 * g.d;
+    const float* k = q + g.d;
+    const float* v = q + 2 * g.d;
+    float* p = pprobs + pair * g.s * g.s;
+    float* o = pout + bi * g.heads * g.d + h * g.d;
+    for (int64_t r0 = 0; r0 < g.s; r0 += kBlock) {
+      const int64_t r1 = std::min(g.s, r0 + kBlock);
+      // P[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]ᵀ
+      LOOM_CPU_RETURN_IF_ERROR(Sgemm(false, true, r1 - r0, r1, g.d, scale, q + r0 * ld_qkv, ld_qkv,
+                                     k, ld_qkv, 0.0f, p + r0 * g.s, g.s));
+      for (int64_t i = r0; i < r1; ++i) {
+        float* row = p + i * g.s;
+        internal::SoftmaxRow(row, row, i + 1, 1.0f);
+        std::fill(row + i + 1, row + g.s, 0.0f);
+      }
+      // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
+      LOOM_CPU_RETURN_IF_ERROR(Sgemm(false, false, r1 - r0, g.d, r1, 1.0f, p + r0 * g.s, g.s, v,
+                                     ld_qkv, 0.0f, o + r0 * ld_out, ld_out));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                               int64_t heads, Tensor* dqkv) {
+  constexpr const char* kOp = "AttentionBackward";
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "probs", probs));
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dqkv", dqkv));
+  Dims g;
+  LOOM_CPU_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
+  LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
+  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
+  const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
+  const float* pqkv = qkv.data<float>();
+  const float* pdout = dout.data<float>();
+  const float* pprobs = probs.data<float>();
+  float* pdqkv = dqkv->data<float>();
+  const int64_t s = g.s;
+  return ForEachPair(g.b * g.heads, s * s, [&](int64_t pair, float* ds) -> absl::Status {
+    const int64_t bi = pair / g.heads, h = pair % g.heads;
+    const int64_t off_qkv = bi * g.heads * 3 * g.d + h * 3 * g.d;
+    const float* q = pqkv + off_qkv;
+    const float* k = q + g.d;
+    const float* v = q + 2 * g.d;
+    float* dq = pdqkv + off_qkv;
+    float* dk = dq + g.d;
+    float* dv = dq + 2 * g.d;
+    const float* p = pprobs + pair * s * s;
+    const float* dout_p = pdout + bi * g.heads * g.d + h * g.d;
+    for (int64_t r0 = 0; r0 < s; r0 += kBlock) {
+      const int64_t r1 = std::min(s, r0 + kBlock);
+      // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]ᵀ, kept in ds.
+      LOOM_CPU_RETURN_IF_ERROR(Sgemm(false, true, r1 - r0, r1, g.d, 1.0f, dout_p + r0 * ld_out,
+                                     ld_out, v, ld_qkv, 0.0f, ds + r0 * s, s));
+      // dS = scale * P * (dP - rowsum(P * dP)); zero above the diagonal.
+      for (int64_t i = r0; i < r1; ++i) {
+        const float* pr = p + i * s;
+        float* dr = ds + i * s;
+        const float dot = internal::SumOf(i + 1, [&](int64_t j) { return pr[j] * dr[j]; });
+#pragma omp simd
+        for (int64_t j = 0; j <= i; ++j) dr[j] = scale * pr[j] * (dr[j] - dot);
+        std::fill(dr + i + 1, dr + s, 0.0f);
+      }
+      // dQ[r0:r1] = dS[r0:r1, 0:r1] K[0:r1]
+      LOOM_CPU_RETURN_IF_ERROR(Sgemm(false, false, r1 - r0, g.d, r1, 1.0f, ds + r0 * s, s, k,
+                                     ld_qkv, 0.0f, dq + r0 * ld_qkv, ld_qkv));
+    }
+    for (int64_t c0 = 0; c0 < s; c0 += kBlock) {
+      const int64_t c1 = std::min(s, c0 + kBlock);
+      // dK[c0:c1] = dS[c0:s, c0:c1]ᵀ Q[c0:s];  dV[c0:c1] = P[c0:s, c0:c1]ᵀ dO[c0:s]
+      LOOM_CPU_RETURN_IF_ERROR(Sgemm(true, false, c1 - c0, g.d, s - c0, 1.0f, ds + c0 * s + c0, s,
+                                     q + c0 * ld_qkv, ld_qkv, 0.0f, dk + c0 * ld_qkv, ld_qkv));
+      LOOM_CPU_RETURN_IF_ERROR(Sgemm(true, false, c1 - c0, g.d, s - c0, 1.0f, p + c0 * s + c0, s,
+                                     dout_p + c0 * ld_out, ld_out, 0.0f, dv + c0 * ld_qkv, ld_qkv));
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace loom::core::cpu

@@ -1,0 +1,158 @@
+#include "core/cpu/attention.h"
+
+#include <cmath>
+#include <ostream>
+#include <vector>
+
+#include "core/cpu/test_util.h"
+#include "gtest/gtest.h"
+
+namespace loom::core::cpu {
+namespace {
+
+using testing::DirectionalDerivative;
+using testing::Dot;
+using testing::IsInvalidArgument;
+using testing::Make;
+using testing::Random;
+using testing::RelError;
+using testing::ToDouble;
+
+constexpr double kFwdTol = 1e-5;   // GEMM sums over d and s terms in f32
+constexpr double kGradTol = 2e-3;  // central differences in f32, eps 1e-2
+
+// Naive causal attention in double over the documented layouts.
+void RefAttention(const Tensor& qkv, int64_t heads, std::vector<double>* out,
+                  std::vector<double>* probs) {
+  const int64_t s = qkv.dim(0), b = qkv.dim(1), d = qkv.dim(2) / (3 * heads);
+  const std::vector<double> x = ToDouble(qkv);
+  auto at = [&](int64_t t, int64_t bi, int64_t h, int64_t which, int64_t e) {
+    return x[((t * b + bi) * heads + h) * 3 * d + which * d + e];
+  };
+  out->assign(s * b * heads * d, 0.0);
+  probs->assign(b * heads * s * s, 0.0);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < s; ++i) {
+        std::vector<double> sc(i + 1);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += at(i, bi, h, 0, e) * at(j, bi, h, 1, e);
+          sc[j] = dot / std::sqrt(static_cast<double>(d));
+          mx = std::max(mx, sc[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += sc[j] = std::exp(sc[j] - mx);
+        for (int64_t j = 0; j <= i; ++j) {
+          const double p = sc[j] / sum;
+          (*probs)[((bi * heads + h) * s + i) * s + j] = p;
+          for (int64_t e = 0; e < d; ++e) {
+            (*out)[((i * b + bi) * heads + h) * d + e] += p * at(j, bi, h, 2, e);
+          }
+        }
+      }
+    }
+  }
+}
+
+struct Case {
+  int64_t s, b, heads, d;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "s=" << c.s << " b=" << c.b << " heads=" << c.heads << " d=" << c.d;
+}
+
+class AttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionTest, ForwardMatchesDoubleReference) {
+  const Case c = GetParam();
+  const Tensor qkv = Random({c.s, c.b, c.heads * 3 * c.d}, 1, -2.0f, 2.0f);
+  Tensor out = Make({c.s, c.b, c.heads * c.d}), probs = Make({c.b, c.heads, c.s, c.s});
+  LOOM_ASSERT_OK(AttentionForward(qkv, c.heads, &out, &probs));
+  std::vector<double> want_out, want_probs;
+  RefAttention(qkv, c.heads, &want_out, &want_probs);
+  EXPECT_LE(RelError(out, want_out), kFwdTol);
+  EXPECT_LE(RelError(probs, want_probs), kFwdTol);
+}
+
+TEST_P(AttentionTest, BackwardMatchesFiniteDifferences) {
+  const Case c = GetParam();
+  Tensor qkv = Random({c.s, c.b, c.heads * 3 * c.d}, 1, -1.0f, 1.0f);
+  const Tensor w = Random({c.s, c.b, c.heads * c.d}, 2);
+  Tensor out = Make({c.s, c.b, c.heads * c.d}), probs = Make({c.b, c.heads, c.s, c.s});
+  auto loss = [&] {
+    EXPECT_TRUE(AttentionForward(qkv, c.heads, &out, &probs).ok());
+    return Dot(out, w);
+  };
+  loss();
+  Tensor dqkv = Random(qkv.shape(), 9);  // overwritten
+  LOOM_ASSERT_OK(AttentionBackward(w, qkv, probs, c.heads, &dqkv));
+  for (uint64_t seed : {3, 4}) {
+    const Tensor dir = Random(qkv.shape(), seed);
+    const double fd = DirectionalDerivative(qkv, dir, 1e-2, loss);
+    EXPECT_NEAR(Dot(dqkv, dir), fd, kGradTol * std::fabs(fd) + 1e-4);
+  }
+  // Separately along q, k and v only (a direction zero elsewhere).
+  for (int which = 0; which < 3; ++which) {
+    Tensor dir = Random(qkv.shape(), 20 + which);
+    float* p = dir.data<float>();
+    for (int64_t i = 0; i < dir.numel(); ++i) {
+      if ((i % (3 * c.d)) / c.d != which) p[i] = 0.0f;
+    }
+    const double fd = DirectionalDerivative(qkv, dir, 1e-2, loss);
+    EXPECT_NEAR(Dot(dqkv, dir), fd, kGradTol * std::fabs(fd) + 1e-4) << "q/k/v " << which;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(Case{5, 2, 2, 3},      // pairs >= threads
+                                           Case{1, 1, 1, 4},      // one token
+                                           Case{7, 1, 1, 8},      // one pair: threaded GEMMs
+                                           Case{300, 1, 2, 8},    // several causal blocks
+                                           Case{129, 2, 3, 4}));  // block edge
+
+TEST(AttentionTest, HeadSliceOfTensorParallelRankMatchesFullRun) {
+  // A TP rank owning heads [1, 3) of 4 sees the contiguous column slice.
+  const int64_t s = 9, b = 2, heads = 4, d = 5, local = 2;
+  const Tensor qkv = Random({s, b, heads * 3 * d}, 1);
+  Tensor out = Make({s, b, heads * d}), probs = Make({b, heads, s, s});
+  LOOM_ASSERT_OK(AttentionForward(qkv, heads, &out, &probs));
+  Tensor qkv_r = Make({s, b, local * 3 * d});
+  for (int64_t t = 0; t < s * b; ++t) {
+    for (int64_t e = 0; e < local * 3 * d; ++e) {
+      qkv_r.data<float>()[t * local * 3 * d + e] = qkv.data<float>()[t * heads * 3 * d + 3 * d + e];
+    }
+  }
+  Tensor out_r = Make({s, b, local * d}), probs_r = Make({b, local, s, s});
+  LOOM_ASSERT_OK(AttentionForward(qkv_r, local, &out_r, &probs_r));
+  for (int64_t t = 0; t < s * b; ++t) {
+    for (int64_t e = 0; e < local * d; ++e) {
+      EXPECT_FLOAT_EQ(out_r.data<float>()[t * local * d + e],
+                      out.data<float>()[t * heads * d + d + e]);
+    }
+  }
+}
+
+TEST(AttentionTest, ErrorsNameOpAndShapes) {
+  Tensor out = Make({4, 2, 6}), probs = Make({2, 2, 4, 4});
+  EXPECT_TRUE(IsInvalidArgument(AttentionForward(Make({4, 2, 17}), 2, &out, &probs),
+                                {"AttentionForward", "qkv", "[4, 2, 17]", "heads=2"}));
+  Tensor bad_probs = Make({2, 2, 4, 5});
+  Tensor out9 = Make({4, 2, 6});
+  EXPECT_TRUE(IsInvalidArgument(AttentionForward(Make({4, 2, 18}), 2, &out9, &bad_probs),
+                                {"AttentionForward", "probs", "expected shape [2, 2, 4, 4]"}));
+  Tensor out_bad = Make({4, 2, 7});
+  EXPECT_TRUE(IsInvalidArgument(AttentionForward(Make({4, 2, 18}), 2, &out_bad, &probs),
+                                {"AttentionForward", "out", "expected shape [4, 2, 6]"}));
+  Tensor dqkv = Make({4, 2, 12});
+  EXPECT_TRUE(
+      IsInvalidArgument(AttentionBackward(Make({4, 2, 6}), Make({4, 2, 18}), probs, 2, &dqkv),
+                        {"AttentionBackward", "[4, 2, 18]", "[4, 2, 12]"}));
+  EXPECT_TRUE(IsInvalidArgument(AttentionForward(Make({4, 18}), 2, &out, &probs),
+                                {"AttentionForward", "expected rank 3"}));
+}
+
+}  // namespace
+}  // namespace loom::core::cpu

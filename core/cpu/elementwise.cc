@@ -1,0 +1,187 @@
+#include "core/cpu/elementwise.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu/check.h"
+#include "core/cpu/vec_math.h"
+
+namespace loom::core::cpu {
+namespace {
+
+using internal::CheckInput;
+using internal::CheckOutput;
+using internal::ExpF;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+// Rows of the last dimension, checked against bias [C].
+absl::Status CheckBias(const char* op, const char* x_name, const Tensor& x, const Tensor& bias) {
+  LOOM_CPU_RETURN_IF_ERROR(CheckRank(op, "bias", bias, 1));
+  if (x.rank() < 1 || x.dim(x.rank() - 1) != bias.dim(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", x_name, " ", x.DebugString(),
+                                                   " and bias ", bias.DebugString(),
+                                                   ": last dim must equal the bias length"));
+  }
+  return absl::OkStatus();
+}
+
+// Elements per parallel task of the flat kernels.
+constexpr int64_t kChunk = 1 << 13;
+
+// 0.5 (1 + tanh(u)) == sigmoid(2u): no cancellation for small u.
+LOOM_CPU_INLINE void GeluForwardRangeBody(const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kGeluCoeff * v * v * v);
+    y[i] = v / (1.0f + ExpF(-2.0f * u));
+  }
+}
+LOOM_CPU_MULTIVERSION(GeluForwardRange, (const float* x, float* y, int64_t n), (x, y, n))
+
+// With s = sigmoid(2u): gelu = x s, gelu' = s + 2 x s (1 - s) u'(x).
+LOOM_CPU_INLINE void GeluBackwardRangeBody(const float* x, const float* dout, float* dx,
+                                           int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kGeluCoeff * v * v * v);
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * v * v);
+    const float s = 1.0f / (1.0f + ExpF(-2.0f * u));
+    dx[i] = dout[i] * (s + 2.0f * v * s * (1.0f - s) * du);
+  }
+}
+LOOM_CPU_MULTIVERSION(GeluBackwardRange, (const float* x, const float* dout, float* dx, int64_t n),
+                      (x, dout, dx, n))
+
+}  // namespace
+
+absl::Status BiasAddForward(const Tensor& x, const Tensor& bias, Tensor* out) {
+  constexpr const char* kOp = "BiasAddForward";
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "bias", bias));
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_CPU_RETURN_IF_ERROR(CheckBias(kOp, "x", x, bias));
+  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  const int64_t c = bias.dim(0);
+  if (c == 0) return absl::OkStatus();
+  const int64_t rows = x.numel() / c;
+  const float* px = x.data<float>();
+  const float* pb = bias.data<float>();
+  float* po = out->data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * c;
+    float* orow = po + r * c;
+#pragma omp simd
+    for (int64_t j = 0; j < c; ++j) orow[j] = xr[j] + pb[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BiasAddBackward(const Tensor& dout, Tensor* dbias) {
+  constexpr const char* kOp = "BiasAddBackward";
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dbias", dbias));
+  LOOM_CPU_RETURN_IF_ERROR(CheckBias(kOp, "dout", dout, *dbias));
+  const int64_t c = dbias->dim(0);
+  if (c == 0) return absl::OkStatus();
+  const int64_t rows = dout.numel() / c;
+  const float* pd = dout.data<float>();
+  float* pb = dbias->data<float>();
+  // Each thread sums blocks of kRowBlock rows in f32 and adds every block sum
+  // into a private double row; the private rows are added in thread order.
+  constexpr int64_t kRowBlock = 32;
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int nthreads = omp_get_max_threads();
+  std::vector<double> partial(static_cast<size_t>(nthreads) * c, 0.0);
+#pragma omp parallel num_threads(nthreads)
+  {
+    double* acc = partial.data() + static_cast<size_t>(omp_get_thread_num()) * c;
+    std::vector<float> block_sum(c);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t r0 = blk * kRowBlock, r1 = std::min(rows, r0 + kRowBlock);
+      std::fill(block_sum.begin(), block_sum.end(), 0.0f);
+      float* bs = block_sum.data();
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* dr = pd + r * c;
+#pragma omp simd
+        for (int64_t j = 0; j < c; ++j) bs[j] += dr[j];
+      }
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) acc[j] += bs[j];
+    }
+  }
+  for (int t = 0; t < nthreads; ++t) {
+    const double* acc = partial.data() + static_cast<size_t>(t) * c;
+    for (int64_t j = 0; j < c; ++j) pb[j] = static_cast<float>(pb[j] + acc[j]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GeluForward(const Tensor& x, Tensor* out) {
+  constexpr const char* kOp = "GeluForward";
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  const int64_t n = x.numel();
+  const float* px = x.data<float>();
+  float* po = out->data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    GeluForwardRange(px + c0, po + c0, std::min(kChunk, n - c0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GeluBackward(const Tensor& x, const Tensor& dout, Tensor* dx) {
+  constexpr const char* kOp = "GeluBackward";
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
+  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
+  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
+  const int64_t n = x.numel();
+  const float* px = x.data<float>();
+  const float* pd = dout.data<float>();
+  float* pdx = dx->data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    GeluBackwardRange(px + c0, pd + c0, pdx + c0, std::min(kChunk, n - c0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) {
+  constexpr const char* kOp = "Add";
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "a", a));
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "b", b));
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "a", a, "b", b));
+  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "a", a, "out", *out));
+  const int64_t n = a.numel();
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* po = out->data<float>();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+  return absl::OkStatus();
+}
+
+absl::Status Scale(float scale, Tensor* x) {
+  constexpr const char* kOp = "Scale";
+  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "x", x));
+  const int64_t n = x->numel();
+  float* px = x->data<float>();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) px[i] *= scale;
+  return absl::OkStatus();
+}
+
+}  // namespace loom::core::cpu

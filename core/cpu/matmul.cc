@@ -1,0 +1,136 @@
+#include "core/cpu/matmul.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu/check.h"
+#include "oneapi/dnnl/dnnl.h"
+
+namespace loom::core::cpu {
+namespace {
+
+using internal::CheckInput;
+using internal::CheckOutput;
+
+struct GemmDims {
+  int64_t m, n, k;
+};
+
+// Checks the last two dims of a, b, c for C = op(A)·op(B) and returns M, N, K.
+absl::Status MatrixDims(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
+                        const MatmulOptions& opts, GemmDims* dims) {
+  const int r = a.rank();
+  const int64_t a0 = a.dim(r - 2), a1 = a.dim(r - 1);
+  const int64_t b0 = b.dim(r - 2), b1 = b.dim(r - 1);
+  const int64_t m = opts.trans_a ? a1 : a0, ka = opts.trans_a ? a0 : a1;
+  const int64_t kb = opts.trans_b ? b1 : b0, n = opts.trans_b ? b0 : b1;
+  if (ka != kb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": a ", a.DebugString(), opts.trans_a ? " (transposed)" : "", " and b ",
+        b.DebugString(), opts.trans_b ? " (transposed)" : "", ": inner dims ", ka, " vs ", kb));
+  }
+  if (c.dim(r - 2) != m || c.dim(r - 1) != n) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": c is ", c.DebugString(), ", expected [",
+                                                   m, ", ", n, "] from a ", a.DebugString(),
+                                                   " and b ", b.DebugString()));
+  }
+  *dims = {m, n, ka};
+  return absl::OkStatus();
+}
+
+absl::Status CheckAll(const char* op, const Tensor& a, const Tensor& b, const Tensor* c) {
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(op, "a", a));
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(op, "b", b));
+  return CheckOutput(op, "c", c);
+}
+
+}  // namespace
+
+absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                   int64_t ldc) {
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (k == 0) {
+    // oneDNN may not scale C when K == 0; do it here (beta == 0 overwrites).
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    }
+    return absl::OkStatus();
+  }
+  const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
+                                      lda, b, ldb, beta, c, ldc);
+  if (st != dnnl_success) {
+    return absl::InternalError(absl::StrCat("Sgemm: dnnl_sgemm failed with status ",
+                                            static_cast<int>(st), " for M=", m, " N=", n, " K=", k,
+                                            " lda=", lda, " ldb=", ldb, " ldc=", ldc));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts) {
+  constexpr const char* kOp = "Matmul";
+  LOOM_CPU_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
+  LOOM_CPU_RETURN_IF_ERROR(CheckRank(kOp, "a", a, 2));
+  LOOM_CPU_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
+  LOOM_CPU_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
+  GemmDims d;
+  LOOM_CPU_RETURN_IF_ERROR(MatrixDims(kOp, a, b, *c, opts, &d));
+  return Sgemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha, a.data<float>(), a.dim(1),
+               b.data<float>(), b.dim(1), opts.beta, c->data<float>(), c->dim(1));
+}
+
+absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts) {
+  constexpr const char* kOp = "BatchedMatmul";
+  LOOM_CPU_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
+  const int r = a.rank();
+  if (r < 3 || b.rank() != r || c->rank() != r) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": a ", a.DebugString(), ", b ", b.DebugString(), ", c ", c->DebugString(),
+        ": expected all of rank 3 or all of rank 4 (batch dims first)"));
+  }
+  int64_t batch = 1;
+  for (int i = 0; i < r - 2; ++i) {
+    if (a.dim(i) != b.dim(i) || a.dim(i) != c->dim(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": batch dim ", i, " differs: a ",
+                                                     a.DebugString(), ", b ", b.DebugString(),
+                                                     ", c ", c->DebugString()));
+    }
+    batch *= a.dim(i);
+  }
+  GemmDims d;
+  LOOM_CPU_RETURN_IF_ERROR(MatrixDims(kOp, a, b, *c, opts, &d));
+  const int64_t lda = a.dim(r - 1), ldb = b.dim(r - 1), ldc = c->dim(r - 1);
+  const int64_t sa = a.dim(r - 2) * lda, sb = b.dim(r - 2) * ldb, sc = d.m * ldc;
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* pc = c->data<float>();
+  // Many small products: one per thread (oneDNN then runs single-threaded).
+  // Few or large ones: one after the other, each using every thread.
+  const bool outer = batch >= omp_get_max_threads() && d.m * d.n * d.k <= (int64_t{1} << 24);
+  if (!outer) {
+    for (int64_t i = 0; i < batch; ++i) {
+      LOOM_CPU_RETURN_IF_ERROR(Sgemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha,
+                                     pa + i * sa, lda, pb + i * sb, ldb, opts.beta, pc + i * sc,
+                                     ldc));
+    }
+    return absl::OkStatus();
+  }
+  int failed = 0;
+  absl::Status first_error;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < batch; ++i) {
+    absl::Status s = Sgemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha, pa + i * sa, lda,
+                           pb + i * sb, ldb, opts.beta, pc + i * sc, ldc);
+    if (!s.ok()) {
+#pragma omp critical
+      {
+        if (!failed++) first_error = s;
+      }
+    }
+  }
+  return first_error;
+}
+
+}  // namespace loom::core::cpu

@@ -1,0 +1,39 @@
+#include "core/cpu/reduce.h"
+
+#include <cmath>
+
+#include "core/cpu/test_util.h"
+#include "gtest/gtest.h"
+
+namespace loom::core::cpu {
+namespace {
+
+using testing::IsInvalidArgument;
+using testing::Make;
+using testing::Random;
+
+// Accumulated in double: agrees with a sequential double sum to ~1e-12.
+constexpr double kTol = 1e-12;
+
+TEST(ReduceTest, SumAndSquaresMatchDoubleReference) {
+  const Tensor x = Random({3, 100003}, 1, -2.0f, 3.0f);
+  double s = 0, ss = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = x.data<float>()[i];
+    s += v;
+    ss += v * v;
+  }
+  EXPECT_NEAR(*Sum(x), s, kTol * std::fabs(s) + 1e-9);
+  EXPECT_NEAR(*SumSquares(x), ss, kTol * ss);
+  EXPECT_NEAR(*L2Norm(x), std::sqrt(ss), kTol * std::sqrt(ss));
+  EXPECT_EQ(*Sum(Make({0})), 0.0);
+}
+
+TEST(ReduceTest, ErrorsNameOp) {
+  EXPECT_TRUE(IsInvalidArgument(Sum(Make({3}, DType::kI32)).status(), {"Sum", "i32"}));
+  EXPECT_TRUE(IsInvalidArgument(SumSquares(Tensor()).status(), {"SumSquares", "undefined"}));
+  EXPECT_TRUE(IsInvalidArgument(L2Norm(Make({3}, DType::kF64)).status(), {"L2Norm", "f64"}));
+}
+
+}  // namespace
+}  // namespace loom::core::cpu
