@@ -28,7 +28,7 @@ ABSL_FLAG(double, distributed_timeout_minutes, 0, "Collective timeout (0: --comm
 // Batches and schedule.
 ABSL_FLAG(int64_t, micro_batch_size, 4, "Samples per micro-batch");
 ABSL_FLAG(int64_t, global_batch_size, 16, "Samples per step over all DP ranks");
-ABSL_FLAG(int64_t, train_iters, 200, "Training steps");
+ABSL_FLAG(int64_t, train_iters, 1000, "Training steps");
 ABSL_FLAG(double, lr, 1e-3, "Peak learning rate");
 ABSL_FLAG(double, min_lr, 1e-4, "Final learning rate");
 ABSL_FLAG(std::string, lr_decay_style, "cosine", "constant | linear | cosine");
@@ -49,8 +49,8 @@ ABSL_FLAG(std::string, vocab_file, "", "GPT-2 vocab.json (GPT2BPETokenizer)");
 ABSL_FLAG(std::string, merge_file, "", "GPT-2 merges.txt (GPT2BPETokenizer)");
 ABSL_FLAG(std::string, data_cache_dir, "", "Preprocessed corpus and sample indices (default ~/.cache/loom)");
 // Logging and checkpoints.
-ABSL_FLAG(int64_t, log_interval, 10, "Steps between log lines");
-ABSL_FLAG(int64_t, eval_interval, 100, "Steps between validation runs (0: never)");
+ABSL_FLAG(int64_t, log_interval, 50, "Steps between log lines");
+ABSL_FLAG(int64_t, eval_interval, 250, "Steps between validation runs (0: never)");
 ABSL_FLAG(int64_t, eval_iters, 10, "Batches per validation run");
 ABSL_FLAG(std::string, metrics_file, "", "JSON-lines metrics (see //train:plot)");
 ABSL_FLAG(double, peak_flops, 0, "Per-rank peak FLOP/s for MFU (0: measure a GEMM at start)");
