@@ -1,0 +1,203 @@
+// bazel run //layers:bench -- [--backend=ucx|mpi] [--hidden-size=768 ...]
+//
+// One transformer layer, forward + backward, at TP = 1 (one process) and
+// TP = 2 (two processes through the launcher). For TP = 2 it separates
+// compute (the same layer over a communicator that moves nothing), the
+// communication alone (the layer's collectives on their own), and the
+// overlap between them; GFLOP/s are set against a GEMM measured in the
+// same run on the same processes.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "comm/backends.h"
+#include "comm/launch/flags.h"
+#include "comm/launch/launcher.h"
+#include "core/cpu/matmul.h"
+#include "layers/gpt_config.h"
+#include "layers/test_util.h"
+#include "layers/transformer_block.h"
+
+ABSL_DECLARE_FLAG(int, nproc_per_node);
+ABSL_DECLARE_FLAG(std::string, backend);
+
+ABSL_FLAG(int64_t, hidden_size, 768, "Hidden size");
+ABSL_FLAG(int64_t, num_attention_heads, 12, "Heads");
+ABSL_FLAG(int64_t, seq_length, 1024, "Sequence length");
+ABSL_FLAG(int64_t, micro_batch_size, 1, "Micro-batch size");
+ABSL_FLAG(int, reps, 5, "Timed repetitions (median reported)");
+ABSL_FLAG(bool, sequence_parallel, false, "Measure TP = 2 with sequence parallelism");
+
+namespace {
+
+using loom::core::Tensor;
+namespace comm = loom::comm;
+
+// A communicator that moves nothing: the compute-only baseline of a TP
+// layout. Collectives leave their outputs as they are.
+class NullCommunicator : public comm::Communicator {
+ public:
+  NullCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  loom::core::Device device() const override { return loom::core::Device::CPU(); }
+  const std::string& group_name() const override { return name_; }
+  const char* backend_name() const override { return "null"; }
+  comm::WorkPtr AllReduce(const Tensor&, const Tensor&, comm::ReduceOp) override { return Done(); }
+  comm::WorkPtr Broadcast(const Tensor&, const Tensor&, int) override { return Done(); }
+  comm::WorkPtr Reduce(const Tensor&, const Tensor&, comm::ReduceOp, int) override { return Done(); }
+  comm::WorkPtr AllGather(const Tensor&, const Tensor&) override { return Done(); }
+  comm::WorkPtr ReduceScatter(const Tensor&, const Tensor&, comm::ReduceOp) override { return Done(); }
+  comm::WorkPtr AllToAll(const Tensor&, const Tensor&) override { return Done(); }
+  comm::WorkPtr Send(const Tensor&, int, int) override { return Done(); }
+  comm::WorkPtr Recv(const Tensor&, int, int) override { return Done(); }
+  comm::WorkPtr BatchSendRecv(const std::vector<comm::P2POp>&) override { return Done(); }
+  comm::WorkPtr Barrier() override { return Done(); }
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> Split(int, int, const std::string&) override {
+    return absl::UnimplementedError("NullCommunicator::Split");
+  }
+
+ private:
+  static comm::WorkPtr Done() { return comm::CompletedWork(absl::OkStatus(), "null"); }
+  int rank_, size_;
+  std::string name_ = "null";
+};
+
+double MedianMs(int reps, const std::function<void()>& fn) {
+  fn();  // warm-up
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double GemmGflops() {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  const double ms = MedianMs(5, [&] {
+    (void)loom::core::cpu::Sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                                 c.data(), n);
+  });
+  return 2.0 * n * n * n / (ms * 1e6);
+}
+
+struct Layer {
+  loom::layers::ParamBuffer params;
+  std::unique_ptr<loom::layers::TransformerBlock> block;
+};
+
+Layer MakeLayer(const loom::layers::GptConfig& c, loom::layers::TpGroup tp) {
+  Layer l;
+  l.params = *loom::layers::ParamBuffer::Create(loom::layers::BlockParamSpecs(c, 0), tp.rank(),
+                                                tp.size(), c.seed);
+  l.block = std::make_unique<loom::layers::TransformerBlock>(&l.params, c, 0, tp);
+  return l;
+}
+
+void FwdBwd(const Layer& l, const Tensor& x) {
+  loom::layers::TransformerBlock::Saved saved;
+  loom::layers::DropoutStream d;
+  auto y = l.block->Forward(x, d, &saved);
+  if (!y.ok()) std::abort();
+  if (!l.block->Backward(*y, d, saved).ok()) std::abort();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetFlag(&FLAGS_nproc_per_node, 2);
+  absl::SetFlag(&FLAGS_backend, "ucx");
+  comm::launch::ParseFlags(argc, argv, "Times one transformer layer at TP = 1 and TP = 2.");
+  comm::launch::CommFlags flags = comm::launch::GetCommFlags();
+  if (flags.nproc_per_node > 1 && !comm::launch::IsLaunchedChild()) {
+    comm::launch::LaunchOptions lo;
+    lo.nproc_per_node = flags.nproc_per_node;
+    absl::Status s = comm::launch::LaunchAndWait(lo, argc, argv);
+    if (!s.ok()) std::fprintf(stderr, "bench: %s\n", std::string(s.message()).c_str());
+    return s.ok() ? 0 : 1;
+  }
+  auto world = comm::CreateFromFlags(flags);
+  if (!world.ok() || (*world)->size() != 2) {
+    std::fprintf(stderr, "bench: needs 2 ranks (--nproc-per-node=2): %s\n",
+                 world.ok() ? "wrong world size" : std::string(world.status().message()).c_str());
+    return 1;
+  }
+  comm::Communicator& tp_comm = **world;
+  const int rank = tp_comm.rank();
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  loom::layers::GptConfig c;
+  c.hidden_size = absl::GetFlag(FLAGS_hidden_size);
+  c.num_attention_heads = absl::GetFlag(FLAGS_num_attention_heads);
+  c.seq_length = absl::GetFlag(FLAGS_seq_length);
+  const int64_t s = c.seq_length, b = absl::GetFlag(FLAGS_micro_batch_size), h = c.hidden_size;
+  const bool sp = absl::GetFlag(FLAGS_sequence_parallel);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  // Forward + backward FLOPs of one layer (parallelism-spec.md's MFU terms).
+  const double flops = (72.0 * h * h + 12.0 * h * s) * s * b;
+
+  // TP = 1: rank 0 alone, with every core.
+  double tp1_ms = 0, gemm1 = 0;
+  if (rank == 0) {
+    omp_set_num_threads(cores);
+    gemm1 = GemmGflops();
+    Layer l = MakeLayer(c, {});
+    Tensor x = loom::layers::testing::RandomTensor(loom::core::Shape{s, b, h}, 1);
+    tp1_ms = MedianMs(reps, [&] { FwdBwd(l, x); });
+  }
+  (void)tp_comm.Barrier()->Wait();
+
+  // TP = 2: one process per half of the cores.
+  omp_set_num_threads(std::max(1, cores / 2));
+  const double gemm2 = GemmGflops();  // per rank, both ranks at once
+  (void)tp_comm.Barrier()->Wait();
+  const int64_t s_local = sp ? s / 2 : s;
+  Tensor x = loom::layers::testing::RandomTensor(loom::core::Shape{s_local, b, h}, 1);
+  Layer real = MakeLayer(c, {&tp_comm, sp});
+  const double total_ms = MedianMs(reps, [&] { FwdBwd(real, x); });
+  NullCommunicator null_comm(rank, 2);
+  Layer compute_only = MakeLayer(c, {&null_comm, sp});
+  const double compute_ms = MedianMs(reps, [&] { FwdBwd(compute_only, x); });
+  (void)tp_comm.Barrier()->Wait();
+  // The layer's collectives alone: 2 all-reduces of [s, b, h] forward and 2
+  // backward (SP: the same bytes as all-gather / reduce-scatter pairs).
+  Tensor full = loom::layers::testing::RandomTensor(loom::core::Shape{s, b, h}, 2);
+  Tensor part = loom::layers::testing::RandomTensor(loom::core::Shape{s / 2, b, h}, 3);
+  const double comm_ms = MedianMs(reps, [&] {
+    for (int i = 0; i < 4; ++i) {
+      if (sp) {
+        (void)tp_comm.AllGather(part, full)->Wait();
+        (void)tp_comm.ReduceScatter(full, part, comm::ReduceOp::kSum)->Wait();
+      } else {
+        (void)tp_comm.AllReduce(full, comm::ReduceOp::kSum)->Wait();
+      }
+    }
+  });
+  if (rank == 0) {
+    const double hidden = std::max(0.0, compute_ms + comm_ms - total_ms);
+    std::printf("One transformer layer fwd+bwd: s=%lld b=%lld h=%lld heads=%lld, %.2f GFLOP, "
+                "backend %s%s\n",
+                (long long)s, (long long)b, (long long)h, (long long)c.num_attention_heads,
+                flops / 1e9, tp_comm.backend_name(), sp ? ", sequence parallel" : "");
+    std::printf("| layout | time ms | compute ms | comm ms | overlap (comm hidden) | GFLOP/s | "
+                "GEMM GFLOP/s (same run) | ratio |\n|---|---|---|---|---|---|---|---|\n");
+    std::printf("| TP=1 (1 process, %d threads) | %.1f | %.1f | 0 | - | %.1f | %.1f | %.2f |\n",
+                cores, tp1_ms, tp1_ms, flops / (tp1_ms * 1e6), gemm1,
+                flops / (tp1_ms * 1e6) / gemm1);
+    std::printf("| TP=2 (2 processes) | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.1f (2 ranks) | "
+                "%.2f |\n",
+                total_ms, compute_ms, comm_ms, comm_ms > 0 ? 100.0 * hidden / comm_ms : 0.0,
+                flops / (total_ms * 1e6), 2 * gemm2, flops / (total_ms * 1e6) / (2 * gemm2));
+  }
+  return 0;
+}
