@@ -155,6 +155,7 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
   }
   for (size_t i = blocks_[c].size(); i-- > 0;) {
     LOOM_ASSIGN_OR_RETURN(d, blocks_[c][i]->Backward(d, dropout, saved.blocks[i]));
+    if (layer_grad_hook_) layer_grad_hook_(chunks_[c].first_layer + static_cast<int64_t>(i));
   }
   if (!chunk.pre_process) return d;
 
@@ -188,6 +189,17 @@ absl::StatusOr<Tensor> GptModel::GatherLogits(const Saved& saved) const {
     std::memcpy(out.data<float>() + r * v, full.data<float>() + r * vp, v * sizeof(float));
   }
   return out;
+}
+
+std::pair<int64_t, int64_t> GptModel::LayerRange(int64_t layer) const {
+  const std::string prefix = absl::StrCat("layers.", layer, ".");
+  int64_t begin = -1, end = -1;
+  for (const Param& p : params_.params()) {
+    if (p.spec->name.rfind(prefix, 0) != 0) continue;
+    begin = begin < 0 ? p.offset : std::min(begin, p.offset);
+    end = std::max(end, p.offset + p.value.numel());
+  }
+  return {begin, end};
 }
 
 absl::Status GptModel::ReduceSequenceParallelGrads() {

@@ -1,7 +1,9 @@
 #ifndef LOOM_LAYERS_GPT_MODEL_H_
 #define LOOM_LAYERS_GPT_MODEL_H_
 
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,6 +79,15 @@ class GptModel {
   // bias, position embedding). Call once per step, before the optimizer.
   absl::Status ReduceSequenceParallelGrads();
 
+  // Called after every backward of transformer layer `layer` (global index),
+  // once per micro-batch: lets data parallelism start reducing a layer's
+  // gradients while earlier layers still run their backward.
+  using LayerGradHook = std::function<void(int64_t layer)>;
+  void set_layer_grad_hook(LayerGradHook hook) { layer_grad_hook_ = std::move(hook); }
+  // [begin, end) of layer `layer`'s parameters in the flat buffers, or
+  // {-1, -1} if this rank does not hold it.
+  std::pair<int64_t, int64_t> LayerRange(int64_t layer) const;
+
   const GptConfig& config() const { return config_; }
   const TpGroup& tp() const { return tp_; }
   const std::vector<ChunkSpec>& chunks() const { return chunks_; }
@@ -94,6 +105,7 @@ class GptModel {
   int64_t padded_vocab_ = 0;
   ParamBuffer params_;
   std::vector<std::vector<std::unique_ptr<TransformerBlock>>> blocks_;  // per chunk
+  LayerGradHook layer_grad_hook_;
 };
 
 }  // namespace loom::layers

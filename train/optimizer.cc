@@ -61,11 +61,16 @@ bool Optimizer::Counted(const layers::Param& p) const {
   return true;
 }
 
-absl::StatusOr<double> Optimizer::ReduceGradients() {
+absl::StatusOr<double> Optimizer::ReduceGradients(bool already_averaged) {
   const Tensor& grads = params_->flat_grads();
   const int64_t n = grads.numel();
   comm::Communicator* dp = groups_.dp;
-  if (Size(dp) > 1) {
+  if (already_averaged && config_.distributed) {
+    return absl::InvalidArgumentError(
+        "--overlap-grad-reduce with --use-distributed-optimizer is not supported yet: the "
+        "distributed optimizer reduce-scatters the whole buffer at the end of the step");
+  }
+  if (Size(dp) > 1 && !already_averaged) {
     if (config_.distributed) {
       LOOM_RETURN_IF_ERROR(dp->ReduceScatter(grads, shard_grads_, comm::ReduceOp::kAvg)->Wait());
     } else {

@@ -48,7 +48,9 @@ class Optimizer {
 
   // Reduces the gradients over DP and returns the global gradient norm
   // (before clipping). Call once per step after the backward passes.
-  absl::StatusOr<double> ReduceGradients();
+  // `already_averaged`: the DP average was done during the backward
+  // (--overlap-grad-reduce); only the norm is computed.
+  absl::StatusOr<double> ReduceGradients(bool already_averaged = false);
   // One AdamW step at learning rate `lr`, clipping by the norm from
   // ReduceGradients.
   absl::Status Step(float lr);
