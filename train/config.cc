@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace loom::train {
@@ -82,6 +84,7 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     return absl::InvalidArgumentError(absl::StrCat("--train-iters (", c->train_iters, ") must be >= 1"));
   }
   if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
+  if (c->lr.warmup_iters < 0) c->lr.warmup_iters = std::min<int64_t>(20, c->train_iters / 10);
   absl::Status lr = c->lr.Validate();
   if (!lr.ok()) return lr;
   if (c->hidden_dropout < 0 || c->hidden_dropout >= 1 || c->attention_dropout < 0 ||

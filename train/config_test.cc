@@ -31,6 +31,19 @@ TEST(ConfigTest, DerivesDataParallelAndMicroBatches) {
   EXPECT_EQ(c.lr.decay_iters, c.train_iters);
 }
 
+TEST(ConfigTest, AutomaticWarmupFitsShortRuns) {
+  TrainConfig c = Base();
+  c.train_iters = 10;
+  c.lr.warmup_iters = -1;
+  ASSERT_TRUE(Finalize(&c, 1).ok());
+  EXPECT_EQ(c.lr.warmup_iters, 1);
+  c = Base();
+  c.train_iters = 1000;
+  c.lr.warmup_iters = -1;
+  ASSERT_TRUE(Finalize(&c, 1).ok());
+  EXPECT_EQ(c.lr.warmup_iters, 20);
+}
+
 TEST(ConfigTest, InterleavingFromLayersPerVirtualStage) {
   TrainConfig c = Base();
   c.pipeline_model_parallel_size = 2;

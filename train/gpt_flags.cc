@@ -32,7 +32,7 @@ ABSL_FLAG(int64_t, train_iters, 1000, "Training steps");
 ABSL_FLAG(double, lr, 1e-3, "Peak learning rate");
 ABSL_FLAG(double, min_lr, 1e-4, "Final learning rate");
 ABSL_FLAG(std::string, lr_decay_style, "cosine", "constant | linear | cosine");
-ABSL_FLAG(int64_t, lr_warmup_iters, 20, "Linear warm-up steps");
+ABSL_FLAG(int64_t, lr_warmup_iters, -1, "Linear warm-up steps (-1: min(20, --train-iters / 10))");
 ABSL_FLAG(int64_t, lr_decay_iters, 0, "Decay steps (0: --train-iters)");
 ABSL_FLAG(double, weight_decay, 0.01, "AdamW decoupled weight decay (not on biases/LayerNorm)");
 ABSL_FLAG(double, clip_grad, 1.0, "Global gradient-norm clip (0: off)");
@@ -58,6 +58,10 @@ ABSL_FLAG(int64_t, sample_tokens, 200, "Tokens of text generated at the end (0: 
 ABSL_FLAG(std::string, save, "", "Checkpoint directory");
 ABSL_FLAG(std::string, load, "", "Checkpoint directory to resume from");
 ABSL_FLAG(int64_t, save_interval, 0, "Steps between checkpoints (0: only at the end when --save)");
+ABSL_FLAG(int64_t, load_iteration, -1, "Iteration to resume from with --load (-1: the one `latest` names)");
+ABSL_FLAG(int32_t, keep_last, 0, "Keep only the newest K checkpoints in --save (0: keep all)");
+ABSL_FLAG(bool, async_save, false, "Write checkpoints on a background thread from a snapshot");
+ABSL_FLAG(bool, no_save_optim, false, "Leave the optimizer state (Adam moments) out of checkpoints");
 
 namespace loom::train {
 
