@@ -19,13 +19,22 @@ uint64_t DropoutSite(uint64_t stream, int64_t layer, int site) {
   return z ^ (z >> 31);
 }
 
+core::cpu::AttentionDropout ParallelAttention::KernelDropout(const DropoutStream& dropout) const {
+  // Site 2 of the layer (sites 0 and 1 are the hidden dropouts). The mask is
+  // indexed in the global probs [b, heads_, s, s], so every TP layout draws
+  // the same mask as TP=1; the backward regenerates it from the same options.
+  const int64_t local_heads = heads_ / tp_.size();
+  core::cpu::AttentionDropout d;
+  d.p = dropout.training ? dropout.attention_p : 0.0f;
+  d.seed = dropout.seed;
+  d.offset = DropoutSite(dropout.stream, layer_, 2);
+  d.head_offset = tp_.rank() * local_heads;
+  d.total_heads = heads_;
+  return d;
+}
+
 absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const DropoutStream& dropout,
                                                   Saved* saved) const {
-  if (dropout.training && dropout.attention_p > 0.0f) {
-    return absl::UnimplementedError(
-        "--attention-dropout > 0 needs the attention kernel's dropout (not yet built); use "
-        "--attention-dropout=0");
-  }
   const int64_t local_heads = heads_ / tp_.size();
   LOOM_ASSIGN_OR_RETURN(saved->qkv, qkv_.Forward(x, &saved->qkv_in));  // [s, b, 3h/p]
   const int64_t s = saved->qkv.dim(0), b = saved->qkv.dim(1);
@@ -33,7 +42,8 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
   LOOM_ASSIGN_OR_RETURN(Tensor ctx, Tensor::Empty(Shape{s, b, local_heads * d}, core::DType::kF32));
   LOOM_ASSIGN_OR_RETURN(saved->probs,
                         Tensor::Empty(Shape{b, local_heads, s, s}, core::DType::kF32));
-  LOOM_RETURN_IF_ERROR(core::cpu::AttentionForward(saved->qkv, local_heads, &ctx, &saved->probs));
+  LOOM_RETURN_IF_ERROR(core::cpu::AttentionForward(saved->qkv, local_heads, &ctx, &saved->probs,
+                                                   KernelDropout(dropout)));
   return proj_.Forward(ctx, &saved->proj_in);
 }
 
@@ -43,7 +53,8 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
   LOOM_ASSIGN_OR_RETURN(Tensor dctx, proj_.Backward(dy, saved.proj_in));
   LOOM_ASSIGN_OR_RETURN(Tensor dqkv, Tensor::Empty(saved.qkv.shape(), core::DType::kF32));
   LOOM_RETURN_IF_ERROR(
-      core::cpu::AttentionBackward(dctx, saved.qkv, saved.probs, local_heads, &dqkv));
+      core::cpu::AttentionBackward(dctx, saved.qkv, saved.probs, local_heads, &dqkv,
+                                   KernelDropout(dropout)));
   return qkv_.Backward(dqkv, saved.qkv_in);
 }
 

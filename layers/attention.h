@@ -2,6 +2,7 @@
 #define LOOM_LAYERS_ATTENTION_H_
 
 #include "absl/status/statusor.h"
+#include "core/cpu/attention.h"
 #include "core/tensor.h"
 #include "layers/linear.h"
 #include "layers/params.h"
@@ -33,7 +34,7 @@ class ParallelAttention {
   struct Saved {
     ColumnParallelLinear::Saved qkv_in;
     core::Tensor qkv;    // [s, b, 3h/p]
-    core::Tensor probs;  // [b, heads/p, s, s]
+    core::Tensor probs;  // [b, heads/p, s, s], softmax before attention dropout
     RowParallelLinear::Saved proj_in;
   };
   ParallelAttention(Param* qkv_w, Param* qkv_b, Param* proj_w, Param* proj_b, int64_t heads,
@@ -47,6 +48,9 @@ class ParallelAttention {
                                         const Saved& saved) const;
 
  private:
+  // The attention-dropout options of this layer and rank (p = 0 when not training).
+  core::cpu::AttentionDropout KernelDropout(const DropoutStream& dropout) const;
+
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
   int64_t heads_;  // global head count

@@ -13,6 +13,18 @@
 // output projection.
 //
 // The scores are scaled by 1/sqrt(d); position i attends to positions <= i.
+//
+// Attention dropout (Megatron's, on the probabilities after the softmax and
+// before P·V): O = (P ⊙ keep / (1 - p)) V. The mask is a pure function of
+// (seed, offset, global index) through the Philox stream of philox.h with
+// DropoutForward's keep rule (DropoutBitsAt(seed, offset, index) >=
+// DropoutThreshold(p)), where index is the element's place in the GLOBAL
+// probabilities tensor [b, total_heads, s, s]:
+//   index = ((b_i * total_heads + head_offset + h_local) * s + i) * s + j,
+// so a tensor-parallel rank owning heads [head_offset, head_offset + heads)
+// draws exactly its slice of the full mask. `probs` keeps the softmax BEFORE
+// dropout (what the softmax backward needs); the backward regenerates the
+// mask from the same options instead of storing it.
 
 #include <cstdint>
 
@@ -21,18 +33,29 @@
 
 namespace loom::core::cpu {
 
+struct AttentionDropout {
+  float p = 0.0f;  // drop probability in [0, 1]; 0 disables dropout
+  uint64_t seed = 0;
+  uint64_t offset = 0;        // stream id, as DropoutOptions::offset
+  int64_t head_offset = 0;    // global index of this call's first head
+  int64_t total_heads = 0;    // global head count; 0 means `heads`
+};
+
 //   qkv:   f32[s, b, heads * 3 * d]
 //   out:   f32[s, b, heads * d], written
 //   probs: f32[b, heads, s, s], written: the softmax probabilities, zero above
 //          the diagonal; keep for the backward
-absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs);
+//   dropout: see above; pass the same options to the backward
+absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
+                              const AttentionDropout& dropout = {});
 
 //   dout:  f32[s, b, heads * d]
 //   qkv:   f32[s, b, heads * 3 * d] (the forward input)
-//   probs: f32[b, heads, s, s] from the forward
+//   probs: f32[b, heads, s, s] from the forward (pre-dropout)
 //   dqkv:  f32[s, b, heads * 3 * d], written
+//   dropout: the forward's options (the mask is regenerated)
 absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                               int64_t heads, Tensor* dqkv);
+                               int64_t heads, Tensor* dqkv, const AttentionDropout& dropout = {});
 
 }  // namespace loom::core::cpu
 

@@ -111,6 +111,25 @@ void DropoutBits(uint64_t seed, uint64_t offset, uint64_t first_group, int64_t n
   }
 }
 
+}  // namespace
+
+namespace internal {
+void DropoutBitsRange(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, uint32_t* bits) {
+  alignas(64) uint32_t tile[kGroup * kTileGroups];
+  for (int64_t done = 0; done < n;) {
+    const uint64_t g = first + static_cast<uint64_t>(done);
+    const int64_t skip = static_cast<int64_t>(g % kGroup);
+    const int64_t len = std::min(n - done, kGroup * kTileGroups - skip);
+    const int64_t ngroups = (skip + len + kGroup - 1) / kGroup;
+    DropoutBits(seed, offset, g / kGroup, ngroups, tile);
+    std::copy(tile + skip, tile + skip + len, bits + done);
+    done += len;
+  }
+}
+}  // namespace internal
+
+namespace {
+
 absl::Status Validate(const char* op, const Tensor& x, const DropoutOptions& opts,
                       const GlobalIndex& where) {
   if (!(opts.p >= 0.0f && opts.p <= 1.0f)) {

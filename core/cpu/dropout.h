@@ -45,6 +45,13 @@ absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& 
 absl::Status DropoutBackward(const Tensor& dout, Tensor* dx, const DropoutOptions& opts,
                              const GlobalIndex& where = {});
 
+namespace internal {
+// bits[j] = DropoutBitsAt(seed, offset, first + j) for j < n, with the
+// vectorised Philox of DropoutForward. Single-threaded (for kernels that run
+// their own threads, e.g. attention dropout).
+void DropoutBitsRange(uint64_t seed, uint64_t offset, uint64_t first, int64_t n, uint32_t* bits);
+}  // namespace internal
+
 }  // namespace loom::core::cpu
 
 #endif  // LOOM_CORE_CPU_DROPOUT_H_
