@@ -23,6 +23,10 @@
 
 ABSL_DECLARE_FLAG(int, nproc_per_node);
 ABSL_DECLARE_FLAG(std::string, backend);
+ABSL_DECLARE_FLAG(int64_t, load_iteration);
+ABSL_DECLARE_FLAG(int32_t, keep_last);
+ABSL_DECLARE_FLAG(bool, async_save);
+ABSL_DECLARE_FLAG(bool, no_save_optim);
 
 namespace {
 
@@ -46,7 +50,12 @@ int RunRank(loom::comm::Communicator* world, bool print_errors) {
     if (print_errors) std::fprintf(stderr, "gpt: %s\n", std::string(valid.message()).c_str());
     return 2;
   }
-  auto trainer = loom::train::Trainer::Create(config, world);
+  loom::train::CheckpointFlags ckpt;
+  if (absl::GetFlag(FLAGS_load_iteration) >= 0) ckpt.load_iteration = absl::GetFlag(FLAGS_load_iteration);
+  ckpt.keep_last = absl::GetFlag(FLAGS_keep_last);
+  ckpt.async_save = absl::GetFlag(FLAGS_async_save);
+  ckpt.save_optim = !absl::GetFlag(FLAGS_no_save_optim);
+  auto trainer = loom::train::Trainer::Create(config, world, nullptr, ckpt);
   absl::Status s = trainer.ok() ? (*trainer)->Train() : trainer.status();
   if (s.ok() && config.sample_tokens > 0 && config.pipeline_model_parallel_size == 1) {
     const std::string prompt = "The ";

@@ -39,11 +39,12 @@ absl::Status AverageOver(comm::Communicator* c, double* value) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
-                                                         comm::Communicator* world, LogFn log) {
+                                                         comm::Communicator* world, LogFn log,
+                                                         const CheckpointFlags& ckpt) {
   LOOM_ASSIGN_OR_RETURN(comm::Grid grid,
                         comm::Grid::Make(world->size(), config.tensor_model_parallel_size,
                                          config.pipeline_model_parallel_size));
-  std::unique_ptr<Trainer> t(new Trainer(config, world, grid, std::move(log)));
+  std::unique_ptr<Trainer> t(new Trainer(config, world, grid, std::move(log), ckpt));
   LOOM_RETURN_IF_ERROR(t->Setup());
   return t;
 }
@@ -109,6 +110,16 @@ absl::Status Trainer::Setup() {
   og.dp = groups_.dp.get();
   og.count_word_embedding = coord_.pp_rank == 0;
   LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og));
+
+  if (!config_.load.empty()) LOOM_RETURN_IF_ERROR(LoadCheckpoint());
+  if (!config_.save.empty()) {
+    checkpoint::SaveOptions so;
+    so.dir = config_.save;
+    so.keep_last = ckpt_flags_.keep_last;
+    so.async = ckpt_flags_.async_save;
+    so.save_optimizer = ckpt_flags_.save_optim;
+    LOOM_ASSIGN_OR_RETURN(checkpointer_, checkpoint::Checkpointer::Create(world_, so));
+  }
 
   if (world_->rank() == 0) {
     LOOM_ASSIGN_OR_RETURN(metrics_, MetricsFile::Open(config_.metrics_file));
@@ -236,6 +247,74 @@ absl::StatusOr<double> Trainer::Evaluate() {
   return total / std::max<int64_t>(1, config_.eval_iters);
 }
 
+checkpoint::RankView Trainer::CheckpointView() {
+  checkpoint::RankView v;
+  v.model = config_.model;
+  v.params = &model_->params();
+  v.exp_avg = &optimizer_->mutable_exp_avg();
+  v.exp_avg_sq = &optimizer_->mutable_exp_avg_sq();
+  v.shard_begin = optimizer_->shard_begin();
+  v.shard_end = optimizer_->shard_end();
+  v.tp_rank = coord_.tp_rank;
+  v.dp_rank = coord_.dp_rank;
+  v.pp_rank = coord_.pp_rank;
+  v.distributed_optimizer = config_.optimizer.distributed;
+  return v;
+}
+
+absl::Status Trainer::SaveCheckpoint() {
+  if (!checkpointer_) return absl::FailedPreconditionError("SaveCheckpoint needs --save");
+  checkpoint::Manifest h;
+  h.set_created_by("loom //train:gpt");
+  checkpoint::TrainingState* t = h.mutable_training();
+  t->set_iteration(iteration_);
+  t->set_consumed_samples(consumed_samples_);
+  t->set_optimizer_step(optimizer_->step_count());
+  t->set_lr(config_.lr.lr);
+  t->set_min_lr(config_.lr.min_lr);
+  t->set_lr_decay_style(config_.lr.style);
+  t->set_lr_warmup_iters(config_.lr.warmup_iters);
+  t->set_lr_decay_iters(config_.lr.decay_iters);
+  t->set_train_iters(config_.train_iters);
+  t->set_global_batch_size(config_.global_batch_size);
+  checkpoint::Layout* l = h.mutable_layout();
+  l->set_tensor_parallel(grid_.tp());
+  l->set_pipeline_parallel(grid_.pp());
+  l->set_data_parallel(grid_.dp());
+  l->set_virtual_pipeline(config_.virtual_pipeline_size);
+  l->set_sequence_parallel(config_.sequence_parallel);
+  l->set_schedule(config_.pipeline_schedule);
+  l->set_distributed_optimizer(config_.optimizer.distributed);
+  l->set_world_size(world_->size());
+  *h.mutable_model() = checkpoint::ModelConfigProto(config_.model);
+  LOOM_RETURN_IF_ERROR(checkpointer_->Save(CheckpointView(), h));
+  last_saved_iteration_ = iteration_;
+  Log(absl::StrFormat(" saved checkpoint at iteration %d to %s%s (blocked %.3f s)", iteration_,
+                      config_.save, ckpt_flags_.async_save ? " (async)" : "",
+                      checkpointer_->last_stall_seconds()));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::WaitForCheckpoint() {
+  return checkpointer_ ? checkpointer_->Wait() : absl::OkStatus();
+}
+
+absl::Status Trainer::LoadCheckpoint() {
+  LOOM_ASSIGN_OR_RETURN(checkpoint::Manifest m,
+                        checkpoint::LoadCheckpoint(world_, config_.load, ckpt_flags_.load_iteration,
+                                                   CheckpointView(), ckpt_flags_.load_optim));
+  set_position(m.training().iteration(), m.training().consumed_samples());
+  const bool optim = ckpt_flags_.load_optim && m.training().has_optimizer_state();
+  if (optim) optimizer_->set_step_count(m.training().optimizer_step());
+  Log(absl::StrFormat(
+      " loaded checkpoint from %s at iteration %d (%d samples consumed; saved as TP %d x PP %d x "
+      "DP %d)%s",
+      config_.load, iteration_, consumed_samples_, m.layout().tensor_parallel(),
+      m.layout().pipeline_parallel(), m.layout().data_parallel(),
+      optim ? "" : "; optimizer state not loaded (fresh Adam moments)"));
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Train() {
   const double tokens_per_step =
       static_cast<double>(config_.global_batch_size) * config_.model.seq_length;
@@ -276,8 +355,13 @@ absl::Status Trainer::Train() {
       if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
       window_start = std::chrono::steady_clock::now();  // keep evaluation out of tokens/s
     }
+    if (checkpointer_ && config_.save_interval > 0 && iteration_ % config_.save_interval == 0) {
+      LOOM_RETURN_IF_ERROR(SaveCheckpoint());
+      window_start = std::chrono::steady_clock::now();
+    }
   }
-  return absl::OkStatus();
+  if (checkpointer_ && last_saved_iteration_ != iteration_) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
+  return WaitForCheckpoint();
 }
 
 absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t tokens) {

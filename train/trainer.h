@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/checkpointer.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
 #include "layers/gpt_model.h"
@@ -21,6 +22,15 @@
 #include "train/optimizer.h"
 
 namespace loom::train {
+
+// Checkpoint settings beyond TrainConfig's --save, --load and --save-interval.
+struct CheckpointFlags {
+  std::optional<int64_t> load_iteration;  // --load-iteration (unset: the one `latest` names)
+  int keep_last = 0;                      // --keep-last (0: keep all)
+  bool async_save = false;                // --async-save
+  bool save_optim = true;                 // false: --no-save-optim
+  bool load_optim = true;                 // false: fresh Adam state after --load
+};
 
 // One rank's training run: flags -> groups -> model -> data -> optimizer ->
 // loop. Every rank of the world constructs one and calls Train(); ranks of a
@@ -36,7 +46,8 @@ class Trainer {
   // `world` must outlive the Trainer.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config,
                                                          comm::Communicator* world,
-                                                         LogFn log = nullptr);
+                                                         LogFn log = nullptr,
+                                                         const CheckpointFlags& ckpt = {});
 
   // Runs iterations [iteration(), config.train_iters), logging every
   // --log-interval and evaluating every --eval-interval.
@@ -48,6 +59,13 @@ class Trainer {
   // Continues `prompt` by `tokens` sampled tokens (temperature 0.8, fixed
   // seed). Needs PP = 1; collective over TP.
   absl::StatusOr<std::string> Generate(const std::string& prompt, int64_t tokens);
+
+  // Collective: writes a checkpoint of the current state to --save (also
+  // done every --save-interval and at the end of Train()). With
+  // --async-save it returns once the snapshot is taken.
+  absl::Status SaveCheckpoint();
+  // Waits for an in-flight --async-save; returns its status.
+  absl::Status WaitForCheckpoint();
 
   // The loss of every step so far, in order (rank-independent).
   const std::vector<double>& losses() const { return losses_; }
@@ -65,14 +83,17 @@ class Trainer {
   int global_rank() const { return world_->rank(); }
 
  private:
-  Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log)
-      : config_(config), world_(world), grid_(grid), log_(std::move(log)) {}
+  Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log,
+          const CheckpointFlags& ckpt)
+      : config_(config), world_(world), grid_(grid), log_(std::move(log)), ckpt_flags_(ckpt) {}
   absl::Status Setup();
   absl::Status SetupData();
   // Micro-batch m of the step that starts at `consumed` samples.
   absl::StatusOr<pipeline::MicroBatch> MakeMicroBatch(const GptDataset& data, int64_t consumed,
                                                       int m, bool training) const;
   void Log(const std::string& line) const;
+  checkpoint::RankView CheckpointView();
+  absl::Status LoadCheckpoint();
 
   TrainConfig config_;
   comm::Communicator* world_;
@@ -93,6 +114,9 @@ class Trainer {
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
   std::vector<double> losses_;
+  CheckpointFlags ckpt_flags_;
+  std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
+  int64_t last_saved_iteration_ = -1;
 };
 
 }  // namespace loom::train

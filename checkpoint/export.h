@@ -1,0 +1,33 @@
+#ifndef LOOM_CHECKPOINT_EXPORT_H_
+#define LOOM_CHECKPOINT_EXPORT_H_
+
+// Export to the Hugging Face GPT-2 layout (safetensors + config.json), so
+// transformers.GPT2LMHeadModel.from_pretrained(out) loads the model.
+// Mapping (ours -> HF, "transformer." prefix; lm_head is tied to wte):
+//   embedding.word_embeddings.weight [V, h]      -> wte.weight [V, h]
+//   embedding.position_embeddings.weight [P, h]  -> wpe.weight [P, h]
+//   layers.i.input_layernorm.*                   -> h.i.ln_1.*
+//   layers.i.attention.qkv.weight [3h, h], rows [head, {q,k,v}, d]
+//                                                -> h.i.attn.c_attn.weight [h, 3h], Conv1D
+//                                                   [in, out], columns [q | k | v], each
+//                                                   [head, d]
+//   layers.i.attention.qkv.bias [3h]             -> h.i.attn.c_attn.bias (same reorder)
+//   layers.i.attention.dense.weight [h, h]       -> h.i.attn.c_proj.weight (transposed)
+//   layers.i.post_attention_layernorm.*          -> h.i.ln_2.*
+//   layers.i.mlp.dense_h_to_4h.weight [f, h]     -> h.i.mlp.c_fc.weight [h, f] (transposed)
+//   layers.i.mlp.dense_4h_to_h.weight [h, f]     -> h.i.mlp.c_proj.weight [f, h] (transposed)
+//   final_layernorm.*                            -> ln_f.*
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace loom::checkpoint {
+
+// Writes `out_dir`/model.safetensors and `out_dir`/config.json from the
+// checkpoint folder `iter_dir` (DIR/iter_N).
+absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& out_dir);
+
+}  // namespace loom::checkpoint
+
+#endif  // LOOM_CHECKPOINT_EXPORT_H_

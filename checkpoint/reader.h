@@ -1,0 +1,76 @@
+#ifndef LOOM_CHECKPOINT_READER_H_
+#define LOOM_CHECKPOINT_READER_H_
+
+// Reading a checkpoint into any layout: a caller asks for a Region of a
+// global tensor and gets it assembled from whichever shard files hold it.
+// Every shard file is checked (size, header, CRC32C of the whole file) the
+// first time it is touched; errors name the file.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "checkpoint/checkpoint.pb.h"
+#include "checkpoint/format.h"
+
+namespace loom::checkpoint {
+
+class CheckpointReader {
+ public:
+  // Opens DIR/iter_N (a folder holding manifest.pb). Checks the manifest's
+  // checksum and version and every shard file's presence and size.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& iter_dir);
+  ~CheckpointReader();
+
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& path() const { return path_; }
+  const TensorInfo* Find(const std::string& name, State state) const;
+
+  // Copies `region` of tensor (name, state) into out (region.numel() floats).
+  // Errors: unknown tensor, region outside the global shape, a damaged file,
+  // elements no shard holds.
+  absl::Status Read(const std::string& name, State state, const Region& region, float* out);
+  // The whole global tensor, row-major.
+  absl::StatusOr<std::vector<float>> ReadGlobal(const std::string& name, State state);
+  // Checks every shard file's checksum and that every tensor is fully covered.
+  absl::Status VerifyAll();
+
+ private:
+  struct Mapped {
+    const char* data = nullptr;
+    size_t size = 0;
+  };
+  CheckpointReader() = default;
+  // Maps and verifies file `index` (once).
+  absl::StatusOr<const char*> File(int index);
+
+  std::string path_;
+  Manifest manifest_;
+  std::map<std::pair<std::string, int>, int> index_;  // (name, state) -> tensor
+  absl::Mutex mu_;
+  std::map<int, Mapped> mapped_;
+};
+
+// The checkpoint folder `dir` resolves to: DIR/iter_N for `iteration`, else
+// the one `latest` names. Errors: DIR missing, no `latest`, a `latest`
+// naming a folder that does not exist.
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& dir,
+                                              std::optional<int64_t> iteration);
+
+// The newest fully verified checkpoint in `dir` older than `before`, if any
+// ("" if none): named in errors about a damaged `latest`.
+std::string NewestCompleteBefore(const std::string& dir, int64_t before);
+
+// Adds to a load error about checkpoint `iteration` in `dir` which earlier
+// complete checkpoint exists (or that none does).
+absl::Status WithEarlierCheckpointHint(const absl::Status& error, const std::string& dir,
+                                       int64_t iteration);
+
+}  // namespace loom::checkpoint
+
+#endif  // LOOM_CHECKPOINT_READER_H_

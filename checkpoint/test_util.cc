@@ -1,0 +1,98 @@
+#include "checkpoint/test_util.h"
+
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "comm/local/communicator.h"
+#include "train/data/indexed_dataset.h"
+
+namespace loom::checkpoint::testing {
+
+std::string Layout::Describe() const {
+  return absl::StrCat("TP", tp, " PP", pp, " DP", dp, vp_layers ? " vp-layers 1" : "",
+                      sp ? " SP" : "", distributed ? " dist-opt" : "", " ", schedule);
+}
+
+std::string Dataset() {
+  static std::once_flag once;
+  static std::string prefix;
+  std::call_once(once, [] {
+    prefix = std::string(getenv("TEST_TMPDIR")) + "/corpus";
+    auto w = train::IndexedDatasetWriter::Create(prefix, train::TokenType::kU16);
+    std::mt19937 rng(5);
+    for (int doc = 0; doc < 200; ++doc) {
+      std::vector<int32_t> t(20 + rng() % 40);
+      const int base = 'a' + rng() % 20;
+      for (size_t i = 0; i < t.size(); ++i) t[i] = (rng() % 8 == 0) ? ' ' : base + (i % 5);
+      (void)(*w)->AddSequence(t.data(), t.size());
+      (void)(*w)->EndDocument();
+    }
+    (void)(*w)->Finalize();
+  });
+  return prefix;
+}
+
+train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
+  train::TrainConfig c;
+  c.model.num_layers = 4;
+  c.model.hidden_size = 32;
+  c.model.num_attention_heads = 4;
+  c.model.seq_length = 16;
+  c.model.make_vocab_size_divisible_by = 8;
+  c.tensor_model_parallel_size = l.tp;
+  c.pipeline_model_parallel_size = l.pp;
+  c.num_layers_per_virtual_pipeline_stage = l.vp_layers;
+  c.pipeline_schedule = l.schedule;
+  c.sequence_parallel = l.sp;
+  c.optimizer.distributed = l.distributed;
+  c.micro_batch_size = 2;
+  c.global_batch_size = 8;
+  c.train_iters = train_iters;
+  c.lr.lr = 3e-3f;
+  c.lr.min_lr = 3e-4f;
+  c.lr.warmup_iters = 2;
+  c.hidden_dropout = 0.1f;
+  c.data_path = Dataset();
+  c.data_cache_dir = getenv("TEST_TMPDIR");
+  c.eval_interval = 0;
+  c.eval_iters = 0;
+  c.log_interval = 1000;
+  c.peak_flops = 1e9;  // skip the start-up GEMM measurement
+  return c;
+}
+
+RunResult Run(const train::TrainConfig& config, const Layout& l,
+              const train::CheckpointFlags& ckpt) {
+  RunResult result;
+  const int world = l.tp * l.pp * l.dp;
+  train::TrainConfig c = config;
+  result.status = train::Finalize(&c, world);
+  if (!result.status.ok()) return result;
+  auto comms = comm::local::CreateWorld(world);
+  if (!comms.ok()) {
+    result.status = comms.status();
+    return result;
+  }
+  std::vector<absl::Status> statuses(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto t = train::Trainer::Create(c, (*comms)[r].get(), [](const std::string&) {}, ckpt);
+      statuses[r] = t.ok() ? (*t)->Train() : t.status();
+      if (r == 0 && statuses[r].ok()) result.losses = (*t)->losses();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    if (!statuses[r].ok()) {
+      result.status = absl::Status(statuses[r].code(),
+                                   absl::StrCat("rank ", r, ": ", statuses[r].message()));
+      break;
+    }
+  }
+  return result;
+}
+
+}  // namespace loom::checkpoint::testing

@@ -1,0 +1,41 @@
+#ifndef LOOM_CHECKPOINT_TEST_UTIL_H_
+#define LOOM_CHECKPOINT_TEST_UTIL_H_
+
+// Tiny training runs over the `local` backend (ranks are threads) for the
+// checkpoint tests.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace loom::checkpoint::testing {
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1;
+  int vp_layers = 0;  // --num-layers-per-virtual-pipeline-stage
+  bool sp = false;
+  bool distributed = false;
+  std::string schedule = "1f1b";
+  std::string Describe() const;
+};
+
+// A small learnable corpus under TEST_TMPDIR (built once per process).
+std::string Dataset();
+
+// The tiny model every checkpoint test trains: 4 layers, hidden 32, 4 heads.
+train::TrainConfig TinyConfig(const Layout& layout, int64_t train_iters);
+
+struct RunResult {
+  absl::Status status;          // the first failing rank's
+  std::vector<double> losses;   // rank 0's (every step this run took)
+};
+// Creates a Trainer on every rank of a local world and runs Train().
+RunResult Run(const train::TrainConfig& config, const Layout& layout,
+              const train::CheckpointFlags& ckpt = {});
+
+}  // namespace loom::checkpoint::testing
+
+#endif  // LOOM_CHECKPOINT_TEST_UTIL_H_
