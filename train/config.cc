@@ -103,6 +103,11 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     return absl::InvalidArgumentError(
         "--log-interval must be >= 1; --eval-interval, --eval-iters, --save-interval >= 0");
   }
+  if (c->overlap_grad_reduce && c->optimizer.distributed) {
+    return absl::InvalidArgumentError(
+        "--overlap-grad-reduce with --use-distributed-optimizer is not supported yet: the "
+        "distributed optimizer reduce-scatters the whole gradient buffer after the backward");
+  }
   if (c->save_interval > 0 && c->save.empty()) {
     return absl::InvalidArgumentError("--save-interval needs --save=<directory>");
   }

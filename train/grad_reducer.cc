@@ -9,6 +9,10 @@ namespace loom::train {
 OverlappedGradReducer::OverlappedGradReducer(layers::GptModel* model, comm::Communicator* dp,
                                              int64_t micro_batches)
     : model_(model), dp_(dp), micro_batches_(micro_batches) {
+  Install();
+}
+
+void OverlappedGradReducer::Install() {
   model_->set_layer_grad_hook([this](int64_t layer) { OnLayerBackward(layer); });
 }
 

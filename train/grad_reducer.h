@@ -28,6 +28,8 @@ class OverlappedGradReducer {
   OverlappedGradReducer(layers::GptModel* model, comm::Communicator* dp, int64_t micro_batches);
   ~OverlappedGradReducer();
 
+  // (Re)installs the model hook (the trainer removes it during evaluation).
+  void Install();
   void OnLayerBackward(int64_t layer);
   // Reduces the rest of the buffer and waits for every bucket.
   absl::Status Finish();

@@ -10,6 +10,7 @@
 #include "core/status_macros.h"
 #include "pipeline/layer_assignment.h"
 #include "train/default_data.h"
+#include "train/grad_reducer.h"
 
 namespace loom::train {
 
@@ -85,6 +86,10 @@ absl::Status Trainer::Setup() {
   pipeline::ExecutorOptions eo;
   eo.micro_batch_size = config_.micro_batch_size;
   eo.loss_scale = 1.0f / static_cast<float>(config_.num_micro_batches);
+  // With --overlap-grad-reduce, DP all-reduces of layer buckets are in
+  // flight when the step ends; the TP reduction of sequence-parallel grads
+  // touches the same memory, so the trainer runs it after they finish.
+  eo.reduce_sequence_parallel_grads = !config_.overlap_grad_reduce;
   // Point-to-point traffic gets its own communicator: the stages exchange
   // different numbers of messages, and collectives on the pp group (the
   // gradient norm) must not share a sequence with them.
@@ -110,6 +115,10 @@ absl::Status Trainer::Setup() {
   og.dp = groups_.dp.get();
   og.count_word_embedding = coord_.pp_rank == 0;
   LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og));
+  if (config_.overlap_grad_reduce) {
+    grad_reducer_ = std::make_unique<OverlappedGradReducer>(model_.get(), groups_.dp.get(),
+                                                            config_.num_micro_batches);
+  }
 
   if (!config_.load.empty()) LOOM_RETURN_IF_ERROR(LoadCheckpoint());
   if (!config_.save.empty()) {
@@ -219,11 +228,16 @@ absl::StatusOr<double> Trainer::TrainStep() {
   LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, executor_->RunStep([&](int m) {
     return MakeMicroBatch(*train_data_, consumed, m, /*training=*/true);
   }));
+  if (grad_reducer_) {  // --overlap-grad-reduce: layer buckets started during the backward
+    LOOM_RETURN_IF_ERROR(grad_reducer_->Finish());
+    LOOM_RETURN_IF_ERROR(model_->ReduceSequenceParallelGrads());
+  }
   // 2. The loss of the global batch: the mean over the DP ranks' means.
   double loss = step.mean_loss;
   LOOM_RETURN_IF_ERROR(AverageOver(groups_.dp.get(), &loss));
   // 3. Average gradients over DP, clip by the global norm, AdamW.
-  LOOM_ASSIGN_OR_RETURN(double grad_norm, optimizer_->ReduceGradients());
+  LOOM_ASSIGN_OR_RETURN(double grad_norm,
+                        optimizer_->ReduceGradients(/*already_averaged=*/grad_reducer_ != nullptr));
   LOOM_RETURN_IF_ERROR(optimizer_->Step(config_.lr.At(iteration_)));
   last_grad_norm_ = grad_norm;
   ++iteration_;
@@ -235,6 +249,7 @@ absl::StatusOr<double> Trainer::TrainStep() {
 absl::StatusOr<double> Trainer::Evaluate() {
   if (!valid_data_) return absl::FailedPreconditionError("no validation split (see --split)");
   double total = 0;
+  model_->set_layer_grad_hook(nullptr);  // evaluation gradients are never reduced
   for (int64_t k = 0; k < config_.eval_iters; ++k) {
     LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, eval_executor_->RunStep([&](int m) {
       return MakeMicroBatch(*valid_data_, k * config_.global_batch_size, m, /*training=*/false);
@@ -244,6 +259,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
     total += loss;
   }
   model_->params().ZeroGrads();  // the evaluation's backward passes were weighted 0
+  if (grad_reducer_) grad_reducer_->Install();
   return total / std::max<int64_t>(1, config_.eval_iters);
 }
 

@@ -19,6 +19,7 @@
 #include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
 #include "train/metrics.h"
+#include "train/grad_reducer.h"
 #include "train/optimizer.h"
 
 namespace loom::train {
@@ -105,6 +106,7 @@ class Trainer {
   std::unique_ptr<layers::GptModel> model_;
   std::optional<pipeline::Executor> executor_, eval_executor_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<OverlappedGradReducer> grad_reducer_;  // --overlap-grad-reduce
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<IndexedDataset> dataset_;
   std::unique_ptr<GptDataset> train_data_, valid_data_;

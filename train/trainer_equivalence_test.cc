@@ -42,6 +42,7 @@ struct Layout {
   bool sp = false;
   bool distributed = false;
   std::string schedule = "1f1b";
+  bool overlap = false;  // --overlap-grad-reduce
 };
 
 std::vector<double> Train(const std::string& data, const Layout& l) {
@@ -57,6 +58,7 @@ std::vector<double> Train(const std::string& data, const Layout& l) {
   c.pipeline_schedule = l.schedule;
   c.sequence_parallel = l.sp;
   c.optimizer.distributed = l.distributed;
+  c.overlap_grad_reduce = l.overlap;
   c.micro_batch_size = 2;
   c.global_batch_size = 8;
   c.train_iters = kIters;
@@ -106,6 +108,8 @@ TEST(TrainerEquivalenceTest, EveryLayoutGivesTheSameLossCurve) {
       {2, 1, 2, 0, true, true},            // TP + SP + DP + distributed optimizer
       {1, 2, 1, 1, false, false, "interleaved"},
       {1, 2, 1, 0, false, false, "gpipe"},
+      {1, 1, 2, 0, false, false, "1f1b", true},  // --overlap-grad-reduce
+      {2, 2, 2, 0, true, false, "1f1b", true},   // TP + SP + PP + DP, overlapped
   };
   for (const Layout& l : layouts) {
     const std::vector<double> got = Train(data, l);
@@ -113,7 +117,8 @@ TEST(TrainerEquivalenceTest, EveryLayoutGivesTheSameLossCurve) {
     for (int i = 0; i < kIters; ++i) {
       EXPECT_NEAR(got[i], ref[i], kTolerance * ref[i])
           << "TP " << l.tp << " PP " << l.pp << " DP " << l.dp << " vp-layers " << l.vp_layers
-          << (l.sp ? " SP" : "") << (l.distributed ? " dist-opt" : "") << " " << l.schedule
+          << (l.sp ? " SP" : "") << (l.distributed ? " dist-opt" : "")
+          << (l.overlap ? " overlap" : "") << " " << l.schedule
           << ", iteration " << i + 1;
     }
   }
