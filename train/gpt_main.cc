@@ -2,7 +2,11 @@
 //
 // Trains a GPT with tensor, sequence, pipeline and data parallelism. With no
 // flags: a ~3M-parameter byte-level GPT on the fortunes corpus, 2 ranks.
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,7 +106,14 @@ int main(int argc, char** argv) {
     std::vector<int> codes(world->size());
     std::vector<std::thread> threads;
     for (size_t r = 0; r < world->size(); ++r) {
-      threads.emplace_back([&, r] { codes[r] = RunRank((*world)[r].get(), r == 0); });
+      threads.emplace_back([&, r] {
+        // Each rank thread gets its share of the cores (OpenMP's setting is per thread).
+        if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+          omp_set_num_threads(std::max<int>(
+              1, static_cast<int>(std::thread::hardware_concurrency()) / static_cast<int>(world->size())));
+        }
+        codes[r] = RunRank((*world)[r].get(), r == 0);
+      });
     }
     for (auto& t : threads) t.join();
     for (int c : codes) {
@@ -116,6 +127,13 @@ int main(int argc, char** argv) {
     absl::Status s = loom::comm::launch::LaunchAndWait(lo, argc, argv);
     if (!s.ok()) std::fprintf(stderr, "gpt: %s\n", std::string(s.message()).c_str());
     return s.ok() ? 0 : 1;
+  }
+  // Ranks sharing a node share its cores: unless the user chose, give each
+  // rank its share (oversubscribed OpenMP teams spin against each other).
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const int ranks = local != nullptr ? std::max(1, std::atoi(local)) : 1;
+    omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks));
   }
   auto world = loom::comm::CreateFromFlags(comm);
   if (!world.ok()) {
