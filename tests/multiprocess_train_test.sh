@@ -52,7 +52,7 @@ if [ -n "$MPIRUN" ]; then
   run mpi_tp2_dp2 "$MPIRUN" -np 4 --oversubscribe --mca plm_rsh_agent false --mca btl self,vader \
     --mca pml ob1 --mca btl_vader_single_copy_mechanism none \
     --mca btl_vader_backing_directory "$TEST_TMPDIR" --mca mpi_yield_when_idle 1 \
-    "$GPT" --distributed-backend=mpi --nproc-per-node=1 --tensor-model-parallel-size=2
+    "$GPT" --distributed-backend=mpi --tensor-model-parallel-size=2
   compare mpi_tp2_dp2
 fi
 echo "multiprocess_train_test: ok"

@@ -121,7 +121,11 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (comm.nproc_per_node > 1 && !loom::comm::launch::IsLaunchedChild()) {
+  // mpirun (or Slurm's srun) starts the ranks itself: never launch under it.
+  const bool externally_launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
+                                   std::getenv("SLURM_NTASKS") != nullptr;
+  if (comm.nproc_per_node > 1 && comm.backend != "mpi" && !externally_launched &&
+      !loom::comm::launch::IsLaunchedChild()) {
     loom::comm::launch::LaunchOptions lo;
     lo.nproc_per_node = comm.nproc_per_node;
     absl::Status s = loom::comm::launch::LaunchAndWait(lo, argc, argv);
