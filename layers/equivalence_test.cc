@@ -1,7 +1,8 @@
 // Every tensor-parallel layout (TP 2, 3, 4; with and without sequence
 // parallelism) reproduces the single-rank model: loss, logits and every
 // parameter gradient (gathered to full size) over several SGD steps, with
-// hidden dropout on. Ranks are threads on the `local` backend.
+// hidden and attention dropout on (each rank draws its slice of the global
+// masks). Ranks are threads on the `local` backend.
 #include <map>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@ GptConfig TestConfig() {
 DropoutStream Dropout(int step) {
   DropoutStream d;
   d.hidden_p = 0.1f;
+  d.attention_p = 0.1f;
   d.seed = 7;
   d.stream = 1000 + step;
   return d;
@@ -150,6 +152,27 @@ TEST(EquivalenceSanityTest, DifferentWeightsAreDetected) {
   double loss = 0;
   ASSERT_TRUE((*model)->Forward(0, ids, targets, Dropout(0), &saved, &loss).ok());
   EXPECT_GT(MaxRelativeError(ToVector(*(*model)->GatherLogits(saved)), ref.logits[0]), kTolerance);
+}
+
+// Sanity: attention dropout is really on. The same model and batch without
+// it gives other logits, and evaluation mode (training = false) ignores it.
+TEST(EquivalenceSanityTest, AttentionDropoutChangesTrainingOutputOnly) {
+  const GptConfig config = TestConfig();
+  auto model = GptModel::Create(config, TpGroup{});
+  ASSERT_TRUE(model.ok());
+  Tensor ids = RandomIds(config.seq_length, kBatch, config.vocab_size, 100);
+  Tensor targets = RandomIds(config.seq_length, kBatch, config.vocab_size, 200);
+  auto logits = [&](DropoutStream d) {
+    GptModel::Saved saved;
+    double loss = 0;
+    EXPECT_TRUE((*model)->Forward(0, ids, targets, d, &saved, &loss).ok());
+    return ToVector(*(*model)->GatherLogits(saved));
+  };
+  DropoutStream on = Dropout(0), off = Dropout(0);
+  off.attention_p = 0.0f;
+  EXPECT_GT(MaxRelativeError(logits(on), logits(off)), kTolerance);
+  on.training = off.training = false;
+  EXPECT_EQ(MaxRelativeError(logits(on), logits(off)), 0.0);
 }
 
 }  // namespace
