@@ -1,0 +1,116 @@
+#include "comm/backends.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+#include "comm/launch/discovery.h"
+#include "comm/launch/network.h"
+#include "comm/local/communicator.h"
+#include "comm/store/file_store.h"
+#include "comm/store/memory_store.h"
+#include "comm/store/tcp_store.h"
+#ifdef LOOM_COMM_HAVE_MPI
+#include "comm/mpi/communicator.h"
+#endif
+#ifdef LOOM_COMM_HAVE_UCX
+#include "comm/ucx/communicator.h"
+#endif
+
+namespace loom::comm {
+
+std::vector<std::string> AvailableBackends() {
+  std::vector<std::string> out = {"local"};
+#ifdef LOOM_COMM_HAVE_MPI
+  out.push_back("mpi");
+#endif
+#ifdef LOOM_COMM_HAVE_UCX
+  out.push_back("ucx");
+#endif
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
+                                                     const BackendOptions& o) {
+  std::vector<std::string> avail = AvailableBackends();
+  if (backend != "local" && backend != "mpi" && backend != "ucx") {
+    return absl::InvalidArgumentError(absl::StrCat("--backend='", backend,
+                                                   "' is unknown; built backends: ",
+                                                   absl::StrJoin(avail, ", ")));
+  }
+  if (std::find(avail.begin(), avail.end(), backend) == avail.end()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--backend=", backend, " was not built (its library is missing; see "
+        "@loom_deps//:MISSING.txt); built backends: ", absl::StrJoin(avail, ", ")));
+  }
+  absl::Status s = launch::ApplyNetworkSettings(o.network, backend);
+  if (!s.ok()) return s;
+  if (backend == "local") {
+    auto* mem = dynamic_cast<MemoryStore*>(o.store.get());
+    if (mem == nullptr) {
+      return absl::InvalidArgumentError(
+          "backend 'local' runs ranks as threads of one process: pass a MemoryStore shared by "
+          "those threads as BackendOptions::store");
+    }
+    local::LocalOptions lo;
+    lo.comm = o.comm;
+    return local::Create(o.rank, o.world_size, *mem, lo);
+  }
+#ifdef LOOM_COMM_HAVE_MPI
+  if (backend == "mpi") {
+    mpi::MpiOptions mo;
+    mo.comm = o.comm;
+    return mpi::CreateWorld(mo);
+  }
+#endif
+#ifdef LOOM_COMM_HAVE_UCX
+  if (backend == "ucx") {
+    if (!o.store) {
+      return absl::InvalidArgumentError(
+          "backend 'ucx' exchanges worker addresses through a store: set BackendOptions::store");
+    }
+    ucx::UcxOptions uo;
+    uo.comm = o.comm;
+    return ucx::Create(o.rank, o.world_size, o.store, uo);
+  }
+#endif
+  return absl::InternalError("unreachable");
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::CommFlags& flags,
+                                                              std::shared_ptr<Store>* store_out) {
+  BackendOptions o;
+  o.network = flags.network;
+  o.comm.timeout = absl::Seconds(flags.timeout_s);
+  if (flags.backend == "local") {
+    return absl::InvalidArgumentError(
+        "--backend=local runs ranks as threads of one process; multi-process binaries need "
+        "--backend=mpi or --backend=ucx");
+  }
+  if (flags.backend == "mpi") return Create("mpi", o);
+  absl::StatusOr<launch::RankInfo> info = launch::DiscoverRank(flags.rank);
+  if (!info.ok()) return info.status();
+  o.rank = info->rank;
+  o.world_size = info->world_size;
+  o.local_rank = info->local_rank;
+  if (flags.store == "tcp") {
+    TcpStoreOptions to;
+    to.host = info->master_addr;
+    to.port = info->master_port;
+    to.is_server = info->rank == 0;
+    to.connect_timeout = o.comm.timeout;
+    auto st = TcpStore::Create(to);
+    if (!st.ok()) return st.status();
+    o.store = std::move(*st);
+  } else if (absl::StartsWith(flags.store, "file:")) {
+    auto st = FileStore::Open(flags.store.substr(5));
+    if (!st.ok()) return st.status();
+    o.store = std::move(*st);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--store='", flags.store,
+                                                   "' is not 'tcp' or 'file:<shared directory>'"));
+  }
+  if (store_out) *store_out = o.store;
+  return Create(flags.backend, o);
+}
+
+}  // namespace loom::comm

@@ -1,0 +1,301 @@
+// Collective benchmark, nccl-tests style:
+//   bazel run //comm:bench -- --backend=ucx --nproc-per-node=2 [--json]
+// Prints, per op, size / time / algbw / busbw (busbw = algbw x 2(n-1)/n for
+// all-reduce, x (n-1)/n for all-gather and reduce-scatter, x 1 for send/recv)
+// and, in the same run, raw MPI_Allreduce (when MPI is linked: the ranks are
+// then started by mpirun) and a memcpy of the same bytes as references.
+// Not a test: numbers from a loaded machine mean little.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "comm/backends.h"
+#include "comm/launch/flags.h"
+#include "comm/launch/launcher.h"
+#include "comm/local/communicator.h"
+#include "core/tensor.h"
+#ifdef LOOM_COMM_HAVE_MPI
+#include <mpi.h>
+#endif
+
+ABSL_FLAG(bool, json, false, "Print JSON records instead of tables.");
+ABSL_FLAG(int64_t, min_bytes, 4, "Smallest message (bytes).");
+ABSL_FLAG(int64_t, max_bytes, 64 << 20, "Largest message (bytes).");
+ABSL_FLAG(int, step, 4, "Size multiplier between rows.");
+ABSL_FLAG(std::string, launcher, "auto",
+          "auto (mpirun when MPI is linked, else the built-in launcher), mpirun or builtin.");
+ABSL_FLAG(int, rounds, 3,
+          "Timed rounds per size; the fastest is reported (the machine may be shared).");
+ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,send_recv", "Ops to run.");
+
+namespace loom::comm {
+namespace {
+
+using core::DType;
+using core::Tensor;
+
+struct Row {
+  std::string op;
+  int64_t bytes;
+  double time_us;
+  double algbw;  // GB/s
+  double busbw;  // GB/s
+};
+
+int Iters(int64_t bytes) {
+  return static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(bytes, 8192), 5, 1000));
+}
+
+double MaxOverRanks(Communicator& c, double v) {
+  Tensor t = *Tensor::Empty({1}, DType::kF64);
+  t.data<double>()[0] = v;
+  absl::Status s = c.AllReduce(t, ReduceOp::kMax)->Wait();
+  if (!s.ok()) {
+    std::cerr << s << std::endl;
+    std::exit(1);
+  }
+  return t.data<double>()[0];
+}
+
+// Times `iters` blocking calls of `op` (after warm-up); seconds per call,
+// slowest rank.
+template <typename F>
+double Time(Communicator& c, int iters, F op) {
+  for (int i = 0; i < 3; ++i) op();
+  double best = 1e30;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    c.Barrier()->Wait().IgnoreError();
+    absl::Time t0 = absl::Now();
+    for (int i = 0; i < iters; ++i) op();
+    double dt = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
+    best = std::min(best, MaxOverRanks(c, dt));
+  }
+  return best;
+}
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) {
+    std::cerr << "bench: " << s << std::endl;
+    std::exit(1);
+  }
+}
+
+void RunBench(Communicator& c, const launch::CommFlags& flags, bool have_mpi) {
+  const bool json = absl::GetFlag(FLAGS_json);
+  const int n = c.size(), r = c.rank();
+  const bool root = r == 0;
+  std::vector<int64_t> sizes;
+  for (int64_t b = absl::GetFlag(FLAGS_min_bytes); b <= absl::GetFlag(FLAGS_max_bytes);
+       b *= absl::GetFlag(FLAGS_step)) {
+    sizes.push_back(b);
+  }
+  const std::string ops = absl::GetFlag(FLAGS_ops);
+  std::vector<Row> rows;
+  const int64_t max_count = sizes.back() / 4;
+  Tensor a = *Tensor::Empty({max_count * n}, DType::kF32);
+  Tensor b = *Tensor::Empty({max_count * n}, DType::kF32);
+  std::fill(a.data<float>(), a.data<float>() + max_count * n, 1.0f);
+  std::fill(b.data<float>(), b.data<float>() + max_count * n, 0.0f);
+  const double ar_factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+  const double ag_factor = n > 1 ? 1.0 * (n - 1) / n : 1.0;
+
+  for (int64_t bytes : sizes) {
+    const int64_t count = bytes / 4;
+    if (count == 0) continue;
+    const int iters = Iters(bytes);
+    Tensor in = *a.View(0, {count});
+    Tensor out = *b.View(0, {count});
+    auto add = [&](const std::string& op, double secs, double factor) {
+      double algbw = bytes / secs / 1e9;
+      rows.push_back({op, bytes, secs * 1e6, algbw, algbw * factor});
+    };
+    if (ops.find("all_reduce") != std::string::npos) {
+      add("all_reduce", Time(c, iters, [&] { Check(c.AllReduce(in, out, ReduceOp::kSum)->Wait()); }),
+          ar_factor);
+#ifdef LOOM_COMM_HAVE_MPI
+      if (have_mpi) {
+        add("mpi_allreduce(raw)", Time(c, iters, [&] {
+              MPI_Allreduce(in.raw_data(), out.raw_data(), static_cast<int>(count), MPI_FLOAT,
+                            MPI_SUM, MPI_COMM_WORLD);
+            }), ar_factor);
+      }
+#endif
+      add("memcpy(ref)", Time(c, iters, [&] { std::memcpy(out.raw_data(), in.raw_data(), bytes); }),
+          1.0);
+    }
+    if (ops.find("all_gather") != std::string::npos && count % n == 0) {
+      // nccl-tests convention: size = the gathered output.
+      Tensor gin = *a.View(0, {count / n});
+      add("all_gather", Time(c, iters, [&] { Check(c.AllGather(gin, out)->Wait()); }), ag_factor);
+    }
+    if (ops.find("reduce_scatter") != std::string::npos && count % n == 0) {
+      Tensor rout = *b.View(0, {count / n});
+      add("reduce_scatter",
+          Time(c, iters, [&] { Check(c.ReduceScatter(in, rout, ReduceOp::kSum)->Wait()); }),
+          ag_factor);
+    }
+    if (ops.find("send_recv") != std::string::npos && n > 1) {
+      const int right = (r + 1) % n, left = (r + n - 1) % n;
+      add("send_recv", Time(c, iters, [&] {
+            Check(c.BatchSendRecv({{P2POp::Kind::kSend, in, right, 0},
+                                   {P2POp::Kind::kRecv, out, left, 0}})
+                      ->Wait());
+          }), 1.0);
+    }
+  }
+
+  if (root) {
+    if (json) {
+      std::cout << "[\n";
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const Row& x = rows[i];
+        std::cout << absl::StrFormat(
+            "  {\"backend\": \"%s\", \"ranks\": %d, \"op\": \"%s\", \"bytes\": %d, "
+            "\"time_us\": %.3f, \"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f}%s\n",
+            flags.backend, n, x.op, x.bytes, x.time_us, x.algbw, x.busbw,
+            i + 1 < rows.size() ? "," : "");
+      }
+      std::cout << "]" << std::endl;
+    } else {
+      std::cout << absl::StrFormat("# comm bench: backend %s, %d ranks, f32, sum; time = slowest "
+                                   "rank's mean, best of %d rounds; raw MPI: %s\n",
+                                   flags.backend, n, absl::GetFlag(FLAGS_rounds), have_mpi ? "yes" : "no (not under mpirun)");
+      std::vector<std::string> names;
+      for (const Row& x : rows) {
+        if (std::find(names.begin(), names.end(), x.op) == names.end()) names.push_back(x.op);
+      }
+      for (const std::string& op : names) {
+        std::cout << absl::StrFormat("#\n# %-20s %12s %12s %12s %12s\n", op, "size(B)", "time(us)",
+                                     "algbw(GB/s)", "busbw(GB/s)");
+        for (const Row& x : rows) {
+          if (x.op != op) continue;
+          std::cout << absl::StrFormat("  %-20s %12d %12.2f %12.3f %12.3f\n", "", x.bytes,
+                                       x.time_us, x.algbw, x.busbw);
+        }
+      }
+      // Ours vs raw MPI for all-reduce.
+      if (have_mpi) {
+        std::cout << absl::StrFormat("#\n# all_reduce vs raw MPI_Allreduce (%s backend)\n# %12s %14s %14s %10s %12s\n",
+                                     flags.backend, "size(B)", "ours busbw", "MPI busbw",
+                                     "ratio", "lat ratio");
+        for (const Row& x : rows) {
+          if (x.op != "all_reduce") continue;
+          for (const Row& m : rows) {
+            if (m.op == "mpi_allreduce(raw)" && m.bytes == x.bytes) {
+              std::cout << absl::StrFormat("  %12d %14.3f %14.3f %10.2f %12.2f\n", x.bytes,
+                                           x.busbw, m.busbw, x.busbw / m.busbw,
+                                           x.time_us / m.time_us);
+            }
+          }
+        }
+      }
+    }
+  }
+  Check(c.Barrier()->Wait());
+}
+
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string("/proc/self/exe");
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> original(argv, argv + argc);
+  launch::ParseFlags(argc, argv, "comm collective benchmark");
+  launch::CommFlags flags = launch::GetCommFlags();
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  std::string launcher = absl::GetFlag(FLAGS_launcher);
+#ifdef LOOM_COMM_HAVE_MPI
+  if (launcher == "auto") launcher = "mpirun";
+#else
+  if (launcher == "auto") launcher = "builtin";
+#endif
+  if (flags.nproc_per_node > 1 && flags.backend != "local" && !under_mpirun &&
+      !launch::IsLaunchedChild()) {
+    if (launcher == "mpirun") {
+      // The ranks run under mpirun so the raw MPI reference runs beside ours.
+      auto port = launch::PickFreePort();
+      Check(port.status());
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", absl::StrCat(*port).c_str(), 1);
+      setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+      setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+      std::vector<std::string> args = {"mpirun", "-np", absl::StrCat(flags.nproc_per_node),
+                                        "--oversubscribe", "--bind-to", "none",
+                                        "--mca", "plm_rsh_agent", "false",
+                                        "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
+                                        SelfPath()};
+      // The comm flags are re-read from the original argv (without --nproc-per-node).
+      for (size_t i = 1; i < original.size(); ++i) {
+        if (original[i].find("nproc") == std::string::npos) args.push_back(original[i]);
+      }
+      std::vector<char*> cargs;
+      for (auto& a : args) cargs.push_back(a.data());
+      cargs.push_back(nullptr);
+      execvp("mpirun", cargs.data());
+      std::cerr << "bench: cannot exec mpirun (" << std::strerror(errno)
+                << "); use --launcher=builtin" << std::endl;
+      return 1;
+    }
+    launch::LaunchOptions lo;
+    lo.nproc_per_node = flags.nproc_per_node;
+    absl::Status s = launch::LaunchAndWait(lo, argc, argv);
+    if (!s.ok()) std::cerr << s << std::endl;
+    return s.ok() ? 0 : 1;
+  }
+  if (flags.backend == "local") {
+    // Ranks are threads of this process.
+    const int n = std::max(1, flags.nproc_per_node);
+    local::LocalOptions lo;
+    lo.comm.timeout = absl::Seconds(flags.timeout_s);
+    auto world = local::CreateWorld(n, lo);
+    Check(world.status());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] { RunBench(*(*world)[r], flags, false); });
+    }
+    for (auto& t : threads) t.join();
+    return 0;
+  }
+  std::shared_ptr<Store> store;
+  auto world_or = CreateFromFlags(flags, &store);
+  Check(world_or.status());
+  bool have_mpi = false;
+#ifdef LOOM_COMM_HAVE_MPI
+  bool we_init_mpi = false;
+  if (under_mpirun) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      we_init_mpi = true;
+    }
+    have_mpi = true;
+  }
+#endif
+  RunBench(**world_or, flags, have_mpi);
+  world_or->reset();
+#ifdef LOOM_COMM_HAVE_MPI
+  if (we_init_mpi) MPI_Finalize();
+#endif
+  return 0;
+}
+
+}  // namespace
+}  // namespace loom::comm
+
+int main(int argc, char** argv) { return loom::comm::Main(argc, argv); }

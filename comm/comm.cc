@@ -1,0 +1,48 @@
+#include "comm/comm.h"
+
+#include <utility>
+
+namespace loom::comm {
+namespace {
+
+class DoneWork : public Work {
+ public:
+  DoneWork(absl::Status status, std::string description)
+      : status_(std::move(status)), description_(std::move(description)) {}
+  bool Poll() override { return true; }
+  absl::Status Wait(absl::Duration) override { return status_; }
+  absl::Status Wait() override { return status_; }
+  std::string Describe() const override { return description_; }
+
+ private:
+  absl::Status status_;
+  std::string description_;
+};
+
+}  // namespace
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kProd: return "prod";
+  }
+  return "?";
+}
+
+WorkPtr CompletedWork(absl::Status status, std::string description) {
+  return std::make_shared<DoneWork>(std::move(status), std::move(description));
+}
+
+absl::Status WaitAll(const std::vector<WorkPtr>& works) {
+  absl::Status first;
+  for (const WorkPtr& w : works) {
+    absl::Status s = w->Wait();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace loom::comm

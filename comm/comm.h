@@ -1,0 +1,143 @@
+#ifndef LOOM_COMM_COMM_H_
+#define LOOM_COMM_COMM_H_
+
+// The backend-agnostic collective interface. Layers and the pipeline depend
+// on this header only; binaries and tests pick a backend (//comm:backends).
+//
+// CONTRACT (every backend; modelled on NCCL's):
+//  * Every rank of a group calls each collective, in the same order, with the
+//    same element count, dtype, reduce op and root. A mismatch is reported as
+//    an error where the backend can detect it (message signature / length
+//    checks in the local and UCX backends, MPI's own checks in the MPI one);
+//    it is never silently accepted as a different operation.
+//  * Every call is asynchronous: it validates its arguments, enqueues the
+//    operation and returns a Work handle at once. Tensors must stay alive and
+//    unmodified (outputs: unread) until the handle reports completion.
+//  * Operations of one communicator start in issue order (collectives also
+//    complete in it; a Send may complete after later operations). Any number
+//    may be in flight before the first Wait; progress does not depend on
+//    anyone waiting.
+//  * No infinite hang: an operation that does not finish within
+//    CommOptions::timeout of starting fails with DeadlineExceeded naming the
+//    op, the group, its sequence number and the ranks that did not arrive
+//    (where the backend can know them). After such a failure the communicator
+//    is aborted: later operations fail fast with FailedPrecondition.
+//  * Bad arguments (dtype/shape mismatch, root or peer out of range, non-CPU
+//    tensors) are reported through the returned handle, before anything is
+//    sent; they do not abort the communicator.
+//  * In-place is "same memory twice" as in NCCL: AllReduce/Broadcast/Reduce
+//    with input == output; AllGather with input at output's slot `rank`;
+//    ReduceScatter with output at input's slot `rank`.
+//  * dtypes: f32, bf16, f16, f64, i32, i64, u8. bf16/f16 reductions are
+//    computed in f32. kAvg on integers is the truncating integer division of
+//    the sum.
+//  * A communicator (and its Work handles) may be used from one thread at a
+//    time; different communicators (e.g. from Split) may run concurrently.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace loom::comm {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin, kProd };
+const char* ReduceOpName(ReduceOp op);  // "sum", "avg", ...
+
+// Options shared by every backend; backends add their own in their headers.
+struct CommOptions {
+  // Per-operation limit, counted from when the operation starts executing.
+  absl::Duration timeout = absl::Minutes(5);
+  // Used in error messages ("tp", "dp", ...). Split() sets it for children.
+  std::string group_name = "world";
+};
+
+// A handle on one asynchronous operation.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Non-blocking: true once the operation has finished (ok or not).
+  virtual bool Poll() = 0;
+  // Blocks until finished or `timeout` passed. Returns the op's status, or
+  // DeadlineExceeded (op, group, seq, missing ranks) if still running.
+  virtual absl::Status Wait(absl::Duration timeout) = 0;
+  // Waits up to the communicator's CommOptions::timeout (plus a little slack,
+  // so the op's own DeadlineExceeded with missing ranks wins).
+  virtual absl::Status Wait() = 0;
+  // "all_reduce #12 in group 'tp'"
+  virtual std::string Describe() const = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// A Work that is already finished (used for argument errors and no-ops).
+WorkPtr CompletedWork(absl::Status status, std::string description);
+
+// Waits for every handle; returns the first error.
+absl::Status WaitAll(const std::vector<WorkPtr>& works);
+
+// One leg of a batched send/recv (BatchSendRecv).
+struct P2POp {
+  enum class Kind { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  core::Tensor tensor;
+  int peer = 0;  // rank in this communicator
+  int tag = 0;   // 0 <= tag < kMaxTag
+};
+constexpr int kMaxTag = 1 << 19;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual core::Device device() const = 0;
+  virtual const std::string& group_name() const = 0;
+  virtual const char* backend_name() const = 0;
+
+  // output[i] = op over ranks of input[i]. Same shape/dtype everywhere.
+  virtual WorkPtr AllReduce(const core::Tensor& input, const core::Tensor& output,
+                            ReduceOp op) = 0;
+  // output = root's input on every rank (input only read at root).
+  virtual WorkPtr Broadcast(const core::Tensor& input, const core::Tensor& output,
+                            int root) = 0;
+  // Like AllReduce but only root's output is written.
+  virtual WorkPtr Reduce(const core::Tensor& input, const core::Tensor& output,
+                         ReduceOp op, int root) = 0;
+  // output (numel = size * n) = concat over ranks of input (numel n).
+  virtual WorkPtr AllGather(const core::Tensor& input, const core::Tensor& output) = 0;
+  // input (numel = size * n): output (numel n) = op over ranks of input's
+  // block `rank`.
+  virtual WorkPtr ReduceScatter(const core::Tensor& input, const core::Tensor& output,
+                                ReduceOp op) = 0;
+  // input and output numel = size * n: output block j = input block `rank`
+  // of rank j.
+  virtual WorkPtr AllToAll(const core::Tensor& input, const core::Tensor& output) = 0;
+  // Point to point. Messages between a pair with the same tag arrive in order.
+  virtual WorkPtr Send(const core::Tensor& tensor, int peer, int tag = 0) = 0;
+  virtual WorkPtr Recv(const core::Tensor& tensor, int peer, int tag = 0) = 0;
+  // Posts all sends and receives at once (a 1F1B stage that sends and receives
+  // in the same step cannot deadlock); one handle for all.
+  virtual WorkPtr BatchSendRecv(const std::vector<P2POp>& ops) = 0;
+  virtual WorkPtr Barrier() = 0;
+
+  // Collective over this communicator (blocking): ranks with the same color
+  // form a new group, ordered by (key, old rank). color < 0: this rank joins
+  // no group and gets nullptr. `name` labels the child in error messages.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
+                                                               const std::string& name) = 0;
+
+  // Convenience: in-place forms.
+  WorkPtr AllReduce(const core::Tensor& inout, ReduceOp op) { return AllReduce(inout, inout, op); }
+  WorkPtr Broadcast(const core::Tensor& inout, int root) { return Broadcast(inout, inout, root); }
+};
+
+}  // namespace loom::comm
+
+#endif  // LOOM_COMM_COMM_H_

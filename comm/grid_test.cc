@@ -1,0 +1,100 @@
+#include "comm/grid.h"
+
+#include <set>
+#include <thread>
+
+#include "comm/local/communicator.h"
+#include "gtest/gtest.h"
+
+namespace loom::comm {
+namespace {
+
+TEST(Grid, MegatronOrder) {
+  // 16 ranks, tp=2, pp=4 -> dp=2 (Megatron's docstring example).
+  auto grid = Grid::Make(16, 2, 4);
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  EXPECT_EQ(grid->dp(), 2);
+  EXPECT_EQ(grid->TpGroup(5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(grid->DpGroup(5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(grid->PpGroup(5), (std::vector<int>{1, 5, 9, 13}));
+  EXPECT_EQ(grid->EmbeddingGroup(1), (std::vector<int>{1, 13}));
+  EXPECT_EQ(grid->EmbeddingGroup(13), (std::vector<int>{1, 13}));
+  EXPECT_TRUE(grid->EmbeddingGroup(5).empty());
+  for (int g = 0; g < 16; ++g) EXPECT_EQ(grid->GlobalRank(grid->Coord(g)), g);
+  GridCoord c = grid->Coord(11);
+  EXPECT_EQ(c.tp_rank, 1);
+  EXPECT_EQ(c.dp_rank, 1);
+  EXPECT_EQ(c.pp_rank, 2);
+}
+
+TEST(Grid, SinglePipelineStage) {
+  auto grid = Grid::Make(4, 2, 1);
+  ASSERT_TRUE(grid.ok());
+  EXPECT_EQ(grid->EmbeddingGroup(3), (std::vector<int>{3}));
+}
+
+TEST(Grid, BadDegrees) {
+  auto g = Grid::Make(6, 4, 1);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("not divisible by tp * pp"), std::string::npos);
+  EXPECT_FALSE(Grid::Make(8, 0, 1).ok());
+  EXPECT_FALSE(Grid::Make(2, 2, 2, 7).ok());
+}
+
+// The groups built by Split agree with the arithmetic, and work.
+TEST(Grid, ParallelGroupsOnLocalBackend) {
+  const int n = 8;
+  auto grid = Grid::Make(n, 2, 2);  // dp = 2
+  ASSERT_TRUE(grid.ok());
+  auto world = local::CreateWorld(n);
+  ASSERT_TRUE(world.ok());
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Communicator& w = *(*world)[r];
+      auto groups = MakeParallelGroups(w, *grid);
+      if (!groups.ok()) {
+        errors[r] = groups.status().ToString();
+        return;
+      }
+      struct G {
+        Communicator* c;
+        std::vector<int> want;
+      };
+      std::vector<G> gs = {{groups->tp.get(), grid->TpGroup(r)},
+                           {groups->dp.get(), grid->DpGroup(r)},
+                           {groups->pp.get(), grid->PpGroup(r)},
+                           {groups->embedding.get(), grid->EmbeddingGroup(r)}};
+      for (G& g : gs) {
+        if (g.want.empty()) {
+          if (g.c != nullptr) errors[r] = "inner stage got an embedding group";
+          continue;
+        }
+        if (g.c == nullptr || g.c->size() != static_cast<int>(g.want.size())) {
+          errors[r] = "wrong group size";
+          return;
+        }
+        // All-gather the global ranks: must equal the arithmetic's list.
+        auto in = core::Tensor::Empty({1}, core::DType::kI32);
+        auto out = core::Tensor::Empty({g.c->size()}, core::DType::kI32);
+        in->data<int32_t>()[0] = r;
+        absl::Status s = g.c->AllGather(*in, *out)->Wait();
+        if (!s.ok()) {
+          errors[r] = s.ToString();
+          return;
+        }
+        for (int i = 0; i < g.c->size(); ++i) {
+          if (out->data<int32_t>()[i] != g.want[i]) {
+            errors[r] = "group " + g.c->group_name() + " has the wrong members";
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace
+}  // namespace loom::comm

@@ -1,0 +1,55 @@
+#include "comm/internal/reduce.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace loom::comm::internal {
+namespace {
+
+TEST(Half, RoundTripsExactValues) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f, 3.0f, 1000.0f}) {
+    EXPECT_EQ(F16ToF32(F32ToF16(v)), v) << v;
+    EXPECT_NEAR(Bf16ToF32(F32ToBf16(v)), v, std::fabs(v) / 128) << v;
+  }
+  EXPECT_EQ(F16ToF32(F32ToF16(1e6f)), INFINITY);
+  EXPECT_TRUE(std::isnan(F16ToF32(F32ToF16(NAN))));
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(NAN))));
+  // Round to nearest even: 1 + 2^-11 is halfway between 1 and 1 + 2^-10.
+  EXPECT_EQ(F16ToF32(F32ToF16(1.0f + 1.0f / 2048)), 1.0f);
+  EXPECT_EQ(F16ToF32(F32ToF16(1.0f + 3.0f / 2048)), 1.0f + 2.0f / 1024);
+  // Subnormal f16.
+  EXPECT_EQ(F16ToF32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);
+}
+
+TEST(ReduceInto, EveryOpAndDType) {
+  float a[3] = {1, 5, -2}, b[3] = {4, 2, -3};
+  ReduceInto(a, b, 3, core::DType::kF32, ReduceOp::kMax);
+  EXPECT_EQ(a[0], 4);
+  EXPECT_EQ(a[1], 5);
+  EXPECT_EQ(a[2], -2);
+  int64_t x[2] = {3, -4}, y[2] = {5, 6};
+  ReduceInto(x, y, 2, core::DType::kI64, ReduceOp::kProd);
+  EXPECT_EQ(x[0], 15);
+  EXPECT_EQ(x[1], -24);
+  uint8_t u[2] = {200, 3}, v[2] = {10, 9};
+  ReduceInto(u, v, 2, core::DType::kU8, ReduceOp::kMin);
+  EXPECT_EQ(u[0], 10);
+  EXPECT_EQ(u[1], 3);
+  uint16_t h[2] = {F32ToBf16(1.5f), F32ToBf16(-3)}, k[2] = {F32ToBf16(2.25f), F32ToBf16(1)};
+  ReduceInto(h, k, 2, core::DType::kBF16, ReduceOp::kSum);
+  EXPECT_EQ(Bf16ToF32(h[0]), 3.75f);
+  EXPECT_EQ(Bf16ToF32(h[1]), -2.0f);
+  int32_t s[2] = {7, -7};
+  FinishAvg(s, 2, core::DType::kI32, 2);
+  EXPECT_EQ(s[0], 3);
+  EXPECT_EQ(s[1], -3);
+  uint16_t f[1] = {F32ToF16(3)};
+  FinishAvg(f, 1, core::DType::kF16, 2);
+  EXPECT_EQ(F16ToF32(f[0]), 1.5f);
+}
+
+}  // namespace
+}  // namespace loom::comm::internal

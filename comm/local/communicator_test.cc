@@ -1,0 +1,128 @@
+// The conformance suite on the local backend: world sizes 1-4, ranks as
+// threads.
+#include "comm/local/communicator.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "comm/testing/conformance.h"
+#include "gtest/gtest.h"
+
+namespace loom::comm::local {
+namespace {
+
+using testing::Case;
+
+struct Param {
+  int world_size;
+  Case c;
+};
+
+// Runs `body` on every rank of a fresh world (one thread per rank).
+std::vector<absl::Status> RunWorld(int n, const std::function<absl::Status(Communicator&)>& body,
+                                   LocalOptions options = {}) {
+  auto world = CreateWorld(n, options);
+  EXPECT_TRUE(world.ok()) << world.status();
+  std::vector<absl::Status> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] { out[r] = body(*(*world)[r]); });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+class Conformance : public ::testing::TestWithParam<Param> {};
+
+TEST_P(Conformance, Run) {
+  const Param& p = GetParam();
+  std::vector<absl::Status> st = RunWorld(p.world_size, p.c.body);
+  for (int r = 0; r < p.world_size; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+}
+
+std::vector<Param> AllParams() {
+  std::vector<Param> out;
+  for (int n : {1, 2, 3, 4}) {
+    for (const Case& c : testing::Cases()) out.push_back({n, c});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Local, Conformance, ::testing::ValuesIn(AllParams()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return absl::StrCat(info.param.c.name, "_world",
+                                               info.param.world_size);
+                         });
+
+// A thread that stops participating makes the others fail with
+// DeadlineExceeded within the timeout plus slack, naming the missing ranks.
+TEST(LocalDeadPeer, OthersFailWithinTimeout) {
+  for (int n : {2, 3, 4}) {
+    LocalOptions o;
+    o.comm.timeout = absl::Seconds(1);
+    std::vector<absl::Status> st = RunWorld(
+        n,
+        [&](Communicator& c) {
+          return testing::DeadPeer(c, n - 1, [] {}, o.comm.timeout, absl::Seconds(3), true);
+        },
+        o);
+    for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "world " << n << " rank " << r << ": " << st[r];
+  }
+}
+
+TEST(LocalCreate, BadArguments) {
+  MemoryStore store;
+  EXPECT_EQ(Create(2, 2, store).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Create(0, 0, store).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Create(0, 2, store).ok());
+  // A rank that disagrees about the world size.
+  absl::Status s = Create(1, 3, store).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("world has 3 ranks"), std::string::npos) << s;
+}
+
+TEST(LocalWork, WaitTimeoutNamesTheOp) {
+  LocalOptions o;
+  o.comm.timeout = absl::Seconds(2);
+  auto world = CreateWorld(2, o);
+  ASSERT_TRUE(world.ok());
+  auto t = core::Tensor::Empty({4}, core::DType::kF32);
+  // Only rank 0 calls: a short Wait reports the op still running.
+  WorkPtr w = (*world)[0]->AllReduce(*t, ReduceOp::kSum);
+  EXPECT_FALSE(w->Poll());
+  absl::Status s = w->Wait(absl::Milliseconds(50));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_NE(s.message().find("all_reduce #0 in group 'world'"), std::string::npos) << s;
+  // The op's own deadline names rank 1.
+  s = w->Wait();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_NE(s.message().find("did not arrive: [1]"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace loom::comm::local
+
+namespace loom::comm::local {
+namespace {
+
+// The ring all-reduce at every size (and the small-message algorithms at the
+// multi-MiB size) agree with the expectations too.
+TEST(LocalAlgorithms, EveryAllReduceAlgorithmAtEverySize) {
+  for (size_t small : {size_t{0}, size_t{64} << 20}) {
+    for (int n : {2, 3, 4}) {
+      LocalOptions o;
+      o.small_bytes = small;
+      for (const testing::Case& c : testing::Cases()) {
+        if (c.name != "AllReduce") continue;
+        std::vector<absl::Status> st = RunWorld(n, c.body, o);
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(st[r].ok()) << "small_bytes " << small << " world " << n << " rank " << r
+                                  << ": " << st[r];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::comm::local

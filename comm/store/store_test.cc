@@ -1,0 +1,173 @@
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/launch/launcher.h"
+#include "comm/store/file_store.h"
+#include "comm/store/memory_store.h"
+#include "comm/store/tcp_store.h"
+#include "gtest/gtest.h"
+
+namespace loom::comm {
+namespace {
+
+// One server + clients, or one shared in-process store, for `n` ranks.
+struct Stores {
+  std::vector<std::shared_ptr<Store>> per_rank;
+};
+
+using Factory = std::function<Stores(int n)>;
+
+Stores MemoryStores(int n) {
+  auto s = std::make_shared<MemoryStore>();
+  return Stores{std::vector<std::shared_ptr<Store>>(n, s)};
+}
+
+Stores FileStores(int n) {
+  static int counter = 0;
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/fs", counter++);
+  Stores out;
+  for (int i = 0; i < n; ++i) {
+    auto s = FileStore::Open(dir);
+    EXPECT_TRUE(s.ok()) << s.status();
+    out.per_rank.push_back(std::move(*s));
+  }
+  return out;
+}
+
+Stores TcpStores(int n) {
+  Stores out;
+  TcpStoreOptions o;
+  o.port = 0;
+  o.is_server = true;
+  auto server = TcpStore::Create(o);
+  EXPECT_TRUE(server.ok()) << server.status();
+  int port = (*server)->port();
+  out.per_rank.push_back(std::move(*server));
+  for (int i = 1; i < n; ++i) {
+    TcpStoreOptions c;
+    c.port = port;
+    auto s = TcpStore::Create(c);
+    EXPECT_TRUE(s.ok()) << s.status();
+    out.per_rank.push_back(std::move(*s));
+  }
+  return out;
+}
+
+class StoreTest : public ::testing::TestWithParam<std::pair<const char*, Factory>> {};
+
+TEST_P(StoreTest, SetGetAddWait) {
+  Stores st = GetParam().second(1);
+  Store& s = *st.per_rank[0];
+  ASSERT_TRUE(s.Set("a/b c", "hello").ok());
+  auto v = s.Get("a/b c", absl::Seconds(1));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "hello");
+  ASSERT_TRUE(s.Set("a/b c", std::string("x\0y", 3)).ok());
+  EXPECT_EQ(*s.Get("a/b c", absl::Seconds(1)), std::string("x\0y", 3));
+  EXPECT_EQ(*s.Add("n", 5), 5);
+  EXPECT_EQ(*s.Add("n", -2), 3);
+  auto missing = s.Get("never", absl::Milliseconds(100));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(missing.status())) << missing.status();
+  EXPECT_NE(missing.status().message().find("never"), std::string::npos) << missing.status();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s.Wait({"a/b c", "never"}, absl::Milliseconds(50))));
+  EXPECT_TRUE(s.Wait({"a/b c", "n"}, absl::Milliseconds(50)).ok());
+  ASSERT_TRUE(s.Set("text", "abc").ok());
+  EXPECT_FALSE(s.Add("text", 1).ok());
+}
+
+TEST_P(StoreTest, RanksRendezvous) {
+  const int n = 4;
+  Stores st = GetParam().second(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Store& s = *st.per_rank[r];
+      for (int k = 0; k < 25; ++k) s.Add("counter", 1).IgnoreError();
+      s.Set(absl::StrCat("addr/", r), absl::StrCat("rank", r)).IgnoreError();
+      absl::Status b = StoreBarrier(s, "x", n, absl::Seconds(20));
+      if (!b.ok()) errors[r] = b.ToString();
+      for (int q = 0; q < n; ++q) {
+        auto v = s.Get(absl::StrCat("addr/", q), absl::Seconds(5));
+        if (!v.ok() || *v != absl::StrCat("rank", q)) errors[r] = "bad addr";
+      }
+      if (*s.Add("counter", 0) != 25 * n) errors[r] = "lost an Add";
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << r;
+}
+
+TEST_P(StoreTest, GetWaitsForALaterSet) {
+  Stores st = GetParam().second(2);
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    st.per_rank[1]->Set("late", "v").IgnoreError();
+  });
+  auto v = st.per_rank[0]->Get("late", absl::Seconds(10));
+  setter.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "v");
+}
+
+TEST_P(StoreTest, BarrierTimeoutSaysHowManyArrived) {
+  Stores st = GetParam().second(1);
+  absl::Status s = StoreBarrier(*st.per_rank[0], "lonely", 3, absl::Milliseconds(100));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_NE(s.message().find("only 1 of 3 ranks"), std::string::npos) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StoreTest,
+                         ::testing::Values(std::make_pair("memory", Factory(MemoryStores)),
+                                           std::make_pair("file", Factory(FileStores)),
+                                           std::make_pair("tcp", Factory(TcpStores))),
+                         [](const auto& info) { return std::string(info.param.first); });
+
+TEST(TcpStore, UnreachableAddressIsAClearError) {
+  auto port = launch::PickFreePort();
+  ASSERT_TRUE(port.ok());
+  TcpStoreOptions o;
+  o.port = *port;  // nobody listens there
+  o.connect_timeout = absl::Milliseconds(300);
+  auto s = TcpStore::Create(o);
+  EXPECT_TRUE(absl::IsUnavailable(s.status())) << s.status();
+  EXPECT_NE(s.status().message().find("--master-addr/--master-port"), std::string::npos)
+      << s.status();
+  EXPECT_NE(s.status().message().find("could not connect to 127.0.0.1:"), std::string::npos);
+
+  o.host = "no-such-host.invalid";
+  s = TcpStore::Create(o);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("no-such-host.invalid"), std::string::npos) << s.status();
+
+  o.host = "127.0.0.1";
+  o.port = 70000;
+  EXPECT_TRUE(absl::IsInvalidArgument(TcpStore::Create(o).status()));
+}
+
+TEST(TcpStore, PortInUseIsAClearError) {
+  TcpStoreOptions o;
+  o.port = 0;
+  o.is_server = true;
+  auto first = TcpStore::Create(o);
+  ASSERT_TRUE(first.ok());
+  o.port = (*first)->port();
+  auto second = TcpStore::Create(o);
+  EXPECT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("--master-port"), std::string::npos) << second.status();
+}
+
+TEST(FileStore, NotADirectory) {
+  std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/plainfile");
+  FILE* f = fopen(path.c_str(), "w");
+  fclose(f);
+  auto s = FileStore::Open(path);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(path), std::string::npos) << s.status();
+}
+
+}  // namespace
+}  // namespace loom::comm

@@ -1,0 +1,598 @@
+#include "comm/testing/conformance.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "comm/internal/reduce.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace loom::comm::testing {
+namespace {
+
+using core::DType;
+using core::Tensor;
+
+#define RETURN_IF_ERROR(expr)   \
+  do {                          \
+    absl::Status _s = (expr);   \
+    if (!_s.ok()) return _s;    \
+  } while (0)
+
+const DType kDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF64,
+                         DType::kI32, DType::kI64,  DType::kU8};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
+                         ReduceOp::kProd};
+
+void SetAt(const Tensor& t, int64_t i, double v) {
+  void* p = t.raw_data();
+  switch (t.dtype()) {
+    case DType::kF32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::kF64: static_cast<double*>(p)[i] = v; break;
+    case DType::kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::kI64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DType::kU8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = internal::F32ToBf16(static_cast<float>(v));
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(p)[i] = internal::F32ToF16(static_cast<float>(v));
+      break;
+  }
+}
+
+double GetAt(const Tensor& t, int64_t i) {
+  const void* p = t.raw_data();
+  switch (t.dtype()) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kF64: return static_cast<const double*>(p)[i];
+    case DType::kI32: return static_cast<const int32_t*>(p)[i];
+    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kU8: return static_cast<const uint8_t*>(p)[i];
+    case DType::kBF16: return internal::Bf16ToF32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return internal::F16ToF32(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0;
+}
+
+double Tolerance(DType d) {
+  switch (d) {
+    case DType::kF32: return 1e-6;
+    case DType::kF64: return 1e-12;
+    case DType::kBF16: return 1.0 / 128;
+    case DType::kF16: return 1.0 / 1024;
+    default: return 0;
+  }
+}
+
+// Input of rank `r` at index i for reductions: small integers, so every
+// reduction is exact in every dtype (prod of {1,2} over <= 8 ranks fits u8).
+double RedVal(ReduceOp op, int r, int64_t i) {
+  if (op == ReduceOp::kProd) return 1 + (r + i) % 2;
+  return 1 + (r * 3 + i) % 5;
+}
+double Expected(ReduceOp op, DType d, int n, int64_t i) {
+  double acc = RedVal(op, 0, i);
+  for (int r = 1; r < n; ++r) {
+    double v = RedVal(op, r, i);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProd: acc *= v; break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc = core::IsFloating(d) ? acc / n : std::floor(acc / n);
+  return acc;
+}
+// Payload for data-movement ops: depends on (source, index).
+double DataVal(int src, int64_t i) { return 1 + (src * 7 + i * 3) % 100; }
+constexpr double kGarbage = 77;
+
+absl::StatusOr<Tensor> Make(DType d, int64_t n, double fill) {
+  absl::StatusOr<Tensor> t = Tensor::Empty({n}, d);
+  if (!t.ok()) return t;
+  for (int64_t i = 0; i < n; ++i) SetAt(*t, i, fill);
+  return t;
+}
+
+bool Close(double got, double want, DType d) {
+  return std::fabs(got - want) <= Tolerance(d) * std::max(1.0, std::fabs(want));
+}
+
+std::string Label(const char* op, DType d, int64_t count, bool in_place) {
+  return absl::StrCat(op, " ", core::DTypeName(d), " count=", count,
+                      in_place ? " in-place" : " out-of-place");
+}
+
+template <typename F>
+absl::Status CheckAll(const Tensor& t, int64_t n, F want, const std::string& label,
+                      const Communicator& c, int64_t offset = 0) {
+  for (int64_t i = 0; i < n; ++i) {
+    double g = GetAt(t, offset + i), w = want(i);
+    if (!Close(g, w, t.dtype())) {
+      return absl::InternalError(absl::StrCat(label, ": rank ", c.rank(), " of ", c.size(),
+                                              " index ", offset + i, ": got ", g, " expected ",
+                                              w));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Annotate(absl::Status s, const std::string& label) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(label, ": ", s.message()));
+}
+
+// counts + the multi-MiB count for dtype d (divided by `div`).
+std::vector<int64_t> Counts(const SuiteOptions& o, DType d, bool large, int div = 1) {
+  std::vector<int64_t> c = o.counts;
+  if (large) c.push_back(static_cast<int64_t>(o.large_bytes / core::DTypeSize(d)) / div);
+  return c;
+}
+
+absl::Status AllReduceCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  for (DType d : kDTypes) {
+    for (ReduceOp op : kOps) {
+      bool large = op == ReduceOp::kSum || d == DType::kF32;
+      for (int64_t count : Counts(o, d, large)) {
+        for (bool in_place : {false, true}) {
+          std::string label = Label("all_reduce", d, count, in_place) + " " + ReduceOpName(op);
+          absl::StatusOr<Tensor> in = Make(d, count, 0);
+          if (!in.ok()) return in.status();
+          for (int64_t i = 0; i < count; ++i) SetAt(*in, i, RedVal(op, r, i));
+          Tensor out = *in;
+          if (!in_place) {
+            absl::StatusOr<Tensor> t = Make(d, count, kGarbage);
+            if (!t.ok()) return t.status();
+            out = *t;
+          }
+          RETURN_IF_ERROR(Annotate(c.AllReduce(*in, out, op)->Wait(), label));
+          RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t i) { return Expected(op, d, n, i); },
+                                   label, c));
+          if (!in_place) {
+            RETURN_IF_ERROR(CheckAll(*in, count, [&](int64_t i) { return RedVal(op, r, i); },
+                                     label + " (input must be unchanged)", c));
+          }
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  for (DType d : kDTypes) {
+    for (int64_t count : Counts(o, d, d == DType::kF32 || d == DType::kBF16)) {
+      for (bool in_place : {false, true}) {
+        for (int root : {0, n - 1}) {
+          std::string label = absl::StrCat(Label("broadcast", d, count, in_place), " root=", root);
+          absl::StatusOr<Tensor> in = Make(d, count, 0);
+          if (!in.ok()) return in.status();
+          for (int64_t i = 0; i < count; ++i) SetAt(*in, i, DataVal(r, i));
+          Tensor out = *in;
+          if (!in_place) out = *Make(d, count, kGarbage);
+          RETURN_IF_ERROR(Annotate(c.Broadcast(*in, out, root)->Wait(), label));
+          RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t i) { return DataVal(root, i); }, label, c));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReduceCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  for (DType d : kDTypes) {
+    for (ReduceOp op : kOps) {
+      for (int64_t count : Counts(o, d, d == DType::kF32 && op == ReduceOp::kSum)) {
+        for (bool in_place : {false, true}) {
+          for (int root : {0, n - 1}) {
+            std::string label = absl::StrCat(Label("reduce", d, count, in_place), " ",
+                                             ReduceOpName(op), " root=", root);
+            absl::StatusOr<Tensor> in = Make(d, count, 0);
+            if (!in.ok()) return in.status();
+            for (int64_t i = 0; i < count; ++i) SetAt(*in, i, RedVal(op, r, i));
+            Tensor out = *in;
+            if (!in_place) out = *Make(d, count, kGarbage);
+            RETURN_IF_ERROR(Annotate(c.Reduce(*in, out, op, root)->Wait(), label));
+            if (r == root) {
+              RETURN_IF_ERROR(
+                  CheckAll(out, count, [&](int64_t i) { return Expected(op, d, n, i); }, label, c));
+            } else if (!in_place) {
+              RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t) { return kGarbage; },
+                                       label + " (non-root output must be untouched)", c));
+            }
+          }
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllGatherCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  for (DType d : kDTypes) {
+    for (int64_t count : Counts(o, d, d == DType::kF32 || d == DType::kBF16, n)) {
+      for (bool in_place : {false, true}) {
+        std::string label = Label("all_gather", d, count, in_place);
+        absl::StatusOr<Tensor> out = Make(d, count * n, kGarbage);
+        if (!out.ok()) return out.status();
+        Tensor in = in_place ? *out->View(r * count, {count}) : *Make(d, count, 0);
+        for (int64_t i = 0; i < count; ++i) SetAt(in, i, DataVal(r, i));
+        RETURN_IF_ERROR(Annotate(c.AllGather(in, *out)->Wait(), label));
+        for (int src = 0; src < n; ++src) {
+          RETURN_IF_ERROR(CheckAll(*out, count, [&](int64_t i) { return DataVal(src, i); },
+                                   absl::StrCat(label, " block ", src), c, src * count));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReduceScatterCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  for (DType d : kDTypes) {
+    for (ReduceOp op : kOps) {
+      bool large = op == ReduceOp::kSum && (d == DType::kF32 || d == DType::kBF16);
+      for (int64_t count : Counts(o, d, large, n)) {
+        for (bool in_place : {false, true}) {
+          std::string label =
+              absl::StrCat(Label("reduce_scatter", d, count, in_place), " ", ReduceOpName(op));
+          absl::StatusOr<Tensor> in = Make(d, count * n, 0);
+          if (!in.ok()) return in.status();
+          // Global index g = block * count + i: value RedVal(op, r, g).
+          for (int64_t g = 0; g < count * n; ++g) SetAt(*in, g, RedVal(op, r, g));
+          Tensor out = in_place ? *in->View(r * count, {count}) : *Make(d, count, kGarbage);
+          RETURN_IF_ERROR(Annotate(c.ReduceScatter(*in, out, op)->Wait(), label));
+          RETURN_IF_ERROR(CheckAll(
+              out, count, [&](int64_t i) { return Expected(op, d, n, r * count + i); }, label, c));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllToAllCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  for (DType d : kDTypes) {
+    for (int64_t count : Counts(o, d, d == DType::kF32, n)) {
+      for (bool in_place : {false, true}) {
+        std::string label = Label("all_to_all", d, count, in_place);
+        absl::StatusOr<Tensor> in = Make(d, count * n, 0);
+        if (!in.ok()) return in.status();
+        // Block j of rank r goes to rank j: value DataVal(r * n + j, i).
+        for (int j = 0; j < n; ++j) {
+          for (int64_t i = 0; i < count; ++i) SetAt(*in, j * count + i, DataVal(r * n + j, i));
+        }
+        Tensor out = in_place ? *in : *Make(d, count * n, kGarbage);
+        RETURN_IF_ERROR(Annotate(c.AllToAll(*in, out)->Wait(), label));
+        for (int src = 0; src < n; ++src) {
+          RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t i) { return DataVal(src * n + r, i); },
+                                   absl::StrCat(label, " block ", src), c, src * count));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SendRecvCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return absl::OkStatus();
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  for (DType d : kDTypes) {
+    for (int64_t count : Counts(o, d, d == DType::kF32)) {
+      std::string label = Label("send/recv", d, count, false);
+      // Two messages with different tags, received in the opposite order.
+      Tensor s1 = *Make(d, count, 0), s2 = *Make(d, count, 0);
+      for (int64_t i = 0; i < count; ++i) {
+        SetAt(s1, i, DataVal(r, i));
+        SetAt(s2, i, DataVal(r + 50, i));
+      }
+      Tensor r1 = *Make(d, count, kGarbage), r2 = *Make(d, count, kGarbage);
+      WorkPtr w1 = c.Send(s1, right, 5);
+      WorkPtr w2 = c.Send(s2, right, 6);
+      WorkPtr w3 = c.Recv(r2, left, 6);
+      WorkPtr w4 = c.Recv(r1, left, 5);
+      RETURN_IF_ERROR(Annotate(WaitAll({w1, w2, w3, w4}), label));
+      RETURN_IF_ERROR(CheckAll(r1, count, [&](int64_t i) { return DataVal(left, i); }, label + " tag 5", c));
+      RETURN_IF_ERROR(CheckAll(r2, count, [&](int64_t i) { return DataVal(left + 50, i); }, label + " tag 6", c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BatchCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return absl::OkStatus();
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  for (int64_t count : Counts(o, DType::kF32, true)) {
+    std::string label = Label("batch_send_recv", DType::kF32, count, false);
+    Tensor to_right = *Make(DType::kF32, count, 0), to_left = *Make(DType::kF32, count, 0);
+    for (int64_t i = 0; i < count; ++i) {
+      SetAt(to_right, i, DataVal(r, i));
+      SetAt(to_left, i, DataVal(r + 30, i));
+    }
+    Tensor from_left = *Make(DType::kF32, count, kGarbage);
+    Tensor from_right = *Make(DType::kF32, count, kGarbage);
+    // Like a 1F1B steady state: activations go right, gradients go left.
+    std::vector<P2POp> ops = {{P2POp::Kind::kRecv, from_left, left, 1},
+                              {P2POp::Kind::kSend, to_right, right, 1},
+                              {P2POp::Kind::kRecv, from_right, right, 2},
+                              {P2POp::Kind::kSend, to_left, left, 2}};
+    RETURN_IF_ERROR(Annotate(c.BatchSendRecv(ops)->Wait(), label));
+    RETURN_IF_ERROR(CheckAll(from_left, count, [&](int64_t i) { return DataVal(left, i); }, label, c));
+    RETURN_IF_ERROR(CheckAll(from_right, count, [&](int64_t i) { return DataVal(right + 30, i); }, label, c));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BarrierCase(Communicator& c, const SuiteOptions&) {
+  for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(c.Barrier()->Wait());
+  return absl::OkStatus();
+}
+
+absl::Status ManyInFlightCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size(), r = c.rank();
+  constexpr int kOpsInFlight = 100;
+  constexpr int64_t kCount = 1000;
+  std::vector<Tensor> bufs;
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < kOpsInFlight; ++k) {
+    ReduceOp op = kOps[k % 5];
+    if (k % 10 == 9) {  // every tenth an all-gather
+      Tensor in = *Make(DType::kI32, kCount, 0);
+      for (int64_t i = 0; i < kCount; ++i) SetAt(in, i, DataVal(r + k, i));
+      bufs.push_back(*Make(DType::kI32, kCount * n, kGarbage));
+      works.push_back(c.AllGather(in, bufs.back()));
+    } else {
+      Tensor t = *Make(DType::kF32, kCount, 0);
+      for (int64_t i = 0; i < kCount; ++i) SetAt(t, i, RedVal(op, r, i + k));
+      bufs.push_back(t);
+      works.push_back(c.AllReduce(t, op));
+    }
+  }
+  for (int k = 0; k < kOpsInFlight; ++k) {
+    std::string label = absl::StrCat("op ", k, " of ", kOpsInFlight, " in flight");
+    RETURN_IF_ERROR(Annotate(works[k]->Wait(), label));
+    ReduceOp op = kOps[k % 5];
+    if (k % 10 == 9) {
+      for (int src = 0; src < n; ++src) {
+        RETURN_IF_ERROR(CheckAll(bufs[k], kCount, [&](int64_t i) { return DataVal(src + k, i); },
+                                 label, c, src * kCount));
+      }
+    } else {
+      RETURN_IF_ERROR(CheckAll(bufs[k], kCount,
+                               [&](int64_t i) { return Expected(op, DType::kF32, n, i + k); },
+                               label, c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Operations progress with only Poll (no Wait): nobody blocks on them.
+absl::Status PollOnlyCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size();
+  Tensor t = *Make(DType::kF64, 1000, 1);
+  Tensor u = *Make(DType::kF64, 1000, 2);
+  WorkPtr a = c.AllReduce(t, ReduceOp::kSum);
+  WorkPtr b = c.AllReduce(u, ReduceOp::kSum);
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!(a->Poll() && b->Poll())) {
+    if (absl::Now() > deadline) {
+      return absl::InternalError("all_reduce made no progress in 30 s with only Poll()");
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  RETURN_IF_ERROR(a->Wait(absl::ZeroDuration()));
+  RETURN_IF_ERROR(b->Wait(absl::ZeroDuration()));
+  RETURN_IF_ERROR(CheckAll(t, 1000, [&](int64_t) { return n; }, "poll-only all_reduce", c));
+  return CheckAll(u, 1000, [&](int64_t) { return 2 * n; }, "poll-only all_reduce", c);
+}
+
+absl::Status SplitCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size(), r = c.rank();
+  // Reverse order via key.
+  auto rev = c.Split(0, -r, "reversed");
+  if (!rev.ok()) return rev.status();
+  if ((*rev)->size() != n || (*rev)->rank() != n - 1 - r) {
+    return absl::InternalError(absl::StrCat("split(0, -rank): rank ", r, " got rank ",
+                                            (*rev)->rank(), " of ", (*rev)->size(),
+                                            ", expected ", n - 1 - r, " of ", n));
+  }
+  // Only even ranks join; odd ranks get nullptr.
+  auto even = c.Split(r % 2 == 0 ? 0 : -1, r, "even");
+  if (!even.ok()) return even.status();
+  if ((r % 2 == 0) != (*even != nullptr)) {
+    return absl::InternalError(absl::StrCat("split with color -1: rank ", r, " got ",
+                                            *even ? "a group" : "nullptr"));
+  }
+  if (*even) {
+    if ((*even)->rank() != r / 2 || (*even)->size() != (n + 1) / 2) {
+      return absl::InternalError("split(even): wrong rank/size");
+    }
+    // The group sums its world ranks: sum of even numbers < n.
+    Tensor t = *Make(DType::kI64, 3, r);
+    RETURN_IF_ERROR((*even)->AllReduce(t, ReduceOp::kSum)->Wait());
+    int64_t want = 0;
+    for (int q = 0; q < n; q += 2) want += q;
+    RETURN_IF_ERROR(CheckAll(t, 3, [&](int64_t) { return want; }, "split(even) all_reduce", c));
+  }
+  // The parent still works after splitting.
+  Tensor t = *Make(DType::kI32, 5, r);
+  RETURN_IF_ERROR((*rev)->AllReduce(t, ReduceOp::kMax)->Wait());
+  return CheckAll(t, 5, [&](int64_t) { return n - 1; }, "split(reversed) all_reduce max", c);
+}
+
+absl::Status ConcurrentSubgroupsCase(Communicator& c, const SuiteOptions& o) {
+  const int r = c.rank(), n = c.size();
+  auto a = c.Split(r % 2, r, "parity");
+  if (!a.ok()) return a.status();
+  auto b = c.Split(r < (n + 1) / 2 ? 0 : 1, r, "halves");
+  if (!b.ok()) return b.status();
+  absl::Status sa, sb;
+  auto run = [&](Communicator* g, absl::Status* out, int salt) {
+    std::vector<Tensor> ts;
+    std::vector<WorkPtr> ws;
+    for (int k = 0; k < 20; ++k) {
+      int64_t count = k % 5 == 4 ? static_cast<int64_t>(o.large_bytes / 4 / 4) : 1000;
+      Tensor t = *Make(DType::kF32, count, 0);
+      for (int64_t i = 0; i < count; ++i) SetAt(t, i, RedVal(ReduceOp::kSum, g->rank(), i + k + salt));
+      ts.push_back(t);
+      ws.push_back(g->AllReduce(t, ReduceOp::kSum));
+    }
+    for (int k = 0; k < 20; ++k) {
+      std::string label = absl::StrCat("group '", g->group_name(), "' all_reduce ", k);
+      *out = Annotate(ws[k]->Wait(), label);
+      if (!out->ok()) return;
+      *out = CheckAll(ts[k], ts[k].numel(), [&](int64_t i) {
+        return Expected(ReduceOp::kSum, DType::kF32, g->size(), i + k + salt);
+      }, label, *g);
+      if (!out->ok()) return;
+    }
+  };
+  std::thread ta(run, a->get(), &sa, 0);
+  std::thread tb(run, b->get(), &sb, 3);
+  ta.join();
+  tb.join();
+  RETURN_IF_ERROR(sa);
+  return sb;
+}
+
+absl::Status BadInputCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size(), r = c.rank();
+  Tensor f7 = *Make(DType::kF32, 7, 1), f8 = *Make(DType::kF32, 8, 1), i7 = *Make(DType::kI32, 7, 1);
+  struct Bad {
+    const char* what;
+    WorkPtr work;
+  };
+  std::vector<Bad> bad = {
+      {"all_reduce count mismatch", c.AllReduce(f7, f8, ReduceOp::kSum)},
+      {"all_reduce dtype mismatch", c.AllReduce(f7, i7, ReduceOp::kSum)},
+      {"all_reduce undefined", c.AllReduce(Tensor(), f7, ReduceOp::kSum)},
+      {"all_reduce partial overlap", c.AllReduce(*f8.View(0, {7}), *f8.View(1, {7}), ReduceOp::kSum)},
+      {"broadcast root -1", c.Broadcast(f7, -1)},
+      {"broadcast root == size", c.Broadcast(f7, n)},
+      {"reduce root out of range", c.Reduce(f7, f7, ReduceOp::kMax, n + 3)},
+      {"all_gather wrong output size", c.AllGather(f7, f7 /* needs 7*size */)},
+      {"reduce_scatter wrong input size", c.ReduceScatter(f7, f8, ReduceOp::kSum)},
+      {"send peer out of range", c.Send(f7, n)},
+      {"recv peer -1", c.Recv(f7, -1)},
+      {"send to self", c.Send(f7, r)},
+      {"send tag out of range", c.Send(f7, (r + 1) % n, -4)},
+      {"batch with bad peer", c.BatchSendRecv({{P2POp::Kind::kRecv, f7, n + 1, 0}})},
+  };
+  if (n > 1) {
+    bad.push_back({"all_to_all not divisible", c.AllToAll(*Make(DType::kF32, n + 1, 0),
+                                                          *Make(DType::kF32, n + 1, 0))});
+  }
+  if (n == 1) bad[7] = {"all_gather wrong output size", c.AllGather(f7, f8)};
+  for (Bad& b : bad) {
+    absl::Status s = b.work->Wait(absl::Seconds(10));
+    if (s.ok()) return absl::InternalError(absl::StrCat(b.what, ": accepted, expected an error"));
+    if (!absl::IsInvalidArgument(s)) {
+      return absl::InternalError(absl::StrCat(b.what, ": expected InvalidArgument, got ", s.ToString()));
+    }
+  }
+  // Bad input does not break the communicator.
+  Tensor t = *Make(DType::kF32, 4, 1);
+  RETURN_IF_ERROR(Annotate(c.AllReduce(t, ReduceOp::kSum)->Wait(), "all_reduce after bad input"));
+  return CheckAll(t, 4, [&](int64_t) { return n; }, "all_reduce after bad input", c);
+}
+
+absl::Status MismatchCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return absl::OkStatus();
+  auto child = c.Split(0, r, "mismatch");
+  if (!child.ok()) return child.status();
+  // Rank 0 reduces 7 elements, the others 8: nobody may report success.
+  Tensor t = *Make(DType::kF32, r == 0 ? 7 : 8, 1);
+  absl::Status s = (*child)->AllReduce(t, ReduceOp::kSum)->Wait(absl::Seconds(3));
+  if (s.ok()) {
+    return absl::InternalError(absl::StrCat("rank ", r, ": all_reduce with mismatched counts ",
+                                            "(7 on rank 0, 8 elsewhere) reported success"));
+  }
+  if (r == 0 && !absl::IsInvalidArgument(s)) {
+    return absl::InternalError(absl::StrCat("rank 0: mismatched counts should be reported as ",
+                                            "InvalidArgument, got ", s.ToString()));
+  }
+  child->reset();
+  // The world is unaffected.
+  RETURN_IF_ERROR(c.Barrier()->Wait());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<Case> Cases(const SuiteOptions& o) {
+  auto bind = [o](absl::Status (*f)(Communicator&, const SuiteOptions&)) {
+    return [o, f](Communicator& c) { return f(c, o); };
+  };
+  std::vector<Case> cases = {
+      {"AllReduce", bind(AllReduceCase)},
+      {"Broadcast", bind(BroadcastCase)},
+      {"Reduce", bind(ReduceCase)},
+      {"AllGather", bind(AllGatherCase)},
+      {"ReduceScatter", bind(ReduceScatterCase)},
+      {"AllToAll", bind(AllToAllCase)},
+      {"SendRecv", bind(SendRecvCase)},
+      {"BatchSendRecv", bind(BatchCase)},
+      {"Barrier", bind(BarrierCase)},
+      {"ManyInFlight", bind(ManyInFlightCase)},
+      {"PollOnly", bind(PollOnlyCase)},
+      {"Split", bind(SplitCase)},
+      {"ConcurrentSubgroups", bind(ConcurrentSubgroupsCase)},
+      {"BadInput", bind(BadInputCase)},
+  };
+  if (o.detects_mismatch) cases.push_back({"Mismatch", bind(MismatchCase)});
+  return cases;
+}
+
+absl::Status DeadPeer(Communicator& world, int victim, const std::function<void()>& die,
+                      absl::Duration timeout, absl::Duration slack, bool names_ranks,
+                      std::string* observed) {
+  absl::Status s = world.Barrier()->Wait();
+  if (!s.ok()) return Annotate(s, "barrier before the dead-peer test");
+  if (world.rank() == victim) {
+    die();
+    return absl::OkStatus();
+  }
+  Tensor t = *Make(DType::kF32, 1000, 1);
+  absl::Time start = absl::Now();
+  s = world.AllReduce(t, ReduceOp::kSum)->Wait();
+  absl::Duration took = absl::Now() - start;
+  std::string who = absl::StrCat("rank ", world.rank(), " (victim ", victim, "): ");
+  if (observed) *observed = absl::StrCat(s.ToString(), " [after ", absl::FormatDuration(took), "]");
+  if (s.ok()) return absl::InternalError(who + "all_reduce succeeded without the dead peer");
+  if (!absl::IsDeadlineExceeded(s)) {
+    return absl::InternalError(who + "expected DeadlineExceeded, got " + s.ToString());
+  }
+  if (took > timeout + slack) {
+    return absl::InternalError(absl::StrCat(who, "failed only after ", absl::FormatDuration(took),
+                                            " (timeout ", absl::FormatDuration(timeout),
+                                            " + slack ", absl::FormatDuration(slack), ")"));
+  }
+  if (!absl::StrContains(s.message(), "all_reduce") ||
+      (names_ranks && !absl::StrContains(s.message(), "did not arrive"))) {
+    return absl::InternalError(who + "the error must name the op and missing ranks: " +
+                               s.ToString());
+  }
+  // The communicator is now aborted: later ops fail fast.
+  absl::Status again = world.AllReduce(t, ReduceOp::kSum)->Wait(timeout + slack);
+  if (again.ok()) return absl::InternalError(who + "an op after the failure succeeded");
+  return absl::OkStatus();
+}
+
+}  // namespace loom::comm::testing

@@ -1,0 +1,51 @@
+#ifndef LOOM_COMM_TESTING_CONFORMANCE_H_
+#define LOOM_COMM_TESTING_CONFORMANCE_H_
+
+// The one conformance suite every backend runs. Each case is a body that
+// every rank of a world runs on its own communicator; it returns OK or an
+// error naming the op, dtype, count, layout, rank, index, got and expected.
+// Expected values come from (rank, size, index) alone. Harnesses:
+//   local: threads (comm/local/communicator_test.cc);
+//   mpi:   mpirun of conformance_main (comm/mpi/*.sh);
+//   ucx:   conformance_main --nproc-per-node (comm/ucx/*.sh).
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "comm/comm.h"
+
+namespace loom::comm::testing {
+
+struct SuiteOptions {
+  // Element counts tried for every op; the last is the multi-MiB one, sized
+  // in bytes (large_bytes / dtype size elements).
+  std::vector<int64_t> counts = {0, 1, 7, 1000};
+  size_t large_bytes = 2 << 20;
+  // The backend reports cross-rank call mismatches as errors (our engine
+  // does; MPI makes them undefined behaviour, so that case is skipped).
+  bool detects_mismatch = true;
+};
+
+struct Case {
+  std::string name;
+  std::function<absl::Status(Communicator& world)> body;
+};
+
+std::vector<Case> Cases(const SuiteOptions& options = {});
+
+// The dead-peer case. All ranks but `victim` run an all-reduce that must fail
+// with DeadlineExceeded within the communicator's timeout + `slack`; the
+// victim calls `die` instead (kill itself, or for threads just return).
+// `timeout` must be the communicator's CommOptions::timeout.
+// `names_ranks`: the error must name the missing ranks ("did not arrive: [..]").
+// `observed` (optional) receives the error the survivor saw.
+absl::Status DeadPeer(Communicator& world, int victim, const std::function<void()>& die,
+                      absl::Duration timeout, absl::Duration slack, bool names_ranks,
+                      std::string* observed = nullptr);
+
+}  // namespace loom::comm::testing
+
+#endif  // LOOM_COMM_TESTING_CONFORMANCE_H_

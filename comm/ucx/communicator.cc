@@ -1,0 +1,279 @@
+#include "comm/ucx/communicator.h"
+
+#include <sched.h>
+#include <ucp/api/ucp.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "comm/internal/engine.h"
+#include "comm/internal/transport.h"
+
+namespace loom::comm::ucx {
+namespace {
+
+using internal::TransportReq;
+
+std::string UcsError(const char* what, ucs_status_t s) {
+  return absl::StrCat(what, ": ", ucs_status_string(s));
+}
+
+// Per-request state shared with UCX callbacks. `owner` is cleared when the
+// engine abandons the request (Cancel); the callback then just frees.
+struct ReqState {
+  TransportReq* owner = nullptr;
+  void* handle = nullptr;
+  ucp_tag_recv_info_t info{};
+};
+
+void Complete(TransportReq* r, ucs_status_t status, const ucp_tag_recv_info_t* info) {
+  r->done = true;
+  if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    r->status = absl::InvalidArgumentError(absl::StrCat(
+        "the peer sent a larger message than the ", r->bytes,
+        " bytes this rank expected (element counts differ across ranks?)"));
+  } else if (status != UCS_OK) {
+    r->status = absl::UnavailableError(UcsError(r->is_send ? "UCX send" : "UCX receive", status));
+  } else if (!r->is_send && info != nullptr) {
+    if (internal::TagSig(info->sender_tag) != internal::TagSig(r->tag)) {
+      r->status = absl::InvalidArgumentError(absl::StrFormat(
+          "the peer issued a different call (signature %05x, this rank expected %05x): every "
+          "rank must call the same collectives in the same order with the same count, dtype, "
+          "reduce op and root",
+          internal::TagSig(info->sender_tag), internal::TagSig(r->tag)));
+    } else if (info->length != r->bytes) {
+      r->status = absl::InvalidArgumentError(
+          absl::StrCat("message of ", info->length, " bytes, this rank expected ", r->bytes,
+                       " (element counts differ across ranks?)"));
+    }
+  }
+}
+
+void SendCallback(void* request, ucs_status_t status, void* user_data) {
+  auto* st = static_cast<ReqState*>(user_data);
+  if (st->owner) {
+    Complete(st->owner, status, nullptr);
+    st->owner->impl = nullptr;
+  }
+  ucp_request_free(request);
+  delete st;
+}
+
+void RecvCallback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                  void* user_data) {
+  auto* st = static_cast<ReqState*>(user_data);
+  if (st->owner) {
+    Complete(st->owner, status, info);
+    st->owner->impl = nullptr;
+  }
+  ucp_request_free(request);
+  delete st;
+}
+
+void EndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+  // The peer is gone: its pending requests complete with an error, and
+  // receives from it time out naming it. Nothing to do here.
+  (void)arg;
+  (void)status;
+}
+
+class UcxTransport : public internal::Transport {
+ public:
+  UcxTransport(int rank, int size, std::shared_ptr<Store> store, bool peer_failure_mode)
+      : rank_(rank), size_(size), store_(std::move(store)), peer_mode_(peer_failure_mode) {}
+
+  ~UcxTransport() override {
+    if (!worker_) return;
+    // Close with flush after a barrier (forced closes return errors); bounded.
+    if (size_ > 1) StoreBarrier(*store_, "loom/ucx/close", size_, absl::Seconds(10)).IgnoreError();
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<void*> closing;
+    for (ucp_ep_h ep : eps_) {
+      if (!ep) continue;
+      ucp_request_param_t p{};
+      void* req = ucp_ep_close_nbx(ep, &p);
+      if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
+    }
+    absl::Time deadline = absl::Now() + absl::Seconds(5);
+    for (void* req : closing) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && absl::Now() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      ucp_request_free(req);
+    }
+    if (address_) ucp_worker_release_address(worker_, address_);
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+  }
+
+  absl::Status Init(absl::Duration timeout) {
+    ucp_config_t* config = nullptr;
+    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+    if (s != UCS_OK) {
+      return absl::InvalidArgumentError(
+          UcsError("ucx backend: reading UCX configuration (check UCX_TLS / UCX_* variables)", s));
+    }
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG;
+    s = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    if (s != UCS_OK) {
+      return absl::UnavailableError(UcsError(
+          "ucx backend: ucp_init failed (are the transports in UCX_TLS available here?)", s));
+    }
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call under mu_
+    s = ucp_worker_create(context_, &wp, &worker_);
+    if (s != UCS_OK) return absl::UnavailableError(UcsError("ucx backend: ucp_worker_create", s));
+    size_t len = 0;
+    s = ucp_worker_get_address(worker_, &address_, &len);
+    if (s != UCS_OK) return absl::UnavailableError(UcsError("ucx backend: worker address", s));
+    absl::Status st = store_->Set(absl::StrCat("loom/ucx/addr/", rank_),
+                                  std::string(reinterpret_cast<char*>(address_), len));
+    if (!st.ok()) return st;
+    eps_.assign(size_, nullptr);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      auto addr = store_->Get(absl::StrCat("loom/ucx/addr/", peer), timeout);
+      if (!addr.ok()) {
+        return absl::Status(addr.status().code(),
+                            absl::StrCat("ucx backend: rank ", rank_, " waiting for rank ", peer,
+                                         "'s worker address: ", addr.status().message()));
+      }
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      ep.address = reinterpret_cast<const ucp_address_t*>(addr->data());
+      ep.err_mode = peer_mode_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+      if (peer_mode_) {
+        ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.err_handler.cb = EndpointError;
+        ep.err_handler.arg = this;
+      }
+      s = ucp_ep_create(worker_, &ep, &eps_[peer]);
+      if (s != UCS_OK) {
+        return absl::UnavailableError(
+            absl::StrCat("ucx backend: rank ", rank_, " cannot reach rank ", peer, ": ",
+                         ucs_status_string(s), " (check UCX_TLS / --network)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void Post(TransportReq* r) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto* st = new ReqState;
+    st->owner = r;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.user_data = st;
+    void* ret;
+    if (r->is_send) {
+      p.cb.send = SendCallback;
+      ret = ucp_tag_send_nbx(eps_[r->peer], r->buf, r->bytes, r->tag, &p);
+    } else {
+      // UCX 1.13 leaves recv_info unset on immediate completion: always take
+      // the callback, which carries the sender's tag and the length.
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      p.cb.recv = RecvCallback;
+      p.recv_info.tag_info = &st->info;
+      ret = ucp_tag_recv_nbx(worker_, r->buf, r->bytes, r->tag, ~internal::kSigMask, &p);
+    }
+    if (ret == nullptr) {  // completed immediately; no callback will come
+      Complete(r, UCS_OK, r->is_send ? nullptr : &st->info);
+      delete st;
+    } else if (UCS_PTR_IS_ERR(ret)) {
+      Complete(r, UCS_PTR_STATUS(ret), nullptr);
+      delete st;
+    } else {
+      st->handle = ret;
+      r->impl = st;
+    }
+  }
+
+  void Test(const std::vector<TransportReq*>& reqs) override {
+    std::lock_guard<std::mutex> l(mu_);
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+  }
+
+  absl::Status WaitAll(const std::vector<TransportReq*>& reqs, absl::Time deadline,
+                       const std::atomic<bool>& abort) override {
+    int idle = 0;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        unsigned events = ucp_worker_progress(worker_);
+        bool all = true;
+        for (TransportReq* r : reqs) all = all && r->done;
+        if (all) return absl::OkStatus();
+        idle = events ? 0 : idle + 1;
+      }
+      if ((idle & 255) == 255) {
+        if (abort) return absl::CancelledError("communicator shut down");
+        if (absl::Now() >= deadline) {
+          for (TransportReq* r : reqs) {
+            if (!r->done) Cancel(r);
+          }
+          return absl::DeadlineExceededError("deadline");
+        }
+        sched_yield();
+      }
+    }
+  }
+
+  void Cancel(TransportReq* r) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto* st = static_cast<ReqState*>(r->impl);
+    if (r->done || st == nullptr) return;
+    st->owner = nullptr;  // the callback frees it
+    r->impl = nullptr;
+    if (!r->is_send) ucp_request_cancel(worker_, st->handle);
+  }
+
+ private:
+  int rank_, size_;
+  std::shared_ptr<Store> store_;
+  bool peer_mode_;
+  std::mutex mu_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_address_t* address_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
+                                                     std::shared_ptr<Store> store,
+                                                     const UcxOptions& options) {
+  if (size < 1 || size > internal::kMaxWorldSize || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("ucx backend: rank ", rank, " of world size ",
+                                                   size, " is out of range"));
+  }
+  if (!store) return absl::InvalidArgumentError("ucx backend: a rendezvous store is required");
+  if (!options.rndv_scheme.empty()) {
+    setenv("UCX_RNDV_SCHEME", options.rndv_scheme.c_str(), /*overwrite=*/0);
+  }
+  auto t = std::make_shared<UcxTransport>(rank, size, store, options.peer_failure_mode);
+  absl::Status s = t->Init(options.connect_timeout);
+  if (!s.ok()) return s;
+  std::vector<int> members(size);
+  for (int i = 0; i < size; ++i) members[i] = i;
+  internal::EngineOptions eo{options.comm, options.small_bytes};
+  auto world = std::make_unique<internal::Engine>(t, std::move(members), 1, eo, "ucx");
+  // Wire up every endpoint before returning (and prove the peers are there).
+  s = world->Barrier()->Wait();
+  if (!s.ok()) return s;
+  return std::unique_ptr<Communicator>(std::move(world));
+}
+
+}  // namespace loom::comm::ucx
