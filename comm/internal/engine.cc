@@ -167,8 +167,9 @@ WorkPtr Engine::Fail(const char* name, absl::Status status) {
   return CompletedWork(std::move(status), absl::StrCat(name, " in group '", group_name(), "'"));
 }
 
-WorkPtr Engine::Enqueue(const char* name, uint32_t sig, std::function<absl::Status(Op&)> run) {
-  uint32_t seq = next_seq_++;
+WorkPtr Engine::Enqueue(const char* name, uint32_t sig, std::function<absl::Status(Op&)> run,
+                        bool point_to_point) {
+  uint32_t seq = point_to_point ? next_p2p_seq_++ : next_seq_++;
   auto work = std::make_shared<EngineWork>(name, seq, options_.comm.timeout, helper_);
   bool was_empty;
   {
@@ -689,21 +690,22 @@ WorkPtr Engine::Send(const core::Tensor& tensor, int peer, int tag) {
   absl::Status s = CheckP2P("send", tensor, peer, tag, rank_, size());
   if (!s.ok()) return Fail("send", s);
   std::vector<P2POp> ops = {{P2POp::Kind::kSend, tensor, peer, tag}};
-  return Enqueue("send", 0, [this, ops](Op& o) { return P2P(o, ops, false); });
+  return Enqueue("send", 0, [this, ops](Op& o) { return P2P(o, ops, false); }, true);
 }
 
 WorkPtr Engine::Recv(const core::Tensor& tensor, int peer, int tag) {
   absl::Status s = CheckP2P("recv", tensor, peer, tag, rank_, size());
   if (!s.ok()) return Fail("recv", s);
   std::vector<P2POp> ops = {{P2POp::Kind::kRecv, tensor, peer, tag}};
-  return Enqueue("recv", 0, [this, ops](Op& o) { return P2P(o, ops, true); });
+  return Enqueue("recv", 0, [this, ops](Op& o) { return P2P(o, ops, true); }, true);
 }
 
 WorkPtr Engine::BatchSendRecv(const std::vector<P2POp>& ops) {
   absl::Status s = CheckBatch(ops, rank_, size());
   if (!s.ok()) return Fail("batch_send_recv", s);
   if (ops.empty()) return CompletedWork(absl::OkStatus(), "batch_send_recv (empty)");
-  return Enqueue("batch_send_recv", 0, [this, ops](Op& o) { return P2P(o, ops, true); });
+  return Enqueue("batch_send_recv", 0, [this, ops](Op& o) { return P2P(o, ops, true); },
+                 true);
 }
 
 // --------------------------------------------------------------------- split

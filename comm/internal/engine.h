@@ -90,7 +90,11 @@ class Engine : public Communicator {
     uint32_t sig = 0;
   };
 
-  WorkPtr Enqueue(const char* name, uint32_t sig, std::function<absl::Status(Op&)> run);
+  // Collectives are numbered in one sequence (their message tags carry it, so
+  // every rank must agree); point-to-point ops in another, since ranks issue
+  // different numbers of them (pipeline stages) and are matched by user tag.
+  WorkPtr Enqueue(const char* name, uint32_t sig, std::function<absl::Status(Op&)> run,
+                  bool point_to_point = false);
   WorkPtr Fail(const char* name, absl::Status status);
   void WorkerLoop();
   // Caller holds exec_mu_. Runs the next queued op; false if none.
@@ -129,7 +133,8 @@ class Engine : public Communicator {
   uint32_t ctx_;
   EngineOptions options_;
   const char* backend_name_;
-  uint32_t next_seq_ = 0;  // issuing thread only
+  uint32_t next_seq_ = 0;      // collectives; issuing thread only
+  uint32_t next_p2p_seq_ = 0;  // point-to-point; issuing thread only
 
   std::shared_ptr<EngineHelper> helper_;
   std::mutex exec_mu_;  // held while executing operations

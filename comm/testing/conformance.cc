@@ -339,6 +339,26 @@ absl::Status BatchCase(Communicator& c, const SuiteOptions& o) {
   return absl::OkStatus();
 }
 
+// Pipeline stages issue different numbers of point-to-point calls (one rank
+// batches what another sends one by one); collectives afterwards must still
+// match across ranks.
+absl::Status UnequalPointToPointCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return absl::OkStatus();
+  Tensor a = *Make(DType::kF32, 3, 0), b = *Make(DType::kF32, 3, 0);
+  if (r == 0) {  // two separate sends to rank 1
+    for (int64_t i = 0; i < 3; ++i) SetAt(a, i, DataVal(0, i)), SetAt(b, i, DataVal(7, i));
+    RETURN_IF_ERROR(WaitAll({c.Send(a, 1, 3), c.Send(b, 1, 4)}));
+  } else if (r == 1) {  // one batched receive of both
+    RETURN_IF_ERROR(c.BatchSendRecv({{P2POp::Kind::kRecv, a, 0, 3}, {P2POp::Kind::kRecv, b, 0, 4}})->Wait());
+    RETURN_IF_ERROR(CheckAll(b, 3, [&](int64_t i) { return DataVal(7, i); }, "unequal p2p", c));
+  }
+  Tensor sum = *Make(DType::kF32, 5, 0);
+  for (int64_t i = 0; i < 5; ++i) SetAt(sum, i, 1.0);
+  RETURN_IF_ERROR(Annotate(c.AllReduce(sum, ReduceOp::kSum)->Wait(), "all_reduce after unequal p2p"));
+  return CheckAll(sum, 5, [&](int64_t) { return static_cast<double>(n); }, "all_reduce after unequal p2p", c);
+}
+
 absl::Status BarrierCase(Communicator& c, const SuiteOptions&) {
   for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(c.Barrier()->Wait());
   return absl::OkStatus();
@@ -550,6 +570,7 @@ std::vector<Case> Cases(const SuiteOptions& o) {
       {"SendRecv", bind(SendRecvCase)},
       {"BatchSendRecv", bind(BatchCase)},
       {"Barrier", bind(BarrierCase)},
+      {"UnequalPointToPoint", bind(UnequalPointToPointCase)},
       {"ManyInFlight", bind(ManyInFlightCase)},
       {"PollOnly", bind(PollOnlyCase)},
       {"Split", bind(SplitCase)},
