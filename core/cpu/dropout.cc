@@ -1,7 +1,5 @@
 #include "core/cpu/dropout.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -63,43 +61,115 @@ void DropoutBitsV3(uint64_t seed, uint64_t offset, uint64_t first_group, int64_t
   }
 }
 
-// The same with AVX-512: one group of 16 blocks per iteration.
+// The same with AVX-512. Each 64-bit lane holds one block's 32-bit word in
+// its low half (the high half is don't-care): vpmuludq then gives the full
+// 64-bit Philox product, whose high word is one shift away, and the
+// three-way xor is one vpternlogd. A group is two registers per word (blocks
+// 0-7 and 8-15); two groups (four independent chains) are interleaved to
+// hide the multiply latency. Exact integer arithmetic: bit-identical to
+// DropoutBitsV3 and Philox4x32_10.
+struct PhiloxLanes {
+  __m512i c0, c1, c2, c3;
+};
+
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void PhiloxRound(
+    PhiloxLanes* s, __m512i m0, __m512i m1, __m512i k0, __m512i k1) {
+  const __m512i p0 = _mm512_mul_epu32(s->c0, m0);
+  const __m512i p1 = _mm512_mul_epu32(s->c2, m1);
+  s->c0 = _mm512_ternarylogic_epi32(_mm512_srli_epi64(p1, 32), s->c1, k0, 0x96);
+  s->c1 = p1;
+  s->c2 = _mm512_ternarylogic_epi32(_mm512_srli_epi64(p0, 32), s->c3, k1, 0x96);
+  s->c3 = p0;
+}
+
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline PhiloxLanes PhiloxInit(
+    uint64_t block, uint64_t offset) {
+  const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  return {_mm512_add_epi64(_mm512_set1_epi64(static_cast<uint32_t>(block)), iota),
+          _mm512_set1_epi32(static_cast<int>(block >> 32)),
+          _mm512_set1_epi32(static_cast<int>(offset)),
+          _mm512_set1_epi32(static_cast<int>(offset >> 32))};
+}
+
+// Writes the 128 values of one group from its two halves (blocks 0-7, 8-15).
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void PhiloxStoreGroup(
+    const PhiloxLanes& a, const PhiloxLanes& b, uint32_t* out) {
+  const __m512i idx =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i low16 = _mm512_set1_epi32(0xffff);
+  const __m512i words[4] = {_mm512_permutex2var_epi32(a.c0, idx, b.c0),
+                            _mm512_permutex2var_epi32(a.c1, idx, b.c1),
+                            _mm512_permutex2var_epi32(a.c2, idx, b.c2),
+                            _mm512_permutex2var_epi32(a.c3, idx, b.c3)};
+  for (int w = 0; w < 4; ++w) {
+    _mm512_store_si512(out + 16 * w, _mm512_and_si512(words[w], low16));
+    _mm512_store_si512(out + 64 + 16 * w, _mm512_srli_epi32(words[w], 16));
+  }
+}
+
+// `bits` must be 64-byte aligned.
 __attribute__((target("arch=x86-64-v4"))) void DropoutBitsV4(uint64_t seed, uint64_t offset,
                                                              uint64_t first_group, int64_t n,
                                                              uint32_t* bits) {
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i low16 = _mm512_set1_epi32(0xffff);
-  for (int64_t k = 0; k < n; ++k) {
+  const __m512i m0 = _mm512_set1_epi64(0xD2511F53u);
+  const __m512i m1 = _mm512_set1_epi64(0xCD9E8D57u);
+  const __m512i w0 = _mm512_set1_epi32(static_cast<int>(0x9E3779B9u));
+  const __m512i w1 = _mm512_set1_epi32(static_cast<int>(0xBB67AE85u));
+  const __m512i key0 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed)));
+  const __m512i key1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed >> 32)));
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
     const uint64_t block = 16 * (first_group + k);
-    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(block)), iota);
-    __m512i c1 = _mm512_set1_epi32(static_cast<int>(block >> 32));
-    __m512i c2 = _mm512_set1_epi32(static_cast<int>(offset));
-    __m512i c3 = _mm512_set1_epi32(static_cast<int>(offset >> 32));
-    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
+    PhiloxLanes s2 = PhiloxInit(block + 16, offset), s3 = PhiloxInit(block + 24, offset);
+    __m512i k0 = key0, k1 = key1;
     for (int round = 0; round < 10; ++round) {
-      const __m512i e0 = _mm512_mul_epu32(c0, m0);
-      const __m512i o0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
-      const __m512i e1 = _mm512_mul_epu32(c2, m1);
-      const __m512i o1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
-      const __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, e0, _mm512_slli_epi64(o0, 32));
-      const __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(e0, 32), o0);
-      const __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, e1, _mm512_slli_epi64(o1, 32));
-      const __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(e1, 32), o1);
-      c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
-      c1 = lo1;
-      c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
-      c3 = lo0;
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
+      PhiloxRound(&s0, m0, m1, k0, k1);
+      PhiloxRound(&s1, m0, m1, k0, k1);
+      PhiloxRound(&s2, m0, m1, k0, k1);
+      PhiloxRound(&s3, m0, m1, k0, k1);
+      k0 = _mm512_add_epi32(k0, w0);
+      k1 = _mm512_add_epi32(k1, w1);
     }
-    uint32_t* out = bits + kGroup * k;
-    const __m512i words[4] = {c0, c1, c2, c3};
-    for (int w = 0; w < 4; ++w) {
-      _mm512_storeu_si512(out + 16 * w, _mm512_and_si512(words[w], low16));
-      _mm512_storeu_si512(out + 64 + 16 * w, _mm512_srli_epi32(words[w], 16));
+    PhiloxStoreGroup(s0, s1, bits + kGroup * k);
+    PhiloxStoreGroup(s2, s3, bits + kGroup * (k + 1));
+  }
+  if (k < n) {
+    const uint64_t block = 16 * (first_group + k);
+    PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
+    __m512i k0 = key0, k1 = key1;
+    for (int round = 0; round < 10; ++round) {
+      PhiloxRound(&s0, m0, m1, k0, k1);
+      PhiloxRound(&s1, m0, m1, k0, k1);
+      k0 = _mm512_add_epi32(k0, w0);
+      k1 = _mm512_add_epi32(k1, w1);
     }
+    PhiloxStoreGroup(s0, s1, bits + kGroup * k);
+  }
+}
+
+// dst = b >= threshold ? src * scale : 0; mask (may be null) = b >= threshold.
+__attribute__((target("arch=x86-64-v4"))) void ApplyTileV4(const uint32_t* b, const float* src,
+                                                           float* dst, uint8_t* mask, int64_t len,
+                                                           uint32_t threshold, float scale) {
+  const __m512i thr = _mm512_set1_epi32(static_cast<int>(threshold));
+  const __m512 vs = _mm512_set1_ps(scale);
+  const __m128i one = _mm_set1_epi8(1);
+  for (int64_t j = 0; j < len; j += 16) {
+    const __mmask16 t = static_cast<__mmask16>(len - j >= 16 ? 0xffffu : (1u << (len - j)) - 1u);
+    const __mmask16 keep = _mm512_mask_cmpge_epu32_mask(t, _mm512_maskz_loadu_epi32(t, b + j), thr);
+    _mm512_mask_storeu_ps(dst + j, t, _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(t, src + j), vs));
+    if (mask != nullptr) _mm_mask_storeu_epi8(mask + j, t, _mm_maskz_mov_epi8(keep, one));
+  }
+}
+
+void ApplyTileV3(const uint32_t* b, const float* src, float* dst, uint8_t* mask, int64_t len,
+                 uint32_t threshold, float scale) {
+#pragma omp simd
+  for (int64_t j = 0; j < len; ++j) dst[j] = b[j] >= threshold ? src[j] * scale : 0.0f;
+  if (mask != nullptr) {
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) mask[j] = b[j] >= threshold ? 1 : 0;
   }
 }
 
@@ -157,6 +227,7 @@ void Apply(const float* in, float* out, uint8_t* mask, int64_t numel, int64_t c,
   const int64_t stride = where.row_stride == 0 ? c : where.row_stride;
   const uint32_t threshold = DropoutThreshold(opts.p);
   const float scale = opts.p >= 1.0f ? 0.0f : 1.0f / (1.0f - opts.p);
+  const bool avx512 = internal::UseAvx512();
 #pragma omp parallel
   {
     alignas(64) uint32_t bits[kGroup * kTileGroups];
@@ -171,15 +242,11 @@ void Apply(const float* in, float* out, uint8_t* mask, int64_t numel, int64_t c,
         const int64_t len = std::min(c - c0, kGroup * kTileGroups - skip);
         const int64_t ngroups = (skip + len + kGroup - 1) / kGroup;
         DropoutBits(opts.seed, opts.offset, static_cast<uint64_t>(first_group), ngroups, bits);
-        const uint32_t* b = bits + skip;
-        const float* src = in + r * c + c0;
-        float* dst = out + r * c + c0;
-#pragma omp simd
-        for (int64_t j = 0; j < len; ++j) dst[j] = b[j] >= threshold ? src[j] * scale : 0.0f;
-        if (mask != nullptr) {
-          uint8_t* m = mask + r * c + c0;
-#pragma omp simd
-          for (int64_t j = 0; j < len; ++j) m[j] = b[j] >= threshold ? 1 : 0;
+        uint8_t* m = mask != nullptr ? mask + r * c + c0 : nullptr;
+        if (avx512) {
+          ApplyTileV4(bits + skip, in + r * c + c0, out + r * c + c0, m, len, threshold, scale);
+        } else {
+          ApplyTileV3(bits + skip, in + r * c + c0, out + r * c + c0, m, len, threshold, scale);
         }
         c0 += len;
       }

@@ -42,7 +42,29 @@ LOOM_CPU_INLINE void GeluForwardRangeBody(const float* x, float* y, int64_t n) {
     y[i] = v / (1.0f + ExpF(-2.0f * u));
   }
 }
-LOOM_CPU_MULTIVERSION(GeluForwardRange, (const float* x, float* y, int64_t n), (x, y, n))
+// AVX-512: gelu = x / (1 + exp(z)), z = -2u = x (a + b x^2); Exp512 and a
+// Newton-refined rcp14 instead of a divide.
+LOOM_CPU_V4 LOOM_CPU_INLINE __m512 GeluForward16(__m512 v) {
+  const __m512 a = _mm512_set1_ps(-2.0f * kSqrt2OverPi);
+  const __m512 b = _mm512_set1_ps(-2.0f * kSqrt2OverPi * kGeluCoeff);
+  const __m512 z = _mm512_mul_ps(_mm512_fmadd_ps(b, _mm512_mul_ps(v, v), a), v);
+  const __m512 d = _mm512_add_ps(internal::Exp512(z), _mm512_set1_ps(1.0f));
+  return internal::Div512(v, d);
+}
+LOOM_CPU_V4 __attribute__((noinline)) void GeluForwardRangeV4(const float* x, float* y,
+                                                              int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+    _mm512_storeu_ps(y + i, GeluForward16(v0));
+    _mm512_storeu_ps(y + i + 16, GeluForward16(v1));
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = internal::TailMask(std::min<int64_t>(16, n - i));
+    _mm512_mask_storeu_ps(y + i, k, GeluForward16(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+}
+LOOM_CPU_DISPATCH_V4(GeluForwardRange, (const float* x, float* y, int64_t n), (x, y, n))
 
 // With s = sigmoid(2u): gelu = x s, gelu' = s + 2 x s (1 - s) u'(x).
 LOOM_CPU_INLINE void GeluBackwardRangeBody(const float* x, const float* dout, float* dx,
@@ -56,8 +78,37 @@ LOOM_CPU_INLINE void GeluBackwardRangeBody(const float* x, const float* dout, fl
     dx[i] = dout[i] * (s + 2.0f * v * s * (1.0f - s) * du);
   }
 }
-LOOM_CPU_MULTIVERSION(GeluBackwardRange, (const float* x, const float* dout, float* dx, int64_t n),
-                      (x, dout, dx, n))
+// AVX-512: s = 1 / (1 + exp(-2u)); dx = dout (s + x s (1 - s) 2u'(x)).
+LOOM_CPU_V4 LOOM_CPU_INLINE __m512 GeluBackward16(__m512 v, __m512 d) {
+  const __m512 a = _mm512_set1_ps(-2.0f * kSqrt2OverPi);
+  const __m512 b = _mm512_set1_ps(-2.0f * kSqrt2OverPi * kGeluCoeff);
+  const __m512 c1 = _mm512_set1_ps(2.0f * kSqrt2OverPi);
+  const __m512 c3 = _mm512_set1_ps(2.0f * 3.0f * kSqrt2OverPi * kGeluCoeff);
+  const __m512 v2 = _mm512_mul_ps(v, v);
+  const __m512 z = _mm512_mul_ps(_mm512_fmadd_ps(b, v2, a), v);
+  const __m512 s = internal::Rcp512(_mm512_add_ps(internal::Exp512(z), _mm512_set1_ps(1.0f)));
+  const __m512 du2 = _mm512_fmadd_ps(c3, v2, c1);    // 2 u'(x)
+  const __m512 t = _mm512_mul_ps(_mm512_fnmadd_ps(s, s, s), v);  // x s (1 - s)
+  return _mm512_mul_ps(d, _mm512_fmadd_ps(t, du2, s));
+}
+LOOM_CPU_V4 __attribute__((noinline)) void GeluBackwardRangeV4(const float* x, const float* dout,
+                                                               float* dx, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 r0 = GeluBackward16(_mm512_loadu_ps(x + i), _mm512_loadu_ps(dout + i));
+    const __m512 r1 = GeluBackward16(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(dout + i + 16));
+    _mm512_storeu_ps(dx + i, r0);
+    _mm512_storeu_ps(dx + i + 16, r1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = internal::TailMask(std::min<int64_t>(16, n - i));
+    _mm512_mask_storeu_ps(
+        dx + i, k,
+        GeluBackward16(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, dout + i)));
+  }
+}
+LOOM_CPU_DISPATCH_V4(GeluBackwardRange, (const float* x, const float* dout, float* dx, int64_t n),
+                     (x, dout, dx, n))
 
 }  // namespace
 

@@ -8,6 +8,14 @@
 #include <cstdint>
 #include <cstring>
 
+// GCC 12's AVX-512 headers initialise their "undefined" vectors from
+// themselves, which -Wall reports at every inlined use; silence that here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
 namespace loom::core::cpu::internal {
 
 // True when the CPU has AVX-512 (F, BW, DQ, VL) and LOOM_CPU_NO_AVX512 is
@@ -18,18 +26,39 @@ bool UseAvx512();
 
 // Compute-bound loops are compiled twice: for the build's baseline
 // (x86-64-v3, AVX2) and for x86-64-v4 with 512-bit vectors, chosen at run
-// time by UseAvx512(). Both run the same operations in the same order (no
-// reassociation), so they give bitwise-identical results; tests run both.
-// Write the loop once as a LOOM_CPU_INLINE function `NameBody`, then
+// time by UseAvx512(). Write the loop once as a LOOM_CPU_INLINE function
+// `NameBody`, then
 //   LOOM_CPU_MULTIVERSION(Name, (const float* x, int64_t n), (x, n))
 // defines `void Name(const float* x, int64_t n)` that dispatches to a copy of
-// NameBody compiled for each target.
+// NameBody compiled for each target. Both copies run the same operations in
+// the same order (no reassociation), so they give bitwise-identical results.
+//
+// The hottest kernels (GELU, softmax forward, LayerNorm) instead have a
+// hand-written AVX-512 variant `NameV4` (LOOM_CPU_V4, intrinsics: polynomial
+// exp with vscalefps, rcp14 + a Newton step instead of a divide, several
+// vector accumulators) next to the AVX2 `NameBody`:
+//   LOOM_CPU_DISPATCH_V4(Name, params, args)
+// RULE for those: the two paths are NOT bitwise identical; each is within the
+// tests' accuracy tolerances of the double reference (tests run both paths),
+// and each path is deterministic (same inputs and thread count, same bits).
+// Dropout is exact integer arithmetic: its masks and outputs stay
+// bit-identical on every path (layout independence depends on that).
 #define LOOM_CPU_INLINE __attribute__((always_inline)) inline
 #define LOOM_CPU_MULTIVERSION(name, params, args)                     \
   __attribute__((target("arch=x86-64-v4,prefer-vector-width=512"),    \
                  noinline)) void name##V4 params {                    \
     name##Body args;                                                  \
   }                                                                   \
+  __attribute__((noinline)) void name##V3 params { name##Body args; } \
+  void name params {                                                  \
+    if (::loom::core::cpu::internal::UseAvx512()) {                   \
+      name##V4 args;                                                  \
+    } else {                                                          \
+      name##V3 args;                                                  \
+    }                                                                 \
+  }
+#define LOOM_CPU_V4 __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
+#define LOOM_CPU_DISPATCH_V4(name, params, args)                      \
   __attribute__((noinline)) void name##V3 params { name##Body args; } \
   void name params {                                                  \
     if (::loom::core::cpu::internal::UseAvx512()) {                   \
@@ -96,6 +125,49 @@ inline float MaxOf(const float* x, int64_t n) {
   for (; i < n; ++i) m = m > x[i] ? m : x[i];
   for (int l = 0; l < 32; ++l) m = m > acc[l] ? m : acc[l];
   return m;
+}
+
+// ---- AVX-512 helpers (call only from LOOM_CPU_V4 functions) ----
+
+// exp(z), 16 lanes, max relative error ~2 ulp for z in [-87.3, 88.7]: z is
+// clamped to that range (so +-Inf and huge inputs give ~1.2e-38 / ~3.4e38
+// instead of 0 / Inf; NaN stays NaN), n = round(z / ln 2), Cody-Waite
+// r = z - n ln 2 in two FMAs, a degree-5 minimax polynomial on
+// [-ln2/2, ln2/2] (ARM optimized-routines' expf), then vscalefps by 2^n.
+// `clamp_hi` = false skips the upper clamp where z <= 0 is known.
+template <bool clamp_hi = true>
+LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Exp512(__m512 z) {
+  z = _mm512_max_ps(z, _mm512_set1_ps(-87.3365478515625f));
+  if (clamp_hi) z = _mm512_min_ps(z, _mm512_set1_ps(88.72283172607421875f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), z);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(0x1.0e4020p-7f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0x1.573e2ep-5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0x1.555e66p-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0x1.fffdb6p-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0x1.ffffecp-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// 1 / d to ~1 ulp: rcp14 and one Newton step.
+LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Rcp512(__m512 d) {
+  const __m512 r = _mm512_rcp14_ps(d);
+  return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.0f)), r);
+}
+
+// x / d to ~1 ulp: x * rcp14(d), then one residual correction.
+LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Div512(__m512 x, __m512 d) {
+  const __m512 r = _mm512_rcp14_ps(d);
+  const __m512 q = _mm512_mul_ps(x, r);
+  return _mm512_fmadd_ps(_mm512_fnmadd_ps(d, q, x), r, q);
+}
+
+// Mask of the first n lanes (0 <= n <= 16).
+LOOM_CPU_V4 LOOM_CPU_INLINE __mmask16 TailMask(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1u);
 }
 
 }  // namespace loom::core::cpu::internal
