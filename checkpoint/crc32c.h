@@ -13,6 +13,10 @@ namespace loom::checkpoint {
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
 
+// The CRC of A+B from crc(A), crc(B) and |B| (zlib's crc32_combine):
+// lets independent chunks be checksummed in parallel and merged.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+
 // The portable table implementation (the oracle the fast path is tested against).
 uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t n);
 

@@ -1,5 +1,6 @@
 #include "checkpoint/crc32c.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -44,6 +45,44 @@ TEST(Crc32cTest, ExtendEqualsWhole) {
   const std::string ab = a + b;
   EXPECT_EQ(Crc32cExtend(Crc32c(a.data(), a.size()), b.data(), b.size()),
             Crc32c(ab.data(), ab.size()));
+}
+
+TEST(Crc32cTest, ThreeWayPathMatchesTable) {
+  std::mt19937 rng(11);
+  std::vector<unsigned char> buf((1 << 20) + 64);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  for (size_t start : {0, 1, 3, 8}) {
+    for (size_t n : {size_t{64 << 10}, size_t{(64 << 10) + 5}, size_t{200001}, size_t{1 << 20}}) {
+      ASSERT_EQ(Crc32cExtend(0x1234567u, buf.data() + start, n),
+                Crc32cExtendPortable(0x1234567u, buf.data() + start, n))
+          << "start " << start << " n " << n;
+    }
+  }
+}
+
+TEST(Crc32cTest, CombineEqualsWhole) {
+  std::mt19937 rng(3);
+  std::vector<unsigned char> buf(100000);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  const uint32_t whole = Crc32c(buf.data(), buf.size());
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{4096}, size_t{77777}, buf.size()}) {
+    EXPECT_EQ(Crc32cCombine(Crc32c(buf.data(), cut), Crc32c(buf.data() + cut, buf.size() - cut),
+                            buf.size() - cut),
+              whole)
+        << "cut " << cut;
+  }
+}
+
+// Combining across more than 2^29 bytes (8 * n needs more than 32 bits):
+// checked against checksumming the bytes themselves (calloc'ed zero pages,
+// which cost no memory).
+TEST(Crc32cTest, CombineHugeLengths) {
+  const size_t n = (size_t{1} << 29) + 12345;
+  void* zeros = std::calloc(n, 1);
+  ASSERT_NE(zeros, nullptr);
+  const uint32_t a = Crc32c("loom", 4);
+  EXPECT_EQ(Crc32cCombine(a, Crc32c(zeros, n), n), Crc32cExtend(a, zeros, n));
+  std::free(zeros);
 }
 
 TEST(Crc32cTest, DetectsEverySingleBitFlip) {

@@ -86,10 +86,12 @@ std::vector<Piece> PiecesToSave(const RankView& v, bool save_optimizer) {
 absl::Status LoadRank(CheckpointReader& reader, const RankView& v, bool load_optimizer) {
   const bool moments = load_optimizer && v.exp_avg != nullptr && v.exp_avg_sq != nullptr &&
                        reader.manifest().training().has_optimizer_state();
-  if (moments) {
-    std::memset(v.exp_avg->data<float>(), 0, v.exp_avg->nbytes());
-    std::memset(v.exp_avg_sq->data<float>(), 0, v.exp_avg_sq->nbytes());
-  }
+  // Every read of this rank, done as one batch (one pass per file, its
+  // checksum checked before ReadMany returns). Elements no read covers are
+  // zeroed: the padding of each parameter, and the moments outside the
+  // stored ranges.
+  std::vector<CheckpointReader::Request> requests;
+  std::vector<std::pair<int64_t, int64_t>> moment_ranges;  // [at, +n) in the moment buffers
   for (layers::Param& p : v.params->params()) {
     const Placement pl = PlacementOf(p, v.model);
     const TensorInfo* t = reader.Find(p.spec->name, PARAM);
@@ -107,8 +109,12 @@ absl::Status LoadRank(CheckpointReader& reader, const RankView& v, bool load_opt
                        "] in checkpoint ", reader.path(), " but [", want, "] from the flags"));
     }
     float* value = p.value.data<float>();
-    if (pl.rect.numel() < p.value.numel()) std::memset(value, 0, p.value.nbytes());
-    LOOM_RETURN_IF_ERROR(reader.Read(p.spec->name, PARAM, pl.rect, value));
+    // The stored rectangle is the local shard's leading rows: zero the rest.
+    if (pl.rect.numel() < p.value.numel()) {
+      std::memset(value + pl.rect.numel(), 0,
+                  static_cast<size_t>(p.value.numel() - pl.rect.numel()) * sizeof(float));
+    }
+    requests.push_back({p.spec->name, PARAM, pl.rect, value});
     if (!moments) continue;
     int64_t begin, end;
     MomentRange(p, v, pl, &begin, &end);
@@ -117,11 +123,26 @@ absl::Status LoadRank(CheckpointReader& reader, const RankView& v, bool load_opt
     r.flat_begin = begin;
     r.flat_end = end;
     const int64_t at = p.offset + begin - v.shard_begin;
-    LOOM_RETURN_IF_ERROR(reader.Read(p.spec->name, EXP_AVG, r, v.exp_avg->data<float>() + at));
-    LOOM_RETURN_IF_ERROR(
-        reader.Read(p.spec->name, EXP_AVG_SQ, r, v.exp_avg_sq->data<float>() + at));
+    requests.push_back({p.spec->name, EXP_AVG, r, v.exp_avg->data<float>() + at});
+    requests.push_back({p.spec->name, EXP_AVG_SQ, r, v.exp_avg_sq->data<float>() + at});
+    moment_ranges.push_back({at, end - begin});
   }
-  return absl::OkStatus();
+  if (moments) {
+    // Zero the gaps between the ranges read (not the whole buffers: that
+    // would be a second pass over all of them).
+    std::sort(moment_ranges.begin(), moment_ranges.end());
+    for (core::Tensor* m : {v.exp_avg, v.exp_avg_sq}) {
+      float* data = m->data<float>();
+      const int64_t total = m->numel();
+      int64_t at = 0;
+      for (const auto& [begin, n] : moment_ranges) {
+        if (begin > at) std::memset(data + at, 0, static_cast<size_t>(begin - at) * sizeof(float));
+        at = std::max(at, begin + n);
+      }
+      if (total > at) std::memset(data + at, 0, static_cast<size_t>(total - at) * sizeof(float));
+    }
+  }
+  return reader.ReadMany(requests);
 }
 
 ModelConfig ModelConfigProto(const layers::GptConfig& c) {
