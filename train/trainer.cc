@@ -413,7 +413,18 @@ absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t
     ids.push_back(static_cast<int32_t>(next));
     out.push_back(static_cast<int32_t>(next));
   }
-  return tokenizer_->Decode(out);
+  // End-of-document tokens become blank lines (the byte tokenizer's is NUL).
+  std::string text;
+  std::vector<int32_t> piece;
+  for (int32_t id : out) {
+    if (id == tokenizer_->eod_id()) {
+      text += tokenizer_->Decode(piece) + "\n\n";
+      piece.clear();
+    } else {
+      piece.push_back(id);
+    }
+  }
+  return text + tokenizer_->Decode(piece);
 }
 
 }  // namespace loom::train
