@@ -12,6 +12,7 @@ namespace {
 
 // Groups of 128 elements (16 Philox blocks) generated per tile.
 constexpr int64_t kTileGroups = 16;
+
 constexpr int64_t kGroup = 128;
 
 // AVX2: 32x32 -> 64-bit products of 8 lanes, split into high and low words.
@@ -148,6 +149,146 @@ __attribute__((target("arch=x86-64-v4"))) void DropoutBitsV4(uint64_t seed, uint
   }
 }
 
+// Fused AVX-512 dropout of one row segment: the Philox words of each group
+// stay in registers (no bits tile round trip through L1) and are compared and
+// applied directly. Elements [0, len) of src/dst/mask have global indices
+// [g0, g0 + len). Lanes outside [0, len) are masked off (masked loads/stores
+// suppress faults), so partial head/tail groups need no special path. Exact
+// integer arithmetic: masks bit-identical to DropoutBitsAt.
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void ApplyGroupV4(
+    const PhiloxLanes& a, const PhiloxLanes& b, int64_t e0, int64_t len, const float* src,
+    float* dst, uint8_t* mask, __m512i thr, __m512 vs) {
+  const __m512i idx =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i low16 = _mm512_set1_epi32(0xffff);
+  const __m128i one = _mm_set1_epi8(1);
+  const __m512i words[4] = {_mm512_permutex2var_epi32(a.c0, idx, b.c0),
+                            _mm512_permutex2var_epi32(a.c1, idx, b.c1),
+                            _mm512_permutex2var_epi32(a.c2, idx, b.c2),
+                            _mm512_permutex2var_epi32(a.c3, idx, b.c3)};
+  if (e0 >= 0 && e0 + kGroup <= len) {
+    // Whole group: plain (unmasked) loads and stores; masked stores to lines
+    // that are not in cache are much slower than plain ones on some cores.
+    for (int q = 0; q < 8; ++q) {
+      const __m512i bits =
+          q < 4 ? _mm512_and_si512(words[q], low16) : _mm512_srli_epi32(words[q - 4], 16);
+      const int64_t e = e0 + 16 * q;
+      const __mmask16 keep = _mm512_cmpge_epu32_mask(bits, thr);
+      _mm512_storeu_ps(dst + e, _mm512_maskz_mul_ps(keep, _mm512_loadu_ps(src + e), vs));
+      if (mask != nullptr) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(mask + e), _mm_maskz_mov_epi8(keep, one));
+      }
+    }
+    return;
+  }
+  constexpr bool full = false;
+  for (int q = 0; q < 8; ++q) {
+    const __m512i bits =
+        q < 4 ? _mm512_and_si512(words[q], low16) : _mm512_srli_epi32(words[q - 4], 16);
+    const int64_t e = e0 + 16 * q;
+    __mmask16 t = 0xffff;
+    if (!full) {
+      if (e + 16 <= 0 || e >= len) continue;
+      const int64_t lo = e < 0 ? -e : 0, hi = len - e < 16 ? len - e : 16;
+      t = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+    }
+    const __mmask16 keep = _mm512_mask_cmpge_epu32_mask(t, bits, thr);
+    _mm512_mask_storeu_ps(dst + e, t, _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(t, src + e), vs));
+    if (mask != nullptr) _mm_mask_storeu_epi8(mask + e, t, _mm_maskz_mov_epi8(keep, one));
+  }
+}
+
+// A whole group whose 8 source vectors are already loaded.
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void ApplyWholeGroupV4(
+    const PhiloxLanes& a, const PhiloxLanes& b, const __m512* x, int64_t e0, float* dst,
+    uint8_t* mask, __m512i thr, __m512 vs) {
+  const __m512i idx =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i low16 = _mm512_set1_epi32(0xffff);
+  const __m128i one = _mm_set1_epi8(1);
+  const __m512i words[4] = {_mm512_permutex2var_epi32(a.c0, idx, b.c0),
+                            _mm512_permutex2var_epi32(a.c1, idx, b.c1),
+                            _mm512_permutex2var_epi32(a.c2, idx, b.c2),
+                            _mm512_permutex2var_epi32(a.c3, idx, b.c3)};
+  for (int q = 0; q < 8; ++q) {
+    const __m512i bits =
+        q < 4 ? _mm512_and_si512(words[q], low16) : _mm512_srli_epi32(words[q - 4], 16);
+    const int64_t e = e0 + 16 * q;
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(bits, thr);
+    _mm512_storeu_ps(dst + e, _mm512_maskz_mul_ps(keep, x[q], vs));
+    if (mask != nullptr) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(mask + e), _mm_maskz_mov_epi8(keep, one));
+    }
+  }
+}
+
+__attribute__((target("arch=x86-64-v4"))) void DropoutRowV4(uint64_t seed, uint64_t offset,
+                                                            int64_t g0, int64_t len,
+                                                            const float* src, float* dst,
+                                                            uint8_t* mask, uint32_t threshold,
+                                                            float scale) {
+  if (len <= 0) return;
+  const __m512i m0 = _mm512_set1_epi64(0xD2511F53u);
+  const __m512i m1 = _mm512_set1_epi64(0xCD9E8D57u);
+  const __m512i w0 = _mm512_set1_epi32(static_cast<int>(0x9E3779B9u));
+  const __m512i w1 = _mm512_set1_epi32(static_cast<int>(0xBB67AE85u));
+  const __m512i key0 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed)));
+  const __m512i key1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed >> 32)));
+  const __m512i thr = _mm512_set1_epi32(static_cast<int>(threshold));
+  const __m512 vs = _mm512_set1_ps(scale);
+  const int64_t gend = (g0 + len + kGroup - 1) / kGroup;
+  int64_t g = g0 / kGroup;
+  // Pairs of whole groups: 4 Philox chains for latency hiding; the first
+  // group's 8 loads are issued before the rounds, so they reach memory early
+  // (the rounds otherwise fill the out-of-order window and, once the data no
+  // longer fits in cache, the loads serialise behind them).
+  for (; g + 1 < gend; g += 2) {
+    const int64_t e0 = g * kGroup - g0;
+    if (!(e0 >= 0 && e0 + 2 * kGroup <= len)) break;
+    const uint64_t block = 16 * static_cast<uint64_t>(g);
+    __m512 x[8];
+    for (int q = 0; q < 8; ++q) x[q] = _mm512_loadu_ps(src + e0 + 16 * q);
+    PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
+    PhiloxLanes s2 = PhiloxInit(block + 16, offset), s3 = PhiloxInit(block + 24, offset);
+    __m512i k0 = key0, k1 = key1;
+    for (int round = 0; round < 10; ++round) {
+      PhiloxRound(&s0, m0, m1, k0, k1);
+      PhiloxRound(&s1, m0, m1, k0, k1);
+      PhiloxRound(&s2, m0, m1, k0, k1);
+      PhiloxRound(&s3, m0, m1, k0, k1);
+      k0 = _mm512_add_epi32(k0, w0);
+      k1 = _mm512_add_epi32(k1, w1);
+    }
+    // All loads of the pair precede its stores.
+    __m512 y[8];
+    for (int q = 0; q < 8; ++q) y[q] = _mm512_loadu_ps(src + e0 + kGroup + 16 * q);
+    ApplyWholeGroupV4(s0, s1, x, e0, dst, mask, thr, vs);
+    ApplyWholeGroupV4(s2, s3, y, e0 + kGroup, dst, mask, thr, vs);
+  }
+  for (; g < gend; ++g) {
+    const uint64_t block = 16 * static_cast<uint64_t>(g);
+    const int64_t e0 = g * kGroup - g0;
+    const bool full = e0 >= 0 && e0 + kGroup <= len;
+    __m512 x[8];
+    if (full) {
+      for (int q = 0; q < 8; ++q) x[q] = _mm512_loadu_ps(src + e0 + 16 * q);
+    }
+    PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
+    __m512i k0 = key0, k1 = key1;
+    for (int round = 0; round < 10; ++round) {
+      PhiloxRound(&s0, m0, m1, k0, k1);
+      PhiloxRound(&s1, m0, m1, k0, k1);
+      k0 = _mm512_add_epi32(k0, w0);
+      k1 = _mm512_add_epi32(k1, w1);
+    }
+    if (full) {
+      ApplyWholeGroupV4(s0, s1, x, e0, dst, mask, thr, vs);
+    } else {
+      ApplyGroupV4(s0, s1, e0, len, src, dst, mask, thr, vs);
+    }
+  }
+}
+
 // dst = b >= threshold ? src * scale : 0; mask (may be null) = b >= threshold.
 __attribute__((target("arch=x86-64-v4"))) void ApplyTileV4(const uint32_t* b, const float* src,
                                                            float* dst, uint8_t* mask, int64_t len,
@@ -234,6 +375,11 @@ void Apply(const float* in, float* out, uint8_t* mask, int64_t numel, int64_t c,
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t g_row = where.first_index + r * stride;  // global index of (r, 0)
+      if (avx512) {
+        DropoutRowV4(opts.seed, opts.offset, g_row, c, in + r * c, out + r * c,
+                     mask != nullptr ? mask + r * c : nullptr, threshold, scale);
+        continue;
+      }
       for (int64_t c0 = 0; c0 < c;) {
         // Tile: the groups that hold global indices [g_row + c0, ...).
         const int64_t g = g_row + c0;

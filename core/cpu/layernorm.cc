@@ -176,6 +176,44 @@ LOOM_CPU_V4 __attribute__((noinline)) void LayerNormBackwardRowV4(const float* d
     _mm512_mask_storeu_ps(dxr + j, k, _mm512_mul_ps(vs0, _mm512_fnmadd_ps(n0, mdnn0, t)));
   }
 }
+// AVX-512, kRows rows at once: the row sums first, then one column pass that
+// loads gamma and the dgamma/dbeta partials once per column vector for all
+// kRows rows (dg/db still get the rows added in row order: same bits as the
+// per-row version).
+template <int kRows>
+LOOM_CPU_V4 LOOM_CPU_INLINE void LayerNormBackwardRowsV4Impl(const float* dor, const float* xr,
+                                                            const float* pg, int64_t c,
+                                                            const float* m, const float* s,
+                                                            float* dxr, float* dg, float* db) {
+  using internal::TailMask;
+  __m512 mdn[kRows], mdnn[kRows], vs[kRows], vms[kRows];
+  for (int i = 0; i < kRows; ++i) {
+    LayerNormBackwardSumsV4(dor + i * c, xr + i * c, pg, c, m[i], s[i], &mdn[i], &mdnn[i]);
+    vs[i] = _mm512_set1_ps(s[i]);
+    vms[i] = _mm512_set1_ps(m[i] * s[i]);
+  }
+  for (int64_t j = 0; j < c; j += 16) {
+    const __mmask16 k = TailMask(std::min<int64_t>(16, c - j));
+    const __m512 g = _mm512_maskz_loadu_ps(k, pg + j);
+    __m512 vdg = _mm512_maskz_loadu_ps(k, dg + j), vdb = _mm512_maskz_loadu_ps(k, db + j);
+    for (int i = 0; i < kRows; ++i) {
+      const __m512 d = _mm512_maskz_loadu_ps(k, dor + i * c + j);
+      const __m512 n0 = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, xr + i * c + j), vs[i], vms[i]);
+      vdg = _mm512_fmadd_ps(n0, d, vdg);
+      vdb = _mm512_add_ps(d, vdb);
+      const __m512 t = _mm512_fmsub_ps(g, d, mdn[i]);
+      _mm512_mask_storeu_ps(dxr + i * c + j, k, _mm512_mul_ps(vs[i], _mm512_fnmadd_ps(n0, mdnn[i], t)));
+    }
+    _mm512_mask_storeu_ps(dg + j, k, vdg);
+    _mm512_mask_storeu_ps(db + j, k, vdb);
+  }
+}
+LOOM_CPU_V4 __attribute__((noinline)) void LayerNormBackwardRows4V4(
+    const float* dor, const float* xr, const float* pg, int64_t c, const float* m, const float* s,
+    float* dxr, float* dg, float* db) {
+  LayerNormBackwardRowsV4Impl<4>(dor, xr, pg, c, m, s, dxr, dg, db);
+}
+
 LOOM_CPU_DISPATCH_V4(LayerNormBackwardRow,
                      (const float* dor, const float* xr, const float* pg, int64_t c, float m,
                       float s, float* dxr, float* dg, float* db),
@@ -251,13 +289,28 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
   const int nthreads = omp_get_max_threads();
   // Per-thread [dgamma | dbeta] partial rows, added in thread order at the end.
   std::vector<float> partial(static_cast<size_t>(nthreads) * 2 * c, 0.0f);
+  const bool avx512 = internal::UseAvx512();
 #pragma omp parallel num_threads(nthreads)
   {
     float* dg = partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * c;
     float* db = dg + c;
+    if (avx512) {
+      // Blocks of 4 rows; each thread gets a contiguous run of rows as below.
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
+      int64_t r = lo;
+      for (; r + 4 <= hi; r += 4) {
+        LayerNormBackwardRows4V4(pdo + r * c, px + r * c, pg, c, pm + r, pr + r, pdx + r * c, dg,
+                                 db);
+      }
+      for (; r < hi; ++r) {
+        LayerNormBackwardRowV4(pdo + r * c, px + r * c, pg, c, pm[r], pr[r], pdx + r * c, dg, db);
+      }
+    } else {
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      LayerNormBackwardRow(pdo + r * c, px + r * c, pg, c, pm[r], pr[r], pdx + r * c, dg, db);
+      for (int64_t r = 0; r < rows; ++r) {
+        LayerNormBackwardRow(pdo + r * c, px + r * c, pg, c, pm[r], pr[r], pdx + r * c, dg, db);
+      }
     }
   }
   float* pdg = dgamma->data<float>();

@@ -152,6 +152,26 @@ LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Exp512(__m512 z) {
   return _mm512_scalef_ps(p, n);
 }
 
+// 2^w, 16 lanes, for w = z log2(e) (the caller folds log2(e) into the FMA
+// that produces its argument): same polynomial as Exp512 with ln 2 folded into
+// its coefficients; t = w - round(w) is exact, so this saves Exp512's
+// multiply and one Cody-Waite FMA. w is clamped to [-126, 127] (127 only if
+// `clamp_hi`: pass false where w <= ~0 is known); NaN stays NaN.
+template <bool clamp_hi = true>
+LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Exp2Poly512(__m512 w) {
+  w = _mm512_max_ps(w, _mm512_set1_ps(-126.0f));
+  if (clamp_hi) w = _mm512_min_ps(w, _mm512_set1_ps(127.0f));
+  const __m512 n = _mm512_roundscale_ps(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 t = _mm512_sub_ps(w, n);
+  __m512 p = _mm512_set1_ps(0.0013196047117671112f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.009671936793650302f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.05550986676563706f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.2402223116047261f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.6931467674120305f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
 // 1 / d to ~1 ulp: rcp14 and one Newton step.
 LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Rcp512(__m512 d) {
   const __m512 r = _mm512_rcp14_ps(d);
