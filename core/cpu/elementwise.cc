@@ -43,29 +43,20 @@ LOOM_CPU_INLINE void GeluForwardRangeBody(const float* x, float* y, int64_t n) {
   }
 }
 // AVX-512: gelu = x / (1 + exp(z)), z = -2u = x (a + b x^2), evaluated in
-// base 2: w = z log2(e) = x (a' + b' x^2) with log2(e) folded into a and b,
-// n = round(w), t = w - n (exact), 2^t by a degree-5 polynomial (the expf
-// minimax polynomial of Exp512 with ln 2 folded into its coefficients), then
-// vscalefps by 2^n and a Newton-refined rcp14 instead of a divide. Two fewer
-// FMA-pipe ops than Exp512 on the dependency chain; 4 vectors per iteration
-// for more independent chains in flight.
+// base 2: w = z log2(e) = x (a' + b' x^2) with log2(e) folded into a and b;
+// Exp2PolyHalf512(w + 0.5) splits off floor with one vreduceps, evaluates
+// 2^t by a degree-5 polynomial and scales with vscalefps; a Newton-refined
+// rcp14 replaces the divide. 4 vectors per iteration keep more independent
+// chains in flight.
 LOOM_CPU_V4 LOOM_CPU_INLINE __m512 GeluForward16(__m512 v) {
   constexpr float kLog2e = 1.44269504088896341f;
   const __m512 a = _mm512_set1_ps(-2.0f * kSqrt2OverPi * kLog2e);
   const __m512 b = _mm512_set1_ps(-2.0f * kSqrt2OverPi * kGeluCoeff * kLog2e);
-  __m512 w = _mm512_mul_ps(_mm512_fmadd_ps(b, _mm512_mul_ps(v, v), a), v);
-  // Clamp to the range of Exp512 (in base 2): +-Inf inputs stay finite here.
-  w = _mm512_max_ps(w, _mm512_set1_ps(-126.0f));
-  w = _mm512_min_ps(w, _mm512_set1_ps(127.0f));
-  const __m512 n = _mm512_roundscale_ps(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 t = _mm512_sub_ps(w, n);
-  __m512 p = _mm512_set1_ps(0.0013196047117671112f);
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.009671936793650302f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.05550986676563706f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.2402223116047261f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.6931467674120305f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.0f));
-  const __m512 d = _mm512_add_ps(_mm512_scalef_ps(p, n), _mm512_set1_ps(1.0f));
+  // h = w + 0.5 (one FMA) for Exp2PolyHalf512, which clamps h to
+  // [-125.5, 127.5] (+-Inf inputs stay finite here).
+  const __m512 h = _mm512_fmadd_ps(_mm512_fmadd_ps(b, _mm512_mul_ps(v, v), a), v,
+                                   _mm512_set1_ps(0.5f));
+  const __m512 d = _mm512_add_ps(internal::Exp2PolyHalf512(h), _mm512_set1_ps(1.0f));
   return internal::Div512(v, d);
 }
 LOOM_CPU_V4 __attribute__((noinline)) void GeluForwardRangeV4(const float* x, float* y,

@@ -42,14 +42,14 @@ LOOM_CPU_V4 LOOM_CPU_INLINE void SoftmaxRowV4Impl(const float* x, float* y, int6
   // Base 2: y = 2^(x scale log2e - max scale log2e) (Exp2Poly512).
   constexpr float kLog2e = 1.44269504088896341f;
   const float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3))) * scale;
-  const __m512 vmx = _mm512_set1_ps(mx * kLog2e), vs = _mm512_set1_ps(scale * kLog2e);
+  const __m512 vmx = _mm512_set1_ps(mx * kLog2e - 0.5f), vs = _mm512_set1_ps(scale * kLog2e);
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   j = 0;
   for (; j + 64 <= n; j += 64) {
-    const __m512 e0 = Exp2Poly512<kClampHi>(_mm512_fmsub_ps(_mm512_loadu_ps(x + j), vs, vmx));
-    const __m512 e1 = Exp2Poly512<kClampHi>(_mm512_fmsub_ps(_mm512_loadu_ps(x + j + 16), vs, vmx));
-    const __m512 e2 = Exp2Poly512<kClampHi>(_mm512_fmsub_ps(_mm512_loadu_ps(x + j + 32), vs, vmx));
-    const __m512 e3 = Exp2Poly512<kClampHi>(_mm512_fmsub_ps(_mm512_loadu_ps(x + j + 48), vs, vmx));
+    const __m512 e0 = Exp2PolyHalf512<kClampHi>(_mm512_fmsub_ps(_mm512_loadu_ps(x + j), vs, vmx));
+    const __m512 e1 = Exp2PolyHalf512<kClampHi>(_mm512_fmsub_ps(_mm512_loadu_ps(x + j + 16), vs, vmx));
+    const __m512 e2 = Exp2PolyHalf512<kClampHi>(_mm512_fmsub_ps(_mm512_loadu_ps(x + j + 32), vs, vmx));
+    const __m512 e3 = Exp2PolyHalf512<kClampHi>(_mm512_fmsub_ps(_mm512_loadu_ps(x + j + 48), vs, vmx));
     _mm512_storeu_ps(y + j, e0);
     _mm512_storeu_ps(y + j + 16, e1);
     _mm512_storeu_ps(y + j + 32, e2);
@@ -62,7 +62,7 @@ LOOM_CPU_V4 LOOM_CPU_INLINE void SoftmaxRowV4Impl(const float* x, float* y, int6
   for (; j < n; j += 16) {
     const __mmask16 k = TailMask(std::min<int64_t>(16, n - j));
     const __m512 e = _mm512_maskz_mov_ps(
-        k, Exp2Poly512<kClampHi>(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + j), vs, vmx)));
+        k, Exp2PolyHalf512<kClampHi>(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + j), vs, vmx)));
     _mm512_mask_storeu_ps(y + j, k, e);
     s0 = _mm512_add_ps(s0, e);
   }

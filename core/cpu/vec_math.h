@@ -172,6 +172,26 @@ LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Exp2Poly512(__m512 w) {
   return _mm512_scalef_ps(p, n);
 }
 
+// 2^(h - 0.5) for h = w + 0.5 (callers fold the +0.5 into the FMA that
+// produces h): t = h - floor(h) in [0, 1) by one vreduceps (instead of
+// roundscale + sub), then Exp2Poly512's polynomial re-expanded around
+// t - 0.5 (all coefficients positive: no cancellation in Horner), and
+// vscalefps by 2^floor(h). h is clamped to [-125.5, 127.5] (127.5 only if
+// `clamp_hi`).
+template <bool clamp_hi = true>
+LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Exp2PolyHalf512(__m512 h) {
+  h = _mm512_max_ps(h, _mm512_set1_ps(-125.5f));
+  if (clamp_hi) h = _mm512_min_ps(h, _mm512_set1_ps(127.5f));
+  const __m512 t = _mm512_reduce_ps(h, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(0x1.59ed2cp-10f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.a1a7f0p-8f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.434c1ep-5f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.5bc872p-3f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.f5e57ep-2f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0x1.6a09e4p-1f));
+  return _mm512_scalef_ps(p, h);
+}
+
 // 1 / d to ~1 ulp: rcp14 and one Newton step.
 LOOM_CPU_V4 LOOM_CPU_INLINE __m512 Rcp512(__m512 d) {
   const __m512 r = _mm512_rcp14_ps(d);
