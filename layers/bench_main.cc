@@ -155,7 +155,9 @@ int main(int argc, char** argv) {
     Tensor x = loom::layers::testing::RandomTensor(loom::core::Shape{s, b, h}, 1);
     tp1_ms = MedianMs(reps, [&] { FwdBwd(l, x); });
   }
-  (void)tp_comm.Barrier()->Wait();
+  // The idle rank waits without spinning, so rank 0's TP = 1 run has every core.
+  comm::WorkPtr done = tp_comm.Barrier();
+  while (!done->Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
 
   // TP = 2: one process per half of the cores.
   omp_set_num_threads(std::max(1, cores / 2));
