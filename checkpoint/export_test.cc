@@ -7,11 +7,12 @@
 #include "checkpoint/export.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/reader.h"
-#include "checkpoint/test_util.h"
+#include "train/test_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 namespace loom::checkpoint {
+namespace testing = ::loom::train::testing;
 namespace {
 
 TEST(ExportTest, SafetensorsHeaderAndBytes) {

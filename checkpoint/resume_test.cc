@@ -5,10 +5,11 @@
 
 #include "checkpoint/file_util.h"
 #include "checkpoint/reader.h"
-#include "checkpoint/test_util.h"
+#include "train/test_util.h"
 #include "gtest/gtest.h"
 
 namespace loom::checkpoint {
+namespace testing = ::loom::train::testing;
 namespace {
 
 using testing::Layout;

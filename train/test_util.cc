@@ -1,4 +1,4 @@
-#include "checkpoint/test_util.h"
+#include "train/test_util.h"
 
 #include <mutex>
 #include <random>
@@ -8,11 +8,12 @@
 #include "comm/local/communicator.h"
 #include "train/data/indexed_dataset.h"
 
-namespace loom::checkpoint::testing {
+namespace loom::train::testing {
 
 std::string Layout::Describe() const {
   return absl::StrCat("TP", tp, " PP", pp, " DP", dp, vp_layers ? " vp-layers 1" : "",
-                      sp ? " SP" : "", distributed ? " dist-opt" : "", " ", schedule);
+                      sp ? " SP" : "", distributed ? " dist-opt" : "", overlap ? " overlap" : "", " ",
+                      schedule);
 }
 
 std::string Dataset() {
@@ -47,6 +48,7 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   c.pipeline_schedule = l.schedule;
   c.sequence_parallel = l.sp;
   c.optimizer.distributed = l.distributed;
+  c.overlap_grad_reduce = l.overlap;
   c.micro_batch_size = 2;
   c.global_batch_size = 8;
   c.train_iters = train_iters;
@@ -95,4 +97,4 @@ RunResult Run(const train::TrainConfig& config, const Layout& l,
   return result;
 }
 
-}  // namespace loom::checkpoint::testing
+}  // namespace loom::train::testing

@@ -1,8 +1,8 @@
-#ifndef LOOM_CHECKPOINT_TEST_UTIL_H_
-#define LOOM_CHECKPOINT_TEST_UTIL_H_
+#ifndef LOOM_TRAIN_TEST_UTIL_H_
+#define LOOM_TRAIN_TEST_UTIL_H_
 
-// Tiny training runs over the `local` backend (ranks are threads) for the
-// checkpoint tests.
+// Tiny training runs over the `local` backend (ranks are threads), shared by
+// the trainer's equivalence test and the checkpoint tests.
 
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "train/config.h"
 #include "train/trainer.h"
 
-namespace loom::checkpoint::testing {
+namespace loom::train::testing {
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
@@ -19,6 +19,7 @@ struct Layout {
   bool sp = false;
   bool distributed = false;
   std::string schedule = "1f1b";
+  bool overlap = false;  // --overlap-grad-reduce
   std::string Describe() const;
 };
 
@@ -36,6 +37,6 @@ struct RunResult {
 RunResult Run(const train::TrainConfig& config, const Layout& layout,
               const train::CheckpointFlags& ckpt = {});
 
-}  // namespace loom::checkpoint::testing
+}  // namespace loom::train::testing
 
-#endif  // LOOM_CHECKPOINT_TEST_UTIL_H_
+#endif  // LOOM_TRAIN_TEST_UTIL_H_
