@@ -1,7 +1,5 @@
 #include "comm/backends.h"
 
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
@@ -44,10 +42,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
         "--backend=", backend, " was not built (its library is missing; see "
         "@loom_deps//:MISSING.txt); built backends: ", absl::StrJoin(avail, ", ")));
   }
-  // All ranks on one node when the launcher (or torchrun) says so.
-  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
-  const bool single_node = local_world != nullptr && std::atoi(local_world) == o.world_size;
-  absl::Status s = launch::ApplyNetworkSettings(o.network, backend, single_node);
+  absl::Status s = launch::ApplyNetworkSettings(o.network, backend);
   if (!s.ok()) return s;
   if (backend == "local") {
     auto* mem = dynamic_cast<MemoryStore*>(o.store.get());

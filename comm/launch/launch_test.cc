@@ -87,10 +87,6 @@ TEST(Network, Table) {
             (V{{"OMPI_MCA_pml", "ob1"}, {"OMPI_MCA_btl", "tcp,self,vader"}}));
   EXPECT_EQ(*NetworkSettings("infiniband", "mpi"), (V{{"OMPI_MCA_pml", "ucx"}}));
   EXPECT_TRUE(NetworkSettings("auto", "ucx")->empty());
-  EXPECT_EQ(*NetworkSettings("auto", "ucx", /*single_node=*/true), (V{{"UCX_TLS", "sm,self"}}));
-  EXPECT_EQ(*NetworkSettings("ethernet", "ucx", /*single_node=*/true),
-            (V{{"UCX_TLS", "sm,self,tcp"}}));
-  EXPECT_TRUE(NetworkSettings("auto", "mpi", /*single_node=*/true)->empty());
   EXPECT_TRUE(NetworkSettings("infiniband", "local")->empty());
   auto bad = NetworkSettings("wifi", "ucx");
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));

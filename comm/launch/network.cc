@@ -7,7 +7,7 @@
 namespace loom::comm::launch {
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> NetworkSettings(
-    const std::string& network, const std::string& backend, bool single_node) {
+    const std::string& network, const std::string& backend) {
   if (network != "auto" && network != "ethernet" && network != "infiniband") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--network='", network, "' is not one of auto, ethernet, infiniband"));
@@ -17,14 +17,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> NetworkSettings
         absl::StrCat("--backend='", backend, "' is not one of local, mpi, ucx"));
   }
   std::vector<std::pair<std::string, std::string>> out;
-  if (backend == "local") return out;
-  if (network == "auto") {
-    // Every rank on this node: shared memory only. UCX's default also opens
-    // TCP, and then every progress call polls it (2.8x MPI's small-message
-    // latency here, 1.7x without it; comm/BENCH_RESULTS.txt).
-    if (backend == "ucx" && single_node) out.push_back({"UCX_TLS", "sm,self"});
-    return out;
-  }
+  if (network == "auto" || backend == "local") return out;
   if (backend == "ucx") {
     out.push_back({"UCX_TLS", network == "ethernet" ? "sm,self,tcp" : "rc,ud,sm,self"});
   } else {  // mpi
@@ -38,9 +31,8 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> NetworkSettings
   return out;
 }
 
-absl::Status ApplyNetworkSettings(const std::string& network, const std::string& backend,
-                                  bool single_node) {
-  auto settings = NetworkSettings(network, backend, single_node);
+absl::Status ApplyNetworkSettings(const std::string& network, const std::string& backend) {
+  auto settings = NetworkSettings(network, backend);
   if (!settings.ok()) return settings.status();
   for (const auto& [k, v] : *settings) setenv(k.c_str(), v.c_str(), /*overwrite=*/0);
   return absl::OkStatus();

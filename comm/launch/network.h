@@ -21,15 +21,12 @@ namespace loom::comm::launch {
 // The (variable, value) pairs for `network` and `backend` ("local", "mpi",
 // "ucx"). An unknown network or backend is an InvalidArgument naming
 // --network / --backend and the accepted values.
-// `single_node`: every rank runs on this machine (then `auto` with UCX means
-// shared memory only).
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> NetworkSettings(
-    const std::string& network, const std::string& backend, bool single_node = false);
+    const std::string& network, const std::string& backend);
 
 // Sets them in this process's environment (before the backend starts).
 // A variable the user already set is left alone (theirs wins).
-absl::Status ApplyNetworkSettings(const std::string& network, const std::string& backend,
-                                  bool single_node = false);
+absl::Status ApplyNetworkSettings(const std::string& network, const std::string& backend);
 
 }  // namespace loom::comm::launch
 
