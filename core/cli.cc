@@ -1,5 +1,7 @@
 #include "core/cli.h"
 
+#include <cstdlib>
+
 namespace loom::core {
 
 std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
@@ -22,6 +24,12 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
     out.push_back(a);
   }
   return out;
+}
+
+std::string ResolveUserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || cwd == nullptr || *cwd == '\0') return path;
+  return std::string(cwd) + "/" + path;
 }
 
 NormalizedArgv::NormalizedArgv(int argc, char** argv) : args_(NormalizeFlagNames(argc, argv)) {

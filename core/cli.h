@@ -14,6 +14,11 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv);
 
 // Owns the rewritten strings and exposes them as a mutable argv for
 // absl::ParseCommandLine.
+// Paths a user gives to `bazel run` are relative to where they ran it
+// ($BUILD_WORKING_DIRECTORY), not to the runfiles folder the binary starts
+// in. Absolute and empty paths, and runs outside `bazel run`, are unchanged.
+std::string ResolveUserPath(const std::string& path);
+
 class NormalizedArgv {
  public:
   NormalizedArgv(int argc, char** argv);

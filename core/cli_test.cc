@@ -1,5 +1,7 @@
 #include "core/cli.h"
 
+#include <cstdlib>
+
 #include "gtest/gtest.h"
 
 namespace loom::core {
@@ -18,6 +20,16 @@ TEST(CliTest, DashesInFlagNamesBecomeUnderscores) {
   EXPECT_EQ(n.argc(), 9);
   EXPECT_STREQ(n.argv()[1], "--tensor_model_parallel_size=2");
   EXPECT_EQ(n.argv()[9], nullptr);
+}
+
+TEST(CliTest, UserPathsResolveAgainstTheBazelRunDirectory) {
+  unsetenv("BUILD_WORKING_DIRECTORY");
+  EXPECT_EQ(ResolveUserPath("data/x"), "data/x");
+  setenv("BUILD_WORKING_DIRECTORY", "/home/me", 1);
+  EXPECT_EQ(ResolveUserPath("data/x"), "/home/me/data/x");
+  EXPECT_EQ(ResolveUserPath("/abs/x"), "/abs/x");
+  EXPECT_EQ(ResolveUserPath(""), "");
+  unsetenv("BUILD_WORKING_DIRECTORY");
 }
 
 }  // namespace

@@ -50,12 +50,6 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-std::string ResolveOut(const std::string& out) {
-  if (out.empty() || out[0] == '/') return out;
-  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");  // set by `bazel run`
-  return wd != nullptr && *wd != '\0' ? std::string(wd) + "/" + out : out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,7 +112,7 @@ int main(int argc, char** argv) {
     text = lp::RenderActionsText(*schedule);
   }
 
-  const std::string out = ResolveOut(absl::GetFlag(FLAGS_out));
+  const std::string out = loom::core::ResolveUserPath(absl::GetFlag(FLAGS_out));
   if (out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;

@@ -14,23 +14,18 @@ ABSL_FLAG(std::string, metrics_file, "", "JSON-lines metrics written by //train:
 ABSL_FLAG(std::string, out, "loss.svg", "Output SVG");
 ABSL_FLAG(std::string, title, "Loom GPT training loss", "Chart title");
 
-namespace {
-std::string Resolve(const std::string& path) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  return (path.empty() || path[0] == '/' || cwd == nullptr) ? path : std::string(cwd) + "/" + path;
-}
-}  // namespace
+using loom::core::ResolveUserPath;
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Draws the loss curve of a training run as SVG.");
   loom::core::NormalizedArgv args(argc, argv);
   absl::ParseCommandLine(args.argc(), args.argv());
-  auto curve = loom::train::ReadMetrics(Resolve(absl::GetFlag(FLAGS_metrics_file)));
+  auto curve = loom::train::ReadMetrics(ResolveUserPath(absl::GetFlag(FLAGS_metrics_file)));
   if (!curve.ok()) {
     std::fprintf(stderr, "plot: %s\n", std::string(curve.status().message()).c_str());
     return 1;
   }
-  const std::string out = Resolve(absl::GetFlag(FLAGS_out));
+  const std::string out = ResolveUserPath(absl::GetFlag(FLAGS_out));
   std::ofstream(out) << loom::train::RenderLossSvg(*curve, absl::GetFlag(FLAGS_title));
   std::printf("wrote %s (%zu training points, %zu validation points)\n", out.c_str(),
               curve->train.size(), curve->valid.size());

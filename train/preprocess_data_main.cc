@@ -31,13 +31,6 @@ ABSL_FLAG(bool, append_eod, false, "Append the end-of-document token to every do
 
 namespace {
 
-// Paths given to `bazel run` are relative to where the user ran it.
-std::string Resolve(const std::string& path) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
-  return std::string(cwd) + "/" + path;
-}
-
 void DrawProgress(int64_t done, int64_t total, std::chrono::steady_clock::time_point start) {
   const int width = 40;
   double frac = total > 0 ? static_cast<double>(done) / total : 1.0;
@@ -51,6 +44,8 @@ void DrawProgress(int64_t done, int64_t total, std::chrono::steady_clock::time_p
 
 }  // namespace
 
+using loom::core::ResolveUserPath;
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tokenizes text or JSON-lines files into a Megatron indexed dataset.\n"
@@ -59,17 +54,17 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(args.argc(), args.argv());
   loom::train::PreprocessOptions options;
   for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_input), ',', absl::SkipEmpty())) {
-    options.inputs.push_back(Resolve(std::string(f)));
+    options.inputs.push_back(ResolveUserPath(std::string(f)));
   }
-  options.output_prefix = Resolve(absl::GetFlag(FLAGS_output_prefix));
+  options.output_prefix = ResolveUserPath(absl::GetFlag(FLAGS_output_prefix));
   options.input_format = absl::GetFlag(FLAGS_input_format);
   options.json_key = absl::GetFlag(FLAGS_json_keys);
   options.document_separator = absl::GetFlag(FLAGS_document_separator);
   options.append_eod = absl::GetFlag(FLAGS_append_eod);
 
   auto tokenizer = loom::train::MakeTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
-                                              Resolve(absl::GetFlag(FLAGS_vocab_file)),
-                                              Resolve(absl::GetFlag(FLAGS_merge_file)));
+                                              ResolveUserPath(absl::GetFlag(FLAGS_vocab_file)),
+                                              ResolveUserPath(absl::GetFlag(FLAGS_merge_file)));
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "preprocess_data: %s\n", std::string(tokenizer.status().message()).c_str());
     return 2;
