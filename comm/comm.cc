@@ -45,4 +45,14 @@ absl::Status WaitAll(const std::vector<WorkPtr>& works) {
   return first;
 }
 
+absl::Status AllReduceScalar(Communicator* c, ReduceOp op, double* value) {
+  if (c == nullptr || c->size() == 1) return absl::OkStatus();
+  absl::StatusOr<core::Tensor> t = core::Tensor::Empty(core::Shape{1}, core::DType::kF64);
+  if (!t.ok()) return t.status();
+  t->data<double>()[0] = *value;
+  absl::Status s = c->AllReduce(*t, op)->Wait();
+  if (s.ok()) *value = t->data<double>()[0];
+  return s;
+}
+
 }  // namespace loom::comm

@@ -138,6 +138,10 @@ class Communicator {
   WorkPtr Broadcast(const core::Tensor& inout, int root) { return Broadcast(inout, inout, root); }
 };
 
+// Blocking all-reduce of one double (loss averages, gradient norms). A null
+// communicator or one of size 1 leaves *value as it is.
+absl::Status AllReduceScalar(Communicator* c, ReduceOp op, double* value);
+
 }  // namespace loom::comm
 
 #endif  // LOOM_COMM_COMM_H_

@@ -18,15 +18,6 @@ namespace {
 int Size(comm::Communicator* c) { return c ? c->size() : 1; }
 int Rank(comm::Communicator* c) { return c ? c->rank() : 0; }
 
-absl::Status AllReduceScalar(comm::Communicator* c, double* value) {
-  if (Size(c) == 1) return absl::OkStatus();
-  Tensor t = *Tensor::Empty(Shape{1}, core::DType::kF64);
-  t.data<double>()[0] = *value;
-  LOOM_RETURN_IF_ERROR(c->AllReduce(t, comm::ReduceOp::kSum)->Wait());
-  *value = t.data<double>()[0];
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(layers::ParamBuffer* params,
@@ -100,9 +91,11 @@ absl::StatusOr<double> Optimizer::ReduceGradients(bool already_averaged) {
     LOOM_ASSIGN_OR_RETURN(double s, core::cpu::SumSquares(part));
     sq += s;
   }
-  if (config_.distributed) LOOM_RETURN_IF_ERROR(AllReduceScalar(dp, &sq));
-  LOOM_RETURN_IF_ERROR(AllReduceScalar(groups_.tp, &sq));
-  LOOM_RETURN_IF_ERROR(AllReduceScalar(groups_.pp, &sq));
+  if (config_.distributed) {
+    LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(dp, comm::ReduceOp::kSum, &sq));
+  }
+  LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.tp, comm::ReduceOp::kSum, &sq));
+  LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.pp, comm::ReduceOp::kSum, &sq));
   last_norm_ = std::sqrt(sq);
   return last_norm_;
 }

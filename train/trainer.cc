@@ -28,15 +28,6 @@ uint64_t StreamId(int64_t iteration, int64_t first_sample, bool training) {
   return z ^ (z >> 27);
 }
 
-absl::Status AverageOver(comm::Communicator* c, double* value) {
-  if (c == nullptr || c->size() == 1) return absl::OkStatus();
-  Tensor t = *Tensor::Empty(Shape{1}, core::DType::kF64);
-  t.data<double>()[0] = *value;
-  LOOM_RETURN_IF_ERROR(c->AllReduce(t, comm::ReduceOp::kAvg)->Wait());
-  *value = t.data<double>()[0];
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
@@ -234,7 +225,7 @@ absl::StatusOr<double> Trainer::TrainStep() {
   }
   // 2. The loss of the global batch: the mean over the DP ranks' means.
   double loss = step.mean_loss;
-  LOOM_RETURN_IF_ERROR(AverageOver(groups_.dp.get(), &loss));
+  LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.dp.get(), comm::ReduceOp::kAvg, &loss));
   // 3. Average gradients over DP, clip by the global norm, AdamW.
   LOOM_ASSIGN_OR_RETURN(double grad_norm,
                         optimizer_->ReduceGradients(/*already_averaged=*/grad_reducer_ != nullptr));
@@ -255,7 +246,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
       return MakeMicroBatch(*valid_data_, k * config_.global_batch_size, m, /*training=*/false);
     }));
     double loss = step.mean_loss;
-    LOOM_RETURN_IF_ERROR(AverageOver(groups_.dp.get(), &loss));
+    LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.dp.get(), comm::ReduceOp::kAvg, &loss));
     total += loss;
   }
   model_->params().ZeroGrads();  // the evaluation's backward passes were weighted 0
