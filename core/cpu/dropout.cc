@@ -83,6 +83,18 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) inline void PhiloxRound
   s->c3 = p0;
 }
 
+// The ten Philox rounds over any number of independent lane groups, the
+// rounds of the groups interleaved (their multiplies overlap).
+template <typename... Lanes>
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void PhiloxTenRounds(
+    __m512i m0, __m512i m1, __m512i k0, __m512i k1, __m512i w0, __m512i w1, Lanes*... s) {
+  for (int round = 0; round < 10; ++round) {
+    (PhiloxRound(s, m0, m1, k0, k1), ...);
+    k0 = _mm512_add_epi32(k0, w0);
+    k1 = _mm512_add_epi32(k1, w1);
+  }
+}
+
 __attribute__((target("arch=x86-64-v4"), always_inline)) inline PhiloxLanes PhiloxInit(
     uint64_t block, uint64_t offset) {
   const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
@@ -123,28 +135,14 @@ __attribute__((target("arch=x86-64-v4"))) void DropoutBitsV4(uint64_t seed, uint
     const uint64_t block = 16 * (first_group + k);
     PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
     PhiloxLanes s2 = PhiloxInit(block + 16, offset), s3 = PhiloxInit(block + 24, offset);
-    __m512i k0 = key0, k1 = key1;
-    for (int round = 0; round < 10; ++round) {
-      PhiloxRound(&s0, m0, m1, k0, k1);
-      PhiloxRound(&s1, m0, m1, k0, k1);
-      PhiloxRound(&s2, m0, m1, k0, k1);
-      PhiloxRound(&s3, m0, m1, k0, k1);
-      k0 = _mm512_add_epi32(k0, w0);
-      k1 = _mm512_add_epi32(k1, w1);
-    }
+    PhiloxTenRounds(m0, m1, key0, key1, w0, w1, &s0, &s1, &s2, &s3);
     PhiloxStoreGroup(s0, s1, bits + kGroup * k);
     PhiloxStoreGroup(s2, s3, bits + kGroup * (k + 1));
   }
   if (k < n) {
     const uint64_t block = 16 * (first_group + k);
     PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
-    __m512i k0 = key0, k1 = key1;
-    for (int round = 0; round < 10; ++round) {
-      PhiloxRound(&s0, m0, m1, k0, k1);
-      PhiloxRound(&s1, m0, m1, k0, k1);
-      k0 = _mm512_add_epi32(k0, w0);
-      k1 = _mm512_add_epi32(k1, w1);
-    }
+    PhiloxTenRounds(m0, m1, key0, key1, w0, w1, &s0, &s1);
     PhiloxStoreGroup(s0, s1, bits + kGroup * k);
   }
 }
@@ -250,15 +248,7 @@ __attribute__((target("arch=x86-64-v4"))) void DropoutRowV4(uint64_t seed, uint6
     for (int q = 0; q < 8; ++q) x[q] = _mm512_loadu_ps(src + e0 + 16 * q);
     PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
     PhiloxLanes s2 = PhiloxInit(block + 16, offset), s3 = PhiloxInit(block + 24, offset);
-    __m512i k0 = key0, k1 = key1;
-    for (int round = 0; round < 10; ++round) {
-      PhiloxRound(&s0, m0, m1, k0, k1);
-      PhiloxRound(&s1, m0, m1, k0, k1);
-      PhiloxRound(&s2, m0, m1, k0, k1);
-      PhiloxRound(&s3, m0, m1, k0, k1);
-      k0 = _mm512_add_epi32(k0, w0);
-      k1 = _mm512_add_epi32(k1, w1);
-    }
+    PhiloxTenRounds(m0, m1, key0, key1, w0, w1, &s0, &s1, &s2, &s3);
     // All loads of the pair precede its stores.
     __m512 y[8];
     for (int q = 0; q < 8; ++q) y[q] = _mm512_loadu_ps(src + e0 + kGroup + 16 * q);
@@ -274,13 +264,7 @@ __attribute__((target("arch=x86-64-v4"))) void DropoutRowV4(uint64_t seed, uint6
       for (int q = 0; q < 8; ++q) x[q] = _mm512_loadu_ps(src + e0 + 16 * q);
     }
     PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
-    __m512i k0 = key0, k1 = key1;
-    for (int round = 0; round < 10; ++round) {
-      PhiloxRound(&s0, m0, m1, k0, k1);
-      PhiloxRound(&s1, m0, m1, k0, k1);
-      k0 = _mm512_add_epi32(k0, w0);
-      k1 = _mm512_add_epi32(k1, w1);
-    }
+    PhiloxTenRounds(m0, m1, key0, key1, w0, w1, &s0, &s1);
     if (full) {
       ApplyWholeGroupV4(s0, s1, x, e0, dst, mask, thr, vs);
     } else {
