@@ -9,13 +9,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 
-#define LOOM_CPU_RETURN_IF_ERROR(expr)           \
-  do {                                           \
-    ::absl::Status _loom_status = (expr);        \
-    if (!_loom_status.ok()) return _loom_status; \
-  } while (0)
+// The kernels' spelling of core/status_macros.h's LOOM_RETURN_IF_ERROR.
+#define LOOM_CPU_RETURN_IF_ERROR(expr) LOOM_RETURN_IF_ERROR(expr)
 
 namespace loom::core::cpu::internal {
 
