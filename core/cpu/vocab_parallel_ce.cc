@@ -1,0 +1,114 @@
+#include "core/cpu/vocab_parallel_ce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/cpu/check.h"
+
+namespace loom::core::cpu {
+namespace {
+
+// Checks the common arguments; returns the number of rows N.
+absl::StatusOr<int64_t> CheckShard(const char* op, const Tensor& logits, const Tensor& targets,
+                                   const VocabShard& shard) {
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(op, "logits", logits));
+  if (logits.rank() < 1 || logits.dim(logits.rank() - 1) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": logits ", internal::Describe(logits), ", expected [..., Vp > 0]"));
+  }
+  const int64_t vp = logits.dim(logits.rank() - 1), n = logits.numel() / vp;
+  if (shard.valid < 0 || shard.valid > vp || shard.vocab_start < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": shard vocab_start ", shard.vocab_start,
+                                                   " valid ", shard.valid, " does not fit Vp ", vp));
+  }
+  if (targets.defined()) {
+    LOOM_CPU_RETURN_IF_ERROR(internal::CheckIndex(op, "targets", targets));
+    LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(op, "targets", targets, n, "one per row"));
+  }
+  return n;
+}
+
+}  // namespace
+
+absl::Status VocabShardRowMax(const Tensor& logits, const VocabShard& shard, Tensor* max) {
+  constexpr const char* kOp = "VocabShardRowMax";
+  absl::StatusOr<int64_t> rows = CheckShard(kOp, logits, Tensor(), shard);
+  if (!rows.ok()) return rows.status();
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "max", max));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", *max, *rows, "one per row"));
+  const int64_t n = *rows, vp = logits.dim(logits.rank() - 1);
+  const float* l = logits.data<float>();
+  float* m = max->data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float best = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < shard.valid; ++v) best = std::max(best, l[i * vp + v]);
+    m[i] = best;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const Tensor& max,
+                              const VocabShard& shard, Tensor* sums) {
+  constexpr const char* kOp = "VocabShardSumExp";
+  absl::StatusOr<int64_t> rows = CheckShard(kOp, logits, targets, shard);
+  if (!rows.ok()) return rows.status();
+  const int64_t n = *rows, vp = logits.dim(logits.rank() - 1);
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "max", max));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", max, n, "one per row"));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "sums", sums));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sums", *sums, 2 * n, "[2, rows]"));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = internal::IndexAt(targets, i);
+    if (t < 0 || t >= shard.vocab_size) {
+      return absl::OutOfRangeError(absl::StrCat(kOp, ": target ", t, " at token ", i,
+                                                " is outside the vocabulary [0, ",
+                                                shard.vocab_size, ")"));
+    }
+  }
+  const float* l = logits.data<float>();
+  const float* m = max.data<float>();
+  float* sum = sums->data<float>();
+  float* target_logit = sum + n;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = internal::IndexAt(targets, i) - shard.vocab_start;
+    double s = 0;  // double: V terms of very different size
+    for (int64_t v = 0; v < shard.valid; ++v) s += std::exp(l[i * vp + v] - m[i]);
+    sum[i] = static_cast<float>(s);
+    target_logit[i] = (t >= 0 && t < shard.valid) ? l[i * vp + t] - m[i] : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                            const Tensor& max, const Tensor& sum,
+                                            const VocabShard& shard, float scale,
+                                            Tensor* dlogits) {
+  constexpr const char* kOp = "VocabShardCrossEntropyBackward";
+  absl::StatusOr<int64_t> rows = CheckShard(kOp, logits, targets, shard);
+  if (!rows.ok()) return rows.status();
+  const int64_t n = *rows, vp = logits.dim(logits.rank() - 1);
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "max", max));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", max, n, "one per row"));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "sum", sum));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sum", sum, n, "one per row"));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dlogits", dlogits));
+  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "dlogits", *dlogits, n * vp, "as logits"));
+  const float* l = logits.data<float>();
+  const float* m = max.data<float>();
+  const float* s = sum.data<float>();
+  float* g = dlogits->data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float inv = 1.0f / s[i];
+    for (int64_t v = 0; v < shard.valid; ++v) g[i * vp + v] = std::exp(l[i * vp + v] - m[i]) * inv * scale;
+    for (int64_t v = shard.valid; v < vp; ++v) g[i * vp + v] = 0.0f;  // padding
+    const int64_t t = internal::IndexAt(targets, i) - shard.vocab_start;
+    if (t >= 0 && t < shard.valid) g[i * vp + t] -= scale;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::core::cpu

@@ -1,0 +1,44 @@
+#ifndef LOOM_CORE_CPU_VOCAB_PARALLEL_CE_H_
+#define LOOM_CORE_CPU_VOCAB_PARALLEL_CE_H_
+
+// The three local passes of Megatron's vocab-parallel cross-entropy. Each TP
+// rank holds logits for vocabulary columns [vocab_start, vocab_start + Vp) of
+// which the first `valid` are real entries (the rest is padding, ignored).
+// Between the passes the caller all-reduces the row maxima (max) and the
+// [sum exp, target logit] pairs (sum) over the TP group.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "core/tensor.h"
+
+namespace loom::core::cpu {
+
+struct VocabShard {
+  int64_t vocab_start = 0;  // global id of local column 0
+  int64_t valid = 0;        // real columns among the local Vp
+  int64_t vocab_size = 0;   // global vocabulary; targets outside it are an error
+};
+
+// max[i] = max over the valid local columns of logits[i, :] (-inf if none).
+//   logits: f32[N, Vp] (any rank; rows = numel / Vp); max: f32[N], written
+absl::Status VocabShardRowMax(const Tensor& logits, const VocabShard& shard, Tensor* max);
+
+// sums[0, i] = Σ_valid exp(logits[i, v] - max[i]);
+// sums[1, i] = logits[i, t_i - vocab_start] - max[i] if this shard holds the
+// target t_i, else 0. OutOfRange names the token whose target is outside
+// [0, vocab_size).
+//   targets: i32/i64 [N]; max: f32[N] (global); sums: f32[2, N], written
+absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const Tensor& max,
+                              const VocabShard& shard, Tensor* sums);
+
+// dlogits[i, v] = (exp(logits[i, v] - max[i]) / sum[i] - [v is the target]) * scale,
+// zero on padding columns. sum: f32[N] (global Σ exp). dlogits may alias logits.
+absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                            const Tensor& max, const Tensor& sum,
+                                            const VocabShard& shard, float scale,
+                                            Tensor* dlogits);
+
+}  // namespace loom::core::cpu
+
+#endif  // LOOM_CORE_CPU_VOCAB_PARALLEL_CE_H_

@@ -1,0 +1,83 @@
+#include "core/ops/kernel_table.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace loom::core::ops {
+namespace {
+
+absl::Status CpuCopy(const Tensor& src, Tensor* dst) {
+  std::memcpy(dst->raw_data(), src.raw_data(), src.nbytes());
+  return absl::OkStatus();
+}
+
+absl::Status CpuZero(Tensor* t) {
+  std::memset(t->raw_data(), 0, t->nbytes());
+  return absl::OkStatus();
+}
+
+absl::Status CpuSynchronize() { return absl::OkStatus(); }
+
+const KernelTable* CpuTable() {
+  static const KernelTable* table = [] {
+    auto* t = new KernelTable;
+    t->name = "cpu";
+    t->copy = &CpuCopy;
+    t->zero = &CpuZero;
+    t->synchronize = &CpuSynchronize;
+    t->matmul = &cpu::Matmul;
+    t->batched_matmul = &cpu::BatchedMatmul;
+    t->bias_add_forward = &cpu::BiasAddForward;
+    t->bias_add_backward = &cpu::BiasAddBackward;
+    t->gelu_forward = &cpu::GeluForward;
+    t->gelu_backward = &cpu::GeluBackward;
+    t->add = &cpu::Add;
+    t->scale = &cpu::Scale;
+    t->layernorm_forward = &cpu::LayerNormForward;
+    t->layernorm_backward = &cpu::LayerNormBackward;
+    t->softmax_forward = &cpu::SoftmaxForward;
+    t->softmax_backward = &cpu::SoftmaxBackward;
+    t->dropout_forward = &cpu::DropoutForward;
+    t->dropout_backward = &cpu::DropoutBackward;
+    t->attention_forward = &cpu::AttentionForward;
+    t->attention_backward = &cpu::AttentionBackward;
+    t->cross_entropy_forward = &cpu::CrossEntropyForward;
+    t->cross_entropy_backward = &cpu::CrossEntropyBackward;
+    t->vocab_shard_row_max = &cpu::VocabShardRowMax;
+    t->vocab_shard_sum_exp = &cpu::VocabShardSumExp;
+    t->vocab_shard_cross_entropy_backward = &cpu::VocabShardCrossEntropyBackward;
+    t->embedding_forward = &cpu::EmbeddingForward;
+    t->embedding_backward = &cpu::EmbeddingBackward;
+    t->convert = &cpu::Convert;
+    t->sum = &cpu::Sum;
+    t->sum_squares = &cpu::SumSquares;
+    t->adamw_step = &cpu::AdamWStep;
+    return t;
+  }();
+  return table;
+}
+
+std::atomic<const KernelTable*> g_cuda_table{nullptr};
+
+}  // namespace
+
+const KernelTable* RegisterKernelTable(DeviceType type, const KernelTable* table) {
+  if (type == DeviceType::kCPU) return CpuTable();  // the CPU table is fixed
+  return g_cuda_table.exchange(table);
+}
+
+absl::StatusOr<const KernelTable*> KernelsFor(Device device) {
+  if (device.is_cpu()) return CpuTable();
+  const KernelTable* table = g_cuda_table.load();
+  if (table == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a tensor lives on ", device.ToString(),
+        " but no CUDA kernels are linked into this binary (link //core/cuda:ops; it is built "
+        "only where the CUDA toolkit was found)"));
+  }
+  return table;
+}
+
+}  // namespace loom::core::ops

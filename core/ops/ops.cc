@@ -1,0 +1,145 @@
+#include "core/ops/ops.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace loom::core::ops {
+namespace {
+
+// Runs table member `fn` of the device `on` lives on.
+#define LOOM_OPS_DISPATCH(on, fn, ...)                                       \
+  do {                                                                       \
+    LOOM_ASSIGN_OR_RETURN(const KernelTable* table_, KernelsFor((on).device())); \
+    return table_->fn(__VA_ARGS__);                                          \
+  } while (0)
+
+const Tensor& Deref(const Tensor* t) {
+  static const Tensor kUndefined;
+  return t != nullptr ? *t : kUndefined;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> To(const Tensor& t, Device device) {
+  if (!t.defined()) return absl::InvalidArgumentError("To: undefined tensor");
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), t.dtype(), device));
+  LOOM_RETURN_IF_ERROR(Copy(t, &out));
+  return out;
+}
+
+absl::StatusOr<Tensor> Clone(const Tensor& t) { return To(t, t.device()); }
+
+absl::Status Copy(const Tensor& src, Tensor* dst) {
+  if (dst == nullptr || !src.defined() || !dst->defined() || src.dtype() != dst->dtype() ||
+      src.numel() != dst->numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Copy: src ", src.defined() ? src.DebugString() : "undefined", " and dst ",
+                     dst != nullptr && dst->defined() ? dst->DebugString() : "undefined",
+                     ": expected two defined tensors of equal dtype and element count"));
+  }
+  const Tensor& on = src.device().is_cpu() ? *dst : src;  // the device side does the copy
+  LOOM_OPS_DISPATCH(on, copy, src, dst);
+}
+
+absl::Status Zero(Tensor* t) {
+  if (t == nullptr || !t->defined()) return absl::InvalidArgumentError("Zero: undefined tensor");
+  LOOM_OPS_DISPATCH(*t, zero, t);
+}
+
+absl::Status Synchronize(Device device) {
+  LOOM_ASSIGN_OR_RETURN(const KernelTable* table, KernelsFor(device));
+  return table->synchronize();
+}
+
+absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts) {
+  LOOM_OPS_DISPATCH(a, matmul, a, b, c, opts);
+}
+absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c,
+                           const MatmulOptions& opts) {
+  LOOM_OPS_DISPATCH(a, batched_matmul, a, b, c, opts);
+}
+absl::Status BiasAddForward(const Tensor& x, const Tensor& bias, Tensor* out) {
+  LOOM_OPS_DISPATCH(x, bias_add_forward, x, bias, out);
+}
+absl::Status BiasAddBackward(const Tensor& dout, Tensor* dbias) {
+  LOOM_OPS_DISPATCH(dout, bias_add_backward, dout, dbias);
+}
+absl::Status GeluForward(const Tensor& x, Tensor* out) { LOOM_OPS_DISPATCH(x, gelu_forward, x, out); }
+absl::Status GeluBackward(const Tensor& x, const Tensor& dout, Tensor* dx) {
+  LOOM_OPS_DISPATCH(x, gelu_backward, x, dout, dx);
+}
+absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) { LOOM_OPS_DISPATCH(a, add, a, b, out); }
+absl::Status Scale(float scale, Tensor* x) { LOOM_OPS_DISPATCH(Deref(x), scale, scale, x); }
+absl::Status LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                              Tensor* out, Tensor* mean, Tensor* rstd) {
+  LOOM_OPS_DISPATCH(x, layernorm_forward, x, gamma, beta, eps, out, mean, rstd);
+}
+absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& gamma,
+                               const Tensor& mean, const Tensor& rstd, Tensor* dx, Tensor* dgamma,
+                               Tensor* dbeta) {
+  LOOM_OPS_DISPATCH(x, layernorm_backward, dout, x, gamma, mean, rstd, dx, dgamma, dbeta);
+}
+absl::Status SoftmaxForward(const Tensor& x, Tensor* out) {
+  LOOM_OPS_DISPATCH(x, softmax_forward, x, out);
+}
+absl::Status SoftmaxBackward(const Tensor& out, const Tensor& dout, Tensor* dx) {
+  LOOM_OPS_DISPATCH(out, softmax_backward, out, dout, dx);
+}
+absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& opts,
+                            const GlobalIndex& where, Tensor* mask) {
+  LOOM_OPS_DISPATCH(x, dropout_forward, x, out, opts, where, mask);
+}
+absl::Status DropoutBackward(const Tensor& dout, Tensor* dx, const DropoutOptions& opts,
+                             const GlobalIndex& where) {
+  LOOM_OPS_DISPATCH(dout, dropout_backward, dout, dx, opts, where);
+}
+absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
+                              const AttentionDropout& dropout) {
+  LOOM_OPS_DISPATCH(qkv, attention_forward, qkv, heads, out, probs, dropout);
+}
+absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                               int64_t heads, Tensor* dqkv, const AttentionDropout& dropout) {
+  LOOM_OPS_DISPATCH(qkv, attention_backward, dout, qkv, probs, heads, dqkv, dropout);
+}
+absl::StatusOr<double> CrossEntropyForward(const Tensor& logits, const Tensor& targets,
+                                           Tensor* losses, Tensor* lse,
+                                           const CrossEntropyOptions& opts) {
+  LOOM_OPS_DISPATCH(logits, cross_entropy_forward, logits, targets, losses, lse, opts);
+}
+absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                  float dloss, Tensor* dlogits, const CrossEntropyOptions& opts) {
+  LOOM_OPS_DISPATCH(logits, cross_entropy_backward, logits, targets, lse, dloss, dlogits, opts);
+}
+absl::Status VocabShardRowMax(const Tensor& logits, const VocabShard& shard, Tensor* max) {
+  LOOM_OPS_DISPATCH(logits, vocab_shard_row_max, logits, shard, max);
+}
+absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const Tensor& max,
+                              const VocabShard& shard, Tensor* sums) {
+  LOOM_OPS_DISPATCH(logits, vocab_shard_sum_exp, logits, targets, max, shard, sums);
+}
+absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                            const Tensor& max, const Tensor& sum,
+                                            const VocabShard& shard, float scale,
+                                            Tensor* dlogits) {
+  LOOM_OPS_DISPATCH(logits, vocab_shard_cross_entropy_backward, logits, targets, max, sum, shard,
+                    scale, dlogits);
+}
+absl::Status EmbeddingForward(const Tensor& ids, const Tensor& table, Tensor* out,
+                              const EmbeddingOptions& opts) {
+  LOOM_OPS_DISPATCH(table, embedding_forward, ids, table, out, opts);
+}
+absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tensor* dtable,
+                               const EmbeddingOptions& opts) {
+  LOOM_OPS_DISPATCH(dout, embedding_backward, ids, dout, dtable, opts);
+}
+absl::Status Convert(const Tensor& src, Tensor* dst) { LOOM_OPS_DISPATCH(src, convert, src, dst); }
+absl::StatusOr<double> Sum(const Tensor& x) { LOOM_OPS_DISPATCH(x, sum, x); }
+absl::StatusOr<double> SumSquares(const Tensor& x) { LOOM_OPS_DISPATCH(x, sum_squares, x); }
+absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,
+                       const AdamWOptions& opts) {
+  LOOM_OPS_DISPATCH(grad, adamw_step, param, grad, m, v, step, opts);
+}
+
+#undef LOOM_OPS_DISPATCH
+
+}  // namespace loom::core::ops

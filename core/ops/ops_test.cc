@@ -1,0 +1,79 @@
+#include "core/ops/ops.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cpu/test_util.h"
+#include "gtest/gtest.h"
+
+namespace loom::core::ops {
+namespace {
+
+using cpu::testing::Random;
+
+TEST(OpsTest, CpuTensorsRunTheCpuKernel) {
+  const Tensor a = Random(Shape{3, 4}, 1), b = Random(Shape{4, 5}, 2);
+  Tensor via_ops = *Tensor::Empty(Shape{3, 5}, DType::kF32);
+  Tensor direct = *Tensor::Empty(Shape{3, 5}, DType::kF32);
+  ASSERT_TRUE(Matmul(a, b, &via_ops).ok());
+  ASSERT_TRUE(cpu::Matmul(a, b, &direct).ok());
+  EXPECT_EQ(std::memcmp(via_ops.raw_data(), direct.raw_data(), direct.nbytes()), 0);
+}
+
+TEST(OpsTest, CloneCopyAndZeroOnCpu) {
+  const Tensor a = Random(Shape{2, 3}, 3);
+  absl::StatusOr<Tensor> c = Clone(a);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->SharesStorageWith(a));
+  EXPECT_EQ(std::memcmp(c->raw_data(), a.raw_data(), a.nbytes()), 0);
+  ASSERT_TRUE(Zero(&*c).ok());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(c->data<float>()[i], 0.0f);
+  Tensor wrong = *Tensor::Empty(Shape{5}, DType::kF32);
+  absl::Status st = Copy(a, &wrong);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("equal dtype and element count"), std::string::npos) << st;
+}
+
+// Host memory posing as a device, so dispatch can be observed without a GPU.
+class FakeDeviceAllocator : public Allocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes, Device) override { return std::malloc(bytes + 1); }
+  void Free(void* ptr, size_t, Device) override { std::free(ptr); }
+};
+
+int g_fake_matmul_calls = 0;
+absl::Status FakeMatmul(const Tensor&, const Tensor&, Tensor*, const cpu::MatmulOptions&) {
+  ++g_fake_matmul_calls;
+  return absl::OkStatus();
+}
+
+TEST(OpsTest, DeviceTensorsRunTheRegisteredTableOrNameWhatIsMissing) {
+  FakeDeviceAllocator fake;
+  Allocator* previous_allocator = SetAllocator(DeviceType::kCUDA, &fake);
+  const KernelTable* previous_table = RegisterKernelTable(DeviceType::kCUDA, nullptr);
+  Tensor a = *Tensor::Empty(Shape{2, 2}, DType::kF32, Device::CUDA(0));
+  Tensor c = *Tensor::Empty(Shape{2, 2}, DType::kF32, Device::CUDA(0));
+
+  absl::Status st = Matmul(a, a, &c);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("cuda:0"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("//core/cuda:ops"), std::string::npos) << st;
+
+  KernelTable table;
+  table.name = "fake";
+  table.matmul = &FakeMatmul;
+  RegisterKernelTable(DeviceType::kCUDA, &table);
+  EXPECT_TRUE(Matmul(a, a, &c).ok());
+  EXPECT_EQ(g_fake_matmul_calls, 1);
+  // A CPU call still goes to the CPU, whatever is registered for the device.
+  const Tensor x = Random(Shape{2, 2}, 4);
+  Tensor y = *Tensor::Empty(Shape{2, 2}, DType::kF32);
+  EXPECT_TRUE(Matmul(x, x, &y).ok());
+  EXPECT_EQ(g_fake_matmul_calls, 1);
+
+  RegisterKernelTable(DeviceType::kCUDA, previous_table);
+  SetAllocator(DeviceType::kCUDA, previous_allocator);
+}
+
+}  // namespace
+}  // namespace loom::core::ops
