@@ -2,7 +2,7 @@
 #define LOOM_LAYERS_ATTENTION_H_
 
 #include "absl/status/statusor.h"
-#include "core/cpu/attention.h"
+#include "core/ops/ops.h"
 #include "core/tensor.h"
 #include "layers/linear.h"
 #include "layers/params.h"
@@ -49,7 +49,7 @@ class ParallelAttention {
 
  private:
   // The attention-dropout options of this layer and rank (p = 0 when not training).
-  core::cpu::AttentionDropout KernelDropout(const DropoutStream& dropout) const;
+  core::ops::AttentionDropout KernelDropout(const DropoutStream& dropout) const;
 
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;

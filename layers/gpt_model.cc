@@ -3,8 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/embedding.h"
-#include "core/cpu/elementwise.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/mappings.h"
 
@@ -20,6 +19,21 @@ constexpr char kPositionEmbedding[] = "embedding.position_embeddings.weight";
 constexpr int64_t kEmbeddingLayer = -1;  // dropout stream of the embedding
 
 int64_t Bytes(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
+// ids[i, j] = s0 + i for x = [s_local, b, h]: the positions of this rank's
+// rows of the sequence (s0 = rank · s_local under sequence parallelism),
+// made on the host and moved to x's device.
+absl::StatusOr<Tensor> PositionIds(const TpGroup& tp, const Tensor& x) {
+  const int64_t s_local = x.dim(0), b = x.dim(1);
+  const int64_t s0 = tp.sequence_parallel ? tp.rank() * s_local : 0;
+  LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{s_local, b}, core::DType::kI32));
+  int32_t* p = ids.data<int32_t>();
+  for (int64_t i = 0; i < s_local; ++i) {
+    for (int64_t j = 0; j < b; ++j) p[i * b + j] = static_cast<int32_t>(s0 + i);
+  }
+  if (x.device().is_cpu()) return ids;
+  return core::ops::To(ids, x.device());
+}
 
 }  // namespace
 
@@ -102,18 +116,12 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
     const Param& pos = params_.at(kPositionEmbedding);
     VocabParallelEmbedding embedding(word, tp_);
     LOOM_ASSIGN_OR_RETURN(x, embedding.Forward(input, &saved->embedding));  // [s(/p), b, h]
-    // Position embeddings of this rank's rows of the sequence.
-    const int64_t s_local = x.dim(0), b = x.dim(1), h = x.dim(2);
-    const int64_t s0 = tp_.sequence_parallel ? tp_.rank() * s_local : 0;
-    float* out = x.data<float>();
-    const float* table = pos.value.data<float>();
-    for (int64_t i = 0; i < s_local; ++i) {
-      for (int64_t j = 0; j < b; ++j) {
-        float* row = out + (i * b + j) * h;
-        const float* p = table + (s0 + i) * h;
-        for (int64_t k = 0; k < h; ++k) row[k] += p[k];
-      }
-    }
+    // Position embeddings of this rank's rows of the sequence: a lookup of
+    // the position table at ids s0 + i, added (runs on x's device).
+    LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, x));
+    LOOM_ASSIGN_OR_RETURN(Tensor pos_rows, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+    LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(positions, pos.value, &pos_rows));
+    LOOM_RETURN_IF_ERROR(core::ops::Add(x, pos_rows, &x));
     LOOM_RETURN_IF_ERROR(
         HiddenDropout(&x, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, false));
   }
@@ -162,17 +170,8 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
   LOOM_RETURN_IF_ERROR(
       HiddenDropout(&d, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, true));
   Param* pos = const_cast<Param*>(&params_.at(kPositionEmbedding));
-  const int64_t s_local = d.dim(0), b = d.dim(1), h = d.dim(2);
-  const int64_t s0 = tp_.sequence_parallel ? tp_.rank() * s_local : 0;
-  const float* g = d.data<float>();
-  float* pg = pos->grad.data<float>();
-  for (int64_t i = 0; i < s_local; ++i) {
-    for (int64_t j = 0; j < b; ++j) {
-      const float* row = g + (i * b + j) * h;
-      float* p = pg + (s0 + i) * h;
-      for (int64_t k = 0; k < h; ++k) p[k] += row[k];
-    }
-  }
+  LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, d));
+  LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(positions, d, &pos->grad));
   VocabParallelEmbedding embedding(const_cast<Param*>(&params_.at(kWordEmbedding)), tp_);
   LOOM_RETURN_IF_ERROR(embedding.Backward(d, saved.embedding));
   return Tensor();
@@ -184,9 +183,14 @@ absl::StatusOr<Tensor> GptModel::GatherLogits(const Saved& saved) const {
   }
   LOOM_ASSIGN_OR_RETURN(Tensor full, GatherLastDim(tp_, saved.loss.logits));  // [s, b, Vpad]
   const int64_t s = full.dim(0), b = full.dim(1), vp = full.dim(2), v = config_.vocab_size;
-  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(Shape{s, b, v}, core::DType::kF32));
+  // Drop the padded vocabulary columns on the host (tests and generation only).
+  LOOM_ASSIGN_OR_RETURN(Tensor host, core::ops::To(full, core::Device::CPU()));
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(Shape{s, b, v}, host.dtype()));
+  const size_t row_bytes = static_cast<size_t>(v) * core::DTypeSize(host.dtype());
+  const size_t padded_row_bytes = static_cast<size_t>(vp) * core::DTypeSize(host.dtype());
   for (int64_t r = 0; r < s * b; ++r) {
-    std::memcpy(out.data<float>() + r * v, full.data<float>() + r * vp, v * sizeof(float));
+    std::memcpy(static_cast<char*>(out.raw_data()) + r * row_bytes,
+                static_cast<const char*>(host.raw_data()) + r * padded_row_bytes, row_bytes);
   }
   return out;
 }

@@ -1,6 +1,6 @@
 #include "layers/layer_norm.h"
 
-#include "core/cpu/layernorm.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 
 namespace loom::layers {
@@ -9,18 +9,18 @@ using core::Tensor;
 
 absl::StatusOr<Tensor> LayerNorm::Forward(const Tensor& x, Saved* saved) const {
   const int64_t rows = x.numel() / x.dim(x.rank() - 1);
-  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), core::DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(saved->mean, Tensor::Empty(core::Shape{rows}, core::DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(saved->rstd, Tensor::Empty(core::Shape{rows}, core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  LOOM_ASSIGN_OR_RETURN(saved->mean, Tensor::Empty(core::Shape{rows}, core::DType::kF32, x.device()));
+  LOOM_ASSIGN_OR_RETURN(saved->rstd, Tensor::Empty(core::Shape{rows}, core::DType::kF32, x.device()));
   saved->input = x;
-  LOOM_RETURN_IF_ERROR(core::cpu::LayerNormForward(x, gamma_->value, beta_->value, eps_, &out,
+  LOOM_RETURN_IF_ERROR(core::ops::LayerNormForward(x, gamma_->value, beta_->value, eps_, &out,
                                                    &saved->mean, &saved->rstd));
   return out;
 }
 
 absl::StatusOr<Tensor> LayerNorm::Backward(const Tensor& dy, const Saved& saved) const {
-  LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(dy.shape(), core::DType::kF32));
-  LOOM_RETURN_IF_ERROR(core::cpu::LayerNormBackward(dy, saved.input, gamma_->value, saved.mean,
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(dy.shape(), dy.dtype(), dy.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::LayerNormBackward(dy, saved.input, gamma_->value, saved.mean,
                                                     saved.rstd, &dx, &gamma_->grad,
                                                     &beta_->grad));
   return dx;

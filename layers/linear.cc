@@ -1,8 +1,7 @@
 #include "layers/linear.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/elementwise.h"
-#include "core/cpu/matmul.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/mappings.h"
 
@@ -11,25 +10,31 @@ namespace {
 
 using core::Shape;
 using core::Tensor;
-using core::cpu::Matmul;
-using core::cpu::MatmulOptions;
+using core::ops::MatmulOptions;
 
-absl::StatusOr<Tensor> NewActivation(int64_t s, int64_t b, int64_t h) {
-  return Tensor::Empty(Shape{s, b, h}, core::DType::kF32);
+// [s, b, h] in the dtype and on the device of `like` (activations follow the input).
+absl::StatusOr<Tensor> NewActivation(int64_t s, int64_t b, int64_t h, const Tensor& like) {
+  return Tensor::Empty(Shape{s, b, h}, like.dtype(), like.device());
 }
 
-absl::Status CheckInput(const char* op, const Tensor& x, int64_t features) {
+absl::Status CheckInput(const char* op, const Tensor& x, const Tensor& weight) {
+  const int64_t features = weight.dim(1);
   if (x.rank() != 3 || x.dim(2) != features) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": input ", x.DebugString(),
-                                                   ", expected f32[s, b, ", features, "]"));
+                                                   ", expected [s, b, ", features, "]"));
   }
-  return core::CheckDTypeIs(op, "input", x, core::DType::kF32);
+  if (x.dtype() != weight.dtype() || x.device() != weight.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": input ", x.DebugString(),
+                                                   " does not match the weight ",
+                                                   weight.DebugString(), " in dtype and device"));
+  }
+  return absl::OkStatus();
 }
 
 // dW += dYᵀ·X and db += Σ dY over rows.
 absl::Status WeightGrads(const Tensor& dy2, const Tensor& x2, Param* w, Param* b) {
-  LOOM_RETURN_IF_ERROR(Matmul(dy2, x2, &w->grad, MatmulOptions{true, false, 1.0f, 1.0f}));
-  if (b != nullptr) LOOM_RETURN_IF_ERROR(core::cpu::BiasAddBackward(dy2, &b->grad));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, x2, &w->grad, MatmulOptions{true, false, 1.0f, 1.0f}));
+  if (b != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddBackward(dy2, &b->grad));
   return absl::OkStatus();
 }
 
@@ -42,8 +47,8 @@ absl::StatusOr<Tensor> As2D(const Tensor& x) {
 // ------------------------------------------------------------ column parallel
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* saved) const {
-  const int64_t in = w_->value.dim(1), out = w_->value.dim(0);
-  LOOM_RETURN_IF_ERROR(CheckInput("ColumnParallelLinear", x, in));
+  const int64_t out = w_->value.dim(0);
+  LOOM_RETURN_IF_ERROR(CheckInput("ColumnParallelLinear", x, w_->value));
   Tensor full = x;
   if (tp_.sequence_parallel) {
     absl::StatusOr<Tensor> g = AllGatherSeq(tp_, x);  // [s/p, b, in] -> [s, b, in]
@@ -51,11 +56,11 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* sav
     full = *g;
   }
   saved->input = x;  // with SP only the shard is kept
-  absl::StatusOr<Tensor> y = NewActivation(full.dim(0), full.dim(1), out);
+  absl::StatusOr<Tensor> y = NewActivation(full.dim(0), full.dim(1), out, full);
   if (!y.ok()) return y.status();
   Tensor y2 = *As2D(*y);
-  LOOM_RETURN_IF_ERROR(Matmul(*As2D(full), w_->value, &y2, MatmulOptions{false, true}));
-  if (b_ != nullptr) LOOM_RETURN_IF_ERROR(core::cpu::BiasAddForward(y2, b_->value, &y2));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(full), w_->value, &y2, MatmulOptions{false, true}));
+  if (b_ != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddForward(y2, b_->value, &y2));
   return y;
 }
 
@@ -66,10 +71,10 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
   comm::WorkPtr gather = tp_.sequence_parallel ? AllGatherSeqAsync(tp_, saved.input, &full)
                                                : nullptr;
   if (!tp_.sequence_parallel) full = saved.input;
-  absl::StatusOr<Tensor> dx = NewActivation(dy.dim(0), dy.dim(1), in);
+  absl::StatusOr<Tensor> dx = NewActivation(dy.dim(0), dy.dim(1), in, dy);
   if (!dx.ok()) return dx.status();
   Tensor dy2 = *As2D(dy), dx2 = *As2D(*dx);
-  LOOM_RETURN_IF_ERROR(Matmul(dy2, w_->value, &dx2, MatmulOptions{}));  // dX = dY·A
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w_->value, &dx2, MatmulOptions{}));  // dX = dY·A
   if (gather) LOOM_RETURN_IF_ERROR(gather->Wait());
   // Reduce dX over TP (all-reduce, or reduce-scatter along s with SP) while
   // the weight-gradient GEMM runs.
@@ -85,13 +90,13 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
 // ------------------------------------------------------------ row parallel
 
 absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Saved* saved) const {
-  const int64_t in = w_->value.dim(1), out = w_->value.dim(0);
-  LOOM_RETURN_IF_ERROR(CheckInput("RowParallelLinear", x, in));
+  const int64_t out = w_->value.dim(0);
+  LOOM_RETURN_IF_ERROR(CheckInput("RowParallelLinear", x, w_->value));
   saved->input = x;
-  absl::StatusOr<Tensor> partial = NewActivation(x.dim(0), x.dim(1), out);
+  absl::StatusOr<Tensor> partial = NewActivation(x.dim(0), x.dim(1), out, x);
   if (!partial.ok()) return partial.status();
   Tensor p2 = *As2D(*partial);
-  LOOM_RETURN_IF_ERROR(Matmul(*As2D(x), w_->value, &p2, MatmulOptions{false, true}));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(x), w_->value, &p2, MatmulOptions{false, true}));
   Tensor y;
   if (tp_.sequence_parallel) {
     absl::StatusOr<Tensor> rs = ReduceScatterSeq(tp_, *partial);  // -> [s/p, b, out]
@@ -103,7 +108,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Saved* saved)
   }
   if (b_ != nullptr) {
     Tensor y2 = *As2D(y);
-    LOOM_RETURN_IF_ERROR(core::cpu::BiasAddForward(y2, b_->value, &y2));
+    LOOM_RETURN_IF_ERROR(core::ops::BiasAddForward(y2, b_->value, &y2));
   }
   return y;
 }
@@ -112,7 +117,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved
   // The bias was added after the reduction: its gradient is Σ dY over this
   // rank's rows (with SP only 1/p of the sequence: the optimizer all-reduces
   // it over TP, see ParamSpec::sequence_parallel_grad).
-  if (b_ != nullptr) LOOM_RETURN_IF_ERROR(core::cpu::BiasAddBackward(*As2D(dy), &b_->grad));
+  if (b_ != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddBackward(*As2D(dy), &b_->grad));
   Tensor full = dy;
   if (tp_.sequence_parallel) {
     absl::StatusOr<Tensor> g = AllGatherSeq(tp_, dy);  // [s/p, b, out] -> [s, b, out]
@@ -120,10 +125,10 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved
     full = *g;
   }
   const int64_t in = w_->value.dim(1);
-  absl::StatusOr<Tensor> dx = NewActivation(full.dim(0), full.dim(1), in);
+  absl::StatusOr<Tensor> dx = NewActivation(full.dim(0), full.dim(1), in, full);
   if (!dx.ok()) return dx.status();
   Tensor dy2 = *As2D(full), dx2 = *As2D(*dx);
-  LOOM_RETURN_IF_ERROR(Matmul(dy2, w_->value, &dx2, MatmulOptions{}));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w_->value, &dx2, MatmulOptions{}));
   LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(saved.input), w_, nullptr));
   return dx;
 }

@@ -1,8 +1,7 @@
 #include "layers/transformer_block.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/dropout.h"
-#include "core/cpu/elementwise.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 
 namespace loom::layers {
@@ -16,17 +15,17 @@ std::string Name(int64_t layer, const char* rest) { return absl::StrCat("layers.
 absl::Status HiddenDropout(Tensor* x, const DropoutStream& d, uint64_t site_stream,
                            const TpGroup& tp, bool backward) {
   if (!d.training || d.hidden_p <= 0.0f) return absl::OkStatus();
-  core::cpu::DropoutOptions opts;
+  core::ops::DropoutOptions opts;
   opts.p = d.hidden_p;
   opts.seed = d.seed;
   opts.offset = site_stream;
-  core::cpu::GlobalIndex where;
+  core::ops::GlobalIndex where;
   const int64_t h = x->dim(x->rank() - 1);
   where.row_stride = h;
   // Under SP this rank holds rows [rank·n, (rank+1)·n) of the global [s·b, h].
   if (tp.sequence_parallel) where.first_index = tp.rank() * (x->numel() / h) * h;
-  return backward ? core::cpu::DropoutBackward(*x, x, opts, where)
-                  : core::cpu::DropoutForward(*x, x, opts, where);
+  return backward ? core::ops::DropoutBackward(*x, x, opts, where)
+                  : core::ops::DropoutForward(*x, x, opts, where);
 }
 
 TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t layer, TpGroup tp)
@@ -53,26 +52,26 @@ absl::StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, const DropoutS
   LOOM_ASSIGN_OR_RETURN(Tensor a, ln1_.Forward(x, &saved->ln1));
   LOOM_ASSIGN_OR_RETURN(a, attention_.Forward(a, d, &saved->attention));
   LOOM_RETURN_IF_ERROR(Dropout(&a, d, 0, false));
-  LOOM_RETURN_IF_ERROR(core::cpu::Add(a, x, &a));  // a is now h1
+  LOOM_RETURN_IF_ERROR(core::ops::Add(a, x, &a));  // a is now h1
   LOOM_ASSIGN_OR_RETURN(Tensor m, ln2_.Forward(a, &saved->ln2));
   LOOM_ASSIGN_OR_RETURN(m, mlp_.Forward(m, &saved->mlp));
   LOOM_RETURN_IF_ERROR(Dropout(&m, d, 1, false));
-  LOOM_RETURN_IF_ERROR(core::cpu::Add(m, a, &m));
+  LOOM_RETURN_IF_ERROR(core::ops::Add(m, a, &m));
   return m;
 }
 
 absl::StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy, const DropoutStream& d,
                                                   const Saved& saved) const {
-  LOOM_ASSIGN_OR_RETURN(Tensor dm, dy.Clone());
+  LOOM_ASSIGN_OR_RETURN(Tensor dm, core::ops::Clone(dy));
   LOOM_RETURN_IF_ERROR(Dropout(&dm, d, 1, true));
   LOOM_ASSIGN_OR_RETURN(dm, mlp_.Backward(dm, saved.mlp));
   LOOM_ASSIGN_OR_RETURN(Tensor dh1, ln2_.Backward(dm, saved.ln2));
-  LOOM_RETURN_IF_ERROR(core::cpu::Add(dh1, dy, &dh1));  // residual
-  LOOM_ASSIGN_OR_RETURN(Tensor da, dh1.Clone());
+  LOOM_RETURN_IF_ERROR(core::ops::Add(dh1, dy, &dh1));  // residual
+  LOOM_ASSIGN_OR_RETURN(Tensor da, core::ops::Clone(dh1));
   LOOM_RETURN_IF_ERROR(Dropout(&da, d, 0, true));
   LOOM_ASSIGN_OR_RETURN(da, attention_.Backward(da, d, saved.attention));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, ln1_.Backward(da, saved.ln1));
-  LOOM_RETURN_IF_ERROR(core::cpu::Add(dx, dh1, &dx));
+  LOOM_RETURN_IF_ERROR(core::ops::Add(dx, dh1, &dx));
   return dx;
 }
 

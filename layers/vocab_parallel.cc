@@ -1,10 +1,10 @@
 #include "layers/vocab_parallel.h"
 
+#include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/embedding.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/mappings.h"
 
@@ -27,12 +27,12 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(const Tensor& ids, Saved*
   }
   const int64_t h = w_->value.dim(1);
   saved->ids = ids;
-  core::cpu::EmbeddingOptions opts;
+  core::ops::EmbeddingOptions opts;
   opts.vocab_start = w_->split_start;
   opts.zero_out_of_range = true;
   LOOM_ASSIGN_OR_RETURN(Tensor partial,
-                        Tensor::Empty(Shape{ids.dim(0), ids.dim(1), h}, core::DType::kF32));
-  LOOM_RETURN_IF_ERROR(core::cpu::EmbeddingForward(ids, w_->value, &partial, opts));
+                        Tensor::Empty(Shape{ids.dim(0), ids.dim(1), h}, w_->value.dtype(), w_->value.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(ids, w_->value, &partial, opts));
   if (tp_.sequence_parallel) return ReduceScatterSeq(tp_, partial);
   LOOM_RETURN_IF_ERROR(AllReduceTp(tp_, partial));
   return partial;
@@ -43,21 +43,20 @@ absl::Status VocabParallelEmbedding::Backward(const Tensor& dy, const Saved& sav
   if (tp_.sequence_parallel) {
     LOOM_ASSIGN_OR_RETURN(full, AllGatherSeq(tp_, dy));
   }
-  core::cpu::EmbeddingOptions opts;
+  core::ops::EmbeddingOptions opts;
   opts.vocab_start = w_->split_start;
   opts.zero_out_of_range = true;
-  return core::cpu::EmbeddingBackward(saved.ids, full, &w_->grad, opts);
+  return core::ops::EmbeddingBackward(saved.ids, full, &w_->grad, opts);
 }
 
 // -------------------------------------------------------------- cross-entropy
 
-namespace {
-
-int64_t TargetAt(const Tensor& t, int64_t i) {
-  return t.dtype() == core::DType::kI32 ? t.data<int32_t>()[i] : t.data<int64_t>()[i];
+core::ops::VocabShard VocabParallelCrossEntropy::Shard(int64_t local_vocab) const {
+  // Columns [start, start + valid) hold real (unpadded) vocabulary entries.
+  const int64_t start = tp_.rank() * local_vocab;
+  const int64_t valid = std::max<int64_t>(0, std::min<int64_t>(local_vocab, vocab_size_ - start));
+  return core::ops::VocabShard{start, valid, vocab_size_};
 }
-
-}  // namespace
 
 absl::StatusOr<double> VocabParallelCrossEntropy::Forward(const Tensor& logits,
                                                           const Tensor& targets,
@@ -68,39 +67,23 @@ absl::StatusOr<double> VocabParallelCrossEntropy::Forward(const Tensor& logits,
         "VocabParallelCrossEntropy: logits ", logits.DebugString(), " and targets ",
         targets.DebugString(), ": expected f32[s, b, V/p] and i32[s, b]"));
   }
-  const int64_t n = targets.numel(), vp = logits.dim(2);
-  const int64_t start = tp_.rank() * vp;
-  // Columns [start, start + valid) hold real (unpadded) vocabulary entries.
-  const int64_t valid = std::max<int64_t>(0, std::min<int64_t>(vp, vocab_size_ - start));
-  const float* l = logits.data<float>();
-  LOOM_ASSIGN_OR_RETURN(Tensor max, Tensor::Empty(Shape{n}, core::DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor sums, Tensor::Empty(Shape{2, n}, core::DType::kF32));
-  float* m = max.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    float best = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < valid; ++v) best = std::max(best, l[i * vp + v]);
-    m[i] = best;
-  }
+  const int64_t n = targets.numel();
+  const core::ops::VocabShard shard = Shard(logits.dim(2));
+  LOOM_ASSIGN_OR_RETURN(Tensor max, Tensor::Empty(Shape{n}, core::DType::kF32, logits.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::VocabShardRowMax(logits, shard, &max));
   if (tp_.parallel()) {
     LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(max, comm::ReduceOp::kMax)->Wait());
   }
-  float* sum = sums.data<float>();
-  float* target_logit = sum + n;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = TargetAt(targets, i);
-    if (t < 0 || t >= vocab_size_) {
-      return absl::OutOfRangeError(absl::StrCat("VocabParallelCrossEntropy: target ", t,
-                                                " at token ", i, " is outside the vocabulary [0, ",
-                                                vocab_size_, ")"));
-    }
-    double s = 0;
-    for (int64_t v = 0; v < valid; ++v) s += std::exp(l[i * vp + v] - m[i]);
-    sum[i] = static_cast<float>(s);
-    target_logit[i] = (t >= start && t < start + valid) ? l[i * vp + (t - start)] - m[i] : 0.0f;
-  }
+  LOOM_ASSIGN_OR_RETURN(Tensor sums,
+                        Tensor::Empty(Shape{2, n}, core::DType::kF32, logits.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::VocabShardSumExp(logits, targets, max, shard, &sums));
   if (tp_.parallel()) {
     LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(sums, comm::ReduceOp::kSum)->Wait());
   }
+  // The mean loss is a host value: bring the n (Σ exp, target logit) pairs over.
+  LOOM_ASSIGN_OR_RETURN(Tensor host, core::ops::To(sums, core::Device::CPU()));
+  const float* sum = host.data<float>();
+  const float* target_logit = sum + n;
   double total = 0;
   for (int64_t i = 0; i < n; ++i) total += std::log(static_cast<double>(sum[i])) - target_logit[i];
   saved->logits = logits;
@@ -112,23 +95,12 @@ absl::StatusOr<double> VocabParallelCrossEntropy::Forward(const Tensor& logits,
 
 absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(const Saved& saved, float dloss) const {
   const Tensor& logits = saved.logits;
-  const int64_t n = saved.targets.numel(), vp = logits.dim(2);
-  const int64_t start = tp_.rank() * vp;
-  const int64_t valid = std::max<int64_t>(0, std::min<int64_t>(vp, vocab_size_ - start));
-  LOOM_ASSIGN_OR_RETURN(Tensor d, Tensor::Empty(logits.shape(), core::DType::kF32));
-  const float* l = logits.data<float>();
-  const float* m = saved.max.data<float>();
-  const float* s = saved.sum.data<float>();
-  float* g = d.data<float>();
+  const int64_t n = saved.targets.numel();
+  LOOM_ASSIGN_OR_RETURN(Tensor d, Tensor::Empty(logits.shape(), logits.dtype(), logits.device()));
+  LOOM_ASSIGN_OR_RETURN(Tensor sum, saved.sum.Reshape(Shape{n}));
   const float scale = n > 0 ? dloss / static_cast<float>(n) : 0.0f;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float inv = 1.0f / s[i];
-    for (int64_t v = 0; v < valid; ++v) g[i * vp + v] = std::exp(l[i * vp + v] - m[i]) * inv * scale;
-    for (int64_t v = valid; v < vp; ++v) g[i * vp + v] = 0.0f;  // padding
-    const int64_t t = TargetAt(saved.targets, i);
-    if (t >= start && t < start + valid) g[i * vp + (t - start)] -= scale;
-  }
+  LOOM_RETURN_IF_ERROR(core::ops::VocabShardCrossEntropyBackward(
+      logits, saved.targets, saved.max, sum, Shard(logits.dim(2)), scale, &d));
   return d;
 }
 

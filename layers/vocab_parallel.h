@@ -6,6 +6,7 @@
 // gathering them.
 
 #include "absl/status/statusor.h"
+#include "core/ops/ops.h"
 #include "core/tensor.h"
 #include "layers/params.h"
 #include "layers/tp_group.h"
@@ -58,6 +59,8 @@ class VocabParallelCrossEntropy {
   absl::StatusOr<core::Tensor> Backward(const Saved& saved, float dloss) const;
 
  private:
+  // This rank's vocabulary columns, for `local_vocab` logits per row.
+  core::ops::VocabShard Shard(int64_t local_vocab) const;
   TpGroup tp_;
   int64_t vocab_size_;
 };
