@@ -47,12 +47,20 @@ absl::Status WaitAll(const std::vector<WorkPtr>& works) {
 
 absl::Status AllReduceScalar(Communicator* c, ReduceOp op, double* value) {
   if (c == nullptr || c->size() == 1) return absl::OkStatus();
-  absl::StatusOr<core::Tensor> t = core::Tensor::Empty(core::Shape{1}, core::DType::kF64);
+  absl::StatusOr<core::Tensor> host = core::Tensor::Empty(core::Shape{1}, core::DType::kF64);
+  if (!host.ok()) return host.status();
+  host->data<double>()[0] = *value;
+  // A device backend (NCCL) reduces device memory: move the value there and back.
+  absl::StatusOr<core::Tensor> t = c->device().is_cpu() ? host : host->To(c->device());
   if (!t.ok()) return t.status();
-  t->data<double>()[0] = *value;
   absl::Status s = c->AllReduce(*t, op)->Wait();
-  if (s.ok()) *value = t->data<double>()[0];
-  return s;
+  if (!s.ok()) return s;
+  if (!c->device().is_cpu()) {
+    host = t->To(core::Device::CPU());
+    if (!host.ok()) return host.status();
+  }
+  *value = host->data<double>()[0];
+  return absl::OkStatus();
 }
 
 }  // namespace loom::comm

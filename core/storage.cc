@@ -38,6 +38,17 @@ std::atomic<Allocator*>& Slot(DeviceType type) {
 
 }  // namespace
 
+absl::Status Allocator::CopyBytes(void* dst, Device dst_device, const void* src,
+                                  Device src_device, size_t bytes) {
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(absl::StrCat("this allocator cannot copy ", bytes, " bytes from ",
+                                               src_device.ToString(), " to ",
+                                               dst_device.ToString()));
+}
+
 Allocator* SetAllocator(DeviceType type, Allocator* allocator) {
   return Slot(type).exchange(allocator);
 }

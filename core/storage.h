@@ -20,6 +20,12 @@ class Allocator {
   virtual ~Allocator() = default;
   virtual absl::StatusOr<void*> Allocate(size_t bytes, Device device) = 0;
   virtual void Free(void* ptr, size_t bytes, Device device) = 0;
+  // Copies `bytes` between a tensor of this device and the host (or within
+  // the device). When dst is host memory the copy has completed on return.
+  // Lets //core and //comm move small host values (a loss, a norm) to and
+  // from a device without depending on its toolkit.
+  virtual absl::Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
+                                 size_t bytes);
 };
 
 // Registers the allocator for `type`; returns the previous one. Called once

@@ -61,13 +61,24 @@ absl::StatusOr<Tensor> Tensor::View(int64_t offset, const Shape& shape) const {
                 dtype_);
 }
 
-absl::StatusOr<Tensor> Tensor::Clone() const {
-  if (!defined()) return absl::FailedPreconditionError("Clone of an undefined tensor");
-  if (!device().is_cpu()) {
-    return absl::UnimplementedError("Clone of " + DebugString() + ": use the device library");
+absl::StatusOr<Tensor> Tensor::Clone() const { return To(device()); }
+
+absl::StatusOr<Tensor> Tensor::To(Device target) const {
+  if (!defined()) return absl::FailedPreconditionError("copy of an undefined tensor");
+  absl::StatusOr<Tensor> copy = Empty(shape_, dtype_, target);
+  if (!copy.ok()) return copy.status();
+  if (device().is_cpu() && target.is_cpu()) {
+    std::memcpy(copy->raw_data(), raw_data(), nbytes());
+    return copy;
   }
-  absl::StatusOr<Tensor> copy = Empty(shape_, dtype_, device());
-  if (copy.ok()) std::memcpy(copy->raw_data(), raw_data(), nbytes());
+  // The non-CPU side's allocator knows how to move the bytes.
+  Allocator* allocator = GetAllocator(device().is_cpu() ? target.type : device().type);
+  if (allocator == nullptr) {
+    return absl::FailedPreconditionError("copy of " + DebugString() + " to " + target.ToString() +
+                                         ": no allocator is registered for the device");
+  }
+  absl::Status s = allocator->CopyBytes(copy->raw_data(), target, raw_data(), device(), nbytes());
+  if (!s.ok()) return s;
   return copy;
 }
 

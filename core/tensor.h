@@ -58,8 +58,10 @@ class Tensor {
   // the building block for views into one contiguous parameter buffer.
   absl::StatusOr<Tensor> View(int64_t offset, const Shape& shape) const;
 
-  // Deep copy into new storage on the same device (CPU only for now).
+  // Deep copy into new storage on the same device.
   absl::StatusOr<Tensor> Clone() const;
+  // Deep copy onto `device` (host <-> device through the device's Allocator).
+  absl::StatusOr<Tensor> To(Device device) const;
   // True if both views share storage.
   bool SharesStorageWith(const Tensor& other) const { return storage_ == other.storage_; }
 

@@ -22,6 +22,11 @@ struct GptConfig {
   float init_method_std = 0.02f;           // --init-method-std
   float layernorm_epsilon = 1e-5f;
   uint64_t seed = 1234;                    // --seed
+  // Where the parameters and activations live (--device) and the dtype the
+  // layers compute in (--bf16: bf16 weights and activations; the optimizer
+  // keeps f32 master weights and f32 gradients either way).
+  core::Device device = core::Device::CPU();
+  core::DType compute_dtype = core::DType::kF32;
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t max_positions() const {

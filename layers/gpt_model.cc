@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   }
   LOOM_ASSIGN_OR_RETURN(m->params_,
                         ParamBuffer::Create(std::move(specs), tp.rank(), tp.size(), config.seed,
-                                            buffer_multiple));
+                                            buffer_multiple, config.device, config.compute_dtype));
   for (const ChunkSpec& c : m->chunks_) {
     std::vector<std::unique_ptr<TransformerBlock>> blocks;
     for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
@@ -192,7 +192,10 @@ absl::StatusOr<Tensor> GptModel::GatherLogits(const Saved& saved) const {
     std::memcpy(static_cast<char*>(out.raw_data()) + r * row_bytes,
                 static_cast<const char*>(host.raw_data()) + r * padded_row_bytes, row_bytes);
   }
-  return out;
+  if (out.dtype() == core::DType::kF32) return out;
+  LOOM_ASSIGN_OR_RETURN(Tensor f32, Tensor::Empty(out.shape(), core::DType::kF32));
+  LOOM_RETURN_IF_ERROR(core::ops::Convert(out, &f32));  // bf16 logits, for the caller in f32
+  return f32;
 }
 
 std::pair<int64_t, int64_t> GptModel::LayerRange(int64_t layer) const {

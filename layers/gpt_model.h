@@ -71,7 +71,7 @@ class GptModel {
                                         const DropoutStream& dropout, const Saved& saved) const;
 
   // Full logits [s, b, V] (unpadded) of a post_process chunk's last forward,
-  // gathered over TP: for tests and text generation.
+  // gathered over TP, as f32 on the host: for tests and text generation.
   absl::StatusOr<core::Tensor> GatherLogits(const Saved& saved) const;
 
   // Under sequence parallelism, all-reduces over TP the gradients of the

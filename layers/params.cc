@@ -8,6 +8,8 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "core/cpu/philox.h"
+#include "core/ops/ops.h"
+#include "core/status_macros.h"
 
 namespace loom::layers {
 namespace {
@@ -49,7 +51,13 @@ float InitialValue(const ParamSpec& spec, uint64_t seed, int64_t index) {
 }
 
 absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, int tp_rank,
-                                                int tp_size, uint64_t seed, int64_t multiple) {
+                                                int tp_size, uint64_t seed, int64_t multiple,
+                                                core::Device device, core::DType compute_dtype) {
+  if (compute_dtype != core::DType::kF32 && compute_dtype != core::DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("ParamBuffer: compute dtype ",
+                                                   core::DTypeName(compute_dtype),
+                                                   ", expected f32 or bf16"));
+  }
   ParamBuffer buf;
   buf.specs_ = std::move(specs);
   int64_t total = 0;
@@ -78,7 +86,7 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
       return absl::InvalidArgumentError(absl::StrCat("duplicate parameter name ", spec.name));
     }
     buf.index_[spec.name] = buf.params_.size();
-    buf.params_.push_back(Param{nullptr, {}, {}, total, start});
+    buf.params_.push_back(Param{nullptr, {}, {}, {}, total, start});
     total += local->numel();
   }
   buf.numel_ = total;
@@ -93,10 +101,9 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
     Param& p = buf.params_[i];
     const ParamSpec& spec = buf.specs_[i];
     p.spec = &buf.specs_[i];
-    p.value = *buf.values_.View(p.offset, local_shapes[i]);
-    p.grad = *buf.grads_.View(p.offset, local_shapes[i]);
+    p.master = *buf.values_.View(p.offset, local_shapes[i]);
     // Fill the shard with the global tensor's values at the matching indices.
-    float* v = p.value.data<float>();
+    float* v = p.master.data<float>();
     const core::Shape& g = spec.global_shape;
     const int64_t cols = g.rank() >= 2 ? g.numel() / g.dim(0) : 1;
     const int64_t local_cols = local_shapes[i].rank() >= 2 ? local_shapes[i].numel() / local_shapes[i].dim(0) : 1;
@@ -108,6 +115,21 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
                                                       : k;
       v[k] = InitialValue(spec, seed, global);
     }
+  }
+  // Initialised on the host; now place the buffers and make the views.
+  if (!device.is_cpu()) {
+    LOOM_ASSIGN_OR_RETURN(buf.values_, core::ops::To(buf.values_, device));
+    LOOM_ASSIGN_OR_RETURN(buf.grads_, core::ops::To(buf.grads_, device));
+  }
+  if (compute_dtype != core::DType::kF32) {
+    LOOM_ASSIGN_OR_RETURN(buf.compute_, core::Tensor::Empty(core::Shape{total}, compute_dtype, device));
+    LOOM_RETURN_IF_ERROR(buf.SyncComputeCopy());
+  }
+  for (size_t i = 0; i < buf.params_.size(); ++i) {
+    Param& p = buf.params_[i];
+    p.master = *buf.values_.View(p.offset, local_shapes[i]);
+    p.grad = *buf.grads_.View(p.offset, local_shapes[i]);
+    p.value = buf.compute_.defined() ? *buf.compute_.View(p.offset, local_shapes[i]) : p.master;
   }
   return buf;
 }
@@ -125,8 +147,14 @@ const Param& ParamBuffer::at(const std::string& name) const {
   return const_cast<ParamBuffer*>(this)->at(name);
 }
 
-void ParamBuffer::ZeroGrads() {
-  if (grads_.defined()) std::memset(grads_.raw_data(), 0, grads_.nbytes());
+absl::Status ParamBuffer::ZeroGrads() {
+  if (!grads_.defined()) return absl::OkStatus();
+  return core::ops::Zero(&grads_);
+}
+
+absl::Status ParamBuffer::SyncComputeCopy() {
+  if (!compute_.defined()) return absl::OkStatus();
+  return core::ops::Convert(values_, &compute_);
 }
 
 }  // namespace loom::layers

@@ -40,8 +40,9 @@ struct ParamSpec {
 // One parameter as a rank holds it: views into the rank's flat buffers.
 struct Param {
   const ParamSpec* spec = nullptr;
-  core::Tensor value;  // local shard, f32
-  core::Tensor grad;   // same shape, f32, accumulated over micro-batches
+  core::Tensor value;   // local shard in the compute dtype: what the layers multiply with
+  core::Tensor master;  // the same shard in f32 (== value unless computing in bf16)
+  core::Tensor grad;    // same shape, f32, accumulated over micro-batches
   int64_t offset = 0;  // element offset of the shard in the flat buffers
   // The shard's place in the global tensor: rows/cols [start, start + local).
   int64_t split_start = 0;
@@ -58,8 +59,13 @@ class ParamBuffer {
   // `multiple`: the flat buffers are padded with zeros to a multiple of it
   // (the data-parallel size, so the distributed optimizer can reduce-scatter
   // them in equal shards).
+  // `device`: where the buffers live (initialised on the host, then copied).
+  // `compute_dtype`: kF32, or kBF16 for a third flat buffer holding the bf16
+  // copy of the values that the layers use (see SyncComputeCopy).
   static absl::StatusOr<ParamBuffer> Create(std::vector<ParamSpec> specs, int tp_rank,
-                                            int tp_size, uint64_t seed, int64_t multiple = 1);
+                                            int tp_size, uint64_t seed, int64_t multiple = 1,
+                                            core::Device device = core::Device::CPU(),
+                                            core::DType compute_dtype = core::DType::kF32);
 
   ParamBuffer() = default;
   ParamBuffer(ParamBuffer&&) = default;
@@ -72,18 +78,24 @@ class ParamBuffer {
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
 
-  const core::Tensor& flat_values() const { return values_; }  // f32[padded numel]
+  const core::Tensor& flat_values() const { return values_; }  // f32[padded numel] (master)
   const core::Tensor& flat_grads() const { return grads_; }    // f32[padded numel]
+  core::Device device() const { return values_.device(); }
+  core::DType compute_dtype() const { return compute_.defined() ? compute_.dtype() : core::DType::kF32; }
   // Elements of the parameters (without padding) and of the flat buffers.
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return values_.defined() ? values_.numel() : 0; }
-  void ZeroGrads();
+  absl::Status ZeroGrads();
+  // Refreshes the bf16 compute copy from the f32 values (after an optimizer
+  // step or a checkpoint load); a no-op when computing in f32.
+  absl::Status SyncComputeCopy();
 
  private:
   std::vector<ParamSpec> specs_;
   std::vector<Param> params_;
   std::map<std::string, size_t> index_;
   core::Tensor values_, grads_;
+  core::Tensor compute_;  // bf16 copy of values_ (undefined when computing in f32)
   int64_t numel_ = 0;
 };
 

@@ -52,7 +52,7 @@ TEST(ParamBufferTest, ViewsLiveInOneContiguousBuffer) {
   EXPECT_TRUE(buf->at("b").value.SharesStorageWith(buf->flat_values()));
   buf->at("b").grad.data<float>()[0] = 5.0f;
   EXPECT_EQ(buf->flat_grads().data<float>()[6], 5.0f);
-  buf->ZeroGrads();
+  ASSERT_TRUE(buf->ZeroGrads().ok());
   EXPECT_EQ(buf->flat_grads().data<float>()[6], 0.0f);
 }
 

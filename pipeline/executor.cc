@@ -48,7 +48,8 @@ Executor::Executor(const Schedule& schedule, GptModel* model, comm::Communicator
       embedding_(embedding),
       options_(options),
       pp_rank_(pp ? pp->rank() : 0),
-      p2p_(pp, schedule.options.vp, boundary) {}
+      p2p_(pp, schedule.options.vp, boundary, model->config().compute_dtype,
+           model->config().device) {}
 
 absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* model,
                                           comm::Communicator* pp, comm::Communicator* embedding,
@@ -193,7 +194,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     } else {
       if (out->shape() != p2p_.boundary_shape()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "output ", out->DebugString(), ", expected f32", p2p_.boundary_shape().ToString(),
+            "output ", out->DebugString(), ", expected ", p2p_.boundary_shape().ToString(),
             " (--seq-length (/tp under SP), --micro-batch-size, --hidden-size)"));
       }
       outputs[key] = *std::move(out);
@@ -226,7 +227,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     if (!spec.pre_process) {
       if (dx.shape() != p2p_.boundary_shape()) {
         return absl::InvalidArgumentError(absl::StrCat("input gradient ", dx.DebugString(),
-                                                       ", expected f32",
+                                                       ", expected ",
                                                        p2p_.boundary_shape().ToString()));
       }
       input_grads[key] = std::move(dx);
@@ -306,8 +307,9 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     // schedule (stages issue different numbers of batches) a collective on the
     // pp communicator would not match across stages. Tags never collide with
     // the step's messages (LossTag).
-    LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(core::Shape{1}, core::DType::kF64));
-    t.data<double>()[0] = result.mean_loss;
+    LOOM_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(core::Shape{1}, core::DType::kF64));
+    host.data<double>()[0] = result.mean_loss;
+    LOOM_ASSIGN_OR_RETURN(Tensor t, host.To(model_->config().device));  // NCCL moves device memory
     const int tag = LossTag(M, P * v);
     std::vector<comm::P2POp> ops;
     if (me == P - 1) {
@@ -321,7 +323,8 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
                                                   ": broadcast of the mean loss from stage ",
                                                   P - 1, ": ", st.message()));
     }
-    result.mean_loss = t.data<double>()[0];
+    LOOM_ASSIGN_OR_RETURN(host, t.To(core::Device::CPU()));
+    result.mean_loss = host.data<double>()[0];
   }
   if (P > 1 && options_.all_reduce_embedding_grads && (me == 0 || me == P - 1)) {
     layers::Param& word = model_->params().at(kWordEmbedding);

@@ -81,7 +81,7 @@ const Reference& GetReference(int micro_batches) {
   const GptConfig config = TestConfig();
   auto model = GptModel::Create(config, layers::TpGroup{});
   EXPECT_TRUE(model.ok()) << model.status();
-  (*model)->params().ZeroGrads();
+  EXPECT_TRUE((*model)->params().ZeroGrads().ok());
   for (int m = 0; m < micro_batches; ++m) {
     MicroBatch mb = MakeMicroBatch(config, m);
     GptModel::Saved saved;
@@ -166,7 +166,7 @@ TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
     layers::TpGroup tp{groups->tp.get(), l.sp};
     auto model = GptModel::Create(config, tp, ChunksOf(config, l.pp, l.vp, coord.pp_rank));
     if (!model.ok()) return model.status();
-    (*model)->params().ZeroGrads();
+    EXPECT_TRUE((*model)->params().ZeroGrads().ok());
     auto schedule = BuildSchedule({l.kind, l.pp, l.vp, M, l.group_size});
     if (!schedule.ok()) return schedule.status();
     ExecutorOptions options;

@@ -38,11 +38,12 @@ absl::Status CheckTagRange(int micro_batches, int num_virtual_stages) {
   return absl::OkStatus();
 }
 
-StageP2P::StageP2P(comm::Communicator* pp, int vp, core::Shape boundary)
-    : pp_(pp), vp_(vp), boundary_(boundary) {}
+StageP2P::StageP2P(comm::Communicator* pp, int vp, core::Shape boundary, core::DType dtype,
+                   core::Device device)
+    : pp_(pp), vp_(vp), boundary_(boundary), dtype_(dtype), device_(device) {}
 
 absl::StatusOr<core::Tensor> StageP2P::AllocateBoundary() const {
-  return core::Tensor::Empty(boundary_, core::DType::kF32);
+  return core::Tensor::Empty(boundary_, dtype_, device_);
 }
 
 std::string DescribeBatch(const std::vector<StageP2P::Leg>& legs) {

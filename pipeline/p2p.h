@@ -59,14 +59,16 @@ class StageP2P {
  public:
   // `pp`: the pipeline-parallel communicator (rank = pp_rank, size = P); may be
   // null when P = 1, where only empty batches are legal. `vp`: chunks per stage.
-  // `boundary`: BoundaryShape(...) of this rank.
-  StageP2P(comm::Communicator* pp, int vp, core::Shape boundary);
+  // `boundary`: BoundaryShape(...) of this rank; `dtype`/`device`: those of
+  // the activations crossing it.
+  StageP2P(comm::Communicator* pp, int vp, core::Shape boundary,
+           core::DType dtype = core::DType::kF32, core::Device device = core::Device::CPU());
 
   int pp_rank() const { return pp_ ? pp_->rank() : 0; }
   int pp_size() const { return pp_ ? pp_->size() : 1; }
   const core::Shape& boundary_shape() const { return boundary_; }
 
-  // A fresh f32 tensor of boundary_shape(), for a receive.
+  // A fresh tensor of boundary_shape() (activation dtype and device), for a receive.
   absl::StatusOr<core::Tensor> AllocateBoundary() const;
 
   // One leg of a batch: a send's payload or a receive's (preallocated) buffer.
@@ -85,6 +87,8 @@ class StageP2P {
   comm::Communicator* pp_;
   int vp_;
   core::Shape boundary_;
+  core::DType dtype_;
+  core::Device device_;
 };
 
 // "RecvGrad(micro-batch 3, chunk 0) from stage 2, SendActivation(...) to stage 2".

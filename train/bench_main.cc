@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   dropout.hidden_p = 0.1f;
 
   auto step = [&](int i) -> double {
-    (*model)->params().ZeroGrads();
+    if (!(*model)->params().ZeroGrads().ok()) std::abort();
     dropout.stream = i;
     loom::layers::GptModel::Saved saved;
     double loss = 0;

@@ -18,6 +18,21 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
         "world size (", world_size, " ranks) is not divisible by --tensor-model-parallel-size (",
         tp, ") x --pipeline-model-parallel-size (", pp, ") = ", tp * pp));
   }
+  if (c->device != "cpu" && c->device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", c->device, ": expected cpu or cuda"));
+  }
+  if (c->bf16 && c->device != "cuda") {
+    return absl::InvalidArgumentError(
+        "--bf16 needs --device=cuda (the CPU kernels compute in f32)");
+  }
+  if (c->device == "cuda" && (!c->save.empty() || !c->load.empty())) {
+    return absl::UnimplementedError(
+        "--save/--load with --device=cuda: checkpoints read and write host memory and do not "
+        "stage device buffers yet; train on the GPU without them, or checkpoint on --device=cpu");
+  }
+  c->model.device = c->device == "cuda" ? core::Device::CUDA(0) : core::Device::CPU();
+  c->model.compute_dtype = c->bf16 ? core::DType::kBF16 : core::DType::kF32;
   c->world_size = world_size;
   c->data_parallel_size = world_size / (tp * pp);
   const int dp = c->data_parallel_size;

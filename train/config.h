@@ -58,6 +58,12 @@ struct TrainConfig {
   int data_parallel_size = 1;
   int virtual_pipeline_size = 1;
   int64_t num_micro_batches = 1;  // per DP rank per step
+
+  // Placement: --device (cpu | cuda) and --bf16. Finalize sets
+  // model.device (CUDA device index chosen later, per rank) and
+  // model.compute_dtype from them.
+  std::string device = "cpu";
+  bool bf16 = false;
 };
 
 // Checks every flag combination before any work and fills the derived

@@ -31,6 +31,29 @@ TEST(ConfigTest, DerivesDataParallelAndMicroBatches) {
   EXPECT_EQ(c.lr.decay_iters, c.train_iters);
 }
 
+TEST(ConfigTest, DeviceAndPrecisionFlags) {
+  TrainConfig c = Base();
+  c.device = "tpu";
+  ExpectError(c, 1, {"--device=tpu", "cpu or cuda"});
+  c = Base();
+  c.bf16 = true;
+  ExpectError(c, 1, {"--bf16", "--device=cuda"});
+  c = Base();
+  c.device = "cuda";
+  c.save = "/tmp/ckpt";
+  ExpectError(c, 1, {"--save/--load", "--device=cuda"});
+  c = Base();
+  c.device = "cuda";
+  c.bf16 = true;
+  ASSERT_TRUE(Finalize(&c, 1).ok());
+  EXPECT_EQ(c.model.device, core::Device::CUDA(0));
+  EXPECT_EQ(c.model.compute_dtype, core::DType::kBF16);
+  c = Base();
+  ASSERT_TRUE(Finalize(&c, 1).ok());
+  EXPECT_TRUE(c.model.device.is_cpu());
+  EXPECT_EQ(c.model.compute_dtype, core::DType::kF32);
+}
+
 TEST(ConfigTest, AutomaticWarmupFitsShortRuns) {
   TrainConfig c = Base();
   c.train_iters = 10;

@@ -22,8 +22,11 @@ ABSL_FLAG(int64_t, num_layers_per_virtual_pipeline_stage, 0,
           "Layers per model chunk for interleaved 1F1B (0: no interleaving)");
 ABSL_FLAG(std::string, pipeline_schedule, "1f1b", "gpipe | 1f1b | interleaved");
 ABSL_FLAG(bool, sequence_parallel, false, "Sequence parallelism (needs TP > 1)");
-ABSL_FLAG(std::string, distributed_backend, "", "local | mpi | ucx (nccl: see the GPU issue); "
-          "empty: --backend");
+ABSL_FLAG(std::string, distributed_backend, "", "local | mpi | ucx | nccl; empty: --backend "
+          "(nccl when --device=cuda)");
+ABSL_FLAG(std::string, device, "cpu", "cpu | cuda (rank r uses GPU r mod the node's GPU count)");
+ABSL_FLAG(bool, bf16, false, "bf16 weights and activations, f32 master weights and gradients "
+          "(needs --device=cuda)");
 ABSL_FLAG(double, distributed_timeout_minutes, 0, "Collective timeout (0: --comm-timeout-s)");
 // Batches and schedule.
 ABSL_FLAG(int64_t, micro_batch_size, 4, "Samples per micro-batch");
@@ -76,6 +79,8 @@ TrainConfig ConfigFromFlags() {
   c.model.make_vocab_size_divisible_by = absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
   c.model.init_method_std = static_cast<float>(absl::GetFlag(FLAGS_init_method_std));
   c.model.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  c.device = absl::GetFlag(FLAGS_device);
+  c.bf16 = absl::GetFlag(FLAGS_bf16);
   c.hidden_dropout = static_cast<float>(absl::GetFlag(FLAGS_hidden_dropout));
   c.attention_dropout = static_cast<float>(absl::GetFlag(FLAGS_attention_dropout));
   c.tensor_model_parallel_size = absl::GetFlag(FLAGS_tensor_model_parallel_size);

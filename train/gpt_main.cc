@@ -22,6 +22,7 @@
 #include "comm/launch/launcher.h"
 #include "comm/local/communicator.h"
 #include "train/config.h"
+#include "train/device_setup.h"
 #include "train/gpt_flags.h"
 #include "train/trainer.h"
 
@@ -31,6 +32,7 @@ ABSL_DECLARE_FLAG(int64_t, load_iteration);
 ABSL_DECLARE_FLAG(int32_t, keep_last);
 ABSL_DECLARE_FLAG(bool, async_save);
 ABSL_DECLARE_FLAG(bool, no_save_optim);
+ABSL_DECLARE_FLAG(std::string, device);
 
 namespace {
 
@@ -50,6 +52,7 @@ int RunRank(loom::comm::Communicator* world, bool print_errors) {
   using loom::train::TrainConfig;
   TrainConfig config = loom::train::ConfigFromFlags();
   absl::Status valid = loom::train::Finalize(&config, world->size());
+  if (valid.ok()) valid = loom::train::SelectDevice(&config, world->rank());
   if (!valid.ok()) {
     if (print_errors) std::fprintf(stderr, "gpt: %s\n", std::string(valid.message()).c_str());
     return 2;
@@ -89,10 +92,11 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage);
   // The default job: 2 ranks over UCX (processes) unless told otherwise.
   absl::SetFlag(&FLAGS_nproc_per_node, 2);
-  absl::SetFlag(&FLAGS_backend, "ucx");
+  absl::SetFlag(&FLAGS_backend, "");  // ucx, or nccl for --device=cuda (below)
   loom::comm::launch::ParseFlags(argc, argv, kUsage);
   loom::comm::launch::CommFlags comm = loom::comm::launch::GetCommFlags();
   if (!loom::train::BackendFromFlags().empty()) comm.backend = loom::train::BackendFromFlags();
+  if (comm.backend.empty()) comm.backend = absl::GetFlag(FLAGS_device) == "cuda" ? "nccl" : "ucx";
   if (loom::train::TimeoutSecondsFromFlags() > 0) comm.timeout_s = loom::train::TimeoutSecondsFromFlags();
 
   if (comm.backend == "local") {  // ranks are threads of this process

@@ -4,8 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/adamw.h"
-#include "core/cpu/reduce.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 
 namespace loom::train {
@@ -17,6 +16,13 @@ namespace {
 
 int Size(comm::Communicator* c) { return c ? c->size() : 1; }
 int Rank(comm::Communicator* c) { return c ? c->rank() : 0; }
+
+// f32 zeros on `device` (optimizer state lives with the parameters).
+absl::StatusOr<Tensor> ZerosOn(int64_t n, core::Device device) {
+  LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(Shape{n}, core::DType::kF32, device));
+  LOOM_RETURN_IF_ERROR(core::ops::Zero(&t));
+  return t;
+}
 
 }  // namespace
 
@@ -34,13 +40,13 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(layers::ParamBuffer
     }
     o->shard_begin_ = Rank(groups.dp) * (n / dp);
     o->shard_end_ = o->shard_begin_ + n / dp;
-    LOOM_ASSIGN_OR_RETURN(o->shard_grads_, Tensor::Zeros(Shape{n / dp}, core::DType::kF32));
+    LOOM_ASSIGN_OR_RETURN(o->shard_grads_, ZerosOn(n / dp, params->device()));
   } else {
     o->shard_end_ = n;
   }
   const int64_t len = std::max<int64_t>(o->shard_end_ - o->shard_begin_, 1);
-  LOOM_ASSIGN_OR_RETURN(o->m_, Tensor::Zeros(Shape{len}, core::DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(o->v_, Tensor::Zeros(Shape{len}, core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(o->m_, ZerosOn(len, params->device()));
+  LOOM_ASSIGN_OR_RETURN(o->v_, ZerosOn(len, params->device()));
   return o;
 }
 
@@ -88,7 +94,7 @@ absl::StatusOr<double> Optimizer::ReduceGradients(bool already_averaged) {
     const Tensor& src = config_.distributed ? shard_grads_ : grads;
     const int64_t base = config_.distributed ? shard_begin_ : 0;
     LOOM_ASSIGN_OR_RETURN(Tensor part, src.Narrow(begin - base, end - begin));
-    LOOM_ASSIGN_OR_RETURN(double s, core::cpu::SumSquares(part));
+    LOOM_ASSIGN_OR_RETURN(double s, core::ops::SumSquares(part));
     sq += s;
   }
   if (config_.distributed) {
@@ -113,7 +119,7 @@ absl::Status Optimizer::Step(float lr) {
     const int64_t begin = std::max(p.offset, shard_begin_);
     const int64_t end = std::min(p.offset + p.value.numel(), shard_end_);
     if (begin >= end) continue;
-    core::cpu::AdamWOptions opts;
+    core::ops::AdamWOptions opts;
     opts.lr = lr;
     opts.beta1 = config_.beta1;
     opts.beta2 = config_.beta2;
@@ -124,14 +130,14 @@ absl::Status Optimizer::Step(float lr) {
     LOOM_ASSIGN_OR_RETURN(Tensor grad, grads.Narrow(begin - grad_base, end - begin));
     LOOM_ASSIGN_OR_RETURN(Tensor m, m_.Narrow(begin - shard_begin_, end - begin));
     LOOM_ASSIGN_OR_RETURN(Tensor v, v_.Narrow(begin - shard_begin_, end - begin));
-    LOOM_RETURN_IF_ERROR(core::cpu::AdamWStep(&value, grad, &m, &v, step_, opts));
+    LOOM_RETURN_IF_ERROR(core::ops::AdamWStep(&value, grad, &m, &v, step_, opts));
   }
   if (config_.distributed && Size(groups_.dp) > 1) {
     // In-place all-gather: this rank's shard sits at its slot of the buffer.
     LOOM_ASSIGN_OR_RETURN(Tensor shard, values.Narrow(shard_begin_, shard_end_ - shard_begin_));
     LOOM_RETURN_IF_ERROR(groups_.dp->AllGather(shard, values)->Wait());
   }
-  return absl::OkStatus();
+  return params_->SyncComputeCopy();  // the bf16 weights the next step computes with
 }
 
 }  // namespace loom::train

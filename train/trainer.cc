@@ -127,7 +127,10 @@ absl::Status Trainer::Setup() {
   // Every rank measures its GEMM rate at the same moment, so each sees its
   // share of the machine (the MFU denominator).
   LOOM_RETURN_IF_ERROR(world_->Barrier()->Wait());
-  peak_flops_ = config_.peak_flops > 0 ? config_.peak_flops : MeasureGemmFlops();
+  // On a GPU the CPU GEMM says nothing: MFU there needs --peak-flops (0: not shown).
+  peak_flops_ = config_.peak_flops > 0           ? config_.peak_flops
+                : config_.model.device.is_cpu() ? MeasureGemmFlops()
+                                                : 0.0;
 
   Log(absl::StrFormat(
       "loom: GPT with %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM "
@@ -142,7 +145,9 @@ absl::Status Trainer::Setup() {
       config_.sequence_parallel ? " + SP" : "", config_.pipeline_schedule, vp,
       config_.num_micro_batches, config_.micro_batch_size, config_.global_batch_size,
       world_->backend_name(), peak_flops_ / 1e9,
-      config_.peak_flops > 0 ? "--peak-flops" : "1024^3 GEMM measured at start"));
+      config_.peak_flops > 0           ? "--peak-flops"
+      : config_.model.device.is_cpu() ? "1024^3 GEMM measured at start"
+                                      : "give --peak-flops for MFU on a GPU"));
   return absl::OkStatus();
 }
 
@@ -202,6 +207,19 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const GptDataset& d
       mb.ids.data<int32_t>()[i * b + j] = tokens[i];
       mb.targets.data<int32_t>()[i * b + j] = tokens[i + 1];
     }
+    // Device kernels cannot report a bad id: check here, on the host.
+    for (int64_t i = 0; i <= s; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= config_.model.vocab_size) {
+        return absl::OutOfRangeError(absl::StrCat(
+            "sample ", index, " of the dataset holds token id ", tokens[i],
+            ", outside the tokenizer's vocabulary [0, ", config_.model.vocab_size,
+            "): was --data-path preprocessed with this --tokenizer-type?"));
+      }
+    }
+  }
+  if (!config_.model.device.is_cpu()) {
+    LOOM_ASSIGN_OR_RETURN(mb.ids, mb.ids.To(config_.model.device));
+    LOOM_ASSIGN_OR_RETURN(mb.targets, mb.targets.To(config_.model.device));
   }
   mb.dropout.hidden_p = config_.hidden_dropout;
   mb.dropout.attention_p = config_.attention_dropout;
@@ -214,7 +232,7 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const GptDataset& d
 
 absl::StatusOr<double> Trainer::TrainStep() {
   // 1. Forward and backward of every micro-batch, as the pipeline schedule says.
-  model_->params().ZeroGrads();
+  LOOM_RETURN_IF_ERROR(model_->params().ZeroGrads());
   const int64_t consumed = consumed_samples_;
   LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, executor_->RunStep([&](int m) {
     return MakeMicroBatch(*train_data_, consumed, m, /*training=*/true);
@@ -249,7 +267,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
     LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.dp.get(), comm::ReduceOp::kAvg, &loss));
     total += loss;
   }
-  model_->params().ZeroGrads();  // the evaluation's backward passes were weighted 0
+  LOOM_RETURN_IF_ERROR(model_->params().ZeroGrads());  // the evaluation's backward passes were weighted 0
   if (grad_reducer_) grad_reducer_->Install();
   return total / std::max<int64_t>(1, config_.eval_iters);
 }
@@ -344,7 +362,7 @@ absl::Status Trainer::Train() {
       m.grad_norm = last_grad_norm_;
       m.tokens_per_s = tokens_per_step * window_iters / window_s;
       m.model_tflops_per_rank = flops_per_token * m.tokens_per_s / world_->size() / 1e12;
-      m.mfu = m.model_tflops_per_rank * 1e12 / peak_flops_;
+      m.mfu = peak_flops_ > 0 ? m.model_tflops_per_rank * 1e12 / peak_flops_ : 0.0;
       m.elapsed_s = std::chrono::duration<double>(now - start).count();
       m.eta_s = window_s / window_iters * (config_.train_iters - iteration_);
       Log(FormatStep(m, config_.train_iters));
@@ -390,6 +408,9 @@ absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t
     for (int64_t i = 0; i < len; ++i) window.data<int32_t>()[i] = ids[ids.size() - len + i];
     layers::GptModel::Saved saved;
     double unused = 0;
+    if (!config_.model.device.is_cpu()) {
+      LOOM_ASSIGN_OR_RETURN(window, window.To(config_.model.device));
+    }
     LOOM_RETURN_IF_ERROR(model_->Forward(0, window, window, no_dropout, &saved, &unused).status());
     LOOM_ASSIGN_OR_RETURN(Tensor logits, model_->GatherLogits(saved));  // [s, 1, V]
     const int64_t v = logits.dim(2);

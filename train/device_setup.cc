@@ -1,0 +1,40 @@
+#include "train/device_setup.h"
+
+#include "absl/strings/str_cat.h"
+
+#ifdef LOOM_HAVE_CUDA
+#include "core/cuda/runtime.h"
+#endif
+
+namespace loom::train {
+
+bool BuiltWithCuda() {
+#ifdef LOOM_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::Status SelectDevice(TrainConfig* config, int rank) {
+  if (config->device != "cuda") return absl::OkStatus();
+#ifdef LOOM_HAVE_CUDA
+  absl::StatusOr<int> count = core::cuda::VisibleDeviceCount();
+  if (!count.ok()) {
+    return absl::Status(count.status().code(),
+                        absl::StrCat("--device=cuda: ", count.status().message()));
+  }
+  const int index = rank % *count;
+  absl::Status s = core::cuda::SetCurrentDevice(index);
+  if (!s.ok()) return s;
+  config->model.device = core::Device::CUDA(index);
+  return absl::OkStatus();
+#else
+  (void)rank;
+  return absl::FailedPreconditionError(
+      "--device=cuda: this binary was built without CUDA (no toolkit was found at build time; "
+      "point --repo_env=LOOM_CUDA_PATH at one and rebuild)");
+#endif
+}
+
+}  // namespace loom::train
