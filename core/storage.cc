@@ -67,6 +67,12 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t bytes, Device 
   return std::shared_ptr<Storage>(new Storage(*data, bytes, device, allocator));
 }
 
-Storage::~Storage() { allocator_->Free(data_, bytes_, device_); }
+std::shared_ptr<Storage> Storage::Borrow(void* data, size_t bytes, Device device) {
+  return std::shared_ptr<Storage>(new Storage(data, bytes, device, nullptr));
+}
+
+Storage::~Storage() {
+  if (allocator_ != nullptr) allocator_->Free(data_, bytes_, device_);
+}
 
 }  // namespace loom::core

@@ -38,6 +38,9 @@ Allocator* GetAllocator(DeviceType type);  // null when none is registered
 class Storage {
  public:
   static absl::StatusOr<std::shared_ptr<Storage>> Allocate(size_t bytes, Device device);
+  // Memory owned elsewhere (another library's buffer, or the host alias of a
+  // device block): never freed by Loom; the owner keeps it alive.
+  static std::shared_ptr<Storage> Borrow(void* data, size_t bytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

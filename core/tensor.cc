@@ -61,6 +61,17 @@ absl::StatusOr<Tensor> Tensor::View(int64_t offset, const Shape& shape) const {
                 dtype_);
 }
 
+absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, size_t offset,
+                                           const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * DTypeSize(dtype);
+  if (storage == nullptr || offset > storage->bytes() || bytes > storage->bytes() - offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "FromStorage: ", DTypeName(dtype), shape.ToString(), " at byte ", offset,
+        " does not fit storage of ", storage ? storage->bytes() : 0, " bytes"));
+  }
+  return Tensor(std::move(storage), offset, shape, dtype);
+}
+
 absl::StatusOr<Tensor> Tensor::Clone() const { return To(device()); }
 
 absl::StatusOr<Tensor> Tensor::To(Device target) const {

@@ -29,6 +29,11 @@ class Tensor {
   static absl::StatusOr<Tensor> Zeros(const Shape& shape, DType dtype,
                                       Device device = Device::CPU());
 
+  // A tensor over existing storage (e.g. Storage::Borrow) at byte `offset`;
+  // OutOfRange when shape x dtype does not fit.
+  static absl::StatusOr<Tensor> FromStorage(std::shared_ptr<Storage> storage, size_t offset,
+                                            const Shape& shape, DType dtype);
+
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   int rank() const { return shape_.rank(); }

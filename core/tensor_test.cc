@@ -119,5 +119,28 @@ TEST(TensorTest, StorageOutlivesOriginalHandle) {
   EXPECT_EQ(view.storage().use_count(), 1);
 }
 
+TEST(TensorTest, BorrowedStorageIsNotFreedAndBoundsAreChecked) {
+  float owned[6] = {0, 1, 2, 3, 4, 5};
+  {
+    std::shared_ptr<Storage> s = Storage::Borrow(owned, sizeof(owned), Device::CPU());
+    absl::StatusOr<Tensor> t = Tensor::FromStorage(s, 2 * sizeof(float), Shape{2, 2}, DType::kF32);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->data<float>()[0], 2.0f);
+    t->data<float>()[3] = 9.0f;
+    EXPECT_EQ(Tensor::FromStorage(s, 3 * sizeof(float), Shape{2, 2}, DType::kF32).status().code(),
+              absl::StatusCode::kOutOfRange);
+  }  // the borrowed block outlives the storage: nothing was freed
+  EXPECT_EQ(owned[5], 9.0f);
+}
+
+TEST(TensorTest, ToCopiesBetweenHostTensors) {
+  Tensor t = *Tensor::Zeros(Shape{2}, DType::kF32);
+  t.data<float>()[1] = 4.0f;
+  absl::StatusOr<Tensor> c = t.To(Device::CPU());
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->SharesStorageWith(t));
+  EXPECT_EQ(c->data<float>()[1], 4.0f);
+}
+
 }  // namespace
 }  // namespace loom::core

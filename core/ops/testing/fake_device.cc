@@ -1,0 +1,151 @@
+#include "core/ops/testing/fake_device.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/kernel_table.h"
+#include "core/storage.h"
+#include "core/tensor.h"
+
+namespace loom::core::ops::testing {
+namespace {
+
+// Bit 62 set makes an x86-64/AArch64 user address non-canonical: a host
+// dereference faults.
+constexpr uintptr_t kPoison = uintptr_t{1} << 62;
+
+std::atomic<long> g_kernel_calls{0};
+std::atomic<long> g_copied_bytes{0};
+
+void* Poison(void* p) { return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kPoison); }
+void* Unpoison(const void* p) {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~kPoison);
+}
+void* HostAddress(const void* p, Device d) { return d.is_cpu() ? const_cast<void*>(p) : Unpoison(p); }
+
+class FakeAllocator : public Allocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes, Device) override {
+    void* p = std::aligned_alloc(kStorageAlignment,
+                                 (bytes + kStorageAlignment) / kStorageAlignment * kStorageAlignment);
+    if (p == nullptr) return absl::ResourceExhaustedError("fake device allocation failed");
+    return Poison(p);
+  }
+  void Free(void* ptr, size_t, Device) override { std::free(Unpoison(ptr)); }
+  absl::Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
+                         size_t bytes) override {
+    std::memcpy(HostAddress(dst, dst_device), HostAddress(src, src_device), bytes);
+    g_copied_bytes += static_cast<long>(bytes);
+    return absl::OkStatus();
+  }
+};
+
+// The host alias of a fake-device tensor (CPU tensors pass through).
+Tensor Alias(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  const Storage& s = *t.storage();
+  return *Tensor::FromStorage(Storage::Borrow(Unpoison(s.data()), s.bytes(), Device::CPU()),
+                              t.storage_offset_bytes(), t.shape(), t.dtype());
+}
+
+// Turns each tensor argument into its alias; the aliases live as long as the call.
+struct Aliaser {
+  std::deque<Tensor> keep;  // deque: push_back keeps earlier references valid
+  const Tensor& operator()(const Tensor& t) {
+    keep.push_back(Alias(t));
+    return keep.back();
+  }
+  Tensor* operator()(Tensor* t) {
+    if (t == nullptr) return nullptr;
+    keep.push_back(Alias(*t));
+    return &keep.back();
+  }
+  template <typename T>
+  T&& operator()(T&& x) {
+    return std::forward<T>(x);
+  }
+};
+
+template <auto Fn>
+struct OnHost;
+template <typename R, typename... Args, R (*Fn)(Args...)>
+struct OnHost<Fn> {
+  static R Call(Args... args) {
+    ++g_kernel_calls;
+    Aliaser a;
+    return Fn(a(args)...);
+  }
+};
+
+absl::Status FakeCopy(const Tensor& src, Tensor* dst) {
+  return GetAllocator(DeviceType::kCUDA)
+      ->CopyBytes(dst->raw_data(), dst->device(), src.raw_data(), src.device(), src.nbytes());
+}
+absl::Status FakeZero(Tensor* t) {
+  std::memset(Unpoison(t->raw_data()), 0, t->nbytes());
+  return absl::OkStatus();
+}
+absl::Status FakeSynchronize() { return absl::OkStatus(); }
+
+const KernelTable* FakeTable() {
+  static const KernelTable* table = [] {
+    auto* t = new KernelTable;
+    t->name = "fake-cuda";
+    t->copy = &FakeCopy;
+    t->zero = &FakeZero;
+    t->synchronize = &FakeSynchronize;
+    t->matmul = &OnHost<&cpu::Matmul>::Call;
+    t->batched_matmul = &OnHost<&cpu::BatchedMatmul>::Call;
+    t->bias_add_forward = &OnHost<&cpu::BiasAddForward>::Call;
+    t->bias_add_backward = &OnHost<&cpu::BiasAddBackward>::Call;
+    t->gelu_forward = &OnHost<&cpu::GeluForward>::Call;
+    t->gelu_backward = &OnHost<&cpu::GeluBackward>::Call;
+    t->add = &OnHost<&cpu::Add>::Call;
+    t->scale = &OnHost<&cpu::Scale>::Call;
+    t->layernorm_forward = &OnHost<&cpu::LayerNormForward>::Call;
+    t->layernorm_backward = &OnHost<&cpu::LayerNormBackward>::Call;
+    t->softmax_forward = &OnHost<&cpu::SoftmaxForward>::Call;
+    t->softmax_backward = &OnHost<&cpu::SoftmaxBackward>::Call;
+    t->dropout_forward = &OnHost<&cpu::DropoutForward>::Call;
+    t->dropout_backward = &OnHost<&cpu::DropoutBackward>::Call;
+    t->attention_forward = &OnHost<&cpu::AttentionForward>::Call;
+    t->attention_backward = &OnHost<&cpu::AttentionBackward>::Call;
+    t->cross_entropy_forward = &OnHost<&cpu::CrossEntropyForward>::Call;
+    t->cross_entropy_backward = &OnHost<&cpu::CrossEntropyBackward>::Call;
+    t->vocab_shard_row_max = &OnHost<&cpu::VocabShardRowMax>::Call;
+    t->vocab_shard_sum_exp = &OnHost<&cpu::VocabShardSumExp>::Call;
+    t->vocab_shard_cross_entropy_backward = &OnHost<&cpu::VocabShardCrossEntropyBackward>::Call;
+    t->embedding_forward = &OnHost<&cpu::EmbeddingForward>::Call;
+    t->embedding_backward = &OnHost<&cpu::EmbeddingBackward>::Call;
+    t->convert = &OnHost<&cpu::Convert>::Call;
+    t->sum = &OnHost<&cpu::Sum>::Call;
+    t->sum_squares = &OnHost<&cpu::SumSquares>::Call;
+    t->adamw_step = &OnHost<&cpu::AdamWStep>::Call;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+ScopedFakeDevice::ScopedFakeDevice() {
+  static FakeAllocator* allocator = new FakeAllocator;
+  previous_allocator_ = SetAllocator(DeviceType::kCUDA, allocator);
+  previous_table_ = RegisterKernelTable(DeviceType::kCUDA, FakeTable());
+}
+
+ScopedFakeDevice::~ScopedFakeDevice() {
+  SetAllocator(DeviceType::kCUDA,
+               static_cast<Allocator*>(const_cast<void*>(previous_allocator_)));
+  RegisterKernelTable(DeviceType::kCUDA, static_cast<const KernelTable*>(previous_table_));
+}
+
+long ScopedFakeDevice::kernel_calls() { return g_kernel_calls.load(); }
+long ScopedFakeDevice::copied_bytes() { return g_copied_bytes.load(); }
+
+}  // namespace loom::core::ops::testing
