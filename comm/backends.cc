@@ -15,6 +15,9 @@
 #ifdef LOOM_COMM_HAVE_UCX
 #include "comm/ucx/communicator.h"
 #endif
+#ifdef LOOM_COMM_HAVE_NCCL
+#include "comm/nccl/communicator.h"
+#endif
 
 namespace loom::comm {
 
@@ -26,13 +29,16 @@ std::vector<std::string> AvailableBackends() {
 #ifdef LOOM_COMM_HAVE_UCX
   out.push_back("ucx");
 #endif
+#ifdef LOOM_COMM_HAVE_NCCL
+  out.push_back("nccl");
+#endif
   return out;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
                                                      const BackendOptions& o) {
   std::vector<std::string> avail = AvailableBackends();
-  if (backend != "local" && backend != "mpi" && backend != "ucx") {
+  if (backend != "local" && backend != "mpi" && backend != "ucx" && backend != "nccl") {
     return absl::InvalidArgumentError(absl::StrCat("--backend='", backend,
                                                    "' is unknown; built backends: ",
                                                    absl::StrJoin(avail, ", ")));
@@ -73,6 +79,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
     return ucx::Create(o.rank, o.world_size, o.store, uo);
   }
 #endif
+#ifdef LOOM_COMM_HAVE_NCCL
+  if (backend == "nccl") {
+    if (!o.store) {
+      return absl::InvalidArgumentError(
+          "backend 'nccl' publishes NCCL's unique id through a store: set BackendOptions::store");
+    }
+    nccl::NcclOptions no;
+    no.comm = o.comm;
+    no.local_rank = o.local_rank;  // the GPU of this rank
+    return nccl::Create(o.rank, o.world_size, o.store, no);
+  }
+#endif
   return absl::InternalError("unreachable");
 }
 
@@ -84,7 +102,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::Comm
   if (flags.backend == "local") {
     return absl::InvalidArgumentError(
         "--backend=local runs ranks as threads of one process; multi-process binaries need "
-        "--backend=mpi or --backend=ucx");
+        "--backend=mpi, --backend=ucx or --backend=nccl");
   }
   if (flags.backend == "mpi") return Create("mpi", o);
   absl::StatusOr<launch::RankInfo> info = launch::DiscoverRank(flags.rank);

@@ -2,7 +2,7 @@
 #define LOOM_COMM_BACKENDS_H_
 
 // The backend factory: binaries select a backend by name (--backend). Links
-// every backend available on this machine (MPI and UCX when installed).
+// every backend available on this machine (MPI, UCX, NCCL when installed).
 
 #include <memory>
 #include <string>
@@ -18,21 +18,21 @@ namespace loom::comm {
 struct BackendOptions {
   int rank = 0;        // ignored by mpi (MPI knows)
   int world_size = 1;  // ignored by mpi
-  int local_rank = 0;
+  int local_rank = 0;   // nccl: the GPU this rank uses
   // Rendezvous: local needs a MemoryStore shared by its threads; ucx needs
-  // any store reachable by all ranks; mpi needs none.
+  // (and nccl) any store reachable by all ranks; mpi needs none.
   std::shared_ptr<Store> store;
   CommOptions comm;
   std::string network = "auto";  // see comm/launch/network.h
 };
 
-// "local", "mpi" or "ucx". Unknown or not-built names are InvalidArgument /
+// "local", "mpi", "ucx" or "nccl". Unknown or not-built names are InvalidArgument /
 // Unimplemented errors listing AvailableBackends().
 absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
                                                      const BackendOptions& options);
 std::vector<std::string> AvailableBackends();
 
-// For multi-process binaries (mpi, ucx): discovers the rank (flags, then
+// For multi-process binaries (mpi, ucx, nccl): discovers the rank (flags, then
 // environment), opens the store named by --store (rank 0 serves TCP), applies
 // --network and creates the world communicator. `store_out` (optional)
 // receives the store. Not for `local` (its ranks are threads).

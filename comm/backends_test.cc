@@ -1,5 +1,6 @@
 #include "comm/backends.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -11,7 +12,7 @@ namespace loom::comm {
 namespace {
 
 TEST(Backends, UnknownBackendListsTheBuiltOnes) {
-  auto c = Create("nccl", {});
+  auto c = Create("gloo", {});
   EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
   EXPECT_TRUE(absl::StrContains(c.status().message(), "built backends: local")) << c.status();
 }
@@ -68,6 +69,20 @@ TEST(Backends, FromFlagsErrors) {
   f.rank.world_size = 1;
   auto c = CreateFromFlags(f);
   EXPECT_TRUE(absl::StrContains(c.status().message(), "--store='etcd'")) << c.status();
+}
+
+TEST(Backends, NcclIsListedWhenBuilt) {
+  std::vector<std::string> avail = AvailableBackends();
+  const bool listed = std::find(avail.begin(), avail.end(), "nccl") != avail.end();
+#ifdef LOOM_COMM_HAVE_NCCL
+  EXPECT_TRUE(listed);
+  auto c = Create("nccl", {});  // no store
+  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "store")) << c.status();
+#else
+  EXPECT_FALSE(listed);
+  EXPECT_TRUE(absl::IsUnimplemented(Create("nccl", {}).status()));
+#endif
 }
 
 #ifdef LOOM_COMM_HAVE_UCX

@@ -1,5 +1,8 @@
 // Collective benchmark, nccl-tests style:
 //   bazel run //comm:bench -- --backend=ucx --nproc-per-node=2 [--json]
+//   bazel run //comm:bench -- --backend=nccl [--nproc-per-node=<GPUs>]
+// (nccl: buffers on each rank's GPU; the reference is a device-to-device
+// cudaMemcpy and raw MPI is not timed.)
 // Prints, per op, size / time / algbw / busbw (busbw = algbw x 2(n-1)/n for
 // all-reduce, x (n-1)/n for all-gather and reduce-scatter, x 1 for send/recv)
 // and, in the same run, raw MPI_Allreduce (when MPI is linked: the ranks are
@@ -28,6 +31,9 @@
 #include "core/tensor.h"
 #ifdef LOOM_COMM_HAVE_MPI
 #include <mpi.h>
+#endif
+#ifdef LOOM_COMM_HAVE_NCCL
+#include "comm/nccl/device_memory.h"
 #endif
 
 ABSL_FLAG(bool, json, false, "Print JSON records instead of tables.");
@@ -58,15 +64,63 @@ int Iters(int64_t bytes) {
   return static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(bytes, 8192), 5, 1000));
 }
 
+void Check(const absl::Status& s);
+
+// Buffers live where the communicator moves memory: host, or its GPU (nccl).
+Tensor Alloc(const Communicator& c, int64_t n, DType d) {
+  if (c.device().is_cpu()) return *Tensor::Empty({n}, d);
+#ifdef LOOM_COMM_HAVE_NCCL
+  absl::StatusOr<Tensor> t = nccl::EmptyOnDevice({n}, d, c.device());
+  Check(t.status());
+  return *t;
+#else
+  std::cerr << "bench: " << c.backend_name() << " moves " << c.device().ToString()
+            << " memory, but no device support was built in" << std::endl;
+  std::exit(1);
+#endif
+}
+
+// Host <-> the communicator's memory.
+void Put(const Tensor& dst, const void* src, size_t bytes) {
+  if (dst.device().is_cpu()) {
+    std::memcpy(dst.raw_data(), src, bytes);
+    return;
+  }
+#ifdef LOOM_COMM_HAVE_NCCL
+  Check(nccl::CopyBytes(dst.raw_data(), src, bytes, /*to_device=*/true, dst.device().index));
+#endif
+}
+void Get(void* dst, const Tensor& src, size_t bytes) {
+  if (src.device().is_cpu()) {
+    std::memcpy(dst, src.raw_data(), bytes);
+    return;
+  }
+#ifdef LOOM_COMM_HAVE_NCCL
+  Check(nccl::CopyBytes(dst, src.raw_data(), bytes, /*to_device=*/false, src.device().index));
+#endif
+}
+
+// The memcpy reference: within the buffers' memory.
+void CopyRef(const Tensor& dst, const Tensor& src, size_t bytes) {
+  if (src.device().is_cpu()) {
+    std::memcpy(dst.raw_data(), src.raw_data(), bytes);
+    return;
+  }
+#ifdef LOOM_COMM_HAVE_NCCL
+  Check(nccl::CopyWithinDevice(dst.raw_data(), src.raw_data(), bytes, src.device().index));
+#endif
+}
+
 double MaxOverRanks(Communicator& c, double v) {
-  Tensor t = *Tensor::Empty({1}, DType::kF64);
-  t.data<double>()[0] = v;
+  Tensor t = Alloc(c, 1, DType::kF64);
+  Put(t, &v, sizeof(v));
   absl::Status s = c.AllReduce(t, ReduceOp::kMax)->Wait();
   if (!s.ok()) {
     std::cerr << s << std::endl;
     std::exit(1);
   }
-  return t.data<double>()[0];
+  Get(&v, t, sizeof(v));
+  return v;
 }
 
 // Times `iters` blocking calls of `op` (after warm-up); seconds per call,
@@ -104,10 +158,15 @@ void RunBench(Communicator& c, const launch::CommFlags& flags, bool have_mpi) {
   const std::string ops = absl::GetFlag(FLAGS_ops);
   std::vector<Row> rows;
   const int64_t max_count = sizes.back() / 4;
-  Tensor a = *Tensor::Empty({max_count * n}, DType::kF32);
-  Tensor b = *Tensor::Empty({max_count * n}, DType::kF32);
-  std::fill(a.data<float>(), a.data<float>() + max_count * n, 1.0f);
-  std::fill(b.data<float>(), b.data<float>() + max_count * n, 0.0f);
+  Tensor a = Alloc(c, max_count * n, DType::kF32);
+  Tensor b = Alloc(c, max_count * n, DType::kF32);
+  {
+    std::vector<float> ones(max_count * n, 1.0f), zeros(max_count * n, 0.0f);
+    Put(a, ones.data(), a.nbytes());
+    Put(b, zeros.data(), b.nbytes());
+  }
+  // Raw MPI is timed on host buffers only (MPI here is not CUDA-aware).
+  if (!c.device().is_cpu()) have_mpi = false;
   const double ar_factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
   const double ag_factor = n > 1 ? 1.0 * (n - 1) / n : 1.0;
 
@@ -132,8 +191,8 @@ void RunBench(Communicator& c, const launch::CommFlags& flags, bool have_mpi) {
             }), ar_factor);
       }
 #endif
-      add("memcpy(ref)", Time(c, iters, [&] { std::memcpy(out.raw_data(), in.raw_data(), bytes); }),
-          1.0);
+      add(c.device().is_cpu() ? "memcpy(ref)" : "cudaMemcpy D2D(ref)",
+          Time(c, iters, [&] { CopyRef(out, in, bytes); }), 1.0);
     }
     if (ops.find("all_gather") != std::string::npos && count % n == 0) {
       // nccl-tests convention: size = the gathered output.

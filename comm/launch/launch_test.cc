@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -91,7 +92,30 @@ TEST(Network, Table) {
   auto bad = NetworkSettings("wifi", "ucx");
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_NE(bad.status().message().find("--network='wifi'"), std::string::npos);
-  EXPECT_FALSE(NetworkSettings("auto", "nccl").ok());
+  EXPECT_FALSE(NetworkSettings("auto", "gloo").ok());
+}
+
+TEST(Network, Nccl) {
+  using V = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(*NetworkSettings("ethernet", "nccl"),
+            (V{{"NCCL_IB_DISABLE", "1"}, {"NCCL_NET", "Socket"}}));
+  EXPECT_EQ(*NetworkSettings("infiniband", "nccl"),
+            (V{{"NCCL_IB_DISABLE", "0"}, {"NCCL_NET", "IB"}}));
+  EXPECT_TRUE(NetworkSettings("auto", "nccl")->empty());  // NCCL's defaults
+  EXPECT_TRUE(absl::IsInvalidArgument(NetworkSettings("wifi", "nccl").status()));
+}
+
+TEST(Network, NcclUserSettingsWin) {
+  setenv("NCCL_NET", "MyPlugin", 1);
+  unsetenv("NCCL_IB_DISABLE");
+  ASSERT_TRUE(ApplyNetworkSettings("ethernet", "nccl").ok());
+  EXPECT_STREQ(getenv("NCCL_NET"), "MyPlugin");    // the user's value stays
+  EXPECT_STREQ(getenv("NCCL_IB_DISABLE"), "1");    // unset: ours
+  unsetenv("NCCL_NET");
+  unsetenv("NCCL_IB_DISABLE");
+  ASSERT_TRUE(ApplyNetworkSettings("auto", "nccl").ok());
+  EXPECT_EQ(getenv("NCCL_NET"), nullptr);
+  EXPECT_EQ(getenv("NCCL_IB_DISABLE"), nullptr);
 }
 
 }  // namespace

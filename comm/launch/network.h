@@ -7,8 +7,10 @@
 //   ucx: ethernet -> UCX_TLS=sm,self,tcp   infiniband -> UCX_TLS=rc,ud,sm,self
 //   mpi: ethernet -> OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self,vader
 //        infiniband -> OMPI_MCA_pml=ucx
+//   nccl: ethernet -> NCCL_IB_DISABLE=1 NCCL_NET=Socket
+//         infiniband -> NCCL_IB_DISABLE=0 NCCL_NET=IB
 //   auto: nothing is set; the libraries' own defaults and the user's
-//         UCX_TLS / OMPI_MCA_* apply.
+//         UCX_TLS / OMPI_MCA_* / NCCL_* apply.
 
 #include <string>
 #include <utility>
@@ -19,7 +21,7 @@
 namespace loom::comm::launch {
 
 // The (variable, value) pairs for `network` and `backend` ("local", "mpi",
-// "ucx"). An unknown network or backend is an InvalidArgument naming
+// "ucx", "nccl"). An unknown network or backend is an InvalidArgument naming
 // --network / --backend and the accepted values.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> NetworkSettings(
     const std::string& network, const std::string& backend);

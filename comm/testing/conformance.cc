@@ -302,11 +302,18 @@ absl::Status SendRecvCase(Communicator& c, const SuiteOptions& o) {
         SetAt(s2, i, DataVal(r + 50, i));
       }
       Tensor r1 = *Make(d, count, kGarbage), r2 = *Make(d, count, kGarbage);
-      WorkPtr w1 = c.Send(s1, right, 5);
-      WorkPtr w2 = c.Send(s2, right, 6);
-      WorkPtr w3 = c.Recv(r2, left, 6);
-      WorkPtr w4 = c.Recv(r1, left, 5);
-      RETURN_IF_ERROR(Annotate(WaitAll({w1, w2, w3, w4}), label));
+      std::vector<WorkPtr> works;
+      if (o.p2p_matches_tags) {
+        works = {c.Send(s1, right, 5), c.Send(s2, right, 6), c.Recv(r2, left, 6),
+                 c.Recv(r1, left, 5)};
+      } else if (r % 2 == 0) {  // issue-order matching: no cycle of waiting sends
+        works = {c.Send(s1, right, 5), c.Send(s2, right, 6), c.Recv(r1, left, 5),
+                 c.Recv(r2, left, 6)};
+      } else {
+        works = {c.Recv(r1, left, 5), c.Recv(r2, left, 6), c.Send(s1, right, 5),
+                 c.Send(s2, right, 6)};
+      }
+      RETURN_IF_ERROR(Annotate(WaitAll(works), label));
       RETURN_IF_ERROR(CheckAll(r1, count, [&](int64_t i) { return DataVal(left, i); }, label + " tag 5", c));
       RETURN_IF_ERROR(CheckAll(r2, count, [&](int64_t i) { return DataVal(left + 50, i); }, label + " tag 6", c));
     }

@@ -7,7 +7,10 @@
 // Expected values come from (rank, size, index) alone. Harnesses:
 //   local: threads (comm/local/communicator_test.cc);
 //   mpi:   mpirun of conformance_main (comm/mpi/*.sh);
-//   ucx:   conformance_main --nproc-per-node (comm/ucx/*.sh).
+//   ucx:   conformance_main --nproc-per-node (comm/ucx/*.sh);
+//   nccl:  threads, one per GPU (comm/nccl/communicator_test.cc), and
+//          comm/nccl:conformance_main; host tensors are mirrored to the GPU
+//          (comm/nccl/host_mirror.h), so the cases stay host code.
 
 #include <functional>
 #include <string>
@@ -27,6 +30,11 @@ struct SuiteOptions {
   // The backend reports cross-rank call mismatches as errors (our engine
   // does; MPI makes them undefined behaviour, so that case is skipped).
   bool detects_mismatch = true;
+  // The backend routes point-to-point messages by tag (ours do). False for
+  // NCCL, which matches a pair's messages in issue order and whose sends may
+  // wait for the matching receive: the send/recv case then receives in the
+  // order sent, with even ranks sending first and odd ranks receiving first.
+  bool p2p_matches_tags = true;
 };
 
 struct Case {

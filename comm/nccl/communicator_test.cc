@@ -1,0 +1,253 @@
+// The nccl backend on this machine's GPUs: the conformance suite with one
+// rank (thread) per GPU, bad input, init and op timeouts. Every test that
+// needs a GPU skips (GTEST_SKIP, with the CUDA error) on a machine without.
+#include "comm/nccl/communicator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "comm/nccl/device_memory.h"
+#include "comm/nccl/host_mirror.h"
+#include "comm/store/memory_store.h"
+#include "comm/testing/conformance.h"
+#include "core/cuda/runtime.h"
+#include "gtest/gtest.h"
+
+namespace loom::comm::nccl {
+namespace {
+
+using core::Device;
+using core::DType;
+using core::Tensor;
+
+// Number of GPUs, or 0 with the reason in *why.
+int Gpus(std::string* why) {
+  absl::StatusOr<int> n = GpuCount();
+  if (!n.ok()) {
+    *why = std::string(n.status().message());
+    return 0;
+  }
+  return *n;
+}
+
+#define SKIP_WITHOUT_GPU(n)                                                         \
+  std::string why_no_gpu;                                                           \
+  const int n = Gpus(&why_no_gpu);                                                  \
+  if (n == 0) GTEST_SKIP() << "skipped: no GPU on this machine (" << why_no_gpu << ")"
+
+// Runs body(rank, comm) on `n` threads, one GPU each, all in one NCCL world.
+void RunWorld(int n, const NcclOptions& base,
+              const std::function<absl::Status(int, Communicator&)>& body) {
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<absl::Status> st(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      NcclOptions o = base;
+      o.local_rank = r;
+      o.generation = 0;  // threads of one process: not a per-process count
+      auto c = Create(r, n, store, o);
+      if (!c.ok()) {
+        st[r] = c.status();
+        return;
+      }
+      st[r] = body(r, **c);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+}
+
+TEST(NcclBackend, LinkedVersionWorksWithoutAGpu) {
+  EXPECT_TRUE(absl::StartsWith(LinkedNcclVersion(), "2.")) << LinkedNcclVersion();
+}
+
+TEST(NcclBackend, CreateWithoutAGpuIsUnavailable) {
+  std::string why;
+  if (Gpus(&why) > 0) GTEST_SKIP() << "skipped: this machine has a GPU";
+  auto c = Create(0, 1, std::make_shared<MemoryStore>());
+  EXPECT_TRUE(absl::IsUnavailable(c.status())) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "no usable GPU")) << c.status();
+}
+
+TEST(NcclBackend, CreateArgumentErrors) {
+  EXPECT_TRUE(absl::IsInvalidArgument(Create(0, 1, nullptr).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Create(2, 2, std::make_shared<MemoryStore>()).status()));
+}
+
+TEST(NcclBackend, DeviceBeyondTheGpuCountIsRejected) {
+  SKIP_WITHOUT_GPU(n);
+  NcclOptions o;
+  o.local_rank = n;  // one more rank than GPUs on this node
+  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
+  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "ranks per node")) << c.status();
+}
+
+// The whole suite, one rank per GPU (NCCL refuses two ranks on one GPU), on
+// host tensors mirrored to each rank's GPU; one world for all cases.
+TEST(NcclBackend, Conformance) {
+  SKIP_WITHOUT_GPU(n);
+  testing::SuiteOptions so;
+  so.detects_mismatch = false;  // NCCL has no message signatures
+  so.p2p_matches_tags = false;  // NCCL matches a pair's messages in issue order
+  NcclOptions o;
+  o.comm.timeout = absl::Seconds(60);
+  RunWorld(n, o, [&](int rank, Communicator& device_comm) {
+    // Borrowed: device_comm belongs to RunWorld.
+    std::unique_ptr<Communicator> c =
+        MirrorHostTensors(std::shared_ptr<Communicator>(&device_comm, [](Communicator*) {}));
+    absl::Status first;
+    for (const testing::Case& k : testing::Cases(so)) {
+      absl::Time t0 = absl::Now();
+      absl::Status s = k.body(*c);
+      std::printf("[nccl rank %d/%d] %s %s (%s)%s%s\n", rank, n, s.ok() ? "[ OK ]" : "[FAIL]",
+                  k.name.c_str(), absl::FormatDuration(absl::Now() - t0).c_str(),
+                  s.ok() ? "" : ": ", s.ok() ? "" : s.ToString().c_str());
+      if (first.ok() && !s.ok()) first = absl::Status(s.code(), k.name + ": " + std::string(s.message()));
+    }
+    c.reset();
+    return first;
+  });
+}
+
+TEST(NcclBackend, CpuTensorIsInvalidArgumentAndHarmless) {
+  SKIP_WITHOUT_GPU(n);
+  (void)n;
+  auto c = Create(0, 1, std::make_shared<MemoryStore>());
+  ASSERT_TRUE(c.ok()) << c.status();
+  Tensor host = *Tensor::Empty({8}, DType::kF32);
+  Tensor dev = *EmptyOnDevice({8}, DType::kF32, (*c)->device());
+  absl::Status s = (*c)->AllReduce(host, ReduceOp::kSum)->Wait();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "all_reduce")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "is on cpu")) << s;
+  s = (*c)->AllGather(dev, host)->Wait();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "output is on cpu")) << s;
+  // The communicator still works.
+  std::vector<float> ones(8, 1.0f), got(8, 0.0f);
+  ASSERT_TRUE(CopyBytes(dev.raw_data(), ones.data(), 32, true, dev.device().index).ok());
+  ASSERT_TRUE((*c)->AllReduce(dev, ReduceOp::kSum)->Wait().ok());
+  ASSERT_TRUE(CopyBytes(got.data(), dev.raw_data(), 32, false, dev.device().index).ok());
+  EXPECT_EQ(got, ones);
+}
+
+TEST(NcclBackend, SplitWithoutColorGivesNull) {
+  SKIP_WITHOUT_GPU(n);
+  (void)n;
+  auto c = Create(0, 1, std::make_shared<MemoryStore>());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto none = (*c)->Split(-1, 0, "none");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr);
+  auto one = (*c)->Split(3, 0, "one");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_NE(*one, nullptr);
+  EXPECT_EQ((*one)->size(), 1);
+  EXPECT_EQ((*one)->group_name(), "one");
+  EXPECT_TRUE((*one)->Barrier()->Wait().ok());
+}
+
+// Rank 1 of 2 never starts: rank 0's NCCL init is aborted at the timeout.
+// (Possible on one GPU: only rank 0 touches it.)
+TEST(NcclBackend, InitTimesOutWhenAPeerNeverJoins) {
+  SKIP_WITHOUT_GPU(n);
+  (void)n;
+  NcclOptions o;
+  o.comm.timeout = absl::Seconds(3);
+  o.comm.group_name = "lonely";
+  absl::Time t0 = absl::Now();
+  auto c = Create(0, 2, std::make_shared<MemoryStore>(), o);
+  absl::Duration took = absl::Now() - t0;
+  EXPECT_TRUE(absl::IsDeadlineExceeded(c.status())) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "group 'lonely'")) << c.status();
+  EXPECT_LT(took, absl::Seconds(30)) << "the abort took too long";
+}
+
+// Rank 1 of 2 waits for a unique id that rank 0 never publishes.
+TEST(NcclBackend, NonRootTimesOutWaitingForTheUniqueId) {
+  SKIP_WITHOUT_GPU(n);
+  (void)n;
+  NcclOptions o;
+  o.comm.timeout = absl::Milliseconds(300);
+  auto c = Create(1, 2, std::make_shared<MemoryStore>(), o);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(c.status())) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "unique id")) << c.status();
+}
+
+// The watchdog, on one GPU: the compute stream is held by a host function
+// that blocks, so an all-reduce ordered after it cannot finish; at the
+// communicator's timeout Wait returns DeadlineExceeded naming op, group and
+// sequence number, the communicator is aborted and later ops fail fast.
+// (A dead peer needs two GPUs: see conformance_main --mode=dead_peer.)
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void Open() {
+    std::lock_guard<std::mutex> l(mu);
+    open = true;
+    cv.notify_all();
+  }
+  static void CUDART_CB Block(void* self) {
+    auto* g = static_cast<Gate*>(self);
+    std::unique_lock<std::mutex> l(g->mu);
+    g->cv.wait(l, [g] { return g->open; });
+  }
+};
+
+TEST(NcclBackend, WatchdogAbortsAStalledOp) {
+  SKIP_WITHOUT_GPU(n);
+  (void)n;
+  NcclOptions o;
+  o.comm.timeout = absl::Seconds(2);
+  o.comm.group_name = "stall";
+  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Communicator& comm = **c;
+  Tensor t = *EmptyOnDevice({1024}, DType::kF32, comm.device());
+  ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum)->Wait().ok());  // #0 works
+
+  ASSERT_TRUE(core::cuda::SetCurrentDevice(comm.device().index).ok());
+  cudaStream_t compute = *core::cuda::CurrentStream();
+  Gate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(compute, &Gate::Block, &gate), cudaSuccess);
+  // ncclCommAbort may wait for the device, which waits for the gate: open it
+  // a little after the timeout in any case.
+  std::thread opener([&] {
+    absl::SleepFor(o.comm.timeout + absl::Seconds(2));
+    gate.Open();
+  });
+  WorkPtr w = comm.AllReduce(t, ReduceOp::kSum);  // #1, stuck behind the gate
+  absl::Status early = w->Wait(absl::Milliseconds(200));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(early)) << early;
+  EXPECT_TRUE(absl::StrContains(early.message(), "of waiting")) << early;
+  EXPECT_FALSE(w->Poll()) << "a short Wait must not abort the op";
+
+  absl::Time t0 = absl::Now();
+  absl::Status s = w->Wait();
+  absl::Duration took = absl::Now() - t0;
+  gate.Open();
+  opener.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  for (const char* part : {"all_reduce #1", "group 'stall'", "timed out", "aborted"}) {
+    EXPECT_TRUE(absl::StrContains(s.message(), part)) << s << " lacks " << part;
+  }
+  EXPECT_LT(took, o.comm.timeout + absl::Seconds(10));
+
+  absl::Status again = comm.AllReduce(t, ReduceOp::kSum)->Wait(absl::Seconds(1));
+  EXPECT_TRUE(absl::IsFailedPrecondition(again)) << again;
+  EXPECT_TRUE(absl::StrContains(again.message(), "aborted")) << again;
+  EXPECT_TRUE(absl::IsFailedPrecondition(comm.Split(0, 0, "x").status()));
+  EXPECT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace loom::comm::nccl

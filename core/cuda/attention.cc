@@ -1,0 +1,199 @@
+#include "core/cuda/attention.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu/philox.h"
+#include "core/cuda/blas.h"
+#include "core/cuda/check_args.h"
+
+namespace loom::core::cuda {
+namespace {
+
+struct Dims {
+  int64_t s, b, heads, d;
+};
+
+absl::Status CheckQkv(const char* op, const Tensor& qkv, int64_t heads, Dims* dims) {
+  LOOM_RETURN_IF_ERROR(CheckRank(op, "qkv", qkv, 3));
+  if (heads <= 0 || qkv.dim(2) % (3 * heads) != 0 || qkv.dim(2) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": qkv ", qkv.DebugString(), " with heads=", heads,
+                     ": last dim must be heads * 3 * head_dim with head_dim > 0"));
+  }
+  *dims = {qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / (3 * heads)};
+  return internal::CheckRows(op, "probability rows (b * heads * s)", dims->b * heads * dims->s);
+}
+
+absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want) {
+  if (t.shape() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", t.DebugString(),
+                                                   ", expected shape ", want.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDropout(const char* op, const cpu::AttentionDropout& dr, int64_t heads) {
+  const int64_t total = dr.total_heads == 0 ? heads : dr.total_heads;
+  if (!(dr.p >= 0.0f && dr.p <= 1.0f) || dr.head_offset < 0 || dr.head_offset + heads > total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": AttentionDropout{p = ", dr.p, ", head_offset = ", dr.head_offset,
+        ", total_heads = ", dr.total_heads, "} with heads=", heads,
+        ": need p in [0, 1] and 0 <= head_offset <= total_heads - heads"));
+  }
+  return absl::OkStatus();
+}
+
+kernels::AttentionMask Mask(const cpu::AttentionDropout& dr, int64_t heads) {
+  kernels::AttentionMask m;
+  m.dropout = dr.p > 0.0f;
+  m.params.seed = dr.seed;
+  m.params.offset = dr.offset;
+  m.params.threshold = cpu::DropoutThreshold(dr.p);
+  m.params.scale = dr.p >= 1.0f ? 0.0f : 1.0f / (1.0f - dr.p);
+  m.heads = heads;
+  m.total_heads = dr.total_heads == 0 ? heads : dr.total_heads;
+  m.head_offset = dr.head_offset;
+  return m;
+}
+
+// Pointer `elems` elements after t's first.
+const void* At(const Tensor& t, int64_t elems) {
+  return static_cast<const char*>(t.raw_data()) + elems * static_cast<int64_t>(DTypeSize(t.dtype()));
+}
+void* At(Tensor* t, int64_t elems) {
+  return static_cast<char*>(t->raw_data()) + elems * static_cast<int64_t>(DTypeSize(t->dtype()));
+}
+
+// One GEMM per (batch, head) pair; pair p = bi * heads + h, whose q/k/v rows
+// start at element 3 d p of qkv (row stride b heads 3 d), its out rows at d p
+// (row stride b heads d), its probabilities at s s p.
+internal::GemmArgs PairGemm(const Dims& g, DType dtype) {
+  internal::GemmArgs a;
+  a.batch = g.b * g.heads;
+  a.ab = dtype;
+  a.c_dtype = dtype;
+  return a;
+}
+
+}  // namespace
+
+absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
+                              const cpu::AttentionDropout& dropout) {
+  constexpr const char* kOp = "AttentionForward";
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "qkv", qkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "probs", probs));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "out", *out));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "probs", *probs));
+  Dims g;
+  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
+  LOOM_RETURN_IF_ERROR(CheckDropout(kOp, dropout, heads));
+  LOOM_RETURN_IF_ERROR(
+      internal::CheckDevices(kOp, {{"qkv", &qkv}, {"out", out}, {"probs", probs}}));
+  if (g.s == 0 || g.b == 0) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
+  const DType dt = qkv.dtype();
+  const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
+  const int64_t pairs = g.b * g.heads, ss = g.s * g.s;
+  const kernels::AttentionMask mask = Mask(dropout, heads);
+
+  // probs = scale * Q Kᵀ (the raw scores; the row kernel turns them into probabilities).
+  internal::GemmArgs qk = PairGemm(g, dt);
+  qk.trans_b = true;
+  qk.m = g.s, qk.n = g.s, qk.k = g.d;
+  qk.alpha = 1.0f / std::sqrt(static_cast<float>(g.d));
+  qk.a = At(qkv, 0), qk.lda = ld_qkv, qk.stride_a = 3 * g.d;
+  qk.b = At(qkv, g.d), qk.ldb = ld_qkv, qk.stride_b = 3 * g.d;
+  qk.c = probs->raw_data(), qk.ldc = g.s, qk.stride_c = ss;
+  LOOM_RETURN_IF_ERROR(internal::Gemm(kOp, qk));
+
+  Tensor dropped;
+  if (mask.dropout) {
+    LOOM_ASSIGN_OR_RETURN(dropped, internal::Scratch(probs->shape(), dt));
+  }
+  LOOM_CUDA_LAUNCH(kOp, kernels::CausalSoftmaxForward(internal::ElemOf(dt), probs->raw_data(),
+                                                      mask.dropout ? dropped.raw_data() : nullptr,
+                                                      pairs, g.s, mask, stream));
+
+  // out = P V, P after dropout.
+  internal::GemmArgs pv = PairGemm(g, dt);
+  pv.m = g.s, pv.n = g.d, pv.k = g.s;
+  pv.a = mask.dropout ? dropped.raw_data() : probs->raw_data(), pv.lda = g.s, pv.stride_a = ss;
+  pv.b = At(qkv, 2 * g.d), pv.ldb = ld_qkv, pv.stride_b = 3 * g.d;
+  pv.c = out->raw_data(), pv.ldc = ld_out, pv.stride_c = g.d;
+  return internal::Gemm(kOp, pv);
+}
+
+absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                               int64_t heads, Tensor* dqkv, const cpu::AttentionDropout& dropout) {
+  constexpr const char* kOp = "AttentionBackward";
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "qkv", qkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "probs", probs));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dqkv", dqkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dout", dout));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "probs", probs));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dqkv", *dqkv));
+  Dims g;
+  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
+  LOOM_RETURN_IF_ERROR(CheckDropout(kOp, dropout, heads));
+  LOOM_RETURN_IF_ERROR(internal::CheckDevices(
+      kOp, {{"dout", &dout}, {"qkv", &qkv}, {"probs", &probs}, {"dqkv", dqkv}}));
+  if (g.s == 0 || g.b == 0) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
+  const DType dt = qkv.dtype();
+  const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
+  const int64_t pairs = g.b * g.heads, ss = g.s * g.s;
+  const kernels::AttentionMask mask = Mask(dropout, heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
+
+  LOOM_ASSIGN_OR_RETURN(Tensor ds, internal::Scratch(probs.shape(), dt));
+  Tensor dropped;
+  if (mask.dropout) {
+    LOOM_ASSIGN_OR_RETURN(dropped, internal::Scratch(probs.shape(), dt));
+  }
+  // ds = dP = dO Vᵀ (the gradient of the dropped probabilities).
+  internal::GemmArgs dp = PairGemm(g, dt);
+  dp.trans_b = true;
+  dp.m = g.s, dp.n = g.s, dp.k = g.d;
+  dp.a = dout.raw_data(), dp.lda = ld_out, dp.stride_a = g.d;
+  dp.b = At(qkv, 2 * g.d), dp.ldb = ld_qkv, dp.stride_b = 3 * g.d;
+  dp.c = ds.raw_data(), dp.ldc = g.s, dp.stride_c = ss;
+  LOOM_RETURN_IF_ERROR(internal::Gemm(kOp, dp));
+  // ds = dS = scale P (dP' - rowsum(P dP')), dropped = P keep / (1 - p).
+  LOOM_CUDA_LAUNCH(kOp, kernels::CausalSoftmaxBackward(
+                            internal::ElemOf(dt), probs.raw_data(), ds.raw_data(),
+                            mask.dropout ? dropped.raw_data() : nullptr, pairs, g.s, scale, mask,
+                            stream));
+  // dQ = dS K
+  internal::GemmArgs dq = PairGemm(g, dt);
+  dq.m = g.s, dq.n = g.d, dq.k = g.s;
+  dq.a = ds.raw_data(), dq.lda = g.s, dq.stride_a = ss;
+  dq.b = At(qkv, g.d), dq.ldb = ld_qkv, dq.stride_b = 3 * g.d;
+  dq.c = At(dqkv, 0), dq.ldc = ld_qkv, dq.stride_c = 3 * g.d;
+  LOOM_RETURN_IF_ERROR(internal::Gemm(kOp, dq));
+  // dK = dSᵀ Q
+  internal::GemmArgs dk = PairGemm(g, dt);
+  dk.trans_a = true;
+  dk.m = g.s, dk.n = g.d, dk.k = g.s;
+  dk.a = ds.raw_data(), dk.lda = g.s, dk.stride_a = ss;
+  dk.b = At(qkv, 0), dk.ldb = ld_qkv, dk.stride_b = 3 * g.d;
+  dk.c = At(dqkv, g.d), dk.ldc = ld_qkv, dk.stride_c = 3 * g.d;
+  LOOM_RETURN_IF_ERROR(internal::Gemm(kOp, dk));
+  // dV = Pᵀ dO, P after dropout.
+  internal::GemmArgs dv = PairGemm(g, dt);
+  dv.trans_a = true;
+  dv.m = g.s, dv.n = g.d, dv.k = g.s;
+  dv.a = mask.dropout ? dropped.raw_data() : probs.raw_data(), dv.lda = g.s, dv.stride_a = ss;
+  dv.b = dout.raw_data(), dv.ldb = ld_out, dv.stride_b = g.d;
+  dv.c = At(dqkv, 2 * g.d), dv.ldc = ld_qkv, dv.stride_c = 3 * g.d;
+  return internal::Gemm(kOp, dv);
+}
+
+}  // namespace loom::core::cuda

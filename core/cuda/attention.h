@@ -1,0 +1,34 @@
+#ifndef LOOM_CORE_CUDA_ATTENTION_H_
+#define LOOM_CORE_CUDA_ATTENTION_H_
+
+// GPU twin of core/cpu/attention.h (same qkv layout [s, b, heads, 3, d],
+// 1/sqrt(d) scaling, causal mask, `probs` = softmax before dropout, dropout
+// mask at the GLOBAL probabilities index, bit-identical to the CPU's).
+// qkv, out, probs, dout, dqkv are f32 or bf16, one dtype; scores and probs
+// are stored in that dtype, softmax math is f32.
+//
+// Implementation: cuBLAS strided-batched GEMMs over the b * heads pairs for
+// QKᵀ, PV, dO Vᵀ, dS K, dSᵀ Q and Pᵀ dO (full s x s products: the causal
+// upper triangle is computed and then masked), plus fused row kernels for the
+// causal softmax (+ dropout) and its backward. Temporaries: with dropout the
+// dropped P [b, heads, s, s] (forward and backward); the backward also dS
+// [b, heads, s, s]. Asynchronous on the current stream.
+
+#include "absl/status/status.h"
+#include "core/cpu/attention.h"
+#include "core/tensor.h"
+
+namespace loom::core::cuda {
+
+//   qkv: [s, b, heads * 3 * d]; out: [s, b, heads * d]; probs: [b, heads, s, s]
+absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
+                              const cpu::AttentionDropout& dropout = {});
+
+//   dout: [s, b, heads * d]; qkv, probs: the forward's; dqkv: like qkv, written
+absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                               int64_t heads, Tensor* dqkv,
+                               const cpu::AttentionDropout& dropout = {});
+
+}  // namespace loom::core::cuda
+
+#endif  // LOOM_CORE_CUDA_ATTENTION_H_

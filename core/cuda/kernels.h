@@ -1,0 +1,139 @@
+#ifndef LOOM_CORE_CUDA_KERNELS_H_
+#define LOOM_CORE_CUDA_KERNELS_H_
+
+// Launchers of the nvcc-compiled kernels (the *.cu files). Internal to
+// //core/cuda: the public API is the per-topic headers (elementwise.h, ...),
+// which check arguments and call these. Plain types only (no Abseil, no
+// Tensor), so nvcc never parses Abseil. Every launcher enqueues on `stream`,
+// returns the launch status (cudaGetLastError) and accepts n == 0.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace loom::core::cuda::kernels {
+
+enum class Elem { kF32, kBF16, kF16 };  // element type of a float tensor
+enum class Index { kI32, kI64 };        // element type of an id tensor
+
+// ---- elementwise.cu
+// out[r, c] = x[r, c] + bias[c]; all of type t.
+cudaError_t BiasAdd(Elem t, const void* x, const void* bias, void* out, int64_t rows, int64_t c,
+                    cudaStream_t stream);
+// partials[k, j] = sum of dout[r, j] over rows r of chunk k (kColumnChunkRows rows each).
+// With x/mean/rstd non-null also gpartials[k, j] = sum dout[r, j] (x[r, j] - mean[r]) rstd[r]
+// (LayerNorm's dgamma). Partials are f32 [ColumnChunks(rows), c].
+inline constexpr int64_t kColumnChunkRows = 256;
+inline int64_t ColumnChunks(int64_t rows) { return (rows + kColumnChunkRows - 1) / kColumnChunkRows; }
+cudaError_t ColumnPartials(Elem t, const void* dout, const void* x, const float* mean,
+                           const float* rstd, int64_t rows, int64_t c, float* partials,
+                           float* gpartials, cudaStream_t stream);
+// dst[j] += sum_k partials[k, j] (k in order: deterministic); dst of type g.
+cudaError_t AccumulatePartials(Elem g, const float* partials, int64_t chunks, int64_t c, void* dst,
+                               cudaStream_t stream);
+cudaError_t Gelu(Elem t, const void* x, void* out, int64_t n, cudaStream_t stream);
+cudaError_t GeluGrad(Elem t, const void* x, const void* dout, void* dx, int64_t n,
+                     cudaStream_t stream);
+cudaError_t Add(Elem t, const void* a, const void* b, void* out, int64_t n, cudaStream_t stream);
+cudaError_t Scale(Elem t, float scale, void* x, int64_t n, cudaStream_t stream);
+
+// ---- layernorm.cu (mean, rstd: f32 [rows])
+cudaError_t LayerNormForward(Elem t, const void* x, const void* gamma, const void* beta, float eps,
+                             int64_t rows, int64_t c, void* out, float* mean, float* rstd,
+                             cudaStream_t stream);
+// dx only (dgamma/dbeta come from ColumnPartials). dx may alias dout.
+cudaError_t LayerNormBackwardDx(Elem t, const void* dout, const void* x, const void* gamma,
+                                const float* mean, const float* rstd, int64_t rows, int64_t c,
+                                void* dx, cudaStream_t stream);
+
+// ---- softmax.cu
+cudaError_t SoftmaxForward(Elem t, const void* x, void* out, int64_t rows, int64_t c,
+                           cudaStream_t stream);
+cudaError_t SoftmaxBackward(Elem t, const void* out, const void* dout, void* dx, int64_t rows,
+                            int64_t c, cudaStream_t stream);
+
+// ---- dropout.cu: local (r, j) has global index first + r * stride + j.
+struct DropoutParams {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  uint32_t threshold = 0;  // kept iff bits >= threshold
+  float scale = 1.0f;      // applied to kept elements
+};
+cudaError_t Dropout(Elem t, const void* x, void* out, uint8_t* mask, int64_t rows, int64_t c,
+                    int64_t first, int64_t stride, const DropoutParams& p, cudaStream_t stream);
+
+// ---- attention.cu. `pairs` = b * heads (pair = bi * heads + h), rows of s.
+struct AttentionMask {
+  bool dropout = false;
+  DropoutParams params;
+  int64_t heads = 1;        // local heads
+  int64_t total_heads = 1;  // global heads
+  int64_t head_offset = 0;
+};
+// In place on scores [pairs, s, s] (already scaled): row i becomes the
+// softmax over columns 0..i, zeros above. With dropout also
+// dropped = probs * keep * scale (zeros above the diagonal).
+cudaError_t CausalSoftmaxForward(Elem t, void* scores, void* dropped, int64_t pairs, int64_t s,
+                                 const AttentionMask& mask, cudaStream_t stream);
+// ds holds dP (the gradient of the dropped probabilities) and becomes
+// dS = attn_scale * P * (dP' - rowsum(P * dP')), dP' = dP * keep * scale;
+// with dropout also dropped = P * keep * scale. Zeros above the diagonal.
+cudaError_t CausalSoftmaxBackward(Elem t, const void* probs, void* ds, void* dropped, int64_t pairs,
+                                  int64_t s, float attn_scale, const AttentionMask& mask,
+                                  cudaStream_t stream);
+
+// ---- cross_entropy.cu (losses, lse: f32 [rows])
+// count += non-ignored rows; *bad_row = min row whose target is neither
+// ignore_index nor in [0, v) (init it to rows).
+cudaError_t CrossEntropyForward(Elem t, const void* logits, Index it, const void* targets,
+                                int64_t rows, int64_t v, int64_t ignore_index, float* losses,
+                                float* lse, unsigned long long* count, unsigned long long* bad_row,
+                                cudaStream_t stream);
+cudaError_t CountNotIgnored(Index it, const void* targets, int64_t rows, int64_t ignore_index,
+                            unsigned long long* count, cudaStream_t stream);
+// dlogits may alias logits. Rows with an out-of-range target become NaN.
+cudaError_t CrossEntropyBackward(Elem t, const void* logits, Index it, const void* targets,
+                                 const float* lse, int64_t rows, int64_t v, int64_t ignore_index,
+                                 float dloss, const unsigned long long* count, void* dlogits,
+                                 cudaStream_t stream);
+
+// ---- vocab_parallel_ce.cu: logits [rows, vp], the first `valid` columns real.
+cudaError_t VocabRowMax(Elem t, const void* logits, int64_t rows, int64_t vp, int64_t valid,
+                        float* max, cudaStream_t stream);
+// sums: f32 [2, rows] = (sum exp(x - max), target logit - max or 0).
+cudaError_t VocabSumExp(Elem t, const void* logits, Index it, const void* targets, int64_t rows,
+                        int64_t vp, int64_t valid, int64_t vocab_start, const float* max,
+                        float* sums, cudaStream_t stream);
+cudaError_t VocabCrossEntropyBackward(Elem t, const void* logits, Index it, const void* targets,
+                                      int64_t rows, int64_t vp, int64_t valid,
+                                      int64_t vocab_start, const float* max, const float* sum,
+                                      float scale, void* dlogits, cudaStream_t stream);
+
+// ---- embedding.cu. Ids outside [vocab_start, vocab_start + v): zero rows
+// when zero_out_of_range, else NaN rows (forward) / ignored (backward).
+cudaError_t EmbeddingForward(Elem t, Index it, const void* ids, const void* table, int64_t n,
+                             int64_t v, int64_t c, int64_t vocab_start, bool zero_out_of_range,
+                             void* out, cudaStream_t stream);
+cudaError_t EmbeddingBackward(Elem t, Index it, const void* ids, const void* dout, int64_t n,
+                              int64_t v, int64_t c, int64_t vocab_start, float* dtable,
+                              cudaStream_t stream);
+
+// ---- convert.cu: f32 <-> bf16, f32 <-> f16 (same rounding as core/cpu/convert.h).
+cudaError_t Convert(Elem from, Elem to, const void* src, void* dst, int64_t n, cudaStream_t stream);
+
+// ---- reduce.cu: *result = sum (or sum of squares) of x in double,
+// deterministic; `partials` holds kReduceBlocks doubles.
+inline constexpr int kReduceBlocks = 264;
+cudaError_t ReduceToDouble(Elem t, const void* x, int64_t n, bool squares, double* partials,
+                           double* result, cudaStream_t stream);
+
+// ---- adamw.cu
+struct AdamWScalars {
+  float beta1, beta2, eps, grad_scale, step_size, inv_sqrt_bc2, decay;
+};
+cudaError_t AdamW(float* param, const float* grad, float* m, float* v, void* param_bf16, int64_t n,
+                  const AdamWScalars& s, cudaStream_t stream);
+
+}  // namespace loom::core::cuda::kernels
+
+#endif  // LOOM_CORE_CUDA_KERNELS_H_
