@@ -47,7 +47,24 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(layers::ParamBuffer
   const int64_t len = std::max<int64_t>(o->shard_end_ - o->shard_begin_, 1);
   LOOM_ASSIGN_OR_RETURN(o->m_, ZerosOn(len, params->device()));
   LOOM_ASSIGN_OR_RETURN(o->v_, ZerosOn(len, params->device()));
+  o->BuildRuns();
   return o;
+}
+
+void Optimizer::BuildRuns() {
+  // Parameters sit back to back in the flat buffer (ParamBuffer), in order.
+  auto add = [](std::vector<Run>* runs, int64_t begin, int64_t end, bool wd) {
+    if (!runs->empty() && runs->back().end == begin && runs->back().weight_decay == wd) {
+      runs->back().end = end;
+    } else {
+      runs->push_back({begin, end, wd});
+    }
+  };
+  for (const layers::Param& p : params_->params()) {
+    const int64_t begin = p.offset, end = p.offset + p.grad.numel();
+    if (Counted(p)) add(&norm_runs_, begin, end, /*wd=*/false);
+    add(&update_runs_, begin, end, p.spec->weight_decay);
+  }
 }
 
 bool Optimizer::Counted(const layers::Param& p) const {
@@ -86,10 +103,9 @@ absl::StatusOr<double> Optimizer::ReduceGradients(bool already_averaged) {
   }
   // Sum of squares of what this rank owns, each parameter counted once.
   double sq = 0;
-  for (const layers::Param& p : params_->params()) {
-    if (!Counted(p)) continue;
-    const int64_t begin = std::max(p.offset, shard_begin_);
-    const int64_t end = std::min(p.offset + p.grad.numel(), shard_end_);
+  for (const Run& run : norm_runs_) {
+    const int64_t begin = std::max(run.begin, shard_begin_);
+    const int64_t end = std::min(run.end, shard_end_);
     if (begin >= end) continue;
     const Tensor& src = config_.distributed ? shard_grads_ : grads;
     const int64_t base = config_.distributed ? shard_begin_ : 0;
@@ -115,16 +131,16 @@ absl::Status Optimizer::Step(float lr) {
   const Tensor& values = params_->flat_values();
   const Tensor& grads = config_.distributed ? shard_grads_ : params_->flat_grads();
   const int64_t grad_base = config_.distributed ? shard_begin_ : 0;
-  for (const layers::Param& p : params_->params()) {
-    const int64_t begin = std::max(p.offset, shard_begin_);
-    const int64_t end = std::min(p.offset + p.value.numel(), shard_end_);
+  for (const Run& run : update_runs_) {
+    const int64_t begin = std::max(run.begin, shard_begin_);
+    const int64_t end = std::min(run.end, shard_end_);
     if (begin >= end) continue;
     core::ops::AdamWOptions opts;
     opts.lr = lr;
     opts.beta1 = config_.beta1;
     opts.beta2 = config_.beta2;
     opts.eps = config_.eps;
-    opts.weight_decay = p.spec->weight_decay ? config_.weight_decay : 0.0f;
+    opts.weight_decay = run.weight_decay ? config_.weight_decay : 0.0f;
     opts.grad_scale = scale;
     LOOM_ASSIGN_OR_RETURN(Tensor value, values.Narrow(begin, end - begin));
     LOOM_ASSIGN_OR_RETURN(Tensor grad, grads.Narrow(begin - grad_base, end - begin));

@@ -70,6 +70,16 @@ class Optimizer {
   Optimizer(layers::ParamBuffer* params, OptimizerConfig config, OptimizerGroups groups)
       : params_(params), config_(config), groups_(groups) {}
   bool Counted(const layers::Param& p) const;
+  // Adjacent parameters merged into runs of the flat buffer, so a step is a
+  // handful of kernel calls (one per run) instead of one per tensor: on a
+  // GPU each call is a launch, and each norm term a host sync.
+  struct Run {
+    int64_t begin, end;  // element range of the flat buffer
+    bool weight_decay;
+  };
+  void BuildRuns();
+  std::vector<Run> norm_runs_;    // parameters counted in the global norm
+  std::vector<Run> update_runs_;  // all parameters, split where weight decay changes
 
   layers::ParamBuffer* params_;
   OptimizerConfig config_;
