@@ -1,9 +1,10 @@
-// bazel run //train:bench -- [--iters=5] [--num-layers=12 ...]
+// bazel run //train:bench -- [--iters=5] [--num-layers=12 ...] [--device=cuda --bf16]
 //
 // Training-step speed of a GPT-2-small-shaped model (12 layers, hidden 768,
 // 12 heads, vocab 50257, seq 64, micro-batch 4) on one process: ms/step,
 // tokens/s, and the achieved model FLOP/s as a fraction of the GEMM rate
-// measured in the same run (1024³ f32 GEMM through the same oneDNN path).
+// measured in the same run through the same kernel path: a 1024³ f32 GEMM
+// (oneDNN) on the CPU, a 4096³ GEMM in the compute dtype (cuBLAS) on a GPU.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,9 +13,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "core/cli.h"
+#include "core/ops/ops.h"
 #include "layers/gpt_model.h"
 #include "layers/test_util.h"
 #include "train/metrics.h"
+#include "train/config.h"
+#include "train/device_setup.h"
 #include "train/optimizer.h"
 
 ABSL_FLAG(int64_t, num_layers, 12, "Layers");
@@ -24,6 +28,36 @@ ABSL_FLAG(int64_t, vocab_size, 50257, "Vocabulary");
 ABSL_FLAG(int64_t, seq_length, 64, "Sequence length");
 ABSL_FLAG(int64_t, micro_batch_size, 4, "Micro-batch size");
 ABSL_FLAG(int, iters, 5, "Timed steps (after one warm-up step)");
+ABSL_FLAG(std::string, device, "cpu", "cpu | cuda");
+ABSL_FLAG(bool, bf16, false, "bf16 weights and activations (--device=cuda)");
+
+namespace {
+
+// FLOP/s of an n³ GEMM in `dtype` on `device` through core/ops (median of 5,
+// after a warm-up), synchronising the device around each timed call.
+double DeviceGemmFlops(loom::core::Device device, loom::core::DType dtype, int64_t n) {
+  using loom::core::Shape;
+  using loom::core::Tensor;
+  auto make = [&] {
+    Tensor host = *Tensor::Zeros(Shape{n, n}, loom::core::DType::kF32);
+    Tensor t = *Tensor::Empty(Shape{n, n}, dtype, device);
+    if (!loom::core::ops::Convert(*host.To(device), &t).ok()) std::abort();
+    return t;
+  };
+  Tensor a = make(), b = make(), c = make();
+  std::vector<double> s;
+  for (int i = 0; i < 6; ++i) {
+    if (!loom::core::ops::Synchronize(device).ok()) std::abort();
+    auto t0 = std::chrono::steady_clock::now();
+    if (!loom::core::ops::Matmul(a, b, &c).ok()) std::abort();
+    if (!loom::core::ops::Synchronize(device).ok()) std::abort();
+    if (i > 0) s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(s.begin(), s.end());
+  return 2.0 * n * n * n / s[s.size() / 2];
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   loom::core::NormalizedArgv args(argc, argv);
@@ -36,6 +70,18 @@ int main(int argc, char** argv) {
   c.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   c.seq_length = absl::GetFlag(FLAGS_seq_length);
   const int64_t b = absl::GetFlag(FLAGS_micro_batch_size);
+  loom::train::TrainConfig placement;  // --device / --bf16, checked as the trainer does
+  placement.model = c;
+  placement.device = absl::GetFlag(FLAGS_device);
+  placement.bf16 = absl::GetFlag(FLAGS_bf16);
+  absl::Status placed = loom::train::Finalize(&placement, 1);
+  if (placed.ok()) placed = loom::train::SelectDevice(&placement, 0);
+  if (!placed.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(placed.message()).c_str());
+    return 2;
+  }
+  c.device = placement.model.device;
+  c.compute_dtype = placement.model.compute_dtype;
   auto model = loom::layers::GptModel::Create(c, loom::layers::TpGroup{});
   if (!model.ok()) {
     std::fprintf(stderr, "bench: %s\n", std::string(model.status().message()).c_str());
@@ -43,8 +89,9 @@ int main(int argc, char** argv) {
   }
   auto opt = loom::train::Optimizer::Create(&(*model)->params(), {}, {});
   if (!opt.ok()) return 1;
-  Tensor ids = loom::layers::testing::RandomIds(c.seq_length, b, c.vocab_size, 1);
-  Tensor targets = loom::layers::testing::RandomIds(c.seq_length, b, c.vocab_size, 2);
+  Tensor ids = *loom::layers::testing::RandomIds(c.seq_length, b, c.vocab_size, 1).To(c.device);
+  Tensor targets =
+      *loom::layers::testing::RandomIds(c.seq_length, b, c.vocab_size, 2).To(c.device);
   loom::layers::DropoutStream dropout;
   dropout.hidden_p = 0.1f;
 
@@ -56,6 +103,7 @@ int main(int argc, char** argv) {
     if (!(*model)->Forward(0, ids, targets, dropout, &saved, &loss).ok()) std::abort();
     if (!(*model)->Backward(0, Tensor(), 1.0f, dropout, saved).ok()) std::abort();
     if (!(*opt)->ReduceGradients().ok() || !(*opt)->Step(1e-4f).ok()) std::abort();
+    if (!loom::core::ops::Synchronize(c.device).ok()) std::abort();
     return loss;
   };
   step(0);  // warm-up: page in the buffers
@@ -68,7 +116,10 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
-  const double gemm = loom::train::MeasureGemmFlops();  // same process, same threads, now
+  // Same process, same threads (or GPU), now.
+  const bool gpu = !c.device.is_cpu();
+  const double gemm = gpu ? DeviceGemmFlops(c.device, c.compute_dtype, 4096)
+                          : loom::train::MeasureGemmFlops();
   const double tokens = static_cast<double>(c.seq_length * b);
   const double achieved = loom::train::ModelFlopsPerToken(c) * tokens / (med / 1e3);
   std::printf("GPT: %lld layers, hidden %lld, heads %lld, vocab %lld, seq %lld, micro-batch %lld: "
@@ -81,7 +132,10 @@ int main(int argc, char** argv) {
   std::printf("| ms/step (median of %d) | %.1f |\n", iters, med);
   std::printf("| tokens/s | %.0f |\n", tokens / (med / 1e3));
   std::printf("| model GFLOP/s | %.1f |\n", achieved / 1e9);
-  std::printf("| GEMM GFLOP/s (1024^3, same run) | %.1f |\n", gemm / 1e9);
+  std::printf("| device | %s%s |\n", c.device.ToString().c_str(),
+              c.compute_dtype == loom::core::DType::kBF16 ? " bf16" : " f32");
+  std::printf("| GEMM GFLOP/s (%s, same run) | %.1f |\n",
+              gpu ? "4096^3 cuBLAS, compute dtype" : "1024^3 oneDNN f32", gemm / 1e9);
   std::printf("| model / GEMM | %.2f |\n", achieved / gemm);
   return 0;
 }
