@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# The GPU check, in two halves:
+#
+#   tools/device_check.sh pack   here (Bazel machine): builds the GPU binaries,
+#                                bundles them with every non-CUDA shared library
+#                                they load (glibc's loader included) and a
+#                                prepared dataset into .device/bundle.tar.xz.
+#   tools/device_check.sh run    on the GPU machine (no Bazel, no Debian
+#                                packages): unpacks the bundle and runs kernel
+#                                tests, NCCL conformance, the kernel and
+#                                training benchmarks and a CPU-vs-GPU loss
+#                                curve, then prints a short table last.
+#
+# With the device tool:  run(command="tools/device_check.sh run",
+#                            carry=[".device"], timeout_s=420)
+# Logs and the table (summary.md) are written to $OUT (or ./.device/out).
+#
+# The binaries run through the bundled dynamic loader, so they do not depend
+# on the GPU machine's glibc; only the CUDA driver, cuBLAS and NCCL come from
+# that machine (LOOM_CUDA_LIBS, default /usr/local/cuda/lib64 and wherever
+# ldconfig finds libnccl).
+set -uo pipefail
+
+MODE="${1:-}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUNDLE_DIR="$ROOT/.device"
+
+# Everything the GPU check runs: label -> file name in the bundle.
+TARGETS=(
+  //core/cuda:adamw_test //core/cuda:allocator_test //core/cuda:attention_test
+  //core/cuda:convert_test //core/cuda:cross_entropy_test //core/cuda:device_probe_test
+  //core/cuda:dropout_test //core/cuda:elementwise_test //core/cuda:embedding_test
+  //core/cuda:layernorm_test //core/cuda:matmul_test //core/cuda:ops_registration_test
+  //core/cuda:reduce_test //core/cuda:softmax_test //core/cuda:vocab_parallel_ce_test
+  //core/cuda:bench
+  //comm/nccl:communicator_test
+  //train:bench //train:gpt
+)
+
+pack() {
+  cd "$ROOT"
+  local stage="$BUNDLE_DIR/stage"
+  rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
+  # Loom's own libraries linked in statically: one self-contained file per binary.
+  bazel build -c opt --dynamic_mode=off "${TARGETS[@]}" || return 1
+  local bin_dir
+  bin_dir="$(bazel info -c opt bazel-bin 2>/dev/null)"
+  for t in "${TARGETS[@]}"; do
+    local pkg="${t#//}"; pkg="${pkg%%:*}"; local name="${t##*:}"
+    install -m 755 "$bin_dir/$pkg/$name" "$stage/bin/${pkg//\//_}_$name"
+  done
+  # Non-CUDA shared libraries (and glibc's loader). The driver, cuBLAS and
+  # NCCL must match the GPU machine: they are taken from there.
+  for b in "$stage"/bin/*; do
+    ldd "$b" | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}'
+  done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libcuda.so*|libnvidia*|libcublas*|libcublasLt*|libnccl*) ;;
+      *) cp -L "$lib" "$stage/lib/" ;;
+    esac
+  done
+  # The default corpus, tokenized here (the GPU machine has no fortunes).
+  "$stage/bin/train_gpt" --distributed-backend=local --nproc-per-node=1 --train-iters=1 \
+    --global-batch-size=4 --micro-batch-size=4 --eval-interval=0 --sample-tokens=0 \
+    --data-cache-dir="$stage/data" --log-interval=1 >/dev/null || return 1
+  tar -C "$stage" -cJf "$BUNDLE_DIR/bundle.tar.xz" . || return 1
+  rm -rf "$stage"
+  echo "packed $(du -h "$BUNDLE_DIR/bundle.tar.xz" | cut -f1) into .device/bundle.tar.xz" \
+       "(device tool: carry=[\".device\"])"
+}
+
+# ------------------------------------------------------------------ GPU side
+
+run() {
+  local out="${OUT:-$BUNDLE_DIR/out}"
+  mkdir -p "$out"
+  local b
+  b="$(mktemp -d)"
+  tar -C "$b" -xJf "$BUNDLE_DIR/bundle.tar.xz" || { echo "no bundle: run pack first"; return 1; }
+  local cuda_libs="${LOOM_CUDA_LIBS:-}"
+  if [[ -z "$cuda_libs" ]]; then
+    cuda_libs="/usr/local/cuda/lib64"
+    local nccl_dir
+    nccl_dir="$(ldconfig -p 2>/dev/null | awk '/libnccl.so.2 /{print $NF; exit}' | xargs -r dirname)"
+    [[ -n "$nccl_dir" ]] && cuda_libs="$cuda_libs:$nccl_dir"
+    for d in /usr/lib/x86_64-linux-gnu /usr/lib64; do
+      [[ -e "$d/libcuda.so.1" ]] && cuda_libs="$cuda_libs:$d"
+    done
+  fi
+  local loader
+  loader="$(ls "$b"/lib/ld-linux-x86-64.so.* | head -1)"
+  # $b/x NAME ARGS...: a bundled binary through the bundled loader and libraries.
+  printf '#!/bin/sh\nname="$1"; shift\nexec "%s" --library-path "%s" "%s/bin/$name" "$@"\n' \
+    "$loader" "$b/lib:$cuda_libs" "$b" >"$b/x"
+  chmod +x "$b/x"
+  local summary="$out/summary.md"
+  : >"$summary"
+  row() { echo "| $1 | $2 |" | tee -a "$summary"; }
+
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+  else
+    echo "no nvidia-smi on this machine" >"$out/gpu.txt"
+  fi
+  echo "## Loom device check, $(date -u +%Y-%m-%dT%H:%MZ), $(head -1 "$out/gpu.txt")" | tee -a "$summary"
+  echo "| check | result |" | tee -a "$summary"
+  echo "|---|---|" | tee -a "$summary"
+
+  # 1. Kernel tests (CUDA vs the CPU kernels) and NCCL conformance.
+  local t
+  for t in "$b"/bin/*_test; do
+    t="$(basename "$t")"
+    timeout 240 "$b/x" "$t" >"$out/$t.log" 2>&1
+    local rc=$? passed failed skipped
+    passed=$(grep -c '^\[       OK \]' "$out/$t.log")
+    failed=$(grep -c '^\[  FAILED  \].*(' "$out/$t.log")
+    skipped=$(grep -c '^\[  SKIPPED \].*(' "$out/$t.log")
+    row "$t" "rc $rc: $passed passed, $failed failed, $skipped skipped"
+  done
+
+  # 2. Kernel benchmark: our bf16 GEMM vs raw cuBLAS, attention vs the GEMM rate.
+  timeout 180 "$b/x" core_cuda_bench >"$out/core_cuda_bench.txt" 2>&1
+  row "core/cuda bench" "rc $? (table below)"
+
+  # 3. Training benchmark, GPT-2-medium shape.
+  timeout 240 "$b/x" train_bench --device=cuda --bf16 --num-layers=24 --hidden-size=1024 \
+    --num-attention-heads=16 --seq-length=1024 --micro-batch-size=8 --iters=5 \
+    >"$out/train_bench.txt" 2>&1
+  row "train bench GPT-2-medium bf16" "rc $? (table below)"
+
+  # 4. The same short run on CPU and on GPU in bf16: loss curves must agree.
+  rm -f "$out/cpu.jsonl" "$out/gpu.jsonl"  # metrics files are appended to
+  local common=(--distributed-backend=local --nproc-per-node=1 --train-iters=40 --log-interval=1
+                --eval-interval=0 --sample-tokens=0 --hidden-dropout=0 --data-cache-dir="$b/data")
+  timeout 300 "$b/x" train_gpt "${common[@]}" --metrics-file="$out/cpu.jsonl" >"$out/gpt_cpu.txt" 2>&1
+  local rc_cpu=$?
+  timeout 300 "$b/x" train_gpt "${common[@]}" --device=cuda --bf16 --metrics-file="$out/gpu.jsonl" \
+    >"$out/gpt_gpu.txt" 2>&1
+  local rc_gpu=$?
+  row "gpt 40 steps cpu f32 vs cuda bf16 (rc $rc_cpu/$rc_gpu)" "$(python3 - "$out/cpu.jsonl" "$out/gpu.jsonl" <<'EOF'
+import json, sys
+def losses(p):
+    try:
+        return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]
+    except Exception as e:
+        return []
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+if not a or len(a) != len(b):
+    print(f"missing curves ({len(a)} vs {len(b)} points)")
+else:
+    rel = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    # bf16 weights/activations against f32: a few percent per step at most.
+    print(f"max relative loss gap {rel:.4f} over {len(a)} steps (bf16 bound 0.03): "
+          f"{'OK' if rel <= 0.03 else 'TOO LARGE'}; final {a[-1]:.4f} vs {b[-1]:.4f}")
+EOF
+)"
+  rm -rf "$b"
+  {
+    echo; echo "### core/cuda bench"; echo '```'; cat "$out/core_cuda_bench.txt"; echo '```'
+    echo; echo "### train bench (24 layers, hidden 1024, 16 heads, seq 1024, micro-batch 8, bf16)"
+    cat "$out/train_bench.txt"
+  } >>"$summary"
+  echo; echo "===== summary ($out/summary.md; logs beside it) ====="
+  cat "$summary"
+}
+
+case "$MODE" in
+  pack) pack ;;
+  run) run ;;
+  *) echo "usage: tools/device_check.sh pack|run" >&2; exit 2 ;;
+esac
