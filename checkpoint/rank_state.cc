@@ -15,9 +15,9 @@ Placement PlacementOf(const layers::Param& p, const layers::GptConfig& model) {
   if (p.spec->name == kWordEmbedding) out.global_shape[0] = model.vocab_size;
   int64_t rows, cols;
   MatrixDims(out.global_shape, &rows, &cols);
-  const core::Shape& local = p.value.shape();
+  const core::Shape& local = p.master.shape();
   const int64_t local_rows = local.rank() == 0 ? 1 : local.dim(0);
-  const int64_t local_cols = local_rows == 0 ? 0 : p.value.numel() / local_rows;
+  const int64_t local_cols = local_rows == 0 ? 0 : p.master.numel() / local_rows;
   switch (p.spec->split) {
     case layers::TpSplit::kRows:
       out.rect = Region::Rect(p.split_start, local_rows, 0, local_cols);
@@ -50,7 +50,7 @@ bool Owns(const layers::Param& p, const RankView& v) {
 void MomentRange(const layers::Param& p, const RankView& v, const Placement& pl, int64_t* begin,
                  int64_t* end) {
   *begin = std::max(p.offset, v.shard_begin) - p.offset;
-  *end = std::min(p.offset + p.value.numel(), v.shard_end) - p.offset;
+  *end = std::min(p.offset + p.master.numel(), v.shard_end) - p.offset;
   *end = std::min(*end, pl.rect.flat_end);
   if (*end < *begin) *end = *begin;
 }
@@ -65,7 +65,7 @@ std::vector<Piece> PiecesToSave(const RankView& v, bool save_optimizer) {
     const Placement pl = PlacementOf(p, v.model);
     if (v.dp_rank == 0 && pl.rect.numel() > 0) {
       pieces.push_back(Piece{p.spec->name, PARAM, pl.global_shape, pl.rect,
-                             p.value.data<float>()});
+                             p.master.data<float>()});
     }
     if (!moments || (!v.distributed_optimizer && v.dp_rank != 0)) continue;
     int64_t begin, end;
@@ -108,11 +108,11 @@ absl::Status LoadRank(CheckpointReader& reader, const RankView& v, bool load_opt
           absl::StrCat("parameter ", p.spec->name, " has global shape [", got,
                        "] in checkpoint ", reader.path(), " but [", want, "] from the flags"));
     }
-    float* value = p.value.data<float>();
+    float* value = p.master.data<float>();
     // The stored rectangle is the local shard's leading rows: zero the rest.
-    if (pl.rect.numel() < p.value.numel()) {
+    if (pl.rect.numel() < p.master.numel()) {
       std::memset(value + pl.rect.numel(), 0,
-                  static_cast<size_t>(p.value.numel() - pl.rect.numel()) * sizeof(float));
+                  static_cast<size_t>(p.master.numel() - pl.rect.numel()) * sizeof(float));
     }
     requests.push_back({p.spec->name, PARAM, pl.rect, value});
     if (!moments) continue;

@@ -111,7 +111,10 @@ absl::Status Trainer::Setup() {
                                                             config_.num_micro_batches);
   }
 
-  if (!config_.load.empty()) LOOM_RETURN_IF_ERROR(LoadCheckpoint());
+  if (!config_.load.empty()) {
+    LOOM_RETURN_IF_ERROR(LoadCheckpoint());
+    LOOM_RETURN_IF_ERROR(model_->params().SyncComputeCopy());  // bf16 weights from the loaded f32
+  }
   if (!config_.save.empty()) {
     checkpoint::SaveOptions so;
     so.dir = config_.save;
