@@ -147,6 +147,25 @@ const Param& ParamBuffer::at(const std::string& name) const {
   return const_cast<ParamBuffer*>(this)->at(name);
 }
 
+absl::StatusOr<ParamBuffer> ParamBuffer::HostMirror() const {
+  ParamBuffer m;
+  m.specs_ = specs_;
+  m.params_ = params_;
+  m.index_ = index_;
+  m.numel_ = numel_;
+  const core::Shape flat{padded_numel()};
+  LOOM_ASSIGN_OR_RETURN(m.values_, core::Tensor::Zeros(flat, core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(m.grads_, core::Tensor::Zeros(flat, core::DType::kF32));
+  for (size_t i = 0; i < m.params_.size(); ++i) {
+    Param& p = m.params_[i];
+    p.spec = &m.specs_[i];
+    p.master = *m.values_.View(p.offset, p.master.shape());
+    p.grad = *m.grads_.View(p.offset, p.grad.shape());
+    p.value = p.master;
+  }
+  return m;
+}
+
 absl::Status ParamBuffer::ZeroGrads() {
   if (!grads_.defined()) return absl::OkStatus();
   return core::ops::Zero(&grads_);

@@ -86,6 +86,10 @@ class ParamBuffer {
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return values_.defined() ? values_.numel() : 0; }
   absl::Status ZeroGrads();
+  // A host buffer with this one's parameters, layout and padding (values
+  // zero, no compute copy): where device parameters are staged for
+  // checkpoints. Copy flat_values() across with core::ops::Copy.
+  absl::StatusOr<ParamBuffer> HostMirror() const;
   // Refreshes the bf16 compute copy from the f32 values (after an optimizer
   // step or a checkpoint load); a no-op when computing in f32.
   absl::Status SyncComputeCopy();

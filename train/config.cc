@@ -26,11 +26,6 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     return absl::InvalidArgumentError(
         "--bf16 needs --device=cuda (the CPU kernels compute in f32)");
   }
-  if (c->device == "cuda" && (!c->save.empty() || !c->load.empty())) {
-    return absl::UnimplementedError(
-        "--save/--load with --device=cuda: checkpoints read and write host memory and do not "
-        "stage device buffers yet; train on the GPU without them, or checkpoint on --device=cpu");
-  }
   c->model.device = c->device == "cuda" ? core::Device::CUDA(0) : core::Device::CPU();
   c->model.compute_dtype = c->bf16 ? core::DType::kBF16 : core::DType::kF32;
   c->world_size = world_size;

@@ -40,10 +40,6 @@ TEST(ConfigTest, DeviceAndPrecisionFlags) {
   ExpectError(c, 1, {"--bf16", "--device=cuda"});
   c = Base();
   c.device = "cuda";
-  c.save = "/tmp/ckpt";
-  ExpectError(c, 1, {"--save/--load", "--device=cuda"});
-  c = Base();
-  c.device = "cuda";
   c.bf16 = true;
   ASSERT_TRUE(Finalize(&c, 1).ok());
   EXPECT_EQ(c.model.device, core::Device::CUDA(0));

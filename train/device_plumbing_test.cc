@@ -39,3 +39,42 @@ TEST(DevicePlumbingTest, TrainingOnTheDeviceReproducesTheCpuRunExactly) {
 
 }  // namespace
 }  // namespace loom::train
+
+namespace loom::train {
+namespace {
+
+// Checkpoints of a device run go through host mirrors: saved on the (fake)
+// device at iteration 3, resumed on the CPU, the run continues exactly as the
+// uninterrupted CPU run; and the other way round.
+TEST(DevicePlumbingTest, CheckpointsMoveBetweenDeviceAndCpu) {
+  constexpr int kIters = 6;
+  const testing::Layout one{1, 1, 1};
+  testing::RunResult cpu = testing::Run(testing::TinyConfig(one, kIters), one);
+  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  const std::string base = std::string(getenv("TEST_TMPDIR")) + "/device_ckpt";
+  for (const bool save_on_device : {true, false}) {
+    const std::string dir = base + (save_on_device ? "_from_device" : "_from_cpu");
+    // Same flags in both runs (the LR schedule depends on --train-iters).
+    TrainConfig first = testing::TinyConfig(one, kIters);
+    first.save = dir;
+    first.save_interval = 3;
+    TrainConfig second = testing::TinyConfig(one, kIters);
+    second.load = dir;
+    CheckpointFlags resume;
+    resume.load_iteration = 3;
+    core::ops::testing::ScopedFakeDevice device;
+    (save_on_device ? first : second).device = "cuda";
+    testing::RunResult a = testing::Run(first, one);
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    testing::RunResult b = testing::Run(second, one, resume);
+    ASSERT_TRUE(b.status.ok()) << b.status;
+    ASSERT_EQ(b.losses.size(), static_cast<size_t>(kIters - 3));
+    for (int i = 0; i < kIters - 3; ++i) {
+      EXPECT_EQ(b.losses[i], cpu.losses[3 + i])
+          << (save_on_device ? "device -> cpu" : "cpu -> device") << ", iteration " << 4 + i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::train

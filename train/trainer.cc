@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "pipeline/layer_assignment.h"
 #include "train/default_data.h"
@@ -275,12 +276,40 @@ absl::StatusOr<double> Trainer::Evaluate() {
   return total / std::max<int64_t>(1, config_.eval_iters);
 }
 
+absl::Status Trainer::EnsureHostMirror() {
+  if (config_.model.device.is_cpu() || host_params_) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(layers::ParamBuffer mirror, model_->params().HostMirror());
+  host_params_ = std::make_unique<layers::ParamBuffer>(std::move(mirror));
+  LOOM_ASSIGN_OR_RETURN(host_exp_avg_,
+                        Tensor::Zeros(optimizer_->exp_avg().shape(), core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(host_exp_avg_sq_,
+                        Tensor::Zeros(optimizer_->exp_avg_sq().shape(), core::DType::kF32));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::StageToHost() {
+  LOOM_RETURN_IF_ERROR(EnsureHostMirror());
+  if (!host_params_) return absl::OkStatus();
+  Tensor values = host_params_->flat_values();  // a handle: the copy fills the mirror
+  LOOM_RETURN_IF_ERROR(core::ops::Copy(model_->params().flat_values(), &values));
+  LOOM_RETURN_IF_ERROR(core::ops::Copy(optimizer_->exp_avg(), &host_exp_avg_));
+  return core::ops::Copy(optimizer_->exp_avg_sq(), &host_exp_avg_sq_);
+}
+
+absl::Status Trainer::UnstageFromHost() {
+  if (!host_params_) return absl::OkStatus();
+  Tensor values = model_->params().flat_values();
+  LOOM_RETURN_IF_ERROR(core::ops::Copy(host_params_->flat_values(), &values));
+  LOOM_RETURN_IF_ERROR(core::ops::Copy(host_exp_avg_, &optimizer_->mutable_exp_avg()));
+  return core::ops::Copy(host_exp_avg_sq_, &optimizer_->mutable_exp_avg_sq());
+}
+
 checkpoint::RankView Trainer::CheckpointView() {
   checkpoint::RankView v;
   v.model = config_.model;
-  v.params = &model_->params();
-  v.exp_avg = &optimizer_->mutable_exp_avg();
-  v.exp_avg_sq = &optimizer_->mutable_exp_avg_sq();
+  v.params = host_params_ ? host_params_.get() : &model_->params();
+  v.exp_avg = host_params_ ? &host_exp_avg_ : &optimizer_->mutable_exp_avg();
+  v.exp_avg_sq = host_params_ ? &host_exp_avg_sq_ : &optimizer_->mutable_exp_avg_sq();
   v.shard_begin = optimizer_->shard_begin();
   v.shard_end = optimizer_->shard_end();
   v.tp_rank = coord_.tp_rank;
@@ -315,6 +344,7 @@ absl::Status Trainer::SaveCheckpoint() {
   l->set_distributed_optimizer(config_.optimizer.distributed);
   l->set_world_size(world_->size());
   *h.mutable_model() = checkpoint::ModelConfigProto(config_.model);
+  LOOM_RETURN_IF_ERROR(StageToHost());
   LOOM_RETURN_IF_ERROR(checkpointer_->Save(CheckpointView(), h));
   last_saved_iteration_ = iteration_;
   Log(absl::StrFormat(" saved checkpoint at iteration %d to %s%s (blocked %.3f s)", iteration_,
@@ -328,9 +358,11 @@ absl::Status Trainer::WaitForCheckpoint() {
 }
 
 absl::Status Trainer::LoadCheckpoint() {
+  LOOM_RETURN_IF_ERROR(EnsureHostMirror());
   LOOM_ASSIGN_OR_RETURN(checkpoint::Manifest m,
                         checkpoint::LoadCheckpoint(world_, config_.load, ckpt_flags_.load_iteration,
                                                    CheckpointView(), ckpt_flags_.load_optim));
+  LOOM_RETURN_IF_ERROR(UnstageFromHost());
   set_position(m.training().iteration(), m.training().consumed_samples());
   const bool optim = ckpt_flags_.load_optim && m.training().has_optimizer_state();
   if (optim) optimizer_->set_step_count(m.training().optimizer_step());

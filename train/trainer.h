@@ -95,6 +95,11 @@ class Trainer {
   void Log(const std::string& line) const;
   checkpoint::RankView CheckpointView();
   absl::Status LoadCheckpoint();
+  // On a GPU, checkpoints read and write host mirrors of the parameters and
+  // Adam moments: staged before a save, copied back after a load.
+  absl::Status EnsureHostMirror();
+  absl::Status StageToHost();
+  absl::Status UnstageFromHost();
 
   TrainConfig config_;
   comm::Communicator* world_;
@@ -119,6 +124,8 @@ class Trainer {
   CheckpointFlags ckpt_flags_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t last_saved_iteration_ = -1;
+  std::unique_ptr<layers::ParamBuffer> host_params_;  // device runs only
+  core::Tensor host_exp_avg_, host_exp_avg_sq_;
 };
 
 }  // namespace loom::train
