@@ -1,6 +1,7 @@
 #include "comm/ucx/communicator.h"
 
 #include <sched.h>
+#include <unistd.h>
 #include <ucp/api/ucp.h>
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "comm/internal/engine.h"
 #include "comm/internal/transport.h"
+#include "core/status_macros.h"
 
 namespace loom::comm::ucx {
 namespace {
@@ -26,6 +28,7 @@ std::string UcsError(const char* what, ucs_status_t s) {
 // engine abandons the request (Cancel); the callback then just frees.
 struct ReqState {
   TransportReq* owner = nullptr;
+  int lane = 0;
   void* handle = nullptr;
   ucp_tag_recv_info_t info{};
 };
@@ -81,87 +84,70 @@ void EndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
   (void)status;
 }
 
+// One UCP context with its worker and an endpoint per peer.
+struct Lane {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_address_t* address = nullptr;
+  std::vector<ucp_ep_h> eps;
+};
+
+// Messages travel on one of two lanes. The main lane uses UCX's own
+// transport choice (UCX_TLS). When every rank is on one host and the user
+// did not choose UCX_TLS, small messages take a second lane without TCP:
+// progressing a worker that has a TCP interface costs a poll() system call
+// each time, which doubled small-message latency, while large messages
+// move best on the main lane (its shared-memory-only rendezvous stalled
+// here). Both ends pick the lane from the message size, so a size
+// mismatch across ranks that straddles the threshold times out (naming
+// the rank) instead of being reported as a size error.
 class UcxTransport : public internal::Transport {
  public:
   UcxTransport(int rank, int size, std::shared_ptr<Store> store, bool peer_failure_mode)
       : rank_(rank), size_(size), store_(std::move(store)), peer_mode_(peer_failure_mode) {}
 
   ~UcxTransport() override {
-    if (!worker_) return;
+    if (!lanes_[0].worker) return;
     // Close with flush after a barrier (forced closes return errors); bounded.
     if (size_ > 1) StoreBarrier(*store_, "loom/ucx/close", size_, absl::Seconds(10)).IgnoreError();
     std::lock_guard<std::mutex> l(mu_);
-    std::vector<void*> closing;
-    for (ucp_ep_h ep : eps_) {
-      if (!ep) continue;
-      ucp_request_param_t p{};
-      void* req = ucp_ep_close_nbx(ep, &p);
-      if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
-    }
-    absl::Time deadline = absl::Now() + absl::Seconds(5);
-    for (void* req : closing) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS && absl::Now() < deadline) {
-        ucp_worker_progress(worker_);
+    for (Lane& lane : lanes_) {
+      if (!lane.worker) continue;
+      std::vector<void*> closing;
+      for (ucp_ep_h ep : lane.eps) {
+        if (!ep) continue;
+        ucp_request_param_t p{};
+        void* req = ucp_ep_close_nbx(ep, &p);
+        if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
       }
-      ucp_request_free(req);
+      absl::Time deadline = absl::Now() + absl::Seconds(5);
+      for (void* req : closing) {
+        while (ucp_request_check_status(req) == UCS_INPROGRESS && absl::Now() < deadline) {
+          ucp_worker_progress(lane.worker);
+        }
+        ucp_request_free(req);
+      }
+      if (lane.address) ucp_worker_release_address(lane.worker, lane.address);
+      ucp_worker_destroy(lane.worker);
+      ucp_cleanup(lane.context);
     }
-    if (address_) ucp_worker_release_address(worker_, address_);
-    ucp_worker_destroy(worker_);
-    ucp_cleanup(context_);
   }
 
-  absl::Status Init(absl::Duration timeout) {
-    ucp_config_t* config = nullptr;
-    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
-    if (s != UCS_OK) {
-      return absl::InvalidArgumentError(
-          UcsError("ucx backend: reading UCX configuration (check UCX_TLS / UCX_* variables)", s));
+  // `small_lane_bytes` > 0: messages up to that size take the shared-memory
+  // lane when all ranks share a host and UCX_TLS is unset.
+  absl::Status Init(absl::Duration timeout, size_t small_lane_bytes) {
+    LOOM_RETURN_IF_ERROR(InitLane(&lanes_[0], "main", {}, timeout));
+    if (small_lane_bytes == 0 || size_ == 1 || std::getenv("UCX_TLS") != nullptr) {
+      return absl::OkStatus();
     }
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_TAG;
-    s = ucp_init(&params, config, &context_);
-    ucp_config_release(config);
-    if (s != UCS_OK) {
-      return absl::UnavailableError(UcsError(
-          "ucx backend: ucp_init failed (are the transports in UCX_TLS available here?)", s));
-    }
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call under mu_
-    s = ucp_worker_create(context_, &wp, &worker_);
-    if (s != UCS_OK) return absl::UnavailableError(UcsError("ucx backend: ucp_worker_create", s));
-    size_t len = 0;
-    s = ucp_worker_get_address(worker_, &address_, &len);
-    if (s != UCS_OK) return absl::UnavailableError(UcsError("ucx backend: worker address", s));
-    absl::Status st = store_->Set(absl::StrCat("loom/ucx/addr/", rank_),
-                                  std::string(reinterpret_cast<char*>(address_), len));
-    if (!st.ok()) return st;
-    eps_.assign(size_, nullptr);
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      auto addr = store_->Get(absl::StrCat("loom/ucx/addr/", peer), timeout);
-      if (!addr.ok()) {
-        return absl::Status(addr.status().code(),
-                            absl::StrCat("ucx backend: rank ", rank_, " waiting for rank ", peer,
-                                         "'s worker address: ", addr.status().message()));
-      }
-      ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-      ep.address = reinterpret_cast<const ucp_address_t*>(addr->data());
-      ep.err_mode = peer_mode_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-      if (peer_mode_) {
-        ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-        ep.err_handler.cb = EndpointError;
-        ep.err_handler.arg = this;
-      }
-      s = ucp_ep_create(worker_, &ep, &eps_[peer]);
-      if (s != UCS_OK) {
-        return absl::UnavailableError(
-            absl::StrCat("ucx backend: rank ", rank_, " cannot reach rank ", peer, ": ",
-                         ucs_status_string(s), " (check UCX_TLS / --network)"));
-      }
-    }
+    absl::StatusOr<bool> one_host = AllOnOneHost(timeout);
+    if (!one_host.ok()) return one_host.status();
+    if (!*one_host) return absl::OkStatus();
+    // Eager only on this lane: its messages are small, and no rendezvous
+    // protocol runs over shared memory alone.
+    LOOM_RETURN_IF_ERROR(
+        InitLane(&lanes_[1], "small", {{"TLS", "^tcp"}, {"RNDV_THRESH", "inf"}}, timeout));
+    small_lane_bytes_ = small_lane_bytes;
     return absl::OkStatus();
   }
 
@@ -172,20 +158,22 @@ class UcxTransport : public internal::Transport {
     std::lock_guard<std::mutex> l(mu_);
     auto* st = new ReqState;
     st->owner = r;
+    st->lane = LaneOf(*r);
+    Lane& lane = lanes_[st->lane];
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.user_data = st;
     void* ret;
     if (r->is_send) {
       p.cb.send = SendCallback;
-      ret = ucp_tag_send_nbx(eps_[r->peer], r->buf, r->bytes, r->tag, &p);
+      ret = ucp_tag_send_nbx(lane.eps[r->peer], r->buf, r->bytes, r->tag, &p);
     } else {
       // UCX 1.13 leaves recv_info unset on immediate completion: always take
       // the callback, which carries the sender's tag and the length.
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       p.cb.recv = RecvCallback;
       p.recv_info.tag_info = &st->info;
-      ret = ucp_tag_recv_nbx(worker_, r->buf, r->bytes, r->tag, ~internal::kSigMask, &p);
+      ret = ucp_tag_recv_nbx(lane.worker, r->buf, r->bytes, r->tag, ~internal::kSigMask, &p);
     }
     if (ret == nullptr) {  // completed immediately; no callback will come
       Complete(r, UCS_OK, r->is_send ? nullptr : &st->info);
@@ -201,17 +189,27 @@ class UcxTransport : public internal::Transport {
 
   void Test(const std::vector<TransportReq*>& reqs) override {
     std::lock_guard<std::mutex> l(mu_);
-    while (ucp_worker_progress(worker_) != 0) {
+    for (Lane& lane : lanes_) {
+      if (!lane.worker) continue;
+      while (ucp_worker_progress(lane.worker) != 0) {
+      }
     }
   }
 
   absl::Status WaitAll(const std::vector<TransportReq*>& reqs, absl::Time deadline,
                        const std::atomic<bool>& abort) override {
+    // Progress only the lanes these requests use (the small lane alone
+    // never pays for the TCP interface).
+    bool use[2] = {false, false};
+    for (TransportReq* r : reqs) use[LaneOf(*r)] = true;
     int idle = 0;
     for (;;) {
       {
         std::lock_guard<std::mutex> l(mu_);
-        unsigned events = ucp_worker_progress(worker_);
+        unsigned events = 0;
+        for (int i = 0; i < 2; ++i) {
+          if (use[i]) events += ucp_worker_progress(lanes_[i].worker);
+        }
         bool all = true;
         for (TransportReq* r : reqs) all = all && r->done;
         if (all) return absl::OkStatus();
@@ -236,18 +234,99 @@ class UcxTransport : public internal::Transport {
     if (r->done || st == nullptr) return;
     st->owner = nullptr;  // the callback frees it
     r->impl = nullptr;
-    if (!r->is_send) ucp_request_cancel(worker_, st->handle);
+    if (!r->is_send) ucp_request_cancel(lanes_[st->lane].worker, st->handle);
   }
 
  private:
+  int LaneOf(const TransportReq& r) const {
+    return small_lane_bytes_ > 0 && r.bytes <= small_lane_bytes_ ? 1 : 0;
+  }
+
+  // Every rank publishes its host name; true when they are all the same.
+  absl::StatusOr<bool> AllOnOneHost(absl::Duration timeout) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    LOOM_RETURN_IF_ERROR(store_->Set(absl::StrCat("loom/ucx/host/", rank_), host));
+    for (int peer = 0; peer < size_; ++peer) {
+      auto other = store_->Get(absl::StrCat("loom/ucx/host/", peer), timeout);
+      if (!other.ok()) return other.status();
+      if (*other != host) return false;
+    }
+    return true;
+  }
+
+  absl::Status InitLane(Lane* lane, const char* name,
+                        const std::vector<std::pair<const char*, const char*>>& overrides,
+                        absl::Duration timeout) {
+    ucp_config_t* config = nullptr;
+    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+    if (s != UCS_OK) {
+      return absl::InvalidArgumentError(
+          UcsError("ucx backend: reading UCX configuration (check UCX_TLS / UCX_* variables)", s));
+    }
+    for (const auto& [key, value] : overrides) {
+      s = ucp_config_modify(config, key, value);
+      if (s != UCS_OK) {
+        ucp_config_release(config);
+        return absl::InternalError(UcsError(
+            absl::StrCat("ucx backend: setting ", key, "=", value, " on the ", name, " lane").c_str(),
+            s));
+      }
+    }
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG;
+    s = ucp_init(&params, config, &lane->context);
+    ucp_config_release(config);
+    if (s != UCS_OK) {
+      return absl::UnavailableError(UcsError(
+          "ucx backend: ucp_init failed (are the transports in UCX_TLS available here?)", s));
+    }
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call under mu_
+    s = ucp_worker_create(lane->context, &wp, &lane->worker);
+    if (s != UCS_OK) return absl::UnavailableError(UcsError("ucx backend: ucp_worker_create", s));
+    size_t len = 0;
+    s = ucp_worker_get_address(lane->worker, &lane->address, &len);
+    if (s != UCS_OK) return absl::UnavailableError(UcsError("ucx backend: worker address", s));
+    absl::Status st = store_->Set(absl::StrCat("loom/ucx/", name, "/addr/", rank_),
+                                  std::string(reinterpret_cast<char*>(lane->address), len));
+    if (!st.ok()) return st;
+    lane->eps.assign(size_, nullptr);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      auto addr = store_->Get(absl::StrCat("loom/ucx/", name, "/addr/", peer), timeout);
+      if (!addr.ok()) {
+        return absl::Status(addr.status().code(),
+                            absl::StrCat("ucx backend: rank ", rank_, " waiting for rank ", peer,
+                                         "'s worker address: ", addr.status().message()));
+      }
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      ep.address = reinterpret_cast<const ucp_address_t*>(addr->data());
+      ep.err_mode = peer_mode_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+      if (peer_mode_) {
+        ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.err_handler.cb = EndpointError;
+        ep.err_handler.arg = this;
+      }
+      s = ucp_ep_create(lane->worker, &ep, &lane->eps[peer]);
+      if (s != UCS_OK) {
+        return absl::UnavailableError(
+            absl::StrCat("ucx backend: rank ", rank_, " cannot reach rank ", peer, ": ",
+                         ucs_status_string(s), " (check UCX_TLS / --network)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   int rank_, size_;
   std::shared_ptr<Store> store_;
   bool peer_mode_;
   std::mutex mu_;
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
-  ucp_address_t* address_ = nullptr;
-  std::vector<ucp_ep_h> eps_;
+  Lane lanes_[2];  // [0] main, [1] small messages on one host (optional)
+  size_t small_lane_bytes_ = 0;
 };
 
 }  // namespace
@@ -264,7 +343,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
     setenv("UCX_RNDV_SCHEME", options.rndv_scheme.c_str(), /*overwrite=*/0);
   }
   auto t = std::make_shared<UcxTransport>(rank, size, store, options.peer_failure_mode);
-  absl::Status s = t->Init(options.connect_timeout);
+  absl::Status s = t->Init(options.connect_timeout, options.small_lane_bytes);
   if (!s.ok()) return s;
   std::vector<int> members(size);
   for (int i = 0; i < size; ++i) members[i] = i;
