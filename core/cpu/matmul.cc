@@ -14,13 +14,16 @@ namespace {
 using internal::CheckInput;
 using internal::CheckOutput;
 
-struct GemmDims {
-  int64_t m, n, k;
-};
+absl::Status CheckAll(const char* op, const Tensor& a, const Tensor& b, const Tensor* c) {
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(op, "a", a));
+  LOOM_CPU_RETURN_IF_ERROR(CheckInput(op, "b", b));
+  return CheckOutput(op, "c", c);
+}
 
-// Checks the last two dims of a, b, c for C = op(A)·op(B) and returns M, N, K.
-absl::Status MatrixDims(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
-                        const MatmulOptions& opts, GemmDims* dims) {
+}  // namespace
+
+absl::Status GemmMatrixDims(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
+                            const MatmulOptions& opts, GemmDims* dims) {
   const int r = a.rank();
   const int64_t a0 = a.dim(r - 2), a1 = a.dim(r - 1);
   const int64_t b0 = b.dim(r - 2), b1 = b.dim(r - 1);
@@ -40,13 +43,25 @@ absl::Status MatrixDims(const char* op, const Tensor& a, const Tensor& b, const 
   return absl::OkStatus();
 }
 
-absl::Status CheckAll(const char* op, const Tensor& a, const Tensor& b, const Tensor* c) {
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(op, "a", a));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(op, "b", b));
-  return CheckOutput(op, "c", c);
+absl::StatusOr<int64_t> GemmBatchCount(const char* op, const Tensor& a, const Tensor& b,
+                                       const Tensor& c) {
+  const int r = a.rank();
+  if (r < 3 || b.rank() != r || c.rank() != r) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": a ", a.DebugString(), ", b ", b.DebugString(), ", c ", c.DebugString(),
+        ": expected all of rank 3 or all of rank 4 (batch dims first)"));
+  }
+  int64_t batch = 1;
+  for (int i = 0; i < r - 2; ++i) {
+    if (a.dim(i) != b.dim(i) || a.dim(i) != c.dim(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": batch dim ", i, " differs: a ",
+                                                     a.DebugString(), ", b ", b.DebugString(),
+                                                     ", c ", c.DebugString()));
+    }
+    batch *= a.dim(i);
+  }
+  return batch;
 }
-
-}  // namespace
 
 absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -76,7 +91,7 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOpt
   LOOM_CPU_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
   LOOM_CPU_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
   GemmDims d;
-  LOOM_CPU_RETURN_IF_ERROR(MatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_CPU_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
   return Sgemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha, a.data<float>(), a.dim(1),
                b.data<float>(), b.dim(1), opts.beta, c->data<float>(), c->dim(1));
 }
@@ -85,22 +100,11 @@ absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c, const Ma
   constexpr const char* kOp = "BatchedMatmul";
   LOOM_CPU_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
   const int r = a.rank();
-  if (r < 3 || b.rank() != r || c->rank() != r) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": a ", a.DebugString(), ", b ", b.DebugString(), ", c ", c->DebugString(),
-        ": expected all of rank 3 or all of rank 4 (batch dims first)"));
-  }
-  int64_t batch = 1;
-  for (int i = 0; i < r - 2; ++i) {
-    if (a.dim(i) != b.dim(i) || a.dim(i) != c->dim(i)) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": batch dim ", i, " differs: a ",
-                                                     a.DebugString(), ", b ", b.DebugString(),
-                                                     ", c ", c->DebugString()));
-    }
-    batch *= a.dim(i);
-  }
+  absl::StatusOr<int64_t> batches = GemmBatchCount(kOp, a, b, *c);
+  if (!batches.ok()) return batches.status();
+  const int64_t batch = *batches;
   GemmDims d;
-  LOOM_CPU_RETURN_IF_ERROR(MatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_CPU_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
   const int64_t lda = a.dim(r - 1), ldb = b.dim(r - 1), ldc = c->dim(r - 1);
   const int64_t sa = a.dim(r - 2) * lda, sb = b.dim(r - 2) * ldb, sc = d.m * ldc;
   const float* pa = a.data<float>();

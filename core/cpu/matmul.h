@@ -33,6 +33,18 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOpt
 absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c,
                            const MatmulOptions& opts = {});
 
+// The shape arithmetic shared by every device's GEMM: M, N, K of
+// C = op(A)·op(B) from the last two dims (InvalidArgument naming both
+// operands when inner dims or C disagree), and the batch count of a
+// BatchedMatmul (all of rank 3 or all of rank 4, equal leading dims).
+struct GemmDims {
+  int64_t m, n, k;
+};
+absl::Status GemmMatrixDims(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
+                            const MatmulOptions& opts, GemmDims* dims);
+absl::StatusOr<int64_t> GemmBatchCount(const char* op, const Tensor& a, const Tensor& b,
+                                       const Tensor& c);
+
 // Raw strided form for kernels that multiply sub-matrices in place (attention).
 // Row-major; lda/ldb/ldc are row strides in elements. No argument checks
 // beyond what oneDNN does: the caller guarantees the extents. Inside an OpenMP

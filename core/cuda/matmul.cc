@@ -8,11 +8,8 @@
 namespace loom::core::cuda {
 namespace {
 
+using cpu::GemmDims;
 using internal::CheckDevices;
-
-struct GemmDims {
-  int64_t m, n, k;
-};
 
 absl::Status CheckTypes(const char* op, const Tensor& a, const Tensor& b, const Tensor* c) {
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "a", a));
@@ -20,28 +17,6 @@ absl::Status CheckTypes(const char* op, const Tensor& a, const Tensor& b, const 
   LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(op, "c", c));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "a", a, "b", b));
   return internal::CheckSameOrF32(op, "a", a, "c", *c);
-}
-
-// The last two dims of a, b, c for C = op(A) op(B) (as core/cpu/matmul.cc).
-absl::Status MatrixDims(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
-                        const cpu::MatmulOptions& opts, GemmDims* dims) {
-  const int r = a.rank();
-  const int64_t a0 = a.dim(r - 2), a1 = a.dim(r - 1);
-  const int64_t b0 = b.dim(r - 2), b1 = b.dim(r - 1);
-  const int64_t m = opts.trans_a ? a1 : a0, ka = opts.trans_a ? a0 : a1;
-  const int64_t kb = opts.trans_b ? b1 : b0, n = opts.trans_b ? b0 : b1;
-  if (ka != kb) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": a ", a.DebugString(), opts.trans_a ? " (transposed)" : "", " and b ",
-        b.DebugString(), opts.trans_b ? " (transposed)" : "", ": inner dims ", ka, " vs ", kb));
-  }
-  if (c.dim(r - 2) != m || c.dim(r - 1) != n) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": c is ", c.DebugString(), ", expected [",
-                                                   m, ", ", n, "] from a ", a.DebugString(),
-                                                   " and b ", b.DebugString()));
-  }
-  *dims = {m, n, ka};
-  return absl::OkStatus();
 }
 
 // K == 0: C = beta C (cuBLAS's behaviour there is not something to rely on).
@@ -92,7 +67,7 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const cpu::Matm
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
   GemmDims d;
-  LOOM_RETURN_IF_ERROR(MatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_RETURN_IF_ERROR(cpu::GemmMatrixDims(kOp, a, b, *c, opts, &d));
   LOOM_RETURN_IF_ERROR(CheckDevices(kOp, {{"a", &a}, {"b", &b}, {"c", c}}));
   if (d.m == 0 || d.n == 0) return absl::OkStatus();
   if (d.k == 0) return EmptyInner(kOp, opts.beta, c);
@@ -103,23 +78,9 @@ absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c,
                            const cpu::MatmulOptions& opts) {
   constexpr const char* kOp = "BatchedMatmul";
   LOOM_RETURN_IF_ERROR(CheckTypes(kOp, a, b, c));
-  const int r = a.rank();
-  if (r < 3 || b.rank() != r || c->rank() != r) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": a ", a.DebugString(), ", b ", b.DebugString(), ", c ", c->DebugString(),
-        ": expected all of rank 3 or all of rank 4 (batch dims first)"));
-  }
-  int64_t batch = 1;
-  for (int i = 0; i < r - 2; ++i) {
-    if (a.dim(i) != b.dim(i) || a.dim(i) != c->dim(i)) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": batch dim ", i, " differs: a ",
-                                                     a.DebugString(), ", b ", b.DebugString(),
-                                                     ", c ", c->DebugString()));
-    }
-    batch *= a.dim(i);
-  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t batch, cpu::GemmBatchCount(kOp, a, b, *c));
   GemmDims d;
-  LOOM_RETURN_IF_ERROR(MatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_RETURN_IF_ERROR(cpu::GemmMatrixDims(kOp, a, b, *c, opts, &d));
   LOOM_RETURN_IF_ERROR(CheckDevices(kOp, {{"a", &a}, {"b", &b}, {"c", c}}));
   if (d.m == 0 || d.n == 0 || batch == 0) return absl::OkStatus();
   if (d.k == 0) return EmptyInner(kOp, opts.beta, c);
