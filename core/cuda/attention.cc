@@ -1,5 +1,7 @@
 #include "core/cuda/attention.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +78,22 @@ internal::GemmArgs PairGemm(const Dims& g, DType dtype) {
   return a;
 }
 
+// Causal attention only needs the lower triangle of the s x s matrices: the
+// GEMMs run block by block (kCausalBlock queries, or keys, at a time), each
+// over the part the block can see — about half the work of full s x s
+// products at long sequences. The row kernels read only columns <= row and
+// write zeros above the diagonal, so what the block GEMMs leave unwritten
+// above a diagonal block is never read.
+constexpr int64_t kCausalBlock = 256;
+
+template <typename F>
+absl::Status ForCausalBlocks(int64_t s, F f) {
+  for (int64_t r0 = 0; r0 < s; r0 += kCausalBlock) {
+    LOOM_RETURN_IF_ERROR(f(r0, std::min(kCausalBlock, s - r0)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
@@ -101,14 +119,17 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
   const kernels::AttentionMask mask = Mask(dropout, heads);
 
   // probs = scale * Q Kᵀ (the raw scores; the row kernel turns them into probabilities).
-  internal::GemmArgs qk = PairGemm(g, dt);
-  qk.trans_b = true;
-  qk.m = g.s, qk.n = g.s, qk.k = g.d;
-  qk.alpha = 1.0f / std::sqrt(static_cast<float>(g.d));
-  qk.a = At(qkv, 0), qk.lda = ld_qkv, qk.stride_a = 3 * g.d;
-  qk.b = At(qkv, g.d), qk.ldb = ld_qkv, qk.stride_b = 3 * g.d;
-  qk.c = probs->raw_data(), qk.ldc = g.s, qk.stride_c = ss;
-  LOOM_RETURN_IF_ERROR(internal::Gemm(kOp, qk));
+  // Query rows [r0, r0 + rows) against keys [0, r0 + rows).
+  LOOM_RETURN_IF_ERROR(ForCausalBlocks(g.s, [&](int64_t r0, int64_t rows) {
+    internal::GemmArgs qk = PairGemm(g, dt);
+    qk.trans_b = true;
+    qk.m = rows, qk.n = r0 + rows, qk.k = g.d;
+    qk.alpha = 1.0f / std::sqrt(static_cast<float>(g.d));
+    qk.a = At(qkv, r0 * ld_qkv), qk.lda = ld_qkv, qk.stride_a = 3 * g.d;
+    qk.b = At(qkv, g.d), qk.ldb = ld_qkv, qk.stride_b = 3 * g.d;
+    qk.c = At(probs, r0 * g.s), qk.ldc = g.s, qk.stride_c = ss;
+    return internal::Gemm(kOp, qk);
+  }));
 
   Tensor dropped;
   if (mask.dropout) {
@@ -119,12 +140,15 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
                                                       pairs, g.s, mask, stream));
 
   // out = P V, P after dropout.
-  internal::GemmArgs pv = PairGemm(g, dt);
-  pv.m = g.s, pv.n = g.d, pv.k = g.s;
-  pv.a = mask.dropout ? dropped.raw_data() : probs->raw_data(), pv.lda = g.s, pv.stride_a = ss;
-  pv.b = At(qkv, 2 * g.d), pv.ldb = ld_qkv, pv.stride_b = 3 * g.d;
-  pv.c = out->raw_data(), pv.ldc = ld_out, pv.stride_c = g.d;
-  return internal::Gemm(kOp, pv);
+  const Tensor& p = mask.dropout ? dropped : *probs;
+  return ForCausalBlocks(g.s, [&](int64_t r0, int64_t rows) {
+    internal::GemmArgs pv = PairGemm(g, dt);
+    pv.m = rows, pv.n = g.d, pv.k = r0 + rows;
+    pv.a = At(p, r0 * g.s), pv.lda = g.s, pv.stride_a = ss;
+    pv.b = At(qkv, 2 * g.d), pv.ldb = ld_qkv, pv.stride_b = 3 * g.d;
+    pv.c = At(out, r0 * ld_out), pv.ldc = ld_out, pv.stride_c = g.d;
+    return internal::Gemm(kOp, pv);
+  });
 }
 
 absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
@@ -159,41 +183,51 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
     LOOM_ASSIGN_OR_RETURN(dropped, internal::Scratch(probs.shape(), dt));
   }
   // ds = dP = dO Vᵀ (the gradient of the dropped probabilities).
-  internal::GemmArgs dp = PairGemm(g, dt);
-  dp.trans_b = true;
-  dp.m = g.s, dp.n = g.s, dp.k = g.d;
-  dp.a = dout.raw_data(), dp.lda = ld_out, dp.stride_a = g.d;
-  dp.b = At(qkv, 2 * g.d), dp.ldb = ld_qkv, dp.stride_b = 3 * g.d;
-  dp.c = ds.raw_data(), dp.ldc = g.s, dp.stride_c = ss;
-  LOOM_RETURN_IF_ERROR(internal::Gemm(kOp, dp));
+  LOOM_RETURN_IF_ERROR(ForCausalBlocks(g.s, [&](int64_t r0, int64_t rows) {
+    internal::GemmArgs dp = PairGemm(g, dt);
+    dp.trans_b = true;
+    dp.m = rows, dp.n = r0 + rows, dp.k = g.d;
+    dp.a = At(dout, r0 * ld_out), dp.lda = ld_out, dp.stride_a = g.d;
+    dp.b = At(qkv, 2 * g.d), dp.ldb = ld_qkv, dp.stride_b = 3 * g.d;
+    dp.c = At(&ds, r0 * g.s), dp.ldc = g.s, dp.stride_c = ss;
+    return internal::Gemm(kOp, dp);
+  }));
   // ds = dS = scale P (dP' - rowsum(P dP')), dropped = P keep / (1 - p).
   LOOM_CUDA_LAUNCH(kOp, kernels::CausalSoftmaxBackward(
                             internal::ElemOf(dt), probs.raw_data(), ds.raw_data(),
                             mask.dropout ? dropped.raw_data() : nullptr, pairs, g.s, scale, mask,
                             stream));
   // dQ = dS K
-  internal::GemmArgs dq = PairGemm(g, dt);
-  dq.m = g.s, dq.n = g.d, dq.k = g.s;
-  dq.a = ds.raw_data(), dq.lda = g.s, dq.stride_a = ss;
-  dq.b = At(qkv, g.d), dq.ldb = ld_qkv, dq.stride_b = 3 * g.d;
-  dq.c = At(dqkv, 0), dq.ldc = ld_qkv, dq.stride_c = 3 * g.d;
-  LOOM_RETURN_IF_ERROR(internal::Gemm(kOp, dq));
+  LOOM_RETURN_IF_ERROR(ForCausalBlocks(g.s, [&](int64_t r0, int64_t rows) {
+    internal::GemmArgs dq = PairGemm(g, dt);
+    dq.m = rows, dq.n = g.d, dq.k = r0 + rows;
+    dq.a = At(ds, r0 * g.s), dq.lda = g.s, dq.stride_a = ss;
+    dq.b = At(qkv, g.d), dq.ldb = ld_qkv, dq.stride_b = 3 * g.d;
+    dq.c = At(dqkv, r0 * ld_qkv), dq.ldc = ld_qkv, dq.stride_c = 3 * g.d;
+    return internal::Gemm(kOp, dq);
+  }));
   // dK = dSᵀ Q
-  internal::GemmArgs dk = PairGemm(g, dt);
-  dk.trans_a = true;
-  dk.m = g.s, dk.n = g.d, dk.k = g.s;
-  dk.a = ds.raw_data(), dk.lda = g.s, dk.stride_a = ss;
-  dk.b = At(qkv, 0), dk.ldb = ld_qkv, dk.stride_b = 3 * g.d;
-  dk.c = At(dqkv, g.d), dk.ldc = ld_qkv, dk.stride_c = 3 * g.d;
-  LOOM_RETURN_IF_ERROR(internal::Gemm(kOp, dk));
+  // Key columns [c0, c0 + cols) are seen only by queries c0..s-1.
+  LOOM_RETURN_IF_ERROR(ForCausalBlocks(g.s, [&](int64_t c0, int64_t cols) {
+    internal::GemmArgs dk = PairGemm(g, dt);
+    dk.trans_a = true;
+    dk.m = cols, dk.n = g.d, dk.k = g.s - c0;
+    dk.a = At(ds, c0 * g.s + c0), dk.lda = g.s, dk.stride_a = ss;
+    dk.b = At(qkv, c0 * ld_qkv), dk.ldb = ld_qkv, dk.stride_b = 3 * g.d;
+    dk.c = At(dqkv, c0 * ld_qkv + g.d), dk.ldc = ld_qkv, dk.stride_c = 3 * g.d;
+    return internal::Gemm(kOp, dk);
+  }));
   // dV = Pᵀ dO, P after dropout.
-  internal::GemmArgs dv = PairGemm(g, dt);
-  dv.trans_a = true;
-  dv.m = g.s, dv.n = g.d, dv.k = g.s;
-  dv.a = mask.dropout ? dropped.raw_data() : probs.raw_data(), dv.lda = g.s, dv.stride_a = ss;
-  dv.b = dout.raw_data(), dv.ldb = ld_out, dv.stride_b = g.d;
-  dv.c = At(dqkv, 2 * g.d), dv.ldc = ld_qkv, dv.stride_c = 3 * g.d;
-  return internal::Gemm(kOp, dv);
+  const Tensor& p = mask.dropout ? dropped : probs;
+  return ForCausalBlocks(g.s, [&](int64_t c0, int64_t cols) {
+    internal::GemmArgs dv = PairGemm(g, dt);
+    dv.trans_a = true;
+    dv.m = cols, dv.n = g.d, dv.k = g.s - c0;
+    dv.a = At(p, c0 * g.s + c0), dv.lda = g.s, dv.stride_a = ss;
+    dv.b = At(dout, c0 * ld_out), dv.ldb = ld_out, dv.stride_b = g.d;
+    dv.c = At(dqkv, c0 * ld_qkv + 2 * g.d), dv.ldc = ld_qkv, dv.stride_c = 3 * g.d;
+    return internal::Gemm(kOp, dv);
+  });
 }
 
 }  // namespace loom::core::cuda

@@ -69,7 +69,8 @@ TEST(CudaAttentionTest, MatchesCpuWithDropoutAtGlobalIndices) {
   cpu::AttentionDropout tp = d;  // a tensor-parallel rank owning heads [2, 4) of 6
   tp.head_offset = 2;
   tp.total_heads = 6;
-  const Case cases[] = {{33, 2, 3, 8, d}, {129, 2, 2, 16, tp}};
+  // 600: three causal GEMM blocks of 256 rows, the last one partial.
+  const Case cases[] = {{33, 2, 3, 8, d}, {129, 2, 2, 16, tp}, {600, 1, 2, 16, d}};
   uint64_t seed = 50;
   for (DType dt : FloatTypes()) {
     for (const Case& c : cases) Check(c, dt, seed += 2);
