@@ -108,6 +108,8 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
     const int64_t cols = g.rank() >= 2 ? g.numel() / g.dim(0) : 1;
     const int64_t local_cols = local_shapes[i].rank() >= 2 ? local_shapes[i].numel() / local_shapes[i].dim(0) : 1;
     const int64_t n = local_shapes[i].numel();
+    // Every element depends only on (seed, name, index): threads cannot change it.
+#pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < n; ++k) {
       int64_t row = k / local_cols, col = k % local_cols;
       int64_t global = spec.split == TpSplit::kRows   ? (row + p.split_start) * cols + col

@@ -18,7 +18,7 @@
 # The binaries run through the bundled dynamic loader, so they do not depend
 # on the GPU machine's glibc; only the CUDA driver, cuBLAS and NCCL come from
 # that machine (LOOM_CUDA_LIBS, default /usr/local/cuda/lib64 and wherever
-# ldconfig finds libnccl).
+# ldconfig or a search of /usr and /opt finds them; see run()).
 set -uo pipefail
 
 MODE="${1:-}"
@@ -77,16 +77,25 @@ run() {
   local b
   b="$(mktemp -d)"
   tar -C "$b" -xJf "$BUNDLE_DIR/bundle.tar.xz" || { echo "no bundle: run pack first"; return 1; }
+  # The driver (libcuda), cuBLAS and NCCL of the GPU machine: the driver may
+  # be a read-only mount (/usr/local/nvidia), cuBLAS and NCCL may come with
+  # the toolkit or with Python wheels (nvidia-cublas, nvidia-nccl-cu13).
   local cuda_libs="${LOOM_CUDA_LIBS:-}"
   if [[ -z "$cuda_libs" ]]; then
-    cuda_libs="/usr/local/cuda/lib64"
-    local nccl_dir
-    nccl_dir="$(ldconfig -p 2>/dev/null | awk '/libnccl.so.2 /{print $NF; exit}' | xargs -r dirname)"
-    [[ -n "$nccl_dir" ]] && cuda_libs="$cuda_libs:$nccl_dir"
-    for d in /usr/lib/x86_64-linux-gnu /usr/lib64; do
-      [[ -e "$d/libcuda.so.1" ]] && cuda_libs="$cuda_libs:$d"
+    local lib dir
+    for lib in libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+      dir=""
+      for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/local/cuda/lib64 \
+               /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu /usr/lib64; do
+        if [[ -e "$d/$lib" ]]; then dir="$d"; break; fi
+      done
+      [[ -z "$dir" ]] && dir="$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF; exit}' | xargs -r dirname)"
+      [[ -z "$dir" ]] && dir="$(find /usr /opt -name "$lib" 2>/dev/null | head -1 | xargs -r dirname)"
+      if [[ -z "$dir" ]]; then echo "device_check: $lib not found on this machine" >&2; continue; fi
+      case ":$cuda_libs:" in *":$dir:"*) ;; *) cuda_libs="${cuda_libs:+$cuda_libs:}$dir" ;; esac
     done
   fi
+  echo "CUDA libraries from: $cuda_libs" >"$out/libs.txt"
   local loader
   loader="$(ls "$b"/lib/ld-linux-x86-64.so.* | head -1)"
   # $b/x NAME ARGS...: a bundled binary through the bundled loader and libraries.
