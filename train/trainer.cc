@@ -381,6 +381,7 @@ absl::Status Trainer::Train() {
   const double flops_per_token = ModelFlopsPerToken(config_.model);
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
+  double window_paused_s = 0;  // evaluation and checkpoints inside the window
   int64_t window_iters = 0;
   double window_loss = 0;
   while (iteration_ < config_.train_iters) {
@@ -389,7 +390,8 @@ absl::Status Trainer::Train() {
     window_loss += loss;
     const auto now = std::chrono::steady_clock::now();
     if (iteration_ % config_.log_interval == 0 || iteration_ == config_.train_iters) {
-      const double window_s = std::chrono::duration<double>(now - window_start).count();
+      const double window_s =
+          std::chrono::duration<double>(now - window_start).count() - window_paused_s;
       StepMetrics m;
       m.iteration = iteration_;
       m.loss = window_loss / window_iters;
@@ -403,22 +405,26 @@ absl::Status Trainer::Train() {
       Log(FormatStep(m, config_.train_iters));
       if (world_->rank() == 0) metrics_.WriteStep(m);
       window_start = std::chrono::steady_clock::now();
+      window_paused_s = 0;
       window_iters = 0;
       window_loss = 0;
     }
     const bool last = iteration_ == config_.train_iters;
+    // Time outside training steps is kept out of tokens/s (the window's
+    // iterations keep counting, so its length must exclude the pause).
+    const auto pause_start = std::chrono::steady_clock::now();
     if (valid_data_ && config_.eval_interval > 0 &&
         (iteration_ % config_.eval_interval == 0 || last)) {
       LOOM_ASSIGN_OR_RETURN(double valid, Evaluate());
       Log(absl::StrFormat(" validation loss at iteration %d: %.4f (perplexity %.2f)", iteration_,
                           valid, std::exp(valid)));
       if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
-      window_start = std::chrono::steady_clock::now();  // keep evaluation out of tokens/s
     }
     if (checkpointer_ && config_.save_interval > 0 && iteration_ % config_.save_interval == 0) {
       LOOM_RETURN_IF_ERROR(SaveCheckpoint());
-      window_start = std::chrono::steady_clock::now();
     }
+    window_paused_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - pause_start).count();
   }
   if (checkpointer_ && last_saved_iteration_ != iteration_) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
   return WaitForCheckpoint();
