@@ -1,5 +1,7 @@
 #include "train/device_setup.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 
 #ifdef LOOM_HAVE_CUDA
@@ -23,6 +25,15 @@ absl::Status SelectDevice(TrainConfig* config, int rank) {
   if (!count.ok()) {
     return absl::Status(count.status().code(),
                         absl::StrCat("--device=cuda: ", count.status().message()));
+  }
+  // NCCL refuses two ranks on one GPU: say so before it does, by flag name.
+  for (const char* var : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && std::atoi(v) > *count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device=cuda: ", std::atoi(v), " ranks on this node (", var, ", e.g. from "
+          "--nproc-per-node) but only ", *count, " GPU(s): one rank per GPU"));
+    }
   }
   const int index = rank % *count;
   absl::Status s = core::cuda::SetCurrentDevice(index);
