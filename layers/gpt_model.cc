@@ -32,7 +32,7 @@ absl::StatusOr<Tensor> PositionIds(const TpGroup& tp, const Tensor& x) {
     for (int64_t j = 0; j < b; ++j) p[i * b + j] = static_cast<int32_t>(s0 + i);
   }
   if (x.device().is_cpu()) return ids;
-  return core::ops::To(ids, x.device());
+  return ids.To(x.device());
 }
 
 }  // namespace
@@ -184,7 +184,7 @@ absl::StatusOr<Tensor> GptModel::GatherLogits(const Saved& saved) const {
   LOOM_ASSIGN_OR_RETURN(Tensor full, GatherLastDim(tp_, saved.loss.logits));  // [s, b, Vpad]
   const int64_t s = full.dim(0), b = full.dim(1), vp = full.dim(2), v = config_.vocab_size;
   // Drop the padded vocabulary columns on the host (tests and generation only).
-  LOOM_ASSIGN_OR_RETURN(Tensor host, core::ops::To(full, core::Device::CPU()));
+  LOOM_ASSIGN_OR_RETURN(Tensor host, full.To(core::Device::CPU()));
   LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(Shape{s, b, v}, host.dtype()));
   const size_t row_bytes = static_cast<size_t>(v) * core::DTypeSize(host.dtype());
   const size_t padded_row_bytes = static_cast<size_t>(vp) * core::DTypeSize(host.dtype());

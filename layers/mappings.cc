@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/ops/ops.h"
 #include "core/status_macros.h"
 
 namespace loom::layers {
@@ -89,9 +88,9 @@ absl::StatusOr<Tensor> SplitLastDim(const TpGroup& tp, const Tensor& x) {
   if (!x.device().is_cpu()) {
     // The last-dim mappings serve tests and generation, not the training
     // step: a device tensor takes the strided copy through the host.
-    LOOM_ASSIGN_OR_RETURN(Tensor host, core::ops::To(x, core::Device::CPU()));
+    LOOM_ASSIGN_OR_RETURN(Tensor host, x.To(core::Device::CPU()));
     LOOM_ASSIGN_OR_RETURN(Tensor part, SplitLastDim(tp, host));
-    return core::ops::To(part, x.device());
+    return part.To(x.device());
   }
   const int last = x.rank() - 1;
   absl::Status ok = CheckDivisible("SplitLastDim", x, last, tp.size());
@@ -123,7 +122,7 @@ absl::StatusOr<Tensor> GatherLastDim(const TpGroup& tp, const Tensor& x) {
   absl::StatusOr<Shape> shape = WithDim(x.shape(), last, part * p);
   if (!shape.ok()) return shape.status();
   if (!x.device().is_cpu()) {  // interleave on the host, as in SplitLastDim
-    LOOM_ASSIGN_OR_RETURN(Tensor host, core::ops::To(*blocks, core::Device::CPU()));
+    LOOM_ASSIGN_OR_RETURN(Tensor host, blocks->To(core::Device::CPU()));
     blocks = host;
   }
   absl::StatusOr<Tensor> out = Tensor::Empty(*shape, x.dtype());
@@ -136,13 +135,13 @@ absl::StatusOr<Tensor> GatherLastDim(const TpGroup& tp, const Tensor& x) {
       std::memcpy(dst + (row * p + r) * part * es, src + (r * rows + row) * part * es, part * es);
     }
   }
-  if (!x.device().is_cpu()) return core::ops::To(*out, x.device());
+  if (!x.device().is_cpu()) return out->To(x.device());
   return out;
 }
 
 absl::StatusOr<Tensor> CopyToTp::Backward(const TpGroup& tp, const Tensor& dy) {
   if (!tp.parallel()) return dy;
-  absl::StatusOr<Tensor> out = core::ops::Clone(dy);
+  absl::StatusOr<Tensor> out = dy.Clone();
   if (!out.ok()) return out.status();
   absl::Status s = AllReduceTp(tp, *out);
   if (!s.ok()) return s;

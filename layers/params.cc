@@ -120,8 +120,8 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
   }
   // Initialised on the host; now place the buffers and make the views.
   if (!device.is_cpu()) {
-    LOOM_ASSIGN_OR_RETURN(buf.values_, core::ops::To(buf.values_, device));
-    LOOM_ASSIGN_OR_RETURN(buf.grads_, core::ops::To(buf.grads_, device));
+    LOOM_ASSIGN_OR_RETURN(buf.values_, buf.values_.To(device));
+    LOOM_ASSIGN_OR_RETURN(buf.grads_, buf.grads_.To(device));
   }
   if (compute_dtype != core::DType::kF32) {
     LOOM_ASSIGN_OR_RETURN(buf.compute_, core::Tensor::Empty(core::Shape{total}, compute_dtype, device));

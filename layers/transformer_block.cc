@@ -62,12 +62,12 @@ absl::StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, const DropoutS
 
 absl::StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy, const DropoutStream& d,
                                                   const Saved& saved) const {
-  LOOM_ASSIGN_OR_RETURN(Tensor dm, core::ops::Clone(dy));
+  LOOM_ASSIGN_OR_RETURN(Tensor dm, dy.Clone());
   LOOM_RETURN_IF_ERROR(Dropout(&dm, d, 1, true));
   LOOM_ASSIGN_OR_RETURN(dm, mlp_.Backward(dm, saved.mlp));
   LOOM_ASSIGN_OR_RETURN(Tensor dh1, ln2_.Backward(dm, saved.ln2));
   LOOM_RETURN_IF_ERROR(core::ops::Add(dh1, dy, &dh1));  // residual
-  LOOM_ASSIGN_OR_RETURN(Tensor da, core::ops::Clone(dh1));
+  LOOM_ASSIGN_OR_RETURN(Tensor da, dh1.Clone());
   LOOM_RETURN_IF_ERROR(Dropout(&da, d, 0, true));
   LOOM_ASSIGN_OR_RETURN(da, attention_.Backward(da, d, saved.attention));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, ln1_.Backward(da, saved.ln1));

@@ -81,7 +81,7 @@ absl::StatusOr<double> VocabParallelCrossEntropy::Forward(const Tensor& logits,
     LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(sums, comm::ReduceOp::kSum)->Wait());
   }
   // The mean loss is a host value: bring the n (Σ exp, target logit) pairs over.
-  LOOM_ASSIGN_OR_RETURN(Tensor host, core::ops::To(sums, core::Device::CPU()));
+  LOOM_ASSIGN_OR_RETURN(Tensor host, sums.To(core::Device::CPU()));
   const float* sum = host.data<float>();
   const float* target_logit = sum + n;
   double total = 0;

@@ -21,7 +21,6 @@
 namespace loom::core::cuda {
 namespace {
 
-absl::Status Copy(const Tensor& src, Tensor* dst) { return CopyTensor(src, dst); }
 absl::Status Zero(Tensor* t) { return ZeroTensor(t); }
 absl::Status Synchronize() { return SynchronizeCurrentStream(); }
 
@@ -29,7 +28,6 @@ const ops::KernelTable* CudaTable() {
   static const ops::KernelTable* table = [] {
     auto* t = new ops::KernelTable;
     t->name = "cuda";
-    t->copy = &Copy;
     t->zero = &Zero;
     t->synchronize = &Synchronize;
     // Qualified names: the cpu:: option structs would make ADL find both.

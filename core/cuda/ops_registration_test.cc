@@ -22,7 +22,7 @@ TEST(CudaOpsRegistrationTest, OpsOnCudaTensorsMatchTheCpu) {
   const Tensor a = cpu::testing::Random(Shape{33, 65}, 1), b = cpu::testing::Random(Shape{65, 17}, 2);
   Tensor want = *Tensor::Empty(Shape{33, 17}, DType::kF32);
   ASSERT_TRUE(ops::Matmul(a, b, &want).ok());
-  absl::StatusOr<Tensor> da = a.To(Device::CUDA(0)), db = ops::To(b, Device::CUDA(0));
+  absl::StatusOr<Tensor> da = a.To(Device::CUDA(0)), db = b.To(Device::CUDA(0));
   ASSERT_TRUE(da.ok() && db.ok()) << da.status() << db.status();
   Tensor dc = *Tensor::Empty(Shape{33, 17}, DType::kF32, Device::CUDA(0));
   ASSERT_TRUE(ops::Matmul(*da, *db, &dc).ok());

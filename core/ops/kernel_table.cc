@@ -8,11 +8,6 @@
 namespace loom::core::ops {
 namespace {
 
-absl::Status CpuCopy(const Tensor& src, Tensor* dst) {
-  std::memcpy(dst->raw_data(), src.raw_data(), src.nbytes());
-  return absl::OkStatus();
-}
-
 absl::Status CpuZero(Tensor* t) {
   std::memset(t->raw_data(), 0, t->nbytes());
   return absl::OkStatus();
@@ -24,7 +19,6 @@ const KernelTable* CpuTable() {
   static const KernelTable* table = [] {
     auto* t = new KernelTable;
     t->name = "cpu";
-    t->copy = &CpuCopy;
     t->zero = &CpuZero;
     t->synchronize = &CpuSynchronize;
     t->matmul = &cpu::Matmul;

@@ -28,9 +28,8 @@ namespace loom::core::ops {
 
 struct KernelTable {
   const char* name = "";  // "cpu", "cuda"
-  // Memory: a copy between any two tensors of equal dtype and numel where at
-  // least one lives on this device, and zero-filling one of its tensors.
-  absl::Status (*copy)(const Tensor& src, Tensor* dst) = nullptr;
+  // Zero-fills one of this device's tensors. (Copies go through the
+  // device's Allocator::CopyBytes: Tensor::To, ops::Copy.)
   absl::Status (*zero)(Tensor* t) = nullptr;
   // Blocks the host until the device has finished the work queued so far.
   absl::Status (*synchronize)() = nullptr;

@@ -20,15 +20,6 @@ const Tensor& Deref(const Tensor* t) {
 
 }  // namespace
 
-absl::StatusOr<Tensor> To(const Tensor& t, Device device) {
-  if (!t.defined()) return absl::InvalidArgumentError("To: undefined tensor");
-  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(t.shape(), t.dtype(), device));
-  LOOM_RETURN_IF_ERROR(Copy(t, &out));
-  return out;
-}
-
-absl::StatusOr<Tensor> Clone(const Tensor& t) { return To(t, t.device()); }
-
 absl::Status Copy(const Tensor& src, Tensor* dst) {
   if (dst == nullptr || !src.defined() || !dst->defined() || src.dtype() != dst->dtype() ||
       src.numel() != dst->numel()) {
@@ -37,8 +28,16 @@ absl::Status Copy(const Tensor& src, Tensor* dst) {
                      dst != nullptr && dst->defined() ? dst->DebugString() : "undefined",
                      ": expected two defined tensors of equal dtype and element count"));
   }
-  const Tensor& on = src.device().is_cpu() ? *dst : src;  // the device side does the copy
-  LOOM_OPS_DISPATCH(on, copy, src, dst);
+  // The non-CPU side's allocator moves the bytes (the CPU's for two host tensors).
+  const Device on = src.device().is_cpu() ? dst->device() : src.device();
+  Allocator* allocator = GetAllocator(on.type);
+  if (allocator == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Copy to ", dst->DebugString(), ": no allocator is registered for ",
+                     on.ToString()));
+  }
+  return allocator->CopyBytes(dst->raw_data(), dst->device(), src.raw_data(), src.device(),
+                              src.nbytes());
 }
 
 absl::Status Zero(Tensor* t) {

@@ -26,12 +26,9 @@ using cpu::GlobalIndex;
 using cpu::MatmulOptions;
 using cpu::VocabShard;
 
-// ---- memory
-// A new tensor like `t` (same shape and dtype) on `device`, holding a copy.
-absl::StatusOr<Tensor> To(const Tensor& t, Device device);
-// Same dtype, shape and device as `t`, a copy of its elements.
-absl::StatusOr<Tensor> Clone(const Tensor& t);
-// dst <- src; equal dtype and numel, any two devices.
+// ---- memory (new copies: Tensor::To and Tensor::Clone)
+// dst <- src; equal dtype and numel, any two devices, through the device
+// side's Allocator::CopyBytes (as Tensor::To).
 absl::Status Copy(const Tensor& src, Tensor* dst);
 absl::Status Zero(Tensor* t);
 // Waits for the work queued on `device` (a no-op on the CPU).

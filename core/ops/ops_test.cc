@@ -22,7 +22,7 @@ TEST(OpsTest, CpuTensorsRunTheCpuKernel) {
 
 TEST(OpsTest, CloneCopyAndZeroOnCpu) {
   const Tensor a = Random(Shape{2, 3}, 3);
-  absl::StatusOr<Tensor> c = Clone(a);
+  absl::StatusOr<Tensor> c = a.Clone();
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->SharesStorageWith(a));
   EXPECT_EQ(std::memcmp(c->raw_data(), a.raw_data(), a.nbytes()), 0);

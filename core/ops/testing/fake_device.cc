@@ -82,10 +82,6 @@ struct OnHost<Fn> {
   }
 };
 
-absl::Status FakeCopy(const Tensor& src, Tensor* dst) {
-  return GetAllocator(DeviceType::kCUDA)
-      ->CopyBytes(dst->raw_data(), dst->device(), src.raw_data(), src.device(), src.nbytes());
-}
 absl::Status FakeZero(Tensor* t) {
   std::memset(Unpoison(t->raw_data()), 0, t->nbytes());
   return absl::OkStatus();
@@ -96,7 +92,6 @@ const KernelTable* FakeTable() {
   static const KernelTable* table = [] {
     auto* t = new KernelTable;
     t->name = "fake-cuda";
-    t->copy = &FakeCopy;
     t->zero = &FakeZero;
     t->synchronize = &FakeSynchronize;
     t->matmul = &OnHost<&cpu::Matmul>::Call;

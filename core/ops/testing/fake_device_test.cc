@@ -19,7 +19,7 @@ TEST(FakeDeviceTest, KernelsOnTheDeviceMatchTheCpuBitForBit) {
   ASSERT_TRUE(Matmul(a, b, &want).ok());
 
   const long calls = ScopedFakeDevice::kernel_calls();
-  Tensor da = *To(a, Device::CUDA(0)), db = *To(b, Device::CUDA(0));
+  Tensor da = *a.To(Device::CUDA(0)), db = *b.To(Device::CUDA(0));
   Tensor dc = *Tensor::Empty(Shape{5, 3}, DType::kF32, Device::CUDA(0));
   ASSERT_TRUE(Matmul(da, db, &dc).ok());
   EXPECT_EQ(ScopedFakeDevice::kernel_calls(), calls + 1);
