@@ -83,6 +83,14 @@ absl::Status CheckRows(const char* op, const char* what, int64_t rows) {
   return absl::OkStatus();
 }
 
+absl::Status CheckAlike(const char* op, std::initializer_list<Arg> args) {
+  for (const Arg& a : args) LOOM_RETURN_IF_ERROR(CheckFloatOut(op, a.name, a.t));
+  const Arg& first = *args.begin();
+  for (const Arg& a : args) LOOM_RETURN_IF_ERROR(CheckSameDType(op, first.name, *first.t, a.name, *a.t));
+  for (const Arg& a : args) LOOM_RETURN_IF_ERROR(CheckSameShape(op, first.name, *first.t, a.name, *a.t));
+  return absl::OkStatus();
+}
+
 absl::Status CheckDevices(const char* op, std::initializer_list<Arg> args) {
   const Arg* first = nullptr;
   for (const Arg& a : args) {

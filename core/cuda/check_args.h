@@ -45,6 +45,10 @@ struct Arg {
 };
 // Every tensor is a CUDA tensor, all on one device, the calling thread's current one.
 absl::Status CheckDevices(const char* op, std::initializer_list<Arg> args);
+// The element-wise contract: every argument is a float tensor (outputs
+// non-null) with the first one's dtype and shape. Errors as CheckFloat(Out),
+// CheckSameDType and CheckSameShape, in that order over all arguments.
+absl::Status CheckAlike(const char* op, std::initializer_list<Arg> args);
 
 kernels::Elem ElemOf(DType dtype);     // f32, bf16, f16
 kernels::Index IndexOf(DType dtype);   // i32, i64

@@ -51,10 +51,7 @@ absl::Status Run(const char* op, const Tensor& in, Tensor* out, uint8_t* mask,
 absl::Status DropoutForward(const Tensor& x, Tensor* out, const cpu::DropoutOptions& opts,
                             const cpu::GlobalIndex& where, Tensor* mask) {
   constexpr const char* kOp = "DropoutForward";
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "x", x));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "out", *out));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"x", &x}, {"out", out}}));
   LOOM_RETURN_IF_ERROR(Validate(kOp, x, opts, where));
   if (mask != nullptr) {
     LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "mask", *mask, DType::kU8));
@@ -68,10 +65,7 @@ absl::Status DropoutForward(const Tensor& x, Tensor* out, const cpu::DropoutOpti
 absl::Status DropoutBackward(const Tensor& dout, Tensor* dx, const cpu::DropoutOptions& opts,
                              const cpu::GlobalIndex& where) {
   constexpr const char* kOp = "DropoutBackward";
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "dout", dout));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dx", dx));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "dout", dout, "dx", *dx));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "dout", dout, "dx", *dx));
+  LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"dout", &dout}, {"dx", dx}}));
   LOOM_RETURN_IF_ERROR(Validate(kOp, dout, opts, where));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"dout", &dout}, {"dx", dx}}));
   return Run(kOp, dout, dx, nullptr, opts, where);

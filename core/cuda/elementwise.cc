@@ -71,10 +71,7 @@ absl::Status BiasAddBackward(const Tensor& dout, Tensor* dbias) {
 
 absl::Status GeluForward(const Tensor& x, Tensor* out) {
   constexpr const char* kOp = "GeluForward";
-  LOOM_RETURN_IF_ERROR(CheckFloat(kOp, "x", x));
-  LOOM_RETURN_IF_ERROR(CheckFloatOut(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kOp, "x", x, "out", *out));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"x", &x}, {"out", out}}));
   LOOM_RETURN_IF_ERROR(CheckDevices(kOp, {{"x", &x}, {"out", out}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_CUDA_LAUNCH(kOp, kernels::Gelu(ElemOf(x.dtype()), x.raw_data(), out->raw_data(), x.numel(),
@@ -84,13 +81,7 @@ absl::Status GeluForward(const Tensor& x, Tensor* out) {
 
 absl::Status GeluBackward(const Tensor& x, const Tensor& dout, Tensor* dx) {
   constexpr const char* kOp = "GeluBackward";
-  LOOM_RETURN_IF_ERROR(CheckFloat(kOp, "x", x));
-  LOOM_RETURN_IF_ERROR(CheckFloat(kOp, "dout", dout));
-  LOOM_RETURN_IF_ERROR(CheckFloatOut(kOp, "dx", dx));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kOp, "x", x, "dout", dout));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kOp, "x", x, "dx", *dx));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
+  LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"x", &x}, {"dout", &dout}, {"dx", dx}}));
   LOOM_RETURN_IF_ERROR(CheckDevices(kOp, {{"x", &x}, {"dout", &dout}, {"dx", dx}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_CUDA_LAUNCH(kOp, kernels::GeluGrad(ElemOf(x.dtype()), x.raw_data(), dout.raw_data(),
@@ -100,13 +91,7 @@ absl::Status GeluBackward(const Tensor& x, const Tensor& dout, Tensor* dx) {
 
 absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) {
   constexpr const char* kOp = "Add";
-  LOOM_RETURN_IF_ERROR(CheckFloat(kOp, "a", a));
-  LOOM_RETURN_IF_ERROR(CheckFloat(kOp, "b", b));
-  LOOM_RETURN_IF_ERROR(CheckFloatOut(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kOp, "a", a, "b", b));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kOp, "a", a, "out", *out));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "a", a, "b", b));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "a", a, "out", *out));
+  LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"a", &a}, {"b", &b}, {"out", out}}));
   LOOM_RETURN_IF_ERROR(CheckDevices(kOp, {{"a", &a}, {"b", &b}, {"out", out}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_CUDA_LAUNCH(kOp, kernels::Add(ElemOf(a.dtype()), a.raw_data(), b.raw_data(),

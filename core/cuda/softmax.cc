@@ -18,10 +18,7 @@ absl::Status CheckRowsOf(const char* op, const Tensor& x) {
 
 absl::Status SoftmaxForward(const Tensor& x, Tensor* out) {
   constexpr const char* kOp = "SoftmaxForward";
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "x", x));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "out", *out));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"x", &x}, {"out", out}}));
   LOOM_RETURN_IF_ERROR(CheckRowsOf(kOp, x));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"x", &x}, {"out", out}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
@@ -33,13 +30,7 @@ absl::Status SoftmaxForward(const Tensor& x, Tensor* out) {
 
 absl::Status SoftmaxBackward(const Tensor& out, const Tensor& dout, Tensor* dx) {
   constexpr const char* kOp = "SoftmaxBackward";
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "dout", dout));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dx", dx));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "out", out, "dout", dout));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "out", out, "dx", *dx));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "out", out, "dout", dout));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "out", out, "dx", *dx));
+  LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"out", &out}, {"dout", &dout}, {"dx", dx}}));
   LOOM_RETURN_IF_ERROR(CheckRowsOf(kOp, out));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"out", &out}, {"dout", &dout}, {"dx", dx}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
