@@ -31,33 +31,6 @@ ABSL_FLAG(int, iters, 5, "Timed steps (after one warm-up step)");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda");
 ABSL_FLAG(bool, bf16, false, "bf16 weights and activations (--device=cuda)");
 
-namespace {
-
-// FLOP/s of an n³ GEMM in `dtype` on `device` through core/ops (median of 5,
-// after a warm-up), synchronising the device around each timed call.
-double DeviceGemmFlops(loom::core::Device device, loom::core::DType dtype, int64_t n) {
-  using loom::core::Shape;
-  using loom::core::Tensor;
-  auto make = [&] {
-    Tensor host = *Tensor::Zeros(Shape{n, n}, loom::core::DType::kF32);
-    Tensor t = *Tensor::Empty(Shape{n, n}, dtype, device);
-    if (!loom::core::ops::Convert(*host.To(device), &t).ok()) std::abort();
-    return t;
-  };
-  Tensor a = make(), b = make(), c = make();
-  std::vector<double> s;
-  for (int i = 0; i < 6; ++i) {
-    if (!loom::core::ops::Synchronize(device).ok()) std::abort();
-    auto t0 = std::chrono::steady_clock::now();
-    if (!loom::core::ops::Matmul(a, b, &c).ok()) std::abort();
-    if (!loom::core::ops::Synchronize(device).ok()) std::abort();
-    if (i > 0) s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(s.begin(), s.end());
-  return 2.0 * n * n * n / s[s.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   loom::core::NormalizedArgv args(argc, argv);
@@ -118,8 +91,12 @@ int main(int argc, char** argv) {
   const double med = ms[ms.size() / 2];
   // Same process, same threads (or GPU), now.
   const bool gpu = !c.device.is_cpu();
-  const double gemm = gpu ? DeviceGemmFlops(c.device, c.compute_dtype, 4096)
-                          : loom::train::MeasureGemmFlops();
+  const absl::StatusOr<double> measured = loom::train::MeasureGemmFlops(c.device, c.compute_dtype);
+  if (!measured.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(measured.status().message()).c_str());
+    return 1;
+  }
+  const double gemm = *measured;
   const double tokens = static_cast<double>(c.seq_length * b);
   const double achieved = loom::train::ModelFlopsPerToken(c) * tokens / (med / 1e3);
   std::printf("GPT: %lld layers, hidden %lld, heads %lld, vocab %lld, seq %lld, micro-batch %lld: "
@@ -134,8 +111,9 @@ int main(int argc, char** argv) {
   std::printf("| model GFLOP/s | %.1f |\n", achieved / 1e9);
   std::printf("| device | %s%s |\n", c.device.ToString().c_str(),
               c.compute_dtype == loom::core::DType::kBF16 ? " bf16" : " f32");
-  std::printf("| GEMM GFLOP/s (%s, same run) | %.1f |\n",
-              gpu ? "4096^3 cuBLAS, compute dtype" : "1024^3 oneDNN f32", gemm / 1e9);
+  const int64_t n = loom::train::GemmReferenceSize(c.device);
+  std::printf("| GEMM GFLOP/s (%lld^3 %s, %s, same run) | %.1f |\n", (long long)n,
+              loom::core::DTypeName(c.compute_dtype), gpu ? "cuBLAS" : "oneDNN", gemm / 1e9);
   std::printf("| model / GEMM | %.2f |\n", achieved / gemm);
   return 0;
 }

@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/cpu/matmul.h"
+#include "core/ops/ops.h"
+#include "core/status_macros.h"
 
 namespace loom::train {
 
@@ -14,19 +15,27 @@ double ModelFlopsPerToken(const layers::GptConfig& c) {
          12.0 * c.num_layers * c.hidden_size * c.seq_length;
 }
 
-double MeasureGemmFlops() {
-  const int64_t n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  auto gemm = [&] {
-    (void)core::cpu::Sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  };
-  gemm();  // warm-up
+int64_t GemmReferenceSize(core::Device device) { return device.is_cpu() ? 1024 : 4096; }
+
+absl::StatusOr<double> MeasureGemmFlops(core::Device device, core::DType dtype) {
+  const int64_t n = GemmReferenceSize(device);
+  const core::Shape shape{n, n};
+  LOOM_ASSIGN_OR_RETURN(core::Tensor host, core::Tensor::Zeros(shape, core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(core::Tensor on_device, host.To(device));
+  LOOM_ASSIGN_OR_RETURN(core::Tensor a, core::Tensor::Empty(shape, dtype, device));
+  LOOM_ASSIGN_OR_RETURN(core::Tensor b, core::Tensor::Empty(shape, dtype, device));
+  LOOM_ASSIGN_OR_RETURN(core::Tensor c, core::Tensor::Empty(shape, dtype, device));
+  LOOM_RETURN_IF_ERROR(core::ops::Convert(on_device, &a));
+  LOOM_RETURN_IF_ERROR(core::ops::Convert(on_device, &b));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(a, b, &c));  // warm-up
   // The fastest of several: a peak, so a descheduled repetition on a shared
   // machine does not lower the MFU denominator.
   double best = 1e30;
   for (int i = 0; i < 8; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    gemm();
+    LOOM_RETURN_IF_ERROR(core::ops::Synchronize(device));
+    const auto t0 = std::chrono::steady_clock::now();
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(a, b, &c));
+    LOOM_RETURN_IF_ERROR(core::ops::Synchronize(device));
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 2.0 * n * n * n / best;

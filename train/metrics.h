@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/device.h"
+#include "core/dtype.h"
 #include "layers/gpt_config.h"
 
 namespace loom::train {
@@ -14,9 +16,14 @@ namespace loom::train {
 // (parallelism-spec.md): 6·N + 12·L·h·s, N the parameter count.
 double ModelFlopsPerToken(const layers::GptConfig& config);
 
-// FLOP/s of a 1024³ f32 GEMM through our CPU path, measured now on this rank:
-// the CPU peak that MFU is stated against (unless --peak-flops is given).
-double MeasureGemmFlops();
+// FLOP/s of an n³ GEMM in `dtype` on `device` through core/ops, measured now
+// on this rank (the fastest of 8, device synchronised around each): the peak
+// MFU is stated against unless --peak-flops is given. n = 1024 on the CPU,
+// 4096 on a GPU. Status errors (no kernels for the device, out of memory)
+// come back as such.
+absl::StatusOr<double> MeasureGemmFlops(core::Device device = core::Device::CPU(),
+                                        core::DType dtype = core::DType::kF32);
+int64_t GemmReferenceSize(core::Device device);
 
 struct StepMetrics {
   int64_t iteration = 0;

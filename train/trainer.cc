@@ -131,10 +131,12 @@ absl::Status Trainer::Setup() {
   // Every rank measures its GEMM rate at the same moment, so each sees its
   // share of the machine (the MFU denominator).
   LOOM_RETURN_IF_ERROR(world_->Barrier()->Wait());
-  // On a GPU the CPU GEMM says nothing: MFU there needs --peak-flops (0: not shown).
-  peak_flops_ = config_.peak_flops > 0           ? config_.peak_flops
-                : config_.model.device.is_cpu() ? MeasureGemmFlops()
-                                                : 0.0;
+  if (config_.peak_flops > 0) {
+    peak_flops_ = config_.peak_flops;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(peak_flops_,
+                          MeasureGemmFlops(config_.model.device, config_.model.compute_dtype));
+  }
 
   Log(absl::StrFormat(
       "loom: GPT with %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM "
@@ -149,9 +151,11 @@ absl::Status Trainer::Setup() {
       config_.sequence_parallel ? " + SP" : "", config_.pipeline_schedule, vp,
       config_.num_micro_batches, config_.micro_batch_size, config_.global_batch_size,
       world_->backend_name(), peak_flops_ / 1e9,
-      config_.peak_flops > 0           ? "--peak-flops"
-      : config_.model.device.is_cpu() ? "1024^3 GEMM measured at start"
-                                      : "give --peak-flops for MFU on a GPU"));
+      config_.peak_flops > 0
+          ? std::string("--peak-flops")
+          : absl::StrCat(GemmReferenceSize(config_.model.device), "^3 ",
+                         core::DTypeName(config_.model.compute_dtype),
+                         " GEMM measured at start")));
   return absl::OkStatus();
 }
 
@@ -399,7 +403,7 @@ absl::Status Trainer::Train() {
       m.grad_norm = last_grad_norm_;
       m.tokens_per_s = tokens_per_step * window_iters / window_s;
       m.model_tflops_per_rank = flops_per_token * m.tokens_per_s / world_->size() / 1e12;
-      m.mfu = peak_flops_ > 0 ? m.model_tflops_per_rank * 1e12 / peak_flops_ : 0.0;
+      m.mfu = m.model_tflops_per_rank * 1e12 / peak_flops_;
       m.elapsed_s = std::chrono::duration<double>(now - start).count();
       m.eta_s = window_s / window_iters * (config_.train_iters - iteration_);
       Log(FormatStep(m, config_.train_iters));
