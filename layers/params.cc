@@ -92,11 +92,8 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
   buf.numel_ = total;
   if (multiple > 1) total = (total + multiple - 1) / multiple * multiple;
   absl::StatusOr<core::Tensor> values = core::Tensor::Zeros(core::Shape{total}, core::DType::kF32);
-  absl::StatusOr<core::Tensor> grads = core::Tensor::Zeros(core::Shape{total}, core::DType::kF32);
   if (!values.ok()) return values.status();
-  if (!grads.ok()) return grads.status();
   buf.values_ = *values;
-  buf.grads_ = *grads;
   for (size_t i = 0; i < buf.params_.size(); ++i) {
     Param& p = buf.params_[i];
     const ParamSpec& spec = buf.specs_[i];
@@ -121,8 +118,10 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
   // Initialised on the host; now place the buffers and make the views.
   if (!device.is_cpu()) {
     LOOM_ASSIGN_OR_RETURN(buf.values_, buf.values_.To(device));
-    LOOM_ASSIGN_OR_RETURN(buf.grads_, buf.grads_.To(device));
   }
+  // Gradients start at zero where they live (no host buffer to copy over).
+  LOOM_ASSIGN_OR_RETURN(buf.grads_, core::Tensor::Empty(core::Shape{total}, core::DType::kF32, device));
+  LOOM_RETURN_IF_ERROR(buf.ZeroGrads());
   if (compute_dtype != core::DType::kF32) {
     LOOM_ASSIGN_OR_RETURN(buf.compute_, core::Tensor::Empty(core::Shape{total}, compute_dtype, device));
     LOOM_RETURN_IF_ERROR(buf.SyncComputeCopy());
