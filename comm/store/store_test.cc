@@ -1,3 +1,5 @@
+#include <time.h>
+
 #include <functional>
 #include <memory>
 #include <thread>
@@ -146,6 +148,25 @@ TEST(TcpStore, UnreachableAddressIsAClearError) {
   o.host = "127.0.0.1";
   o.port = 70000;
   EXPECT_TRUE(absl::IsInvalidArgument(TcpStore::Create(o).status()));
+}
+
+// Rank 0 serves the store for the whole run; its per-connection handlers must
+// sleep while clients are idle. They once polled with a 0 ms timeout and each
+// spun on a core, descheduling the training ranks on small machines.
+TEST(TcpStore, IdleConnectionsDoNotBurnCpu) {
+  Stores stores = TcpStores(3);
+  ASSERT_TRUE(stores.per_rank[1]->Set("k", "v").ok());
+  ASSERT_TRUE(stores.per_rank[2]->Get("k", absl::Seconds(5)).ok());
+  auto cpu_seconds = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  };
+  const double before = cpu_seconds();
+  absl::SleepFor(absl::Milliseconds(600));
+  const double used = cpu_seconds() - before;
+  // Two spinning handlers use most of the 600 ms each; sleeping ones, ~0.
+  EXPECT_LT(used, 0.15) << "process CPU time while every store client was idle";
 }
 
 TEST(TcpStore, PortInUseIsAClearError) {

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -41,7 +42,11 @@ bool ReadAll(int fd, void* p, size_t n, absl::Time deadline, const std::atomic<b
     absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return false;
     pollfd pfd{fd, POLLIN, 0};
-    int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 100));
+    // Slices of at most 100 ms so `stop` is noticed, and never 0 ms: an
+    // infinite `left` once overflowed to 0 here and every idle connection's
+    // handler spun on a core (the stalls seen in comm/bench on 2 cores).
+    const int ms = static_cast<int>(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(std::min(left, absl::Milliseconds(100))) + 1, 1, 100));
     int pr = poll(&pfd, 1, ms);
     if (pr < 0 && errno != EINTR) return false;
     if (pr <= 0) continue;
