@@ -396,12 +396,13 @@ absl::Status Engine::RunAllReduce(Op& op, const core::Tensor& in, const core::Te
   const int64_t count = in.numel();
   const size_t bytes = in.nbytes();
   char* dst = P(out);
-  if (P(in) != dst) std::memcpy(dst, P(in), bytes);
+  const char* src = P(in);
   const int n = size();
   const int r = rank_;
-  if (n == 1 || count == 0) return absl::OkStatus();
   absl::Status s;
-  if (bytes <= options_.small_bytes || count < n) {
+  if (n == 1 || bytes <= options_.small_bytes || count < n) {
+    if (src != dst) std::memcpy(dst, src, bytes);
+    if (n == 1 || count == 0) return absl::OkStatus();
     if (IsPow2(n)) {
       char* rb = Stage(0, bytes);
       for (int mask = 1; mask < n; mask <<= 1) {
@@ -432,14 +433,25 @@ absl::Status Engine::RunAllReduce(Op& op, const core::Tensor& in, const core::Te
     };
     const int right = Mod(r + 1, n), left = Mod(r - 1, n);
     char* rb = Stage(0, (count / n + 1) * es);
+    // Out of place, the input is never copied to the output: the first step
+    // sends straight from the input, and every received block is reduced
+    // from input + received into the output (the same operand order as in
+    // place, so results stay bitwise identical). The one block this rank
+    // only sends is filled by the all-gather.
     for (int st = 0; st < n - 1; ++st) {
       auto sb = blk(r - st - 1), rbk = blk(r - st - 2);
+      const char* send_from = st == 0 ? src : dst;
       std::vector<Leg> legs;
-      if (sb.second) legs.push_back({true, right, st, dst + sb.first * es, sb.second * es});
+      if (sb.second) {
+        legs.push_back({true, right, st, const_cast<char*>(send_from) + sb.first * es,
+                        sb.second * es});
+      }
       if (rbk.second) legs.push_back({false, left, st, rb, rbk.second * es});
       s = Exchange(op, legs);
       if (!s.ok()) return s;
-      if (rbk.second) ReduceInto(dst + rbk.first * es, rb, rbk.second, dt, red);
+      if (rbk.second) {
+        ReduceTo(dst + rbk.first * es, src + rbk.first * es, rb, rbk.second, dt, red);
+      }
     }
     if (red == ReduceOp::kAvg) {
       auto own = blk(r);

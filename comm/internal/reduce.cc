@@ -75,67 +75,77 @@ uint16_t F32ToF16(float value) {
 
 namespace {
 
+// dst may alias a (the in-place form); the loops are element-wise, so that
+// is safe and still vectorises.
 template <typename T, typename F>
-void Apply(T* acc, const T* src, size_t n, F f) {
-  for (size_t i = 0; i < n; ++i) acc[i] = f(acc[i], src[i]);
+void Apply(T* dst, const T* a, const T* b, size_t n, F f) {
+  for (size_t i = 0; i < n; ++i) dst[i] = f(a[i], b[i]);
 }
 
 template <typename T>
-void ReduceTyped(T* acc, const T* src, size_t n, ReduceOp op) {
+void ReduceTyped(T* dst, const T* a, const T* b, size_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      Apply(acc, src, n, [](T a, T b) { return static_cast<T>(a + b); });
+      Apply(dst, a, b, n, [](T x, T y) { return static_cast<T>(x + y); });
       break;
     case ReduceOp::kProd:
-      Apply(acc, src, n, [](T a, T b) { return static_cast<T>(a * b); });
+      Apply(dst, a, b, n, [](T x, T y) { return static_cast<T>(x * y); });
       break;
     case ReduceOp::kMax:
-      Apply(acc, src, n, [](T a, T b) { return std::max(a, b); });
+      Apply(dst, a, b, n, [](T x, T y) { return std::max(x, y); });
       break;
     case ReduceOp::kMin:
-      Apply(acc, src, n, [](T a, T b) { return std::min(a, b); });
+      Apply(dst, a, b, n, [](T x, T y) { return std::min(x, y); });
       break;
   }
 }
 
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void Reduce16(uint16_t* acc, const uint16_t* src, size_t n, ReduceOp op) {
+void Reduce16(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n, ReduceOp op) {
   constexpr size_t kBlock = 256;
-  float a[kBlock], b[kBlock];
+  float fa[kBlock], fb[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {
     size_t m = std::min(kBlock, n - base);
     for (size_t i = 0; i < m; ++i) {
-      a[i] = ToF(acc[base + i]);
-      b[i] = ToF(src[base + i]);
+      fa[i] = ToF(a[base + i]);
+      fb[i] = ToF(b[base + i]);
     }
-    ReduceTyped(a, b, m, op);
-    for (size_t i = 0; i < m; ++i) acc[base + i] = FromF(a[i]);
+    ReduceTyped(fa, fa, fb, m, op);
+    for (size_t i = 0; i < m; ++i) dst[base + i] = FromF(fa[i]);
   }
+}
+
+template <typename T>
+void ReduceAs(void* dst, const void* a, const void* b, size_t count, ReduceOp op) {
+  ReduceTyped(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count,
+              op);
 }
 
 }  // namespace
 
-void ReduceInto(void* acc, const void* src, size_t count, core::DType dtype, ReduceOp op) {
+void ReduceTo(void* dst, const void* a, const void* b, size_t count, core::DType dtype,
+              ReduceOp op) {
   using core::DType;
   switch (dtype) {
-    case DType::kF32:
-      return ReduceTyped(static_cast<float*>(acc), static_cast<const float*>(src), count, op);
-    case DType::kF64:
-      return ReduceTyped(static_cast<double*>(acc), static_cast<const double*>(src), count, op);
-    case DType::kI32:
-      return ReduceTyped(static_cast<int32_t*>(acc), static_cast<const int32_t*>(src), count, op);
-    case DType::kI64:
-      return ReduceTyped(static_cast<int64_t*>(acc), static_cast<const int64_t*>(src), count, op);
-    case DType::kU8:
-      return ReduceTyped(static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(src), count, op);
+    case DType::kF32: return ReduceAs<float>(dst, a, b, count, op);
+    case DType::kF64: return ReduceAs<double>(dst, a, b, count, op);
+    case DType::kI32: return ReduceAs<int32_t>(dst, a, b, count, op);
+    case DType::kI64: return ReduceAs<int64_t>(dst, a, b, count, op);
+    case DType::kU8: return ReduceAs<uint8_t>(dst, a, b, count, op);
     case DType::kBF16:
-      return Reduce16<Bf16ToF32, F32ToBf16>(static_cast<uint16_t*>(acc),
-                                            static_cast<const uint16_t*>(src), count, op);
+      return Reduce16<Bf16ToF32, F32ToBf16>(static_cast<uint16_t*>(dst),
+                                            static_cast<const uint16_t*>(a),
+                                            static_cast<const uint16_t*>(b), count, op);
     case DType::kF16:
-      return Reduce16<F16ToF32, F32ToF16>(static_cast<uint16_t*>(acc),
-                                          static_cast<const uint16_t*>(src), count, op);
+      return Reduce16<F16ToF32, F32ToF16>(static_cast<uint16_t*>(dst),
+                                          static_cast<const uint16_t*>(a),
+                                          static_cast<const uint16_t*>(b), count, op);
   }
+}
+
+void ReduceInto(void* acc, const void* src, size_t count, core::DType dtype, ReduceOp op) {
+  ReduceTo(acc, acc, src, count, dtype, op);
 }
 
 namespace {

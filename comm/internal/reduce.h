@@ -21,6 +21,12 @@ uint16_t F32ToF16(float value);   // round to nearest even
 // with FinishAvg). bf16/f16 are computed in f32.
 void ReduceInto(void* acc, const void* src, size_t count, core::DType dtype, ReduceOp op);
 
+// dst[i] = a[i] op b[i]; dst may be a (then it is ReduceInto), never b. Lets
+// an out-of-place collective reduce straight from its input, without first
+// copying the input to the output.
+void ReduceTo(void* dst, const void* a, const void* b, size_t count, core::DType dtype,
+              ReduceOp op);
+
 // buf[i] = buf[i] / n (integers: truncating division).
 void FinishAvg(void* buf, size_t count, core::DType dtype, int n);
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -49,6 +50,26 @@ TEST(ReduceInto, EveryOpAndDType) {
   uint16_t f[1] = {F32ToF16(3)};
   FinishAvg(f, 1, core::DType::kF16, 2);
   EXPECT_EQ(F16ToF32(f[0]), 1.5f);
+}
+
+TEST(ReduceTo, WritesTheThirdBufferAndLeavesBothInputs) {
+  const float a[3] = {1, 5, -2}, b[3] = {4, 2, -3};
+  float out[3] = {NAN, NAN, NAN};
+  ReduceTo(out, a, b, 3, core::DType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(out[0], 5);
+  EXPECT_EQ(out[1], 7);
+  EXPECT_EQ(out[2], -5);
+  EXPECT_EQ(a[0], 1);
+  EXPECT_EQ(b[0], 4);
+  // 16-bit types go through f32 in blocks; 300 elements cross a block edge.
+  std::vector<uint16_t> x(300), y(300), z(300, 0xffff);
+  for (int i = 0; i < 300; ++i) {
+    x[i] = F32ToF16(static_cast<float>(i));
+    y[i] = F32ToF16(static_cast<float>(2 * i));
+  }
+  ReduceTo(z.data(), x.data(), y.data(), 300, core::DType::kF16, ReduceOp::kMax);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(F16ToF32(z[i]), 2.0f * i) << i;
+  EXPECT_EQ(F16ToF32(x[299]), 299.0f);
 }
 
 }  // namespace
