@@ -96,9 +96,8 @@ struct Lane {
 // transport choice (UCX_TLS). When every rank is on one host and the user
 // did not choose UCX_TLS, small messages take a second lane without TCP:
 // progressing a worker that has a TCP interface costs a poll() system call
-// each time, which doubled small-message latency, while large messages
-// move best on the main lane (its shared-memory-only rendezvous stalled
-// here). Both ends pick the lane from the message size, so a size
+// each time, which doubled small-message latency. Large messages keep
+// UCX's own choice (measured: no faster without TCP). Both ends pick the lane from the message size, so a size
 // mismatch across ranks that straddles the threshold times out (naming
 // the rank) instead of being reported as a size error.
 class UcxTransport : public internal::Transport {
