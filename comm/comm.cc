@@ -45,6 +45,15 @@ absl::Status WaitAll(const std::vector<WorkPtr>& works) {
   return first;
 }
 
+absl::Status WaitAllOnStream(const std::vector<WorkPtr>& works) {
+  absl::Status first;
+  for (const WorkPtr& w : works) {
+    absl::Status s = w->WaitOnStream();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
 absl::Status AllReduceScalar(Communicator* c, ReduceOp op, double* value) {
   if (c == nullptr || c->size() == 1) return absl::OkStatus();
   absl::StatusOr<core::Tensor> host = core::Tensor::Empty(core::Shape{1}, core::DType::kF64);

@@ -70,6 +70,16 @@ class Work {
   // Waits up to the communicator's CommOptions::timeout (plus a little slack,
   // so the op's own DeadlineExceeded with missing ranks wins).
   virtual absl::Status Wait() = 0;
+  // Where later work runs: makes the work the caller issues next on its
+  // device stream wait for this operation, without blocking the host (a
+  // device communicator), or is Wait() (host-memory backends, where the host
+  // is the thing that waits). Returns the errors known so far. A device
+  // operation that then fails or outlives CommOptions::timeout is failed by
+  // the backend's watchdog, which aborts the communicator: the next
+  // operation on it fails with FailedPrecondition naming that error. The
+  // op's tensors stay alive until it completes. This is the hot-path wait
+  // of layers, pipeline and optimizer; Wait() is for the host's own reads.
+  virtual absl::Status WaitOnStream() { return Wait(); }
   // "all_reduce #12 in group 'tp'"
   virtual std::string Describe() const = 0;
 };
@@ -80,6 +90,8 @@ WorkPtr CompletedWork(absl::Status status, std::string description);
 
 // Waits for every handle; returns the first error.
 absl::Status WaitAll(const std::vector<WorkPtr>& works);
+// WaitOnStream for every handle; returns the first error.
+absl::Status WaitAllOnStream(const std::vector<WorkPtr>& works);
 
 // One leg of a batched send/recv (BatchSendRecv).
 struct P2POp {

@@ -215,7 +215,7 @@ absl::Status GptModel::ReduceSequenceParallelGrads() {
   for (Param& p : params_.params()) {
     if (p.spec->sequence_parallel_grad) works.push_back(tp_.comm->AllReduce(p.grad, comm::ReduceOp::kSum));
   }
-  return comm::WaitAll(works);
+  return comm::WaitAllOnStream(works);
 }
 
 }  // namespace loom::layers

@@ -75,7 +75,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
   if (!dx.ok()) return dx.status();
   Tensor dy2 = *As2D(dy), dx2 = *As2D(*dx);
   LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w_->value, &dx2, MatmulOptions{}));  // dX = dY·A
-  if (gather) LOOM_RETURN_IF_ERROR(gather->Wait());
+  if (gather) LOOM_RETURN_IF_ERROR(gather->WaitOnStream());
   // Reduce dX over TP (all-reduce, or reduce-scatter along s with SP) while
   // the weight-gradient GEMM runs.
   Tensor dx_out;
@@ -83,7 +83,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
                                                : AllReduceTpAsync(tp_, *dx);
   if (!tp_.sequence_parallel) dx_out = *dx;
   LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), w_, b_));
-  LOOM_RETURN_IF_ERROR(reduce->Wait());
+  LOOM_RETURN_IF_ERROR(reduce->WaitOnStream());
   return dx_out;
 }
 

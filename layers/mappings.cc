@@ -30,7 +30,7 @@ absl::Status CheckDivisible(const char* op, const Tensor& x, int dim, int p) {
 
 absl::Status AllReduceTp(const TpGroup& tp, const Tensor& x) {
   if (!tp.parallel()) return absl::OkStatus();
-  return tp.comm->AllReduce(x, comm::ReduceOp::kSum)->Wait();
+  return tp.comm->AllReduce(x, comm::ReduceOp::kSum)->WaitOnStream();
 }
 
 comm::WorkPtr AllReduceTpAsync(const TpGroup& tp, const Tensor& x) {
@@ -56,7 +56,7 @@ comm::WorkPtr AllGatherSeqAsync(const TpGroup& tp, const Tensor& x, Tensor* out)
 
 absl::StatusOr<Tensor> AllGatherSeq(const TpGroup& tp, const Tensor& x) {
   Tensor out;
-  absl::Status s = AllGatherSeqAsync(tp, x, &out)->Wait();
+  absl::Status s = AllGatherSeqAsync(tp, x, &out)->WaitOnStream();
   if (!s.ok()) return s;
   return out;
 }
@@ -78,7 +78,7 @@ comm::WorkPtr ReduceScatterSeqAsync(const TpGroup& tp, const Tensor& x, Tensor* 
 
 absl::StatusOr<Tensor> ReduceScatterSeq(const TpGroup& tp, const Tensor& x) {
   Tensor out;
-  absl::Status s = ReduceScatterSeqAsync(tp, x, &out)->Wait();
+  absl::Status s = ReduceScatterSeqAsync(tp, x, &out)->WaitOnStream();
   if (!s.ok()) return s;
   return out;
 }
@@ -117,7 +117,7 @@ absl::StatusOr<Tensor> GatherLastDim(const TpGroup& tp, const Tensor& x) {
   if (!blocks.ok()) return blocks.status();
   absl::StatusOr<Tensor> flat = x.Reshape(core::Shape{x.numel()});
   if (!flat.ok()) return flat.status();
-  absl::Status s = tp.comm->AllGather(*flat, *blocks)->Wait();
+  absl::Status s = tp.comm->AllGather(*flat, *blocks)->WaitOnStream();
   if (!s.ok()) return s;
   absl::StatusOr<Shape> shape = WithDim(x.shape(), last, part * p);
   if (!shape.ok()) return shape.status();

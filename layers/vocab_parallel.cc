@@ -72,13 +72,13 @@ absl::StatusOr<double> VocabParallelCrossEntropy::Forward(const Tensor& logits,
   LOOM_ASSIGN_OR_RETURN(Tensor max, Tensor::Empty(Shape{n}, core::DType::kF32, logits.device()));
   LOOM_RETURN_IF_ERROR(core::ops::VocabShardRowMax(logits, shard, &max));
   if (tp_.parallel()) {
-    LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(max, comm::ReduceOp::kMax)->Wait());
+    LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(max, comm::ReduceOp::kMax)->WaitOnStream());
   }
   LOOM_ASSIGN_OR_RETURN(Tensor sums,
                         Tensor::Empty(Shape{2, n}, core::DType::kF32, logits.device()));
   LOOM_RETURN_IF_ERROR(core::ops::VocabShardSumExp(logits, targets, max, shard, &sums));
   if (tp_.parallel()) {
-    LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(sums, comm::ReduceOp::kSum)->Wait());
+    LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(sums, comm::ReduceOp::kSum)->WaitOnStream());
   }
   // The mean loss is a host value: bring the n (Σ exp, target logit) pairs over.
   LOOM_ASSIGN_OR_RETURN(Tensor host, sums.To(core::Device::CPU()));

@@ -317,7 +317,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     } else {
       ops.push_back({comm::P2POp::Kind::kRecv, t, P - 1, tag});
     }
-    absl::Status st = pp_->BatchSendRecv(ops)->Wait();
+    absl::Status st = pp_->BatchSendRecv(ops)->WaitOnStream();
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("stage ", me,
                                                   ": broadcast of the mean loss from stage ",
@@ -328,7 +328,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
   }
   if (P > 1 && options_.all_reduce_embedding_grads && (me == 0 || me == P - 1)) {
     layers::Param& word = model_->params().at(kWordEmbedding);
-    absl::Status st = embedding_->AllReduce(word.grad, comm::ReduceOp::kSum)->Wait();
+    absl::Status st = embedding_->AllReduce(word.grad, comm::ReduceOp::kSum)->WaitOnStream();
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("stage ", me, ": all-reduce of the tied ", kWordEmbedding,

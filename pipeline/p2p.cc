@@ -97,7 +97,7 @@ absl::Status StageP2P::Exchange(const std::vector<Leg>& legs) {
     }
     ops.push_back(std::move(op));
   }
-  absl::Status s = pp_->BatchSendRecv(ops)->Wait();
+  absl::Status s = pp_->BatchSendRecv(ops)->WaitOnStream();
   if (!s.ok()) return fail(s);
   return absl::OkStatus();
 }

@@ -52,7 +52,7 @@ absl::Status OverlappedGradReducer::Finish() {
       if (!slice.ok()) return slice.status();
       works_.push_back(dp_->AllReduce(*slice, comm::ReduceOp::kAvg));
     }
-    absl::Status waited = comm::WaitAll(works_);
+    absl::Status waited = comm::WaitAllOnStream(works_);
     if (status.ok()) status = waited;
   }
   works_.clear();

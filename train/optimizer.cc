@@ -86,7 +86,7 @@ absl::StatusOr<double> Optimizer::ReduceGradients(bool already_averaged) {
   }
   if (Size(dp) > 1 && !already_averaged) {
     if (config_.distributed) {
-      LOOM_RETURN_IF_ERROR(dp->ReduceScatter(grads, shard_grads_, comm::ReduceOp::kAvg)->Wait());
+      LOOM_RETURN_IF_ERROR(dp->ReduceScatter(grads, shard_grads_, comm::ReduceOp::kAvg)->WaitOnStream());
     } else {
       // Buckets, all in flight at once, so the transfer of one overlaps the
       // reduction of the next inside the backend.
@@ -96,7 +96,7 @@ absl::StatusOr<double> Optimizer::ReduceGradients(bool already_averaged) {
         LOOM_ASSIGN_OR_RETURN(Tensor part, grads.Narrow(start, std::min(bucket, n - start)));
         works.push_back(dp->AllReduce(part, comm::ReduceOp::kAvg));
       }
-      LOOM_RETURN_IF_ERROR(comm::WaitAll(works));
+      LOOM_RETURN_IF_ERROR(comm::WaitAllOnStream(works));
     }
   } else if (config_.distributed) {
     shard_grads_ = grads;
@@ -151,7 +151,7 @@ absl::Status Optimizer::Step(float lr) {
   if (config_.distributed && Size(groups_.dp) > 1) {
     // In-place all-gather: this rank's shard sits at its slot of the buffer.
     LOOM_ASSIGN_OR_RETURN(Tensor shard, values.Narrow(shard_begin_, shard_end_ - shard_begin_));
-    LOOM_RETURN_IF_ERROR(groups_.dp->AllGather(shard, values)->Wait());
+    LOOM_RETURN_IF_ERROR(groups_.dp->AllGather(shard, values)->WaitOnStream());
   }
   return params_->SyncComputeCopy();  // the bf16 weights the next step computes with
 }

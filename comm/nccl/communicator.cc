@@ -5,10 +5,14 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -135,6 +139,8 @@ int64_t NextGeneration(const std::string& group) {
   return (*counts)[group]++;
 }
 
+class NcclWork;
+
 struct CommState {
   ncclComm_t comm = nullptr;  // null once aborted
   int device = 0;
@@ -150,6 +156,13 @@ struct CommState {
   uint64_t seq = 0;
   absl::Status aborted;              // non-OK once the communicator is aborted
   std::vector<cudaEvent_t> events;   // free completion events
+  // Ops left to the stream (Work::WaitOnStream) and not yet complete: the
+  // watchdog thread polls them, so a stalled one still times out and aborts
+  // the communicator, and their tensors live until the GPU is done.
+  std::vector<std::shared_ptr<NcclWork>> watched;
+  std::condition_variable watchdog_cv;
+  std::thread watchdog;  // started by the first WaitOnStream
+  bool watchdog_stop = false;
 
   std::string Who() const {
     return absl::StrCat("group '", name, "' (nccl backend, rank ", rank, " of ", size, ", cuda:",
@@ -218,7 +231,9 @@ struct CommState {
   }
 };
 
-class NcclWork : public Work {
+void StartWatchdogLocked(const std::shared_ptr<CommState>& st);
+
+class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
  public:
   NcclWork(std::shared_ptr<CommState> st, std::string desc)
       : st_(std::move(st)), desc_(std::move(desc)), deadline_(absl::Now() + st_->timeout) {}
@@ -261,28 +276,52 @@ class NcclWork : public Work {
         absl::SleepFor(absl::Microseconds(50));
       }
     }
-    if (status_.ok() && !ordered_) {
-      // Later work on the caller's compute stream sees the op's results.
-      DeviceScope ds(st_->device);
-      if (!ds.status().ok()) return ds.status();
-      absl::StatusOr<cudaStream_t> compute = core::cuda::CurrentStream();
-      if (!compute.ok()) return compute.status();
-      cudaError_t e = cudaStreamWaitEvent(*compute, done_event_, 0);
-      if (e != cudaSuccess) {
-        return core::cuda::CudaStatus(e, "cudaStreamWaitEvent(compute stream, op done)", __FILE__,
-                                      __LINE__);
-      }
-      ordered_ = true;
-    }
-    return status_;
+    if (!status_.ok()) return status_;
+    return OrderComputeStream();
   }
 
   absl::Status Wait() override {
     return Wait(st_->timeout + std::max(absl::Seconds(5), st_->timeout / 10));
   }
+
+  absl::Status WaitOnStream() override {
+    {
+      std::lock_guard<std::mutex> l(st_->mu);
+      if (!PollLocked()) {
+        if (!watched_ && !st_->watchdog_stop) {
+          StartWatchdogLocked(st_);
+          st_->watched.push_back(shared_from_this());
+          watched_ = true;
+        }
+      } else if (!status_.ok()) {
+        return status_;
+      }
+    }
+    return OrderComputeStream();
+  }
+
   std::string Describe() const override { return desc_; }
 
+  // The watchdog's check (mu held): true once the op is finished.
+  bool PollForWatchdogLocked() { return PollLocked(); }
+
  private:
+  // Later work on the caller's compute stream sees the op's results (once).
+  absl::Status OrderComputeStream() {
+    if (ordered_) return absl::OkStatus();
+    DeviceScope ds(st_->device);
+    if (!ds.status().ok()) return ds.status();
+    absl::StatusOr<cudaStream_t> compute = core::cuda::CurrentStream();
+    if (!compute.ok()) return compute.status();
+    cudaError_t e = cudaStreamWaitEvent(*compute, done_event_, 0);
+    if (e != cudaSuccess) {
+      return core::cuda::CudaStatus(e, "cudaStreamWaitEvent(compute stream, op done)", __FILE__,
+                                    __LINE__);
+    }
+    ordered_ = true;
+    return absl::OkStatus();
+  }
+
   void FailAndAbort(absl::Status s) {
     FailNow(std::move(s));
     st_->AbortLocked(status_);
@@ -339,8 +378,55 @@ class NcclWork : public Work {
   absl::Time deadline_;
   bool done_ = false;
   bool ordered_ = false;
+  bool watched_ = false;
   absl::Status status_;
 };
+
+// Polls the ops left to the stream every few milliseconds until they finish
+// (the poll applies the op timeout and the async-error check). A finished
+// op is released outside the lock: its destructor returns its event under it.
+void WatchdogLoop(CommState* st) {
+  DeviceScope ds(st->device);
+  std::unique_lock<std::mutex> l(st->mu);
+  while (!st->watchdog_stop) {
+    st->watchdog_cv.wait_for(l, std::chrono::milliseconds(st->watched.empty() ? 100 : 5));
+    std::vector<std::shared_ptr<NcclWork>> finished;
+    auto& w = st->watched;
+    for (size_t i = 0; i < w.size();) {
+      if (w[i]->PollForWatchdogLocked()) {
+        finished.push_back(std::move(w[i]));
+        w[i] = std::move(w.back());
+        w.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (!finished.empty()) {
+      l.unlock();
+      finished.clear();
+      l.lock();
+    }
+  }
+}
+
+void StartWatchdogLocked(const std::shared_ptr<CommState>& st) {
+  if (!st->watchdog.joinable()) st->watchdog = std::thread(WatchdogLoop, st.get());
+}
+
+// Stops the watchdog and releases the ops it still held (the communicator is
+// going away; the GPU finishes them in stream order, and the compute stream
+// already waits for each one).
+void StopWatchdog(CommState* st) {
+  std::vector<std::shared_ptr<NcclWork>> left;
+  {
+    std::lock_guard<std::mutex> l(st->mu);
+    st->watchdog_stop = true;
+    left.swap(st->watched);
+  }
+  st->watchdog_cv.notify_all();
+  if (st->watchdog.joinable()) st->watchdog.join();
+  left.clear();
+}
 
 // Enqueues NCCL calls on the NCCL stream; returns what the last NCCL call
 // returned (ncclInProgress allowed).
@@ -351,6 +437,7 @@ using After = std::function<void(cudaStream_t stream)>;
 class NcclCommunicator : public Communicator {
  public:
   explicit NcclCommunicator(std::shared_ptr<CommState> st) : st_(std::move(st)) {}
+  ~NcclCommunicator() override { StopWatchdog(st_.get()); }
 
   int rank() const override { return st_->rank; }
   int size() const override { return st_->size; }

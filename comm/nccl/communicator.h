@@ -19,18 +19,21 @@
 // the op sees every kernel queued before it), enqueues the NCCL call and
 // records a completion event. Work::Poll = cudaEventQuery (plus
 // ncclCommGetAsyncError); Work::Wait polls until done, then makes the compute
-// stream wait on the completion event (later kernels see the result; the
-// host blocks only in Wait, as the Work contract requires).
+// stream wait on the completion event (for the host's own reads).
+// Work::WaitOnStream — the hot-path wait of layers, pipeline and optimizer —
+// only makes the compute stream wait on the completion event and hands the op
+// to the communicator's watchdog thread: the host never blocks on it.
 //
 // Watchdog: an op not complete CommOptions::timeout after it was issued is
-// failed by Poll/Wait with DeadlineExceeded naming op, group and sequence
-// number; the communicator is aborted (ncclCommAbort) and every later op
-// fails fast with FailedPrecondition. An asynchronous NCCL error
+// failed with DeadlineExceeded naming op, group and sequence number — by
+// Poll/Wait, or by the watchdog thread for ops left to the stream; the
+// communicator is aborted (ncclCommAbort: the stuck kernels exit, so a
+// compute stream waiting on them drains) and every later op fails fast with
+// FailedPrecondition naming the cause. An asynchronous NCCL error
 // (ncclCommGetAsyncError, e.g. a dead peer's remote error) aborts it the same
-// way and surfaces through the handles. The check runs inside Poll/Wait (the
-// thread that owns the communicator), so it never races with an enqueue;
-// nothing else waits on an unfinished op's event, so an op nobody polls can
-// delay nothing but itself.
+// way. Every check runs under the communicator's mutex, as every enqueue
+// does, so they never race. The watchdog holds ops left to it (and so their
+// tensors) until they complete.
 //
 // Differences from the other backends (documented in comm/README.md):
 //  * Cross-rank mismatches (count, dtype, op, root) cannot be detected: NCCL

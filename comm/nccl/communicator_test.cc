@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -246,6 +247,86 @@ TEST(NcclBackend, WatchdogAbortsAStalledOp) {
   EXPECT_TRUE(absl::IsFailedPrecondition(again)) << again;
   EXPECT_TRUE(absl::StrContains(again.message(), "aborted")) << again;
   EXPECT_TRUE(absl::IsFailedPrecondition(comm.Split(0, 0, "x").status()));
+  EXPECT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+}
+
+// WaitOnStream (the layers' hot-path wait): with the compute stream held by
+// a gate the all-reduce cannot run, yet WaitOnStream returns at once; a copy
+// queued after it on the compute stream still reads the reduced values, so
+// the stream, not the host, waited.
+TEST(NcclBackend, WaitOnStreamOrdersTheStreamWithoutBlockingTheHost) {
+  SKIP_WITHOUT_GPU(n);
+  (void)n;
+  NcclOptions o;
+  o.comm.group_name = "stream";
+  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Communicator& comm = **c;
+  const int64_t count = 1 << 20;
+  Tensor host = *Tensor::Empty({count}, DType::kF32);
+  for (int64_t i = 0; i < count; ++i) host.data<float>()[i] = static_cast<float>(i % 1000);
+  Tensor poison = *Tensor::Empty({count}, DType::kF32);
+  for (int64_t i = 0; i < count; ++i) poison.data<float>()[i] = NAN;
+  Tensor in = *EmptyOnDevice({count}, DType::kF32, comm.device());
+  Tensor out = *EmptyOnDevice({count}, DType::kF32, comm.device());
+  Tensor copy = *EmptyOnDevice({count}, DType::kF32, comm.device());
+  ASSERT_TRUE(CopyToDevice(host, in).ok());
+  ASSERT_TRUE(CopyToDevice(poison, out).ok());
+  ASSERT_TRUE(CopyToDevice(poison, copy).ok());
+
+  ASSERT_TRUE(core::cuda::SetCurrentDevice(comm.device().index).ok());
+  cudaStream_t compute = *core::cuda::CurrentStream();
+  Gate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(compute, &Gate::Block, &gate), cudaSuccess);
+  WorkPtr w = comm.AllReduce(in, out, ReduceOp::kSum);
+  absl::Time t0 = absl::Now();
+  absl::Status s = w->WaitOnStream();
+  absl::Duration took = absl::Now() - t0;
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(w->Poll()) << "the op cannot have run: the compute stream is gated";
+  EXPECT_LT(took, absl::Seconds(2)) << "WaitOnStream blocked the host";
+  ASSERT_EQ(cudaMemcpyAsync(copy.raw_data(), out.raw_data(), copy.nbytes(),
+                            cudaMemcpyDeviceToDevice, compute),
+            cudaSuccess);
+  w.reset();  // the watchdog keeps the op (and its tensors) until it is done
+  gate.Open();
+  Tensor back = *Tensor::Empty({count}, DType::kF32);
+  ASSERT_TRUE(CopyToHost(copy, back).ok());
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(back.data<float>()[i], host.data<float>()[i]) << "element " << i;
+  }
+}
+
+// An op left to the stream that never completes is still timed out: the
+// watchdog thread aborts the communicator, and the next op says why.
+TEST(NcclBackend, WatchdogTimesOutAnOpLeftToTheStream) {
+  SKIP_WITHOUT_GPU(n);
+  (void)n;
+  NcclOptions o;
+  o.comm.timeout = absl::Seconds(2);
+  o.comm.group_name = "stream_stall";
+  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Communicator& comm = **c;
+  Tensor t = *EmptyOnDevice({1024}, DType::kF32, comm.device());
+  ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum)->Wait().ok());  // #0
+
+  ASSERT_TRUE(core::cuda::SetCurrentDevice(comm.device().index).ok());
+  cudaStream_t compute = *core::cuda::CurrentStream();
+  Gate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(compute, &Gate::Block, &gate), cudaSuccess);
+  std::thread opener([&] {
+    absl::SleepFor(o.comm.timeout + absl::Seconds(2));
+    gate.Open();
+  });
+  EXPECT_TRUE(comm.AllReduce(t, ReduceOp::kSum)->WaitOnStream().ok());  // #1, handle dropped
+  absl::SleepFor(o.comm.timeout + absl::Seconds(3));
+  opener.join();
+  absl::Status next = comm.AllReduce(t, ReduceOp::kSum)->Wait(absl::Seconds(5));
+  EXPECT_TRUE(absl::IsFailedPrecondition(next)) << next;
+  for (const char* part : {"aborted", "all_reduce #1", "timed out"}) {
+    EXPECT_TRUE(absl::StrContains(next.message(), part)) << next << " lacks " << part;
+  }
   EXPECT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
 }
 
