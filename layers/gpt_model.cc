@@ -139,8 +139,15 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
   ColumnParallelLinear output(const_cast<Param*>(&params_.at(kWordEmbedding)), nullptr, tp_);
   LOOM_ASSIGN_OR_RETURN(Tensor logits, output.Forward(x, &saved->output));  // [s, b, V/p]
   VocabParallelCrossEntropy ce(tp_, config_.vocab_size);
-  LOOM_ASSIGN_OR_RETURN(*loss, ce.Forward(logits, targets, &saved->loss));
+  LOOM_RETURN_IF_ERROR(ce.ForwardOnDevice(logits, targets, &saved->loss));
+  if (loss != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(*loss, LossOf(saved->loss.sums));
+  }
   return Tensor();
+}
+
+absl::StatusOr<double> GptModel::LossOf(const Tensor& loss_sums) {
+  return VocabParallelCrossEntropy::MeanLoss(loss_sums);
 }
 
 absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,

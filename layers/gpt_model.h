@@ -59,10 +59,15 @@ class GptModel {
   // Forward of chunk `c`. Input: token ids i32[s, b] for a pre_process chunk,
   // else the hidden state [s(/p), b, h]. Returns the hidden state, or for a
   // post_process chunk an empty tensor with *loss set (mean over tokens;
-  // `targets` i32[s, b] is used only there).
+  // `targets` i32[s, b] is used only there). `loss` may be null: then the
+  // loss stays on the device in saved->loss.sums (see LossOf), and the host
+  // does not wait for the forward's kernels.
   absl::StatusOr<core::Tensor> Forward(int c, const core::Tensor& input,
                                        const core::Tensor& targets, const DropoutStream& dropout,
                                        Saved* saved, double* loss) const;
+  // The mean loss of a post_process forward whose `loss` was null, from its
+  // saved->loss.sums (kept by the caller after the Saved is released).
+  static absl::StatusOr<double> LossOf(const core::Tensor& loss_sums);
   // Backward of chunk `c`: `dy` is the gradient of its output (ignored for a
   // post_process chunk, which starts from `dloss`, the weight of this
   // micro-batch's mean loss). Returns the gradient of the hidden input, or an

@@ -61,6 +61,27 @@ core::ops::VocabShard VocabParallelCrossEntropy::Shard(int64_t local_vocab) cons
 absl::StatusOr<double> VocabParallelCrossEntropy::Forward(const Tensor& logits,
                                                           const Tensor& targets,
                                                           Saved* saved) const {
+  LOOM_RETURN_IF_ERROR(ForwardOnDevice(logits, targets, saved));
+  return MeanLoss(saved->sums);
+}
+
+absl::StatusOr<double> VocabParallelCrossEntropy::MeanLoss(const Tensor& sums) {
+  if (sums.rank() != 2 || sums.dim(0) != 2 || sums.dtype() != core::DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("VocabParallelCrossEntropy::MeanLoss: ",
+                                                   sums.DebugString(), ", expected f32[2, n]"));
+  }
+  const int64_t n = sums.dim(1);
+  LOOM_ASSIGN_OR_RETURN(Tensor host, sums.To(core::Device::CPU()));
+  const float* sum = host.data<float>();
+  const float* target_logit = sum + n;
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += std::log(static_cast<double>(sum[i])) - target_logit[i];
+  return n > 0 ? total / n : 0.0;
+}
+
+absl::Status VocabParallelCrossEntropy::ForwardOnDevice(const Tensor& logits,
+                                                        const Tensor& targets,
+                                                        Saved* saved) const {
   if (logits.rank() != 3 || targets.rank() != 2 || logits.dim(0) != targets.dim(0) ||
       logits.dim(1) != targets.dim(1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -80,17 +101,12 @@ absl::StatusOr<double> VocabParallelCrossEntropy::Forward(const Tensor& logits,
   if (tp_.parallel()) {
     LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(sums, comm::ReduceOp::kSum)->WaitOnStream());
   }
-  // The mean loss is a host value: bring the n (Σ exp, target logit) pairs over.
-  LOOM_ASSIGN_OR_RETURN(Tensor host, sums.To(core::Device::CPU()));
-  const float* sum = host.data<float>();
-  const float* target_logit = sum + n;
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += std::log(static_cast<double>(sum[i])) - target_logit[i];
   saved->logits = logits;
   saved->targets = targets;
   saved->max = max;
+  saved->sums = sums;
   LOOM_ASSIGN_OR_RETURN(saved->sum, sums.Narrow(0, 1));
-  return n > 0 ? total / n : 0.0;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(const Saved& saved, float dloss) const {

@@ -49,12 +49,21 @@ class VocabParallelCrossEntropy {
     core::Tensor logits;   // [s, b, V/p]
     core::Tensor targets;  // [s, b]
     core::Tensor max, sum; // [s·b] global row max and Σ exp(logit - max)
+    core::Tensor sums;     // [2, s·b]: `sum`, then each row's target logit - max
   };
   VocabParallelCrossEntropy(TpGroup tp, int64_t vocab_size) : tp_(tp), vocab_size_(vocab_size) {}
 
   // Returns the mean loss over the s·b tokens (identical on every TP rank).
+  // Reads it back to the host: ForwardOnDevice + MeanLoss.
   absl::StatusOr<double> Forward(const core::Tensor& logits, const core::Tensor& targets,
                                  Saved* saved) const;
+  // The forward without reading the loss back: on a GPU the host does not
+  // wait for the kernels. saved->sums holds what MeanLoss needs.
+  absl::Status ForwardOnDevice(const core::Tensor& logits, const core::Tensor& targets,
+                               Saved* saved) const;
+  // The mean loss from Saved::sums (a copy to the host, which waits for the
+  // kernels that produce it).
+  static absl::StatusOr<double> MeanLoss(const core::Tensor& sums);
   // dlogits = (softmax - onehot) · dloss / (s·b), written into a new tensor.
   absl::StatusOr<core::Tensor> Backward(const Saved& saved, float dloss) const;
 

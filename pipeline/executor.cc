@@ -149,7 +149,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
   result.peak_live_saved.assign(v, 0);
   int64_t bytes = 0;
   std::vector<bool> have_loss(M, false);
-  std::vector<double> losses(M, 0.0);
+  std::vector<Tensor> loss_sums(M);  // per micro-batch, on the model's device
 
   auto get_batch = [&](int m) -> absl::StatusOr<const MicroBatch*> {
     auto it = batches.find(m);
@@ -181,15 +181,16 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     if (spec.post_process) LOOM_RETURN_IF_ERROR(CheckIds("targets", mb->targets, s, b, a.micro_batch));
     if (saved.count(key)) return absl::InternalError("the schedule runs this forward twice");
     GptModel::Saved& record = saved[key];
-    double loss = 0;
+    // The loss stays on the device until the step ends: reading it back here
+    // would make the host wait for every micro-batch's forward on a GPU.
     absl::StatusOr<Tensor> out =
-        model_->Forward(a.chunk, input, mb->targets, mb->dropout, &record, &loss);
+        model_->Forward(a.chunk, input, mb->targets, mb->dropout, &record, nullptr);
     if (!out.ok()) {
       saved.erase(key);
       return out.status();
     }
     if (spec.post_process) {
-      losses[a.micro_batch] = loss;
+      loss_sums[a.micro_batch] = record.loss.sums;
       have_loss[a.micro_batch] = true;
     } else {
       if (out->shape() != p2p_.boundary_shape()) {
@@ -295,6 +296,10 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
         return absl::InternalError(absl::StrCat("stage ", me, ": no forward of micro-batch ", m,
                                                 " through the last chunk"));
       }
+    }
+    std::vector<double> losses(M, 0.0);
+    for (int m = 0; m < M; ++m) {
+      LOOM_ASSIGN_OR_RETURN(losses[m], GptModel::LossOf(loss_sums[m]));
     }
     result.losses = losses;
     double sum = 0;
