@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -123,20 +124,33 @@ double MaxOverRanks(Communicator& c, double v) {
   return v;
 }
 
-// Times `iters` blocking calls of `op` (after warm-up); seconds per call,
-// slowest rank.
-template <typename F>
-double Time(Communicator& c, int iters, F op) {
-  for (int i = 0; i < 3; ++i) op();
-  double best = 1e30;
+// Times `iters` blocking calls of each op (after warm-up), the ops taking
+// turns round by round so that all of them see the same machine: on a
+// shared VM the cost of a cache line moving between the ranks' vCPUs
+// changes for seconds at a time (2x on 4-byte all-reduces here), and timing
+// one op's rounds after the other's compared different machines. Seconds per
+// call, slowest rank, best round of each.
+std::vector<double> TimeInTurns(Communicator& c, int iters,
+                                const std::vector<std::function<void()>>& ops) {
+  for (const auto& op : ops) {
+    for (int i = 0; i < 3; ++i) op();
+  }
+  std::vector<double> best(ops.size(), 1e30);
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-    c.Barrier()->Wait().IgnoreError();
-    absl::Time t0 = absl::Now();
-    for (int i = 0; i < iters; ++i) op();
-    double dt = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
-    best = std::min(best, MaxOverRanks(c, dt));
+    for (size_t k = 0; k < ops.size(); ++k) {
+      c.Barrier()->Wait().IgnoreError();
+      absl::Time t0 = absl::Now();
+      for (int i = 0; i < iters; ++i) ops[k]();
+      double dt = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
+      best[k] = std::min(best[k], MaxOverRanks(c, dt));
+    }
   }
   return best;
+}
+
+template <typename F>
+double Time(Communicator& c, int iters, F op) {
+  return TimeInTurns(c, iters, {op})[0];
 }
 
 void Check(const absl::Status& s) {
@@ -181,18 +195,22 @@ void RunBench(Communicator& c, const launch::CommFlags& flags, bool have_mpi) {
       rows.push_back({op, bytes, secs * 1e6, algbw, algbw * factor});
     };
     if (ops.find("all_reduce") != std::string::npos) {
-      add("all_reduce", Time(c, iters, [&] { Check(c.AllReduce(in, out, ReduceOp::kSum)->Wait()); }),
-          ar_factor);
+      // Ours and its references in turns (see TimeInTurns).
+      std::vector<std::function<void()>> turns = {
+          [&] { Check(c.AllReduce(in, out, ReduceOp::kSum)->Wait()); },
+          [&] { CopyRef(out, in, bytes); }};
 #ifdef LOOM_COMM_HAVE_MPI
       if (have_mpi) {
-        add("mpi_allreduce(raw)", Time(c, iters, [&] {
-              MPI_Allreduce(in.raw_data(), out.raw_data(), static_cast<int>(count), MPI_FLOAT,
-                            MPI_SUM, MPI_COMM_WORLD);
-            }), ar_factor);
+        turns.push_back([&] {
+          MPI_Allreduce(in.raw_data(), out.raw_data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                        MPI_COMM_WORLD);
+        });
       }
 #endif
-      add(c.device().is_cpu() ? "memcpy(ref)" : "cudaMemcpy D2D(ref)",
-          Time(c, iters, [&] { CopyRef(out, in, bytes); }), 1.0);
+      const std::vector<double> t = TimeInTurns(c, iters, turns);
+      add("all_reduce", t[0], ar_factor);
+      if (t.size() > 2) add("mpi_allreduce(raw)", t[2], ar_factor);
+      add(c.device().is_cpu() ? "memcpy(ref)" : "cudaMemcpy D2D(ref)", t[1], 1.0);
     }
     if (ops.find("all_gather") != std::string::npos && count % n == 0) {
       // nccl-tests convention: size = the gathered output.

@@ -30,22 +30,17 @@ class EngineWork : public Work {
       : name_(name), seq_(seq), op_timeout_(op_timeout), helper_(std::move(helper)) {}
 
   bool Poll() override {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (done_) return true;
-    }
+    if (Done()) return true;
     if (helper_) {
       std::unique_lock<std::mutex> hl(helper_->mu, std::try_to_lock);
       if (hl.owns_lock() && helper_->engine) helper_->engine->MaybeWakeWorker();
     }
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
+    return Done();
   }
-  bool Done() {
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
-  }
+  // Lock-free: status_ is written before done_ is released.
+  bool Done() const { return done_.load(std::memory_order_acquire); }
   absl::Status Wait(absl::Duration timeout) override {
+    if (Done()) return status_;
     const absl::Time deadline = absl::Now() + timeout;
     for (;;) {
       if (Done()) break;
@@ -55,7 +50,7 @@ class EngineWork : public Work {
         if (helper_->engine) helped = helper_->engine->HelpUntil(this, deadline);
       }
       std::unique_lock<std::mutex> l(mu_);
-      if (done_) break;
+      if (Done()) break;
       absl::Time now = absl::Now();
       if (now >= deadline) {
         return absl::DeadlineExceededError(
@@ -65,9 +60,8 @@ class EngineWork : public Work {
       }
       // Another thread is executing: wait for it (briefly, then help again).
       absl::Duration slice = std::min(deadline - now, absl::Milliseconds(helped ? 0 : 2));
-      cv_.wait_for(l, absl::ToChronoNanoseconds(slice), [&] { return done_; });
+      cv_.wait_for(l, absl::ToChronoNanoseconds(slice), [&] { return Done(); });
     }
-    std::lock_guard<std::mutex> l(mu_);
     return status_;
   }
   absl::Status Wait() override {
@@ -83,9 +77,9 @@ class EngineWork : public Work {
   void Finish(absl::Status status) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (done_) return;
-      done_ = true;
+      if (done_.load(std::memory_order_relaxed)) return;
       status_ = std::move(status);
+      done_.store(true, std::memory_order_release);
     }
     cv_.notify_all();
   }
@@ -97,7 +91,7 @@ class EngineWork : public Work {
   const std::shared_ptr<EngineHelper> helper_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
+  std::atomic<bool> done_{false};
   absl::Status status_;
 };
 
