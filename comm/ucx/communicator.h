@@ -1,8 +1,9 @@
 #ifndef LOOM_COMM_UCX_COMMUNICATOR_H_
 #define LOOM_COMM_UCX_COMMUNICATOR_H_
 
-// The `ucx` backend: one UCP worker per process (two on a single host: see
-// UcxOptions::small_lane_bytes), one endpoint per peer,
+// The `ucx` backend: one UCP worker per process (on a single host, shared
+// memory with the eager protocol: see UcxOptions::same_host_tuning), one
+// endpoint per peer,
 // worker addresses exchanged through the rendezvous Store, and our own
 // algorithms (comm/internal/engine.h: ring reduce-scatter + all-gather for
 // large all-reduces, recursive doubling for small ones, trees, ...) over UCP
@@ -34,9 +35,10 @@ struct UcxOptions {
   // 5-20x the bandwidth of UCX 1.13's default (get_zcopy) for 256 KiB-4 MiB
   // messages between two processes here (see BENCH_RESULTS.txt).
   std::string rndv_scheme = "put_zcopy";
-  // Messages up to this size use a second UCX context without TCP when all
-  // ranks share a host and UCX_TLS is unset (see communicator.cc); 0: off.
-  size_t small_lane_bytes = 64 << 10;
+  // When all ranks share a host and UCX_TLS is unset: shared-memory
+  // transports only (no TCP) and the eager protocol for every message size
+  // (measured in communicator.cc). Off: UCX's own choices everywhere.
+  bool same_host_tuning = true;
 };
 
 // Rank `rank` of `size` processes; every rank calls it with the same store.
