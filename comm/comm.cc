@@ -36,22 +36,25 @@ WorkPtr CompletedWork(absl::Status status, std::string description) {
   return std::make_shared<DoneWork>(std::move(status), std::move(description));
 }
 
-absl::Status WaitAll(const std::vector<WorkPtr>& works) {
+namespace {
+// Waits for every handle with `wait` (even after an error); the first error.
+template <typename F>
+absl::Status WaitEach(const std::vector<WorkPtr>& works, F wait) {
   absl::Status first;
   for (const WorkPtr& w : works) {
-    absl::Status s = w->Wait();
+    absl::Status s = wait(*w);
     if (first.ok() && !s.ok()) first = s;
   }
   return first;
 }
+}  // namespace
+
+absl::Status WaitAll(const std::vector<WorkPtr>& works) {
+  return WaitEach(works, [](Work& w) { return w.Wait(); });
+}
 
 absl::Status WaitAllOnStream(const std::vector<WorkPtr>& works) {
-  absl::Status first;
-  for (const WorkPtr& w : works) {
-    absl::Status s = w->WaitOnStream();
-    if (first.ok() && !s.ok()) first = s;
-  }
-  return first;
+  return WaitEach(works, [](Work& w) { return w.WaitOnStream(); });
 }
 
 absl::Status AllReduceScalar(Communicator* c, ReduceOp op, double* value) {

@@ -202,28 +202,42 @@ struct Gate {
     std::unique_lock<std::mutex> l(g->mu);
     g->cv.wait(l, [g] { return g->open; });
   }
+  // Makes `device` current and holds its compute stream until Open();
+  // returns that stream (null after a failed assertion).
+  cudaStream_t Hold(Device device) {
+    EXPECT_TRUE(core::cuda::SetCurrentDevice(device.index).ok());
+    cudaStream_t stream = *core::cuda::CurrentStream();
+    EXPECT_EQ(cudaLaunchHostFunc(stream, &Gate::Block, this), cudaSuccess);
+    return stream;
+  }
 };
+
+// One rank on GPU 0, for the stream and watchdog tests.
+std::unique_ptr<Communicator> OneRank(const std::string& group, absl::Duration timeout) {
+  NcclOptions o;
+  o.comm.timeout = timeout;
+  o.comm.group_name = group;
+  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
 
 TEST(NcclBackend, WatchdogAbortsAStalledOp) {
   SKIP_WITHOUT_GPU(n);
   (void)n;
-  NcclOptions o;
-  o.comm.timeout = absl::Seconds(2);
-  o.comm.group_name = "stall";
-  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  Communicator& comm = **c;
+  const absl::Duration timeout = absl::Seconds(2);
+  std::unique_ptr<Communicator> c = OneRank("stall", timeout);
+  ASSERT_NE(c, nullptr);
+  Communicator& comm = *c;
   Tensor t = *EmptyOnDevice({1024}, DType::kF32, comm.device());
   ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum)->Wait().ok());  // #0 works
 
-  ASSERT_TRUE(core::cuda::SetCurrentDevice(comm.device().index).ok());
-  cudaStream_t compute = *core::cuda::CurrentStream();
   Gate gate;
-  ASSERT_EQ(cudaLaunchHostFunc(compute, &Gate::Block, &gate), cudaSuccess);
+  cudaStream_t compute = gate.Hold(comm.device());
   // ncclCommAbort may wait for the device, which waits for the gate: open it
   // a little after the timeout in any case.
   std::thread opener([&] {
-    absl::SleepFor(o.comm.timeout + absl::Seconds(2));
+    absl::SleepFor(timeout + absl::Seconds(2));
     gate.Open();
   });
   WorkPtr w = comm.AllReduce(t, ReduceOp::kSum);  // #1, stuck behind the gate
@@ -241,7 +255,7 @@ TEST(NcclBackend, WatchdogAbortsAStalledOp) {
   for (const char* part : {"all_reduce #1", "group 'stall'", "timed out", "aborted"}) {
     EXPECT_TRUE(absl::StrContains(s.message(), part)) << s << " lacks " << part;
   }
-  EXPECT_LT(took, o.comm.timeout + absl::Seconds(10));
+  EXPECT_LT(took, timeout + absl::Seconds(10));
 
   absl::Status again = comm.AllReduce(t, ReduceOp::kSum)->Wait(absl::Seconds(1));
   EXPECT_TRUE(absl::IsFailedPrecondition(again)) << again;
@@ -257,11 +271,9 @@ TEST(NcclBackend, WatchdogAbortsAStalledOp) {
 TEST(NcclBackend, WaitOnStreamOrdersTheStreamWithoutBlockingTheHost) {
   SKIP_WITHOUT_GPU(n);
   (void)n;
-  NcclOptions o;
-  o.comm.group_name = "stream";
-  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  Communicator& comm = **c;
+  std::unique_ptr<Communicator> c = OneRank("stream", absl::Minutes(1));
+  ASSERT_NE(c, nullptr);
+  Communicator& comm = *c;
   const int64_t count = 1 << 20;
   Tensor host = *Tensor::Empty({count}, DType::kF32);
   for (int64_t i = 0; i < count; ++i) host.data<float>()[i] = static_cast<float>(i % 1000);
@@ -274,10 +286,8 @@ TEST(NcclBackend, WaitOnStreamOrdersTheStreamWithoutBlockingTheHost) {
   ASSERT_TRUE(CopyToDevice(poison, out).ok());
   ASSERT_TRUE(CopyToDevice(poison, copy).ok());
 
-  ASSERT_TRUE(core::cuda::SetCurrentDevice(comm.device().index).ok());
-  cudaStream_t compute = *core::cuda::CurrentStream();
   Gate gate;
-  ASSERT_EQ(cudaLaunchHostFunc(compute, &Gate::Block, &gate), cudaSuccess);
+  cudaStream_t compute = gate.Hold(comm.device());
   WorkPtr w = comm.AllReduce(in, out, ReduceOp::kSum);
   absl::Time t0 = absl::Now();
   absl::Status s = w->WaitOnStream();
@@ -302,25 +312,21 @@ TEST(NcclBackend, WaitOnStreamOrdersTheStreamWithoutBlockingTheHost) {
 TEST(NcclBackend, WatchdogTimesOutAnOpLeftToTheStream) {
   SKIP_WITHOUT_GPU(n);
   (void)n;
-  NcclOptions o;
-  o.comm.timeout = absl::Seconds(2);
-  o.comm.group_name = "stream_stall";
-  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  Communicator& comm = **c;
+  const absl::Duration timeout = absl::Seconds(2);
+  std::unique_ptr<Communicator> c = OneRank("stream_stall", timeout);
+  ASSERT_NE(c, nullptr);
+  Communicator& comm = *c;
   Tensor t = *EmptyOnDevice({1024}, DType::kF32, comm.device());
   ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum)->Wait().ok());  // #0
 
-  ASSERT_TRUE(core::cuda::SetCurrentDevice(comm.device().index).ok());
-  cudaStream_t compute = *core::cuda::CurrentStream();
   Gate gate;
-  ASSERT_EQ(cudaLaunchHostFunc(compute, &Gate::Block, &gate), cudaSuccess);
+  cudaStream_t compute = gate.Hold(comm.device());
   std::thread opener([&] {
-    absl::SleepFor(o.comm.timeout + absl::Seconds(2));
+    absl::SleepFor(timeout + absl::Seconds(2));
     gate.Open();
   });
   EXPECT_TRUE(comm.AllReduce(t, ReduceOp::kSum)->WaitOnStream().ok());  // #1, handle dropped
-  absl::SleepFor(o.comm.timeout + absl::Seconds(3));
+  absl::SleepFor(timeout + absl::Seconds(3));
   opener.join();
   absl::Status next = comm.AllReduce(t, ReduceOp::kSum)->Wait(absl::Seconds(5));
   EXPECT_TRUE(absl::IsFailedPrecondition(next)) << next;
