@@ -5,6 +5,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -218,15 +219,23 @@ class UcxTransport : public internal::Transport {
   }
 
  private:
-  // Every rank publishes its host name; true when they are all the same.
+  // Every rank publishes its host name and the kernel's boot id (containers
+  // on different machines may share a host name such as "localhost"; the
+  // boot id tells machines apart); true when they are all the same.
   absl::StatusOr<bool> AllOnOneHost(absl::Duration timeout) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    LOOM_RETURN_IF_ERROR(store_->Set(absl::StrCat("loom/ucx/host/", rank_), host));
+    std::string me = host;
+    if (std::ifstream boot("/proc/sys/kernel/random/boot_id"); boot) {
+      std::string id;
+      std::getline(boot, id);
+      absl::StrAppend(&me, "/", id);
+    }
+    LOOM_RETURN_IF_ERROR(store_->Set(absl::StrCat("loom/ucx/host/", rank_), me));
     for (int peer = 0; peer < size_; ++peer) {
       auto other = store_->Get(absl::StrCat("loom/ucx/host/", peer), timeout);
       if (!other.ok()) return other.status();
-      if (*other != host) return false;
+      if (*other != me) return false;
     }
     return true;
   }
