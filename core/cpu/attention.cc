@@ -11,6 +11,7 @@
 #include "core/cpu/dropout.h"
 #include "core/cpu/matmul.h"
 #include "core/cpu/philox.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cpu/softmax.h"
 #include "core/cpu/vec_math.h"
 
@@ -23,38 +24,10 @@ using internal::CheckOutput;
 // Rows per causal block: block i multiplies only the first (i+1)*kBlock keys.
 constexpr int64_t kBlock = 128;
 
-struct Dims {
-  int64_t s, b, heads, d;
-};
-
-absl::Status CheckQkv(const char* op, const Tensor& qkv, int64_t heads, Dims* dims) {
-  LOOM_CPU_RETURN_IF_ERROR(CheckRank(op, "qkv", qkv, 3));
-  if (heads <= 0 || qkv.dim(2) % (3 * heads) != 0 || qkv.dim(2) == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": qkv ", qkv.DebugString(), " with heads=", heads,
-                     ": last dim must be heads * 3 * head_dim with head_dim > 0"));
-  }
-  *dims = {qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / (3 * heads)};
-  return absl::OkStatus();
-}
-
-absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want) {
-  if (t.shape() != want) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", t.DebugString(),
-                                                   ", expected shape ", want.ToString()));
-  }
-  return absl::OkStatus();
-}
+using Dims = AttentionDims;
 
 absl::Status CheckDropout(const char* op, const AttentionDropout& dr, int64_t heads) {
-  const int64_t total = dr.total_heads == 0 ? heads : dr.total_heads;
-  if (!(dr.p >= 0.0f && dr.p <= 1.0f) || dr.head_offset < 0 || dr.head_offset + heads > total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": AttentionDropout{p = ", dr.p, ", head_offset = ", dr.head_offset,
-        ", total_heads = ", dr.total_heads, "} with heads=", heads,
-        ": need p in [0, 1] and 0 <= head_offset <= total_heads - heads"));
-  }
-  return absl::OkStatus();
+  return CheckAttentionDropout(op, dr.p, dr.head_offset, dr.total_heads, heads);
 }
 
 // The regenerated mask of one (batch, local head) pair: Row(i) fills bits

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -16,16 +17,8 @@ using internal::IndexAt;
 // Checks targets against logits; returns the number of non-ignored tokens.
 absl::StatusOr<int64_t> CheckTargets(const char* op, const Tensor& logits, const Tensor& targets,
                                      const CrossEntropyOptions& opts) {
-  if (logits.rank() < 1 || logits.dim(logits.rank() - 1) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": logits ", logits.DebugString(),
-                                                   " need rank >= 1 and a non-empty vocab dim"));
-  }
-  const int64_t v = logits.dim(logits.rank() - 1), n = logits.numel() / v;
-  if (targets.numel() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": targets ", targets.DebugString(),
-                                                   " must have one entry per row of logits ",
-                                                   logits.DebugString(), " (", n, " rows)"));
-  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckLogitsTargets(op, logits, targets));
+  const int64_t v = logits.dim(logits.rank() - 1);
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = IndexAt(targets, i);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
 #include "core/cpu/philox.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -327,21 +328,7 @@ namespace {
 
 absl::Status Validate(const char* op, const Tensor& x, const DropoutOptions& opts,
                       const GlobalIndex& where) {
-  if (!(opts.p >= 0.0f && opts.p <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": p = ", opts.p, " is outside [0, 1] (x ", x.DebugString(), ")"));
-  }
-  if (x.rank() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": x ", x.DebugString(), " needs rank >= 1"));
-  }
-  const int64_t c = x.dim(x.rank() - 1);
-  if (where.first_index < 0 || (where.row_stride != 0 && where.row_stride < c)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": GlobalIndex{first_index = ", where.first_index, ", row_stride = ", where.row_stride,
-        "} for x ", x.DebugString(), ": need first_index >= 0 and row_stride 0 or >= ", c));
-  }
-  return absl::OkStatus();
+  return CheckDropout(op, x, opts.p, where.first_index, where.row_stride);
 }
 
 // out = in * keep * scale; mask (may be null) = keep.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -21,13 +22,7 @@ constexpr float kGeluCoeff = 0.044715f;
 
 // Rows of the last dimension, checked against bias [C].
 absl::Status CheckBias(const char* op, const char* x_name, const Tensor& x, const Tensor& bias) {
-  LOOM_CPU_RETURN_IF_ERROR(CheckRank(op, "bias", bias, 1));
-  if (x.rank() < 1 || x.dim(x.rank() - 1) != bias.dim(0)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", x_name, " ", x.DebugString(),
-                                                   " and bias ", bias.DebugString(),
-                                                   ": last dim must equal the bias length"));
-  }
-  return absl::OkStatus();
+  return CheckLastDimVector(op, x_name, x, "bias", bias);
 }
 
 // Elements per parallel task of the flat kernels.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -18,13 +19,7 @@ using internal::CheckNumel;
 using internal::CheckOutput;
 
 absl::Status CheckParam(const char* op, const char* name, const Tensor& p, const Tensor& x) {
-  LOOM_CPU_RETURN_IF_ERROR(CheckRank(op, name, p, 1));
-  if (x.rank() < 1 || p.dim(0) != x.dim(x.rank() - 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": x ", x.DebugString(), " and ", name, " ", p.DebugString(),
-                     ": last dim of x must equal the ", name, " length"));
-  }
-  return absl::OkStatus();
+  return CheckLastDimVector(op, "x", x, name, p);
 }
 
 LOOM_CPU_INLINE void LayerNormRowBody(const float* xr, const float* pg, const float* pb, int64_t c,

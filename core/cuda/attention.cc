@@ -1,49 +1,27 @@
 #include "core/cuda/attention.h"
 
 #include <algorithm>
-
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/philox.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cuda/blas.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
 namespace {
 
-struct Dims {
-  int64_t s, b, heads, d;
-};
+using cpu::CheckShape;
+using Dims = cpu::AttentionDims;
 
-absl::Status CheckQkv(const char* op, const Tensor& qkv, int64_t heads, Dims* dims) {
-  LOOM_RETURN_IF_ERROR(CheckRank(op, "qkv", qkv, 3));
-  if (heads <= 0 || qkv.dim(2) % (3 * heads) != 0 || qkv.dim(2) == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": qkv ", qkv.DebugString(), " with heads=", heads,
-                     ": last dim must be heads * 3 * head_dim with head_dim > 0"));
-  }
-  *dims = {qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / (3 * heads)};
+absl::Status CheckQkvRows(const char* op, const Tensor& qkv, int64_t heads, Dims* dims) {
+  LOOM_RETURN_IF_ERROR(cpu::CheckQkv(op, qkv, heads, dims));
   return internal::CheckRows(op, "probability rows (b * heads * s)", dims->b * heads * dims->s);
 }
 
-absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want) {
-  if (t.shape() != want) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", t.DebugString(),
-                                                   ", expected shape ", want.ToString()));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckDropout(const char* op, const cpu::AttentionDropout& dr, int64_t heads) {
-  const int64_t total = dr.total_heads == 0 ? heads : dr.total_heads;
-  if (!(dr.p >= 0.0f && dr.p <= 1.0f) || dr.head_offset < 0 || dr.head_offset + heads > total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": AttentionDropout{p = ", dr.p, ", head_offset = ", dr.head_offset,
-        ", total_heads = ", dr.total_heads, "} with heads=", heads,
-        ": need p in [0, 1] and 0 <= head_offset <= total_heads - heads"));
-  }
-  return absl::OkStatus();
+  return cpu::CheckAttentionDropout(op, dr.p, dr.head_offset, dr.total_heads, heads);
 }
 
 kernels::AttentionMask Mask(const cpu::AttentionDropout& dr, int64_t heads) {
@@ -105,7 +83,7 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "out", *out));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "probs", *probs));
   Dims g;
-  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
+  LOOM_RETURN_IF_ERROR(CheckQkvRows(kOp, qkv, heads, &g));
   LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
   LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
   LOOM_RETURN_IF_ERROR(CheckDropout(kOp, dropout, heads));
@@ -162,7 +140,7 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "probs", probs));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dqkv", *dqkv));
   Dims g;
-  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
+  LOOM_RETURN_IF_ERROR(CheckQkvRows(kOp, qkv, heads, &g));
   LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
   LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));

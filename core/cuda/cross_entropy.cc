@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cuda/check.h"
 #include "core/cuda/check_args.h"
 #include "core/cuda/runtime.h"
@@ -12,16 +13,7 @@ namespace {
 
 // Returns the number of rows N (= numel / V) after the shape checks.
 absl::StatusOr<int64_t> CheckShapes(const char* op, const Tensor& logits, const Tensor& targets) {
-  if (logits.rank() < 1 || logits.dim(logits.rank() - 1) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": logits ", logits.DebugString(),
-                                                   " need rank >= 1 and a non-empty vocab dim"));
-  }
-  const int64_t v = logits.dim(logits.rank() - 1), n = logits.numel() / v;
-  if (targets.numel() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": targets ", targets.DebugString(),
-                                                   " must have one entry per row of logits ",
-                                                   logits.DebugString(), " (", n, " rows)"));
-  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, cpu::CheckLogitsTargets(op, logits, targets));
   LOOM_RETURN_IF_ERROR(internal::CheckRows(op, "rows", n));
   return n;
 }

@@ -1,6 +1,7 @@
 #include "core/cuda/elementwise.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
@@ -13,13 +14,7 @@ using internal::CheckSameDType;
 using internal::ElemOf;
 
 absl::Status CheckBias(const char* op, const char* x_name, const Tensor& x, const Tensor& bias) {
-  LOOM_RETURN_IF_ERROR(CheckRank(op, "bias", bias, 1));
-  if (x.rank() < 1 || x.dim(x.rank() - 1) != bias.dim(0)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", x_name, " ", x.DebugString(),
-                                                   " and bias ", bias.DebugString(),
-                                                   ": last dim must equal the bias length"));
-  }
-  return absl::OkStatus();
+  return cpu::CheckLastDimVector(op, x_name, x, "bias", bias);
 }
 
 }  // namespace

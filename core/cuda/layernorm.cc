@@ -1,6 +1,7 @@
 #include "core/cuda/layernorm.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/shape_checks.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
@@ -13,13 +14,7 @@ using internal::CheckSameDType;
 using internal::ElemOf;
 
 absl::Status CheckParam(const char* op, const char* name, const Tensor& p, const Tensor& x) {
-  LOOM_RETURN_IF_ERROR(CheckRank(op, name, p, 1));
-  if (x.rank() < 1 || p.dim(0) != x.dim(x.rank() - 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": x ", x.DebugString(), " and ", name, " ", p.DebugString(),
-                     ": last dim of x must equal the ", name, " length"));
-  }
-  return absl::OkStatus();
+  return cpu::CheckLastDimVector(op, "x", x, name, p);
 }
 
 absl::Status CheckNonEmptyRows(const char* op, const Tensor& x, int64_t c) {
