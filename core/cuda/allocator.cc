@@ -16,6 +16,16 @@
 namespace loom::core::cuda {
 namespace {
 
+// Host memory CUDA does not know (not pinned, not registered, not managed).
+bool IsPageable(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // older runtimes report unregistered memory as an error
+    return true;
+  }
+  return attr.type == cudaMemoryTypeUnregistered;
+}
+
 constexpr size_t kSmallRound = 512;
 constexpr size_t kSmallLimit = size_t{1} << 20;  // up to 1 MiB: "small"
 constexpr size_t kLargeRound = size_t{2} << 20;
@@ -131,8 +141,13 @@ absl::Status CachingAllocator::CopyBytes(void* dst, Device dst_device, const voi
   absl::StatusOr<cudaStream_t> stream = CurrentStream();
   if (!stream.ok()) return stream.status();
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, *stream));
-  // The host side may be reused or read as soon as we return.
-  if (dst_device.is_cpu() || src_device.is_cpu()) {
+  // The host side may be reused or read as soon as we return. An upload from
+  // pageable host memory needs no wait: cudaMemcpyAsync has staged the bytes
+  // before it returns (CUDA's API synchronisation rules), and waiting would
+  // drain every kernel queued before it (a host sync per micro-batch's
+  // tokens). Downloads, and uploads from pinned memory the DMA still reads,
+  // are waited for.
+  if (dst_device.is_cpu() || (src_device.is_cpu() && !IsPageable(src))) {
     LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(*stream));
   }
   return absl::OkStatus();

@@ -41,7 +41,9 @@ class CachingAllocator : public core::Allocator {
 
   absl::StatusOr<void*> Allocate(size_t bytes, Device device) override;
   void Free(void* ptr, size_t bytes, Device device) override;
-  // cudaMemcpyAsync on the current stream, waited for when the host is an end.
+  // cudaMemcpyAsync on the current stream; returns once the host side may be
+  // reused or read: downloads and uploads from pinned memory are waited for,
+  // uploads from pageable memory are staged by CUDA and not waited for.
   absl::Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
                          size_t bytes) override;
 

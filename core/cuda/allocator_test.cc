@@ -1,5 +1,6 @@
 #include "core/cuda/allocator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -107,6 +108,25 @@ TEST(CopyTest, RoundTripAndZero) {
   LOOM_EXPECT_OK(ZeroTensor(&dev2));
   Tensor zeros = testing::Download(dev2);
   for (int64_t i = 0; i < zeros.numel(); ++i) ASSERT_EQ(zeros.data<float>()[i], 0.0f) << i;
+}
+
+// Uploads from pageable host memory return without waiting for the stream
+// (allocator.cc): the source may be overwritten at once, even while a long
+// kernel queue is ahead of the copy, and the device still gets the old bytes.
+TEST(CopyTest, UploadFromPageableMemoryMayReuseTheSourceAtOnce) {
+  LOOM_REQUIRE_GPU();
+  Tensor big = testing::Poisoned(Shape{64 << 20}, DType::kF32);
+  for (int i = 0; i < 20; ++i) LOOM_EXPECT_OK(ZeroTensor(&big));  // keep the stream busy
+  std::vector<float> src(4096);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  Tensor dev = testing::Poisoned(Shape{4096}, DType::kF32);
+  LOOM_EXPECT_OK(CachingAllocator::Get().CopyBytes(dev.raw_data(), dev.device(), src.data(),
+                                                   Device::CPU(), src.size() * sizeof(float)));
+  std::fill(src.begin(), src.end(), -1.0f);
+  Tensor back = testing::Download(dev);
+  for (int64_t i = 0; i < back.numel(); ++i) {
+    ASSERT_EQ(back.data<float>()[i], static_cast<float>(i)) << "element " << i;
+  }
 }
 
 TEST(CopyTest, RejectsMismatchesWithoutTouchingTheGpu) {
