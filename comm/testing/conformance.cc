@@ -366,6 +366,29 @@ absl::Status UnequalPointToPointCase(Communicator& c, const SuiteOptions&) {
   return CheckAll(sum, 5, [&](int64_t) { return static_cast<double>(n); }, "all_reduce after unequal p2p", c);
 }
 
+// WaitOnStream, the hot-path wait of layers and optimizer: once it returns,
+// the next operation sees the result (here an in-place all-reduce of the
+// first one's output, the multi-MiB size so that it takes the ring).
+absl::Status WaitOnStreamCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size();
+  const int64_t count = static_cast<int64_t>(o.large_bytes / sizeof(float));
+  absl::StatusOr<Tensor> in = Make(DType::kF32, count, 0);
+  absl::StatusOr<Tensor> out = Make(DType::kF32, count, kGarbage);
+  if (!in.ok() || !out.ok()) return in.ok() ? out.status() : in.status();
+  for (int64_t i = 0; i < count; ++i) SetAt(*in, i, DataVal(c.rank(), i));
+  RETURN_IF_ERROR(c.AllReduce(*in, *out, ReduceOp::kSum)->WaitOnStream());
+  RETURN_IF_ERROR(c.AllReduce(*out, ReduceOp::kSum)->WaitOnStream());
+  RETURN_IF_ERROR(c.Barrier()->Wait());  // then read on the host
+  return CheckAll(
+      *out, count,
+      [&](int64_t i) {
+        double sum = 0;
+        for (int r = 0; r < n; ++r) sum += DataVal(r, i);
+        return n * sum;
+      },
+      "all_reduce of an all_reduce after WaitOnStream", c);
+}
+
 absl::Status BarrierCase(Communicator& c, const SuiteOptions&) {
   for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(c.Barrier()->Wait());
   return absl::OkStatus();
@@ -577,6 +600,7 @@ std::vector<Case> Cases(const SuiteOptions& o) {
       {"SendRecv", bind(SendRecvCase)},
       {"BatchSendRecv", bind(BatchCase)},
       {"Barrier", bind(BarrierCase)},
+      {"WaitOnStream", bind(WaitOnStreamCase)},
       {"UnequalPointToPoint", bind(UnequalPointToPointCase)},
       {"ManyInFlight", bind(ManyInFlightCase)},
       {"PollOnly", bind(PollOnlyCase)},
