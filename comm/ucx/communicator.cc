@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -20,6 +21,10 @@ namespace loom::comm::ucx {
 namespace {
 
 using internal::TransportReq;
+
+// An idle wait spins this long (for latency, and collectives' steps wait
+// less), then naps.
+constexpr absl::Duration kSpinBeforeNap = absl::Milliseconds(5);
 
 std::string UcsError(const char* what, ucs_status_t s) {
   return absl::StrCat(what, ": ", ucs_status_string(s));
@@ -187,6 +192,7 @@ class UcxTransport : public internal::Transport {
   absl::Status WaitAll(const std::vector<TransportReq*>& reqs, absl::Time deadline,
                        const std::atomic<bool>& abort) override {
     int idle = 0;
+    absl::Time idle_since = absl::InfinitePast();  // set at the first idle check
     for (;;) {
       {
         std::lock_guard<std::mutex> l(mu_);
@@ -194,17 +200,32 @@ class UcxTransport : public internal::Transport {
         bool all = true;
         for (TransportReq* r : reqs) all = all && r->done;
         if (all) return absl::OkStatus();
-        idle = events ? 0 : idle + 1;
+        if (events) {
+          idle = 0;
+          idle_since = absl::InfinitePast();
+        } else {
+          ++idle;
+        }
       }
       if ((idle & 255) == 255) {
         if (abort) return absl::CancelledError("communicator shut down");
-        if (absl::Now() >= deadline) {
+        const absl::Time now = absl::Now();
+        if (now >= deadline) {
           for (TransportReq* r : reqs) {
             if (!r->done) Cancel(r);
           }
           return absl::DeadlineExceededError("deadline");
         }
-        sched_yield();
+        if (idle_since == absl::InfinitePast()) idle_since = now;
+        const absl::Duration waited = now - idle_since;
+        if (waited < kSpinBeforeNap) {
+          sched_yield();
+        } else {
+          // A peer this far behind is computing: nap (a tenth of the wait so
+          // far, 50 us to 1 ms) so this rank's core goes to the ranks doing
+          // the work, at a cost of at most a tenth of the wait.
+          absl::SleepFor(std::clamp(waited / 10, absl::Microseconds(50), absl::Milliseconds(1)));
+        }
       }
     }
   }
