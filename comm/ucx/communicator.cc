@@ -242,7 +242,8 @@ class UcxTransport : public internal::Transport {
  private:
   // Every rank publishes its host name and the kernel's boot id (containers
   // on different machines may share a host name such as "localhost"; the
-  // boot id tells machines apart); true when they are all the same.
+  // boot id tells machines apart); true when they are all the same. Every
+  // rank gets the same answer, so all choose the same transports.
   absl::StatusOr<bool> AllOnOneHost(absl::Duration timeout) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -253,12 +254,21 @@ class UcxTransport : public internal::Transport {
       absl::StrAppend(&me, "/", id);
     }
     LOOM_RETURN_IF_ERROR(store_->Set(absl::StrCat("loom/ucx/host/", rank_), me));
-    for (int peer = 0; peer < size_; ++peer) {
-      auto other = store_->Get(absl::StrCat("loom/ucx/host/", peer), timeout);
-      if (!other.ok()) return other.status();
-      if (*other != me) return false;
+    // Rank 0 compares and publishes one answer: n store reads in all, not n².
+    const std::string verdict_key = "loom/ucx/one_host";
+    if (rank_ == 0) {
+      bool same = true;
+      for (int peer = 1; peer < size_; ++peer) {
+        auto other = store_->Get(absl::StrCat("loom/ucx/host/", peer), timeout);
+        if (!other.ok()) return other.status();
+        same = same && *other == me;
+      }
+      LOOM_RETURN_IF_ERROR(store_->Set(verdict_key, same ? "1" : "0"));
+      return same;
     }
-    return true;
+    auto verdict = store_->Get(verdict_key, timeout);
+    if (!verdict.ok()) return verdict.status();
+    return *verdict == "1";
   }
 
   absl::Status InitLane(Lane* lane, const char* name,
