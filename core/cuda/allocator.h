@@ -10,8 +10,12 @@
 //
 // Stream order: Free() returns a block to the cache immediately, while
 // kernels that use it may still be queued. That is safe because every Loom
-// kernel and copy runs on the thread's compute stream (runtime.h): the next
-// user of the block is enqueued on that same stream after them. A tensor that
+// kernel and copy runs on the thread's compute stream (runtime.h) and one
+// thread computes on each device (one rank per GPU): the next user of the
+// block is enqueued on that same stream after them. Blocks are not tagged
+// with a stream, so two threads computing on one device, or a thread that
+// switches streams (SetCurrentStream) while work is queued, would need a
+// stream tag or an event per block first. A tensor that
 // another stream reads or writes (e.g. an NCCL stream) must be kept alive by
 // its owner until that stream's work is ordered before the compute stream
 // again (an Event), exactly as with PyTorch's caching allocator.

@@ -64,8 +64,9 @@ __global__ void CausalSoftmaxBackwardKernel(const T* probs, T* ds, T* dropped, i
     float dp = Load(drow, j);
     if (m.dropout) {
       const bool keep = DropoutBitsAtHD(m.params.seed, m.params.offset, base + j) >= m.params.threshold;
-      dp = keep ? dp * m.params.scale : 0.0f;
-      drow[j] = FromFloat<T>(dp);
+      // dot sums the value pass 2 reads back: the stored (dtype-rounded) one.
+      drow[j] = FromFloat<T>(keep ? dp * m.params.scale : 0.0f);
+      dp = Load(drow, j);
       pdrow[j] = FromFloat<T>(keep ? p * m.params.scale : 0.0f);
     }
     dot += p * dp;

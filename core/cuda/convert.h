@@ -2,8 +2,10 @@
 #define LOOM_CORE_CUDA_CONVERT_H_
 
 // GPU twin of core/cpu/convert.h: f32 <-> bf16, f32 <-> f16 and same-dtype
-// copies, rounding to nearest even exactly as the CPU (bit-identical results,
-// bf16 NaN payloads included). Asynchronous on the current stream.
+// copies, rounding to nearest even exactly as the CPU: bit-identical for
+// every finite value and for bf16 NaN payloads; an f16 NaN comes out as the
+// canonical NaN (the CPU's F16C keeps sign and payload). Asynchronous on the
+// current stream.
 
 #include "absl/status/status.h"
 #include "core/tensor.h"

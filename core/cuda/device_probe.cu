@@ -2,6 +2,7 @@
 // end: a kernel, a launch, and copies. Plain C interface: no Abseil in .cu.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 
 #include "core/cuda/device_probe_kernels.h"
@@ -34,8 +35,12 @@ extern "C" int loom_cuda_fill_iota(float* host_out, int n, float value, char* er
   float* dev = nullptr;
   cudaError_t e = cudaMalloc(&dev, sizeof(float) * (n > 0 ? n : 1));
   if (e != cudaSuccess) return Fail(e, "cudaMalloc", err, err_len);
-  int threads = 256;
-  FillKernel<<<(n + threads - 1) / threads, threads>>>(dev, n, value);
+  const int threads = 256;
+  // No launch for n == 0 (a zero-block grid is an invalid configuration).
+  if (n > 0) {
+    FillKernel<<<static_cast<int>((static_cast<int64_t>(n) + threads - 1) / threads), threads>>>(
+        dev, n, value);
+  }
   e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaMemcpy(host_out, dev, sizeof(float) * n, cudaMemcpyDeviceToHost);
   cudaFree(dev);
