@@ -327,6 +327,42 @@ TEST(P2PTest, BoundaryShapeFollowsSequenceParallelism) {
             (core::Shape{4, 2, 32}));
 }
 
+// The link carries the activation dtype it was built with (bf16 under
+// --bf16), and names that dtype when a tensor of another one is passed.
+TEST(P2PTest, LinksCarryTheirActivationDtype) {
+  auto world = comm::local::CreateWorld(2);
+  ASSERT_TRUE(world.ok());
+  const core::Shape boundary{4, 2, 8};
+  std::vector<absl::Status> st(2);
+  std::vector<core::Tensor> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      StageP2P link((*world)[r].get(), 1, boundary, core::DType::kBF16);
+      core::Tensor t = *link.AllocateBoundary();
+      if (r == 0) {
+        auto* bits = static_cast<uint16_t*>(t.raw_data());
+        for (int64_t i = 0; i < t.numel(); ++i) bits[i] = static_cast<uint16_t>(i);
+        st[r] = link.Exchange({{{ActionKind::kSendActivation, 0, 0, 1}, t}});
+      } else {
+        st[r] = link.Exchange({{{ActionKind::kRecvActivation, 0, 0, 0}, t}});
+        got[r] = t;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(st[0].ok()) << st[0];
+  ASSERT_TRUE(st[1].ok()) << st[1];
+  ASSERT_EQ(got[1].dtype(), core::DType::kBF16);
+  const auto* bits = static_cast<const uint16_t*>(got[1].raw_data());
+  for (int64_t i = 0; i < got[1].numel(); ++i) ASSERT_EQ(bits[i], static_cast<uint16_t>(i)) << i;
+  StageP2P link((*world)[0].get(), 1, boundary, core::DType::kBF16);
+  absl::Status wrong = link.Exchange(
+      {{{ActionKind::kSendActivation, 0, 0, 1}, *core::Tensor::Empty(boundary, core::DType::kF32)}});
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument) << wrong;
+  EXPECT_NE(wrong.message().find("expected bf16[4, 2, 8]"), std::string::npos) << wrong;
+}
+
 // ------------------------------------------------------------------- errors
 
 TEST(ExecutorErrorTest, WrongNumberOfChunks) {

@@ -76,11 +76,11 @@ absl::Status StageP2P::Exchange(const std::vector<Leg>& legs) {
       return fail(absl::InvalidArgumentError(
           absl::StrCat("peer stage ", a.peer, " outside the pipeline of ", P, " stages")));
     }
-    if (!leg.tensor.defined() || leg.tensor.dtype() != core::DType::kF32 ||
+    if (!leg.tensor.defined() || leg.tensor.dtype() != dtype_ ||
         leg.tensor.shape() != boundary_) {
       return fail(absl::InvalidArgumentError(absl::StrCat(
           ToString(a), ": tensor ", leg.tensor.defined() ? leg.tensor.DebugString() : "(none)",
-          ", expected f32", boundary_.ToString(),
+          ", expected ", core::DTypeName(dtype_), boundary_.ToString(),
           " = [--seq-length (/tp under sequence parallelism), --micro-batch-size, "
           "--hidden-size]")));
     }
