@@ -22,13 +22,14 @@ absl::StatusOr<std::vector<std::string>> AllGatherBytes(comm::Communicator* comm
   LOOM_ASSIGN_OR_RETURN(Tensor len, Tensor::Empty(Shape{1}, core::DType::kI64));
   LOOM_ASSIGN_OR_RETURN(Tensor lens, Tensor::Empty(Shape{n}, core::DType::kI64));
   len.data<int64_t>()[0] = static_cast<int64_t>(mine.size());
-  LOOM_RETURN_IF_ERROR(comm->AllGather(len, lens)->Wait());
+  // Host tensors on any backend (an NCCL world moves device memory only).
+  LOOM_RETURN_IF_ERROR(comm::AllGatherHost(comm, len, lens));
   int64_t max = 1;
   for (int r = 0; r < n; ++r) max = std::max(max, lens.data<int64_t>()[r]);
   LOOM_ASSIGN_OR_RETURN(Tensor buf, Tensor::Zeros(Shape{max}, core::DType::kU8));
   std::memcpy(buf.raw_data(), mine.data(), mine.size());
   LOOM_ASSIGN_OR_RETURN(Tensor all, Tensor::Empty(Shape{n * max}, core::DType::kU8));
-  LOOM_RETURN_IF_ERROR(comm->AllGather(buf, all)->Wait());
+  LOOM_RETURN_IF_ERROR(comm::AllGatherHost(comm, buf, all));
   std::vector<std::string> out(n);
   const char* base = static_cast<const char*>(all.raw_data());
   for (int r = 0; r < n; ++r) out[r].assign(base + r * max, lens.data<int64_t>()[r]);

@@ -1,5 +1,6 @@
 #include "comm/comm.h"
 
+#include <cstring>
 #include <utility>
 
 namespace loom::comm {
@@ -55,6 +56,20 @@ absl::Status WaitAll(const std::vector<WorkPtr>& works) {
 
 absl::Status WaitAllOnStream(const std::vector<WorkPtr>& works) {
   return WaitEach(works, [](Work& w) { return w.WaitOnStream(); });
+}
+
+absl::Status AllGatherHost(Communicator* c, const core::Tensor& in, const core::Tensor& out) {
+  if (c->device().is_cpu()) return c->AllGather(in, out)->Wait();
+  absl::StatusOr<core::Tensor> din = in.To(c->device());
+  if (!din.ok()) return din.status();
+  absl::StatusOr<core::Tensor> dout = core::Tensor::Empty(out.shape(), out.dtype(), c->device());
+  if (!dout.ok()) return dout.status();
+  absl::Status s = c->AllGather(*din, *dout)->Wait();
+  if (!s.ok()) return s;
+  absl::StatusOr<core::Tensor> back = dout->To(core::Device::CPU());
+  if (!back.ok()) return back.status();
+  std::memcpy(out.raw_data(), back->raw_data(), out.nbytes());
+  return absl::OkStatus();
 }
 
 absl::Status AllReduceScalar(Communicator* c, ReduceOp op, double* value) {

@@ -154,6 +154,11 @@ class Communicator {
 // communicator or one of size 1 leaves *value as it is.
 absl::Status AllReduceScalar(Communicator* c, ReduceOp op, double* value);
 
+// Blocking all-gather of host tensors on any backend: a device backend (NCCL)
+// gets device copies, and the result is copied back into `out` (host). For
+// small control data (lengths, names, statuses), not for the hot path.
+absl::Status AllGatherHost(Communicator* c, const core::Tensor& in, const core::Tensor& out);
+
 }  // namespace loom::comm
 
 #endif  // LOOM_COMM_COMM_H_
