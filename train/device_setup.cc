@@ -18,7 +18,17 @@ bool BuiltWithCuda() {
 #endif
 }
 
-absl::Status SelectDevice(TrainConfig* config, int rank) {
+namespace {
+// This rank's index among the ranks of its node, from the launcher's variables.
+int LocalRank(int rank) {
+  for (const char* var : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != 0) return std::atoi(v);
+  }
+  return rank;
+}
+}  // namespace
+
+absl::Status SelectDevice(TrainConfig* config, int rank, core::Device comm_device) {
   if (config->device != "cuda") return absl::OkStatus();
 #ifdef LOOM_HAVE_CUDA
   absl::StatusOr<int> count = core::cuda::VisibleDeviceCount();
@@ -35,13 +45,15 @@ absl::Status SelectDevice(TrainConfig* config, int rank) {
           "--nproc-per-node) but only ", *count, " GPU(s): one rank per GPU"));
     }
   }
-  const int index = rank % *count;
+  const int index =
+      comm_device.type == core::DeviceType::kCUDA ? comm_device.index : LocalRank(rank) % *count;
   absl::Status s = core::cuda::SetCurrentDevice(index);
   if (!s.ok()) return s;
   config->model.device = core::Device::CUDA(index);
   return absl::OkStatus();
 #else
   (void)rank;
+  (void)comm_device;
   return absl::FailedPreconditionError(
       "--device=cuda: this binary was built without CUDA (no toolkit was found at build time; "
       "point --repo_env=LOOM_CUDA_PATH at one and rebuild)");

@@ -52,7 +52,7 @@ int RunRank(loom::comm::Communicator* world, bool print_errors) {
   using loom::train::TrainConfig;
   TrainConfig config = loom::train::ConfigFromFlags();
   absl::Status valid = loom::train::Finalize(&config, world->size());
-  if (valid.ok()) valid = loom::train::SelectDevice(&config, world->rank());
+  if (valid.ok()) valid = loom::train::SelectDevice(&config, world->rank(), world->device());
   if (!valid.ok()) {
     if (print_errors) std::fprintf(stderr, "gpt: %s\n", std::string(valid.message()).c_str());
     return 2;

@@ -745,16 +745,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": rank 0 publishes NCCL's unique id through a store: pass one"));
   }
-  const int device = options.device >= 0 ? options.device : options.local_rank;
   absl::StatusOr<int> count = core::cuda::VisibleDeviceCount();
   if (!count.ok()) {
     return absl::UnavailableError(
         absl::StrCat(who, ": no usable GPU (NCCL needs one per rank): ", count.status().message()));
   }
+  // The local rank mod the visible GPUs: with one GPU visible per task
+  // (CUDA_VISIBLE_DEVICES set per rank by Slurm), every rank uses its cuda:0.
+  const int device = options.device >= 0 ? options.device
+                                         : (*count > 0 ? options.local_rank % *count : 0);
   if (device < 0 || device >= *count) {
     return absl::InvalidArgumentError(absl::StrCat(
         who, ": CUDA device ", device,
-        options.device >= 0 ? " (NcclOptions::device)" : " (= the local rank)",
+        options.device >= 0 ? " (NcclOptions::device)" : " (= the local rank mod the GPU count)",
         " does not exist; this machine has ", *count,
         " GPU(s). NCCL refuses two ranks of one communicator on the same GPU: start at most ",
         *count, " ranks per node"));

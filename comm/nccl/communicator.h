@@ -10,7 +10,7 @@
 // stale id); the others Get it within CommOptions::timeout. Communicators are
 // non-blocking (ncclConfig_t::blocking = 0), so an init or split that does
 // not complete in time is aborted and reported (DeadlineExceeded), never a
-// hang. Device: NcclOptions::device, else the local rank. Split uses
+// hang. Device: NcclOptions::device, else the local rank mod the visible GPUs. Split uses
 // ncclCommSplit (color < 0 -> NCCL_SPLIT_NOCOLOR -> nullptr).
 //
 // Streams: each communicator owns a non-blocking CUDA stream. An op records
@@ -58,7 +58,7 @@ namespace loom::comm::nccl {
 
 struct NcclOptions {
   CommOptions comm;
-  // CUDA device of this rank; -1: local_rank. NCCL refuses two ranks of one
+  // CUDA device of this rank; -1: local_rank mod the visible GPUs. NCCL refuses two ranks of one
   // communicator on the same GPU.
   int device = -1;
   int local_rank = 0;

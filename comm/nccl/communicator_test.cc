@@ -85,10 +85,22 @@ TEST(NcclBackend, CreateArgumentErrors) {
 TEST(NcclBackend, DeviceBeyondTheGpuCountIsRejected) {
   SKIP_WITHOUT_GPU(n);
   NcclOptions o;
-  o.local_rank = n;  // one more rank than GPUs on this node
+  o.device = n;  // one past the last GPU
   auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
   EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
   EXPECT_TRUE(absl::StrContains(c.status().message(), "ranks per node")) << c.status();
+}
+
+// Without NcclOptions::device the local rank wraps around the visible GPUs
+// (one GPU visible per task under Slurm: every rank uses its cuda:0).
+TEST(NcclBackend, LocalRankWrapsAroundTheVisibleGpus) {
+  SKIP_WITHOUT_GPU(n);
+  NcclOptions o;
+  o.local_rank = n;
+  o.comm.group_name = "wrap";
+  auto c = Create(0, 1, std::make_shared<MemoryStore>(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->device(), Device::CUDA(0));
 }
 
 // The whole suite, one rank per GPU (NCCL refuses two ranks on one GPU), on
