@@ -138,6 +138,10 @@ class Communicator {
   // in the same step cannot deadlock); one handle for all.
   virtual WorkPtr BatchSendRecv(const std::vector<P2POp>& ops) = 0;
   virtual WorkPtr Barrier() = 0;
+  // A barrier whose own limit is `op_timeout` instead of CommOptions::timeout,
+  // for waiting on a rank that is busy on purpose (rank 0 preparing a
+  // dataset). Wait() on its handle waits that long (plus slack).
+  virtual WorkPtr BarrierWithin(absl::Duration op_timeout) = 0;
 
   // Collective over this communicator (blocking): ranks with the same color
   // form a new group, ordered by (key, old rank). color < 0: this rank joins

@@ -60,6 +60,7 @@ class NullCommunicator : public comm::Communicator {
   comm::WorkPtr Recv(const Tensor&, int, int) override { return Done(); }
   comm::WorkPtr BatchSendRecv(const std::vector<comm::P2POp>&) override { return Done(); }
   comm::WorkPtr Barrier() override { return Done(); }
+  comm::WorkPtr BarrierWithin(absl::Duration) override { return Done(); }
   absl::StatusOr<std::unique_ptr<comm::Communicator>> Split(int, int, const std::string&) override {
     return absl::UnimplementedError("NullCommunicator::Split");
   }

@@ -193,8 +193,9 @@ absl::Status Trainer::SetupData() {
         LOOM_ASSIGN_OR_RETURN(valid_data_, GptDataset::Build(dataset_.get(), o));
       }
     }
-    // Rank 0's preprocessing may take a while: wait without the op timeout.
-    LOOM_RETURN_IF_ERROR(world_->Barrier()->Wait(absl::InfiniteDuration()));
+    // Rank 0's preprocessing (tokenizing the default corpus, building sample
+    // indices) may outlast --comm-timeout-s: this barrier has its own limit.
+    LOOM_RETURN_IF_ERROR(world_->BarrierWithin(absl::Hours(2))->Wait());
     if (prefix.empty()) prefix = absl::StrCat(cache, "/fortunes_", config_.tokenizer_type);
   }
   return absl::OkStatus();

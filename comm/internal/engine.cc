@@ -162,9 +162,10 @@ WorkPtr Engine::Fail(const char* name, absl::Status status) {
 }
 
 WorkPtr Engine::Enqueue(const char* name, uint32_t sig, std::function<absl::Status(Op&)> run,
-                        bool point_to_point) {
+                        bool point_to_point, absl::Duration timeout) {
   uint32_t seq = point_to_point ? next_p2p_seq_++ : next_seq_++;
-  auto work = std::make_shared<EngineWork>(name, seq, options_.comm.timeout, helper_);
+  if (timeout <= absl::ZeroDuration()) timeout = options_.comm.timeout;
+  auto work = std::make_shared<EngineWork>(name, seq, timeout, helper_);
   bool was_empty;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -173,7 +174,7 @@ WorkPtr Engine::Enqueue(const char* name, uint32_t sig, std::function<absl::Stat
       return work;
     }
     was_empty = queue_.empty();
-    queue_.push_back(Op{work, seq, std::move(run), absl::Now(), sig});
+    queue_.push_back(Op{work, seq, std::move(run), absl::Now(), sig, timeout});
   }
   // No wake-up per op (a context switch per op costs milliseconds on a busy
   // machine): the waiting thread usually runs it. The worker is woken when an
@@ -276,7 +277,7 @@ bool Engine::RunNext() {
 }
 
 void Engine::RunOp(Op& op) {
-  op.deadline = absl::Now() + options_.comm.timeout;
+  op.deadline = absl::Now() + op.timeout;
   std::shared_ptr<EngineWork> work = op.work;
   absl::Status status = op.run(op);
   if (op.work == nullptr) return;  // a Send: finishes in PollPendingSends
@@ -357,7 +358,7 @@ absl::Status Engine::Exchange(Op& op, absl::Span<const Leg> legs) {
     missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
     return absl::DeadlineExceededError(
         absl::StrCat(op.work->Describe(), " timed out after ",
-                     absl::FormatDuration(options_.comm.timeout), ": ranks that did not arrive: [",
+                     absl::FormatDuration(op.timeout), ": ranks that did not arrive: [",
                      absl::StrJoin(missing, ", "), "]"));
   }
   if (!s.ok()) {
@@ -630,9 +631,11 @@ absl::Status Engine::RunAllToAll(Op& op, const core::Tensor& in, const core::Ten
 
 // ------------------------------------------------------------------- barrier
 
-WorkPtr Engine::Barrier() {
+WorkPtr Engine::Barrier() { return BarrierWithin(absl::ZeroDuration()); }
+
+WorkPtr Engine::BarrierWithin(absl::Duration op_timeout) {
   return Enqueue("barrier", Sig(kBarrier, core::DType::kU8, 0, 0),
-                 [this](Op& o) { return RunBarrier(o); });
+                 [this](Op& o) { return RunBarrier(o); }, false, op_timeout);
 }
 
 absl::Status Engine::RunBarrier(Op& op) {
@@ -681,7 +684,7 @@ absl::Status Engine::P2P(Op& op, const std::vector<P2POp>& ops, bool wait_sends)
     missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
     return absl::DeadlineExceededError(
         absl::StrCat(op.work->Describe(), " timed out after ",
-                     absl::FormatDuration(options_.comm.timeout), ": ranks that did not arrive: [",
+                     absl::FormatDuration(op.timeout), ": ranks that did not arrive: [",
                      absl::StrJoin(missing, ", "), "]"));
   }
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat(op.work->Describe(), ": ", s.message()));

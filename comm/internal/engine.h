@@ -64,6 +64,7 @@ class Engine : public Communicator {
   WorkPtr Recv(const core::Tensor& tensor, int peer, int tag) override;
   WorkPtr BatchSendRecv(const std::vector<P2POp>& ops) override;
   WorkPtr Barrier() override;
+  WorkPtr BarrierWithin(absl::Duration op_timeout) override;
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
                                                        const std::string& name) override;
 
@@ -88,13 +89,15 @@ class Engine : public Communicator {
     std::function<absl::Status(Op&)> run;
     absl::Time deadline;  // while queued: the time it was issued
     uint32_t sig = 0;
+    absl::Duration timeout;  // the op's own limit, from when it starts
   };
 
   // Collectives are numbered in one sequence (their message tags carry it, so
   // every rank must agree); point-to-point ops in another, since ranks issue
   // different numbers of them (pipeline stages) and are matched by user tag.
+  // `timeout`: the op's limit; zero means CommOptions::timeout.
   WorkPtr Enqueue(const char* name, uint32_t sig, std::function<absl::Status(Op&)> run,
-                  bool point_to_point = false);
+                  bool point_to_point = false, absl::Duration timeout = absl::ZeroDuration());
   WorkPtr Fail(const char* name, absl::Status status);
   void WorkerLoop();
   // Caller holds exec_mu_. Runs the next queued op; false if none.

@@ -99,6 +99,27 @@ TEST(LocalWork, WaitTimeoutNamesTheOp) {
   EXPECT_NE(s.message().find("did not arrive: [1]"), std::string::npos) << s;
 }
 
+// BarrierWithin outlasts the communicator's op timeout (rank 0 preparing a
+// dataset for longer than --comm-timeout-s); a plain Barrier in the same
+// situation times out naming the late rank.
+TEST(LocalWork, BarrierWithinOutlastsTheOpTimeout) {
+  LocalOptions o;
+  o.comm.timeout = absl::Milliseconds(300);
+  auto late_rank_zero = [](std::function<WorkPtr(Communicator&)> barrier) {
+    return [barrier](Communicator& c) {
+      if (c.rank() == 0) absl::SleepFor(absl::Milliseconds(900));
+      return barrier(c)->Wait();
+    };
+  };
+  std::vector<absl::Status> st = RunWorld(
+      3, late_rank_zero([](Communicator& c) { return c.BarrierWithin(absl::Seconds(20)); }), o);
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+
+  st = RunWorld(3, late_rank_zero([](Communicator& c) { return c.Barrier(); }), o);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(st[1])) << st[1];
+  EXPECT_NE(st[1].message().find("barrier #0"), std::string::npos) << st[1];
+}
+
 }  // namespace
 }  // namespace loom::comm::local
 

@@ -99,8 +99,13 @@ struct CommState {
 
 class MpiWork : public Work {
  public:
-  MpiWork(std::shared_ptr<CommState> st, std::string desc)
-      : st_(std::move(st)), desc_(std::move(desc)), deadline_(absl::Now() + st_->timeout) {}
+  // `timeout`: the op's own limit (zero: the communicator's).
+  MpiWork(std::shared_ptr<CommState> st, std::string desc,
+          absl::Duration timeout = absl::ZeroDuration())
+      : st_(std::move(st)),
+        desc_(std::move(desc)),
+        timeout_(timeout > absl::ZeroDuration() ? timeout : st_->timeout),
+        deadline_(absl::Now() + timeout_) {}
 
   // Called with rt->mu held, after issuing.
   std::vector<MPI_Request> reqs;
@@ -131,13 +136,13 @@ class MpiWork : public Work {
       if ((spins & 63) == 0 && absl::Now() >= until) {
         return absl::DeadlineExceededError(absl::StrCat(
             desc_, " did not finish within ", absl::FormatDuration(timeout),
-            " of waiting (the operation's own limit is ", absl::FormatDuration(st_->timeout), ")"));
+            " of waiting (the operation's own limit is ", absl::FormatDuration(timeout_), ")"));
       }
       if (spins > 256) sched_yield();
     }
   }
   absl::Status Wait() override {
-    return Wait(st_->timeout + std::max(absl::Seconds(5), st_->timeout / 10));
+    return Wait(timeout_ + std::max(absl::Seconds(5), timeout_ / 10));
   }
   std::string Describe() const override { return desc_; }
 
@@ -186,7 +191,7 @@ class MpiWork : public Work {
     }
     if (check_deadline && absl::Now() >= deadline_) {
       FailNow(absl::DeadlineExceededError(absl::StrCat(
-          desc_, " timed out after ", absl::FormatDuration(st_->timeout),
+          desc_, " timed out after ", absl::FormatDuration(timeout_),
           ": ranks that did not arrive: unknown (MPI cannot report which ranks are missing)")));
       st_->aborted = status_;
       st_->rt->poisoned = true;  // pending requests: MPI_Finalize would hang
@@ -196,6 +201,7 @@ class MpiWork : public Work {
 
   std::shared_ptr<CommState> st_;
   std::string desc_;
+  absl::Duration timeout_;
   absl::Time deadline_;
   bool done_ = false;
   absl::Status status_;
@@ -309,11 +315,15 @@ class MpiCommunicator : public Communicator {
     return BatchImpl("batch_send_recv", ops);
   }
 
-  WorkPtr Barrier() override {
-    return Issue("barrier", 0, [&](MpiWork& w) {
-      w.reqs.resize(1);
-      return MPI_Ibarrier(st_->comm, &w.reqs[0]);
-    });
+  WorkPtr Barrier() override { return BarrierWithin(absl::ZeroDuration()); }
+  WorkPtr BarrierWithin(absl::Duration op_timeout) override {
+    return Issue(
+        "barrier", 0,
+        [&](MpiWork& w) {
+          w.reqs.resize(1);
+          return MPI_Ibarrier(st_->comm, &w.reqs[0]);
+        },
+        op_timeout);
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
@@ -363,10 +373,13 @@ class MpiCommunicator : public Communicator {
     };
   }
 
-  WorkPtr Issue(const char* what, int64_t count, const std::function<int(MpiWork&)>& start) {
+  WorkPtr Issue(const char* what, int64_t count, const std::function<int(MpiWork&)>& start,
+                absl::Duration op_timeout = absl::ZeroDuration()) {
     auto w = std::make_shared<MpiWork>(
-        st_, absl::StrCat(what, " #", st_->seq++, " in group '", st_->name, "' (mpi backend, rank ",
-                          rank(), " of ", size(), ")"));
+        st_,
+        absl::StrCat(what, " #", st_->seq++, " in group '", st_->name, "' (mpi backend, rank ",
+                     rank(), " of ", size(), ")"),
+        op_timeout);
     if (count > INT_MAX) {
       w->FailNow(absl::InvalidArgumentError(absl::StrCat(w->Describe(), ": ", count,
                                                          " elements exceed MPI's int count")));

@@ -159,7 +159,7 @@ struct CommState {
   // Ops left to the stream (Work::WaitOnStream) and not yet complete: the
   // watchdog thread polls them, so a stalled one still times out and aborts
   // the communicator, and their tensors live until the GPU is done.
-  std::vector<std::shared_ptr<NcclWork>> watched;
+  std::map<uint64_t, std::shared_ptr<NcclWork>> watched;  // by sequence number
   std::condition_variable watchdog_cv;
   std::thread watchdog;  // started by the first WaitOnStream
   bool watchdog_stop = false;
@@ -214,8 +214,9 @@ struct CommState {
     DeviceScope ds(device);
     if (comm != nullptr && aborted.ok()) {
       // Finalize flushes queued operations (bounded: a dead peer must not hang
-      // the destructor), then destroy; abort if that does not complete.
-      absl::Time deadline = absl::Now() + timeout;
+      // the destructor, and a process holds several communicators, each
+      // finalized in turn), then destroy; abort if that does not complete.
+      absl::Time deadline = absl::Now() + std::min(timeout, absl::Seconds(30));
       ncclResult_t r = Settle(comm, ncclCommFinalize(comm), deadline);
       if (r == ncclSuccess) {
         ncclCommDestroy(comm);
@@ -235,14 +236,24 @@ void StartWatchdogLocked(const std::shared_ptr<CommState>& st);
 
 class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
  public:
-  NcclWork(std::shared_ptr<CommState> st, std::string desc)
-      : st_(std::move(st)), desc_(std::move(desc)), deadline_(absl::Now() + st_->timeout) {}
+  // `timeout`: the op's own limit (zero: the communicator's), counted from
+  // when it is issued (see communicator.h).
+  NcclWork(std::shared_ptr<CommState> st, std::string desc, uint64_t seq,
+           absl::Duration timeout = absl::ZeroDuration())
+      : st_(std::move(st)),
+        desc_(std::move(desc)),
+        seq_(seq),
+        timeout_(timeout > absl::ZeroDuration() ? timeout : st_->timeout),
+        deadline_(absl::Now() + timeout_) {}
   ~NcclWork() override {
     if (done_event_ != nullptr) st_->GiveEvent(done_event_);
   }
 
-  // Set while issuing (mu held).
+  // Set while issuing (mu held); `recorded_` once the done event is queued
+  // after the op's kernels.
   cudaEvent_t done_event_ = nullptr;
+  bool recorded_ = false;
+  uint64_t seq() const { return seq_; }
   std::vector<Tensor> keep;  // the op's tensors, alive until it is done
 
   void FailNow(absl::Status s) {
@@ -267,7 +278,7 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
       if (absl::Now() >= until) {
         return absl::DeadlineExceededError(absl::StrCat(
             desc_, " did not finish within ", absl::FormatDuration(timeout),
-            " of waiting (the operation's own limit is ", absl::FormatDuration(st_->timeout), ")"));
+            " of waiting (the operation's own limit is ", absl::FormatDuration(timeout_), ")"));
       }
       if (spins < 64) continue;
       if (spins < 2000) {
@@ -276,12 +287,11 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
         absl::SleepFor(absl::Microseconds(50));
       }
     }
-    if (!status_.ok()) return status_;
-    return OrderComputeStream();
+    return Finished();
   }
 
   absl::Status Wait() override {
-    return Wait(st_->timeout + std::max(absl::Seconds(5), st_->timeout / 10));
+    return Wait(timeout_ + std::max(absl::Seconds(5), timeout_ / 10));
   }
 
   absl::Status WaitOnStream() override {
@@ -290,11 +300,11 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
       if (!PollLocked()) {
         if (!watched_ && !st_->watchdog_stop) {
           StartWatchdogLocked(st_);
-          st_->watched.push_back(shared_from_this());
+          st_->watched.emplace(seq_, shared_from_this());
           watched_ = true;
         }
       } else if (!status_.ok()) {
-        return status_;
+        return Finished();
       }
     }
     return OrderComputeStream();
@@ -306,6 +316,18 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
   bool PollForWatchdogLocked() { return PollLocked(); }
 
  private:
+  // A finished op's status for its caller. Even a failed op orders the
+  // compute stream after it when its kernels were queued: its tensors are
+  // released, and the allocator may hand their memory to the compute stream
+  // while an aborted NCCL kernel is still winding down.
+  absl::Status Finished() {
+    if (recorded_) {
+      absl::Status ordered = OrderComputeStream();
+      if (status_.ok()) return ordered;
+    }
+    return status_;
+  }
+
   // Later work on the caller's compute stream sees the op's results (once).
   absl::Status OrderComputeStream() {
     if (ordered_) return absl::OkStatus();
@@ -364,7 +386,7 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
     if (CheckAsyncLocked()) return true;
     if (absl::Now() >= deadline_) {
       FailAndAbort(absl::DeadlineExceededError(absl::StrCat(
-          desc_, " timed out after ", absl::FormatDuration(st_->timeout),
+          desc_, " timed out after ", absl::FormatDuration(timeout_),
           " (not complete on the GPU): ranks that did not arrive: unknown (NCCL cannot report "
           "which ranks are missing); the communicator is now aborted (ncclCommAbort) and later "
           "operations on it fail")));
@@ -375,6 +397,8 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
 
   std::shared_ptr<CommState> st_;
   std::string desc_;
+  uint64_t seq_;
+  absl::Duration timeout_;
   absl::Time deadline_;
   bool done_ = false;
   bool ordered_ = false;
@@ -383,8 +407,11 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
 };
 
 // Polls the ops left to the stream every few milliseconds until they finish
-// (the poll applies the op timeout and the async-error check). A finished
-// op is released outside the lock: its destructor returns its event under it.
+// (the poll applies the op timeout and the async-error check). One
+// communicator's ops finish in issue order on its stream, so a sweep polls
+// from the oldest and stops at the first unfinished one: a step's worth of
+// queued ops costs one event query, not one each. A finished op is released
+// outside the lock: its destructor returns its event under it.
 void WatchdogLoop(CommState* st) {
   DeviceScope ds(st->device);
   std::unique_lock<std::mutex> l(st->mu);
@@ -392,14 +419,9 @@ void WatchdogLoop(CommState* st) {
     st->watchdog_cv.wait_for(l, std::chrono::milliseconds(st->watched.empty() ? 100 : 5));
     std::vector<std::shared_ptr<NcclWork>> finished;
     auto& w = st->watched;
-    for (size_t i = 0; i < w.size();) {
-      if (w[i]->PollForWatchdogLocked()) {
-        finished.push_back(std::move(w[i]));
-        w[i] = std::move(w.back());
-        w.pop_back();
-      } else {
-        ++i;
-      }
+    while (!w.empty() && w.begin()->second->PollForWatchdogLocked()) {
+      finished.push_back(std::move(w.begin()->second));
+      w.erase(w.begin());
     }
     if (!finished.empty()) {
       l.unlock();
@@ -417,7 +439,7 @@ void StartWatchdogLocked(const std::shared_ptr<CommState>& st) {
 // going away; the GPU finishes them in stream order, and the compute stream
 // already waits for each one).
 void StopWatchdog(CommState* st) {
-  std::vector<std::shared_ptr<NcclWork>> left;
+  std::map<uint64_t, std::shared_ptr<NcclWork>> left;
   {
     std::lock_guard<std::mutex> l(st->mu);
     st->watchdog_stop = true;
@@ -566,11 +588,15 @@ class NcclCommunicator : public Communicator {
     return P2P("batch_send_recv", ops);
   }
 
-  WorkPtr Barrier() override {
+  WorkPtr Barrier() override { return BarrierWithin(absl::ZeroDuration()); }
+  WorkPtr BarrierWithin(absl::Duration op_timeout) override {
     // A one-element all-reduce; Wait returns once every rank has joined it.
-    return Issue("barrier", {}, [&](ncclComm_t c, cudaStream_t s) {
-      return ncclAllReduce(st_->barrier_buf, st_->barrier_buf, 1, ncclFloat32, ncclSum, c, s);
-    });
+    return Issue(
+        "barrier", {},
+        [&](ncclComm_t c, cudaStream_t s) {
+          return ncclAllReduce(st_->barrier_buf, st_->barrier_buf, 1, ncclFloat32, ncclSum, c, s);
+        },
+        nullptr, op_timeout);
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
@@ -629,10 +655,11 @@ class NcclCommunicator : public Communicator {
   }
 
   WorkPtr Issue(const char* what, std::vector<Tensor> keep, const Enqueue& enqueue,
-                const After& after = nullptr) {
+                const After& after = nullptr, absl::Duration op_timeout = absl::ZeroDuration()) {
     std::lock_guard<std::mutex> l(st_->mu);
-    auto w = std::make_shared<NcclWork>(
-        st_, absl::StrCat(what, " #", st_->seq++, " in ", st_->Who()));
+    const uint64_t seq = st_->seq++;
+    auto w = std::make_shared<NcclWork>(st_, absl::StrCat(what, " #", seq, " in ", st_->Who()),
+                                        seq, op_timeout);
     if (!st_->aborted.ok()) {
       w->FailNow(absl::FailedPreconditionError(absl::StrCat(
           w->Describe(), ": the communicator was aborted by an earlier error: ",
@@ -689,6 +716,7 @@ class NcclCommunicator : public Communicator {
       st_->AbortLocked(s);
       return w;
     }
+    w->recorded_ = true;
     w->keep = std::move(keep);
     return w;
   }

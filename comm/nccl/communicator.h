@@ -46,6 +46,10 @@
 //    dtype), not in f32; kAvg is ncclAvg (floating: pre-multiplied by 1/n;
 //    integers: truncating division of the sum, as the contract says).
 //  * Ranks that did not arrive cannot be named (NCCL does not report them).
+//  * An op's timeout counts from when it is issued, not from when the GPU
+//    starts it: with WaitOnStream the host runs ahead of the GPU by up to a
+//    step (the step ends with a host read of the loss), so CommOptions::timeout
+//    must be longer than a step.
 
 #include <memory>
 #include <string>

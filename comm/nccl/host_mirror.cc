@@ -162,6 +162,9 @@ class MirrorCommunicator : public Communicator {
     });
   }
   WorkPtr Barrier() override { return inner_->Barrier(); }
+  WorkPtr BarrierWithin(absl::Duration op_timeout) override {
+    return inner_->BarrierWithin(op_timeout);
+  }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
                                                        const std::string& name) override {
