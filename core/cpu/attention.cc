@@ -26,9 +26,6 @@ constexpr int64_t kBlock = 128;
 
 using Dims = AttentionDims;
 
-absl::Status CheckDropout(const char* op, const AttentionDropout& dr, int64_t heads) {
-  return CheckAttentionDropout(op, dr.p, dr.head_offset, dr.total_heads, heads);
-}
 
 // The regenerated mask of one (batch, local head) pair: Row(i) fills bits
 // with the Philox bits of probabilities row i, columns [0, i].
@@ -78,6 +75,17 @@ absl::Status ForEachPair(int64_t pairs, size_t scratch_floats, Fn fn) {
 
 }  // namespace
 
+absl::Status CheckAttentionDropout(const char* op, const AttentionDropout& dr, int64_t heads) {
+  const int64_t total = dr.total_heads == 0 ? heads : dr.total_heads;
+  if (!(dr.p >= 0.0f && dr.p <= 1.0f) || dr.head_offset < 0 || dr.head_offset + heads > total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": AttentionDropout{p = ", dr.p, ", head_offset = ", dr.head_offset,
+        ", total_heads = ", dr.total_heads, "} with heads=", heads,
+        ": need p in [0, 1] and 0 <= head_offset <= total_heads - heads"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
                               const AttentionDropout& dropout) {
   constexpr const char* kOp = "AttentionForward";
@@ -88,7 +96,7 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
   LOOM_CPU_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
   LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
   LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
-  LOOM_CPU_RETURN_IF_ERROR(CheckDropout(kOp, dropout, heads));
+  LOOM_CPU_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
   const float* pqkv = qkv.data<float>();
@@ -147,7 +155,7 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
   LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
   LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
   LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
-  LOOM_CPU_RETURN_IF_ERROR(CheckDropout(kOp, dropout, heads));
+  LOOM_CPU_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
   const float* pqkv = qkv.data<float>();

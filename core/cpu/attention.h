@@ -41,6 +41,11 @@ struct AttentionDropout {
   int64_t total_heads = 0;    // global head count; 0 means `heads`
 };
 
+// p in [0, 1] and this call's heads inside the global ones; every device's
+// attention checks its options with this.
+absl::Status CheckAttentionDropout(const char* op, const AttentionDropout& dropout,
+                                   int64_t heads);
+
 //   qkv:   f32[s, b, heads * 3 * d]
 //   out:   f32[s, b, heads * d], written
 //   probs: f32[b, heads, s, s], written: the softmax probabilities, zero above

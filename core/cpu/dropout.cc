@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
 #include "core/cpu/philox.h"
-#include "core/cpu/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -326,11 +325,6 @@ void DropoutBitsRange(uint64_t seed, uint64_t offset, uint64_t first, int64_t n,
 
 namespace {
 
-absl::Status Validate(const char* op, const Tensor& x, const DropoutOptions& opts,
-                      const GlobalIndex& where) {
-  return CheckDropout(op, x, opts.p, where.first_index, where.row_stride);
-}
-
 // out = in * keep * scale; mask (may be null) = keep.
 void Apply(const float* in, float* out, uint8_t* mask, int64_t numel, int64_t c,
            const DropoutOptions& opts, const GlobalIndex& where) {
@@ -373,13 +367,32 @@ void Apply(const float* in, float* out, uint8_t* mask, int64_t numel, int64_t c,
 
 }  // namespace
 
+absl::Status CheckDropoutArgs(const char* op, const Tensor& x, const DropoutOptions& opts,
+                              const GlobalIndex& where) {
+  if (!(opts.p >= 0.0f && opts.p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": p = ", opts.p, " is outside [0, 1] (x ", x.DebugString(), ")"));
+  }
+  if (x.rank() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": x ", x.DebugString(), " needs rank >= 1"));
+  }
+  const int64_t c = x.dim(x.rank() - 1);
+  if (where.first_index < 0 || (where.row_stride != 0 && where.row_stride < c)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": GlobalIndex{first_index = ", where.first_index, ", row_stride = ", where.row_stride,
+        "} for x ", x.DebugString(), ": need first_index >= 0 and row_stride 0 or >= ", c));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& opts,
                             const GlobalIndex& where, Tensor* mask) {
   constexpr const char* kOp = "DropoutForward";
   LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "x", x));
   LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "out", out));
   LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
-  LOOM_CPU_RETURN_IF_ERROR(Validate(kOp, x, opts, where));
+  LOOM_CPU_RETURN_IF_ERROR(CheckDropoutArgs(kOp, x, opts, where));
   uint8_t* pm = nullptr;
   if (mask != nullptr) {
     LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "mask", *mask, DType::kU8));
@@ -397,7 +410,7 @@ absl::Status DropoutBackward(const Tensor& dout, Tensor* dx, const DropoutOption
   LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "dout", dout));
   LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dx", dx));
   LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "dout", dout, "dx", *dx));
-  LOOM_CPU_RETURN_IF_ERROR(Validate(kOp, dout, opts, where));
+  LOOM_CPU_RETURN_IF_ERROR(CheckDropoutArgs(kOp, dout, opts, where));
   Apply(dout.data<float>(), dx->data<float>(), nullptr, dout.numel(), dout.dim(dout.rank() - 1),
         opts, where);
   return absl::OkStatus();

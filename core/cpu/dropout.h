@@ -36,6 +36,11 @@ struct GlobalIndex {
 // >= DropoutThreshold(p).
 //   x, out: f32[..., C], same shape; in-place allowed
 //   mask:   optional (nullptr to skip): u8[same numel], written 1 = kept
+// p in [0, 1], x of rank >= 1, first_index >= 0 and row_stride 0 or at
+// least x's last dim; every device's dropout checks its arguments with this.
+absl::Status CheckDropoutArgs(const char* op, const Tensor& x, const DropoutOptions& opts,
+                              const GlobalIndex& where);
+
 absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& opts,
                             const GlobalIndex& where = {}, Tensor* mask = nullptr);
 

@@ -51,35 +51,4 @@ absl::Status CheckQkv(const char* op, const Tensor& qkv, int64_t heads, Attentio
   return absl::OkStatus();
 }
 
-absl::Status CheckAttentionDropout(const char* op, float p, int64_t head_offset,
-                                   int64_t total_heads, int64_t heads) {
-  const int64_t total = total_heads == 0 ? heads : total_heads;
-  if (!(p >= 0.0f && p <= 1.0f) || head_offset < 0 || head_offset + heads > total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": AttentionDropout{p = ", p, ", head_offset = ", head_offset,
-        ", total_heads = ", total_heads, "} with heads=", heads,
-        ": need p in [0, 1] and 0 <= head_offset <= total_heads - heads"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckDropout(const char* op, const Tensor& x, float p, int64_t first_index,
-                          int64_t row_stride) {
-  if (!(p >= 0.0f && p <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": p = ", p, " is outside [0, 1] (x ", x.DebugString(), ")"));
-  }
-  if (x.rank() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": x ", x.DebugString(), " needs rank >= 1"));
-  }
-  const int64_t c = x.dim(x.rank() - 1);
-  if (first_index < 0 || (row_stride != 0 && row_stride < c)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": GlobalIndex{first_index = ", first_index, ", row_stride = ", row_stride,
-        "} for x ", x.DebugString(), ": need first_index >= 0 and row_stride 0 or >= ", c));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace loom::core::cpu

@@ -3,7 +3,9 @@
 
 // The kernels' shape contracts, shared by every device's implementation:
 // core/cpu defines the contracts and core/cuda checks the same ones, so a
-// bad argument gets the same error on every device. Each failure is an
+// bad argument gets the same error on every device. (Checks of an option
+// struct sit beside it: CheckAttentionDropout in attention.h,
+// CheckDropoutArgs in dropout.h, GemmMatrixDims in matmul.h.) Each failure is an
 // InvalidArgument naming the op, the argument and its shape. Placement and
 // dtype checks stay with each device.
 
@@ -31,16 +33,6 @@ struct AttentionDims {
   int64_t s, b, heads, d;
 };
 absl::Status CheckQkv(const char* op, const Tensor& qkv, int64_t heads, AttentionDims* dims);
-
-// Attention dropout: p in [0, 1] and this call's heads inside the global ones
-// (total_heads 0 means `heads`).
-absl::Status CheckAttentionDropout(const char* op, float p, int64_t head_offset,
-                                   int64_t total_heads, int64_t heads);
-
-// Dropout of x (rank >= 1): p in [0, 1], first_index >= 0 and row_stride 0
-// or at least x's last dim.
-absl::Status CheckDropout(const char* op, const Tensor& x, float p, int64_t first_index,
-                          int64_t row_stride);
 
 }  // namespace loom::core::cpu
 

@@ -20,10 +20,6 @@ absl::Status CheckQkvRows(const char* op, const Tensor& qkv, int64_t heads, Dims
   return internal::CheckRows(op, "probability rows (b * heads * s)", dims->b * heads * dims->s);
 }
 
-absl::Status CheckDropout(const char* op, const cpu::AttentionDropout& dr, int64_t heads) {
-  return cpu::CheckAttentionDropout(op, dr.p, dr.head_offset, dr.total_heads, heads);
-}
-
 kernels::AttentionMask Mask(const cpu::AttentionDropout& dr, int64_t heads) {
   kernels::AttentionMask m;
   m.dropout = dr.p > 0.0f;
@@ -86,7 +82,7 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
   LOOM_RETURN_IF_ERROR(CheckQkvRows(kOp, qkv, heads, &g));
   LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
   LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
-  LOOM_RETURN_IF_ERROR(CheckDropout(kOp, dropout, heads));
+  LOOM_RETURN_IF_ERROR(cpu::CheckAttentionDropout(kOp, dropout, heads));
   LOOM_RETURN_IF_ERROR(
       internal::CheckDevices(kOp, {{"qkv", &qkv}, {"out", out}, {"probs", probs}}));
   if (g.s == 0 || g.b == 0) return absl::OkStatus();
@@ -144,7 +140,7 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
   LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
   LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
-  LOOM_RETURN_IF_ERROR(CheckDropout(kOp, dropout, heads));
+  LOOM_RETURN_IF_ERROR(cpu::CheckAttentionDropout(kOp, dropout, heads));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(
       kOp, {{"dout", &dout}, {"qkv", &qkv}, {"probs", &probs}, {"dqkv", dqkv}}));
   if (g.s == 0 || g.b == 0) return absl::OkStatus();

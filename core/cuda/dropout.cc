@@ -2,16 +2,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/philox.h"
-#include "core/cpu/shape_checks.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
 namespace {
-
-absl::Status Validate(const char* op, const Tensor& x, const cpu::DropoutOptions& opts,
-                      const cpu::GlobalIndex& where) {
-  return cpu::CheckDropout(op, x, opts.p, where.first_index, where.row_stride);
-}
 
 kernels::DropoutParams Params(const cpu::DropoutOptions& opts) {
   kernels::DropoutParams p;
@@ -40,7 +34,7 @@ absl::Status DropoutForward(const Tensor& x, Tensor* out, const cpu::DropoutOpti
                             const cpu::GlobalIndex& where, Tensor* mask) {
   constexpr const char* kOp = "DropoutForward";
   LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"x", &x}, {"out", out}}));
-  LOOM_RETURN_IF_ERROR(Validate(kOp, x, opts, where));
+  LOOM_RETURN_IF_ERROR(cpu::CheckDropoutArgs(kOp, x, opts, where));
   if (mask != nullptr) {
     LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "mask", *mask, DType::kU8));
     LOOM_RETURN_IF_ERROR(
@@ -54,7 +48,7 @@ absl::Status DropoutBackward(const Tensor& dout, Tensor* dx, const cpu::DropoutO
                              const cpu::GlobalIndex& where) {
   constexpr const char* kOp = "DropoutBackward";
   LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"dout", &dout}, {"dx", dx}}));
-  LOOM_RETURN_IF_ERROR(Validate(kOp, dout, opts, where));
+  LOOM_RETURN_IF_ERROR(cpu::CheckDropoutArgs(kOp, dout, opts, where));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"dout", &dout}, {"dx", dx}}));
   return Run(kOp, dout, dx, nullptr, opts, where);
 }
