@@ -105,7 +105,6 @@ absl::Status VocabParallelCrossEntropy::ForwardOnDevice(const Tensor& logits,
   saved->targets = targets;
   saved->max = max;
   saved->sums = sums;
-  LOOM_ASSIGN_OR_RETURN(saved->sum, sums.Narrow(0, 1));
   return absl::OkStatus();
 }
 
@@ -113,7 +112,8 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(const Saved& saved, f
   const Tensor& logits = saved.logits;
   const int64_t n = saved.targets.numel();
   LOOM_ASSIGN_OR_RETURN(Tensor d, Tensor::Empty(logits.shape(), logits.dtype(), logits.device()));
-  LOOM_ASSIGN_OR_RETURN(Tensor sum, saved.sum.Reshape(Shape{n}));
+  LOOM_ASSIGN_OR_RETURN(Tensor sum_row, saved.sums.Narrow(0, 1));  // Σ exp per row
+  LOOM_ASSIGN_OR_RETURN(Tensor sum, sum_row.Reshape(Shape{n}));
   const float scale = n > 0 ? dloss / static_cast<float>(n) : 0.0f;
   LOOM_RETURN_IF_ERROR(core::ops::VocabShardCrossEntropyBackward(
       logits, saved.targets, saved.max, sum, Shard(logits.dim(2)), scale, &d));

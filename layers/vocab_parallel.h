@@ -48,8 +48,8 @@ class VocabParallelCrossEntropy {
   struct Saved {
     core::Tensor logits;   // [s, b, V/p]
     core::Tensor targets;  // [s, b]
-    core::Tensor max, sum; // [s·b] global row max and Σ exp(logit - max)
-    core::Tensor sums;     // [2, s·b]: `sum`, then each row's target logit - max
+    core::Tensor max;      // [s·b] global row max
+    core::Tensor sums;     // [2, s·b]: Σ exp(logit - max), then the target logit - max
   };
   VocabParallelCrossEntropy(TpGroup tp, int64_t vocab_size) : tp_(tp), vocab_size_(vocab_size) {}
 

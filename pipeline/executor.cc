@@ -148,8 +148,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
   StepResult result;
   result.peak_live_saved.assign(v, 0);
   int64_t bytes = 0;
-  std::vector<bool> have_loss(M, false);
-  std::vector<Tensor> loss_sums(M);  // per micro-batch, on the model's device
+  std::vector<Tensor> loss_sums(M);  // per micro-batch, on the model's device; set by its forward
 
   auto get_batch = [&](int m) -> absl::StatusOr<const MicroBatch*> {
     auto it = batches.find(m);
@@ -191,7 +190,6 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     }
     if (spec.post_process) {
       loss_sums[a.micro_batch] = record.loss.sums;
-      have_loss[a.micro_batch] = true;
     } else {
       if (out->shape() != p2p_.boundary_shape()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -291,19 +289,16 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
   // Losses live on the stage holding the last virtual stage (post_process chunk).
   const bool has_loss_chunk = chunks[v - 1].post_process;
   if (has_loss_chunk) {
+    result.losses.assign(M, 0.0);
     for (int m = 0; m < M; ++m) {
-      if (!have_loss[m]) {
+      if (!loss_sums[m].defined()) {
         return absl::InternalError(absl::StrCat("stage ", me, ": no forward of micro-batch ", m,
                                                 " through the last chunk"));
       }
+      LOOM_ASSIGN_OR_RETURN(result.losses[m], GptModel::LossOf(loss_sums[m]));
     }
-    std::vector<double> losses(M, 0.0);
-    for (int m = 0; m < M; ++m) {
-      LOOM_ASSIGN_OR_RETURN(losses[m], GptModel::LossOf(loss_sums[m]));
-    }
-    result.losses = losses;
     double sum = 0;
-    for (double l : losses) sum += l;
+    for (double l : result.losses) sum += l;
     result.mean_loss = M > 0 ? sum / M : 0.0;
   }
   if (P > 1 && options_.broadcast_loss) {

@@ -155,21 +155,20 @@ class UcxTransport : public internal::Transport {
     std::lock_guard<std::mutex> l(mu_);
     auto* st = new ReqState;
     st->owner = r;
-    Lane& lane = lane_;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.user_data = st;
     void* ret;
     if (r->is_send) {
       p.cb.send = SendCallback;
-      ret = ucp_tag_send_nbx(lane.eps[r->peer], r->buf, r->bytes, r->tag, &p);
+      ret = ucp_tag_send_nbx(lane_.eps[r->peer], r->buf, r->bytes, r->tag, &p);
     } else {
       // UCX 1.13 leaves recv_info unset on immediate completion: always take
       // the callback, which carries the sender's tag and the length.
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       p.cb.recv = RecvCallback;
       p.recv_info.tag_info = &st->info;
-      ret = ucp_tag_recv_nbx(lane.worker, r->buf, r->bytes, r->tag, ~internal::kSigMask, &p);
+      ret = ucp_tag_recv_nbx(lane_.worker, r->buf, r->bytes, r->tag, ~internal::kSigMask, &p);
     }
     if (ret == nullptr) {  // completed immediately; no callback will come
       Complete(r, UCS_OK, r->is_send ? nullptr : &st->info);
