@@ -18,17 +18,7 @@ bool BuiltWithCuda() {
 #endif
 }
 
-namespace {
-// This rank's index among the ranks of its node, from the launcher's variables.
-int LocalRank(int rank) {
-  for (const char* var : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
-    if (const char* v = std::getenv(var); v != nullptr && *v != 0) return std::atoi(v);
-  }
-  return rank;
-}
-}  // namespace
-
-absl::Status SelectDevice(TrainConfig* config, int rank, core::Device comm_device) {
+absl::Status SelectDevice(TrainConfig* config, int local_rank, core::Device comm_device) {
   if (config->device != "cuda") return absl::OkStatus();
 #ifdef LOOM_HAVE_CUDA
   absl::StatusOr<int> count = core::cuda::VisibleDeviceCount();
@@ -46,13 +36,13 @@ absl::Status SelectDevice(TrainConfig* config, int rank, core::Device comm_devic
     }
   }
   const int index =
-      comm_device.type == core::DeviceType::kCUDA ? comm_device.index : LocalRank(rank) % *count;
+      comm_device.type == core::DeviceType::kCUDA ? comm_device.index : local_rank % *count;
   absl::Status s = core::cuda::SetCurrentDevice(index);
   if (!s.ok()) return s;
   config->model.device = core::Device::CUDA(index);
   return absl::OkStatus();
 #else
-  (void)rank;
+  (void)local_rank;
   (void)comm_device;
   return absl::FailedPreconditionError(
       "--device=cuda: this binary was built without CUDA (no toolkit was found at build time; "

@@ -3,9 +3,8 @@
 
 // Binds a rank to its device before anything is allocated: for --device=cuda
 // the GPU its communicator uses (NCCL: the local rank mod the visible GPUs),
-// so the model and the collectives always share one device; otherwise the
-// local rank (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, else the
-// rank) mod the visible GPUs. It is made current for the calling thread, and
+// so the model and the collectives always share one device; otherwise
+// `local_rank` (comm::launch::DiscoverRank's) mod the visible GPUs. It is made current for the calling thread, and
 // the model's parameters and activations go there.
 
 #include "absl/status/status.h"
@@ -17,7 +16,7 @@ namespace loom::train {
 // No-op for --device=cpu. For cuda: FailedPrecondition when this binary was
 // built without CUDA, Unavailable (with the CUDA error) when no GPU is
 // usable. Sets config->model.device to the chosen GPU.
-absl::Status SelectDevice(TrainConfig* config, int rank,
+absl::Status SelectDevice(TrainConfig* config, int local_rank,
                           core::Device comm_device = core::Device::CPU());
 
 // True when this binary carries the CUDA kernels and the NCCL backend.

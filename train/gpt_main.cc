@@ -48,11 +48,12 @@ bool IsHelpFile(absl::string_view file) {
 }
 
 // One rank: validate, build, train, then show a sample of generated text.
-int RunRank(loom::comm::Communicator* world, bool print_errors) {
+// `local_rank`: this rank's index on its node (the GPU it uses without NCCL).
+int RunRank(loom::comm::Communicator* world, int local_rank, bool print_errors) {
   using loom::train::TrainConfig;
   TrainConfig config = loom::train::ConfigFromFlags();
   absl::Status valid = loom::train::Finalize(&config, world->size());
-  if (valid.ok()) valid = loom::train::SelectDevice(&config, world->rank(), world->device());
+  if (valid.ok()) valid = loom::train::SelectDevice(&config, local_rank, world->device());
   if (!valid.ok()) {
     if (print_errors) std::fprintf(stderr, "gpt: %s\n", std::string(valid.message()).c_str());
     return 2;
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
           omp_set_num_threads(std::max<int>(
               1, static_cast<int>(std::thread::hardware_concurrency()) / static_cast<int>(world->size())));
         }
-        codes[r] = RunRank((*world)[r].get(), r == 0);
+        codes[r] = RunRank((*world)[r].get(), static_cast<int>(r), r == 0);
       });
     }
     for (auto& t : threads) t.join();
@@ -148,5 +149,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt: %s\n", std::string(world.status().message()).c_str());
     return 1;
   }
-  return RunRank(world->get(), (*world)->rank() == 0);
+  const auto info = loom::comm::launch::DiscoverRank(comm.rank);  // as CreateFromFlags did
+  const int local_rank = info.ok() ? info->local_rank : (*world)->rank();
+  return RunRank(world->get(), local_rank, (*world)->rank() == 0);
 }
