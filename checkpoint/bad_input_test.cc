@@ -51,9 +51,8 @@ absl::Status Load(const std::string& dir, std::optional<int64_t> iteration = std
   c.model.hidden_size = hidden;
   c.load = dir;
   c.save = dir;  // a failed load must not write anything here
-  train::CheckpointFlags f;
-  f.load_iteration = iteration;
-  return testing::Run(c, kLayout, f).status;
+  c.checkpoint.load_iteration = iteration;
+  return testing::Run(c, kLayout).status;
 }
 
 std::string Listing(const std::string& dir) {

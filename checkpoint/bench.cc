@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   view.params = &*params;
   view.exp_avg = &m;
   view.exp_avg_sq = &v;
-  view.shard_end = n;
+  view.moment_ranges = {{0, n}};
   const std::string dir = absl::GetFlag(FLAGS_dir);
   Check(checkpoint::RemoveTree(dir), "clean");
   Check(checkpoint::MakeDirs(dir), "mkdir");

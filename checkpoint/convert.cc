@@ -14,32 +14,21 @@
 namespace loom::checkpoint {
 namespace {
 
-// Where TP rank `tp_rank` of `tp` holds `spec` (the stored, unpadded part).
-Placement PlacementFor(const layers::ParamSpec& spec, int tp_rank, int tp,
-                       const layers::GptConfig& model) {
-  Placement out;
-  for (int i = 0; i < spec.global_shape.rank(); ++i) out.global_shape.push_back(spec.global_shape.dim(i));
-  int64_t padded_rows, cols;
-  MatrixDims(out.global_shape, &padded_rows, &cols);
-  if (spec.name == kWordEmbedding) out.global_shape[0] = model.vocab_size;
-  int64_t rows, unused;
-  MatrixDims(out.global_shape, &rows, &unused);
-  switch (spec.split) {
-    case layers::TpSplit::kRows:
-      out.rect = Region::Rect(tp_rank * (padded_rows / tp), padded_rows / tp, 0, cols);
-      break;
-    case layers::TpSplit::kCols:
-      out.rect = Region::Rect(0, padded_rows, tp_rank * (cols / tp), cols / tp);
-      break;
-    case layers::TpSplit::kReplicated:
-      out.rect = Region::Rect(0, padded_rows, 0, cols);
-      break;
+// The shard TP rank `tp_rank` of `tp` holds of `spec`: the split dimension
+// of the matrix view divided by `tp` (as layers::ParamBuffer lays it out).
+Shard ShardOf(const layers::ParamSpec& spec, int tp_rank, int tp) {
+  std::vector<int64_t> shape;
+  for (int i = 0; i < spec.global_shape.rank(); ++i) shape.push_back(spec.global_shape.dim(i));
+  Shard shard;
+  MatrixDims(shape, &shard.rows, &shard.cols);
+  if (spec.split == layers::TpSplit::kRows) {
+    shard.rows /= tp;
+    shard.split_start = tp_rank * shard.rows;
+  } else if (spec.split == layers::TpSplit::kCols) {
+    shard.cols /= tp;
+    shard.split_start = tp_rank * shard.cols;
   }
-  if (out.rect.row_start + out.rect.num_rows > rows) {
-    out.rect.num_rows = std::max<int64_t>(0, rows - out.rect.row_start);
-    out.rect.flat_end = out.rect.num_rows * out.rect.num_cols;
-  }
-  return out;
+  return shard;
 }
 
 }  // namespace
@@ -80,7 +69,7 @@ absl::Status ConvertCheckpoint(const std::string& src_iter_dir, const std::strin
       std::vector<Piece> pieces;
       for (const layers::ParamSpec& spec : specs) {
         if (spec.split == layers::TpSplit::kReplicated && tp_rank != 0) continue;
-        const Placement pl = PlacementFor(spec, tp_rank, tp, model);
+        const Placement pl = PlacementOf(spec, ShardOf(spec, tp_rank, tp));
         if (pl.rect.numel() == 0) continue;
         for (State state : {PARAM, EXP_AVG, EXP_AVG_SQ}) {
           if (state != PARAM && !moments) continue;

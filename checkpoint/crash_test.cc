@@ -57,7 +57,7 @@ float Expected(int64_t iteration, int state) { return static_cast<float>(iterati
   view.params = &*params;
   view.exp_avg = &m;
   view.exp_avg_sq = &v;
-  view.shard_end = params->padded_numel();
+  view.moment_ranges = {{0, params->padded_numel()}};
   SaveOptions o;
   o.dir = dir;
   o.keep_last = 2;

@@ -54,8 +54,8 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
     outs.push_back(Out{"transformer." + hf, {cols, rows}, Transpose(x, rows, cols)});
     return absl::OkStatus();
   };
-  LOOM_RETURN_IF_ERROR(copy(kWordEmbedding, "wte.weight", {m.vocab_size(), h}));
-  LOOM_RETURN_IF_ERROR(copy("embedding.position_embeddings.weight", "wpe.weight",
+  LOOM_RETURN_IF_ERROR(copy(layers::kWordEmbeddingName, "wte.weight", {m.vocab_size(), h}));
+  LOOM_RETURN_IF_ERROR(copy(layers::kPositionEmbeddingName, "wpe.weight",
                             {m.max_position_embeddings(), h}));
   for (int64_t i = 0; i < m.num_layers(); ++i) {
     const std::string p = absl::StrCat("layers.", i, "."), q = absl::StrCat("h.", i, ".");
@@ -80,8 +80,8 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
     LOOM_RETURN_IF_ERROR(transposed(p + "mlp.dense_4h_to_h.weight", q + "mlp.c_proj.weight", h, f));
     LOOM_RETURN_IF_ERROR(copy(p + "mlp.dense_4h_to_h.bias", q + "mlp.c_proj.bias", {h}));
   }
-  LOOM_RETURN_IF_ERROR(copy("final_layernorm.weight", "ln_f.weight", {h}));
-  LOOM_RETURN_IF_ERROR(copy("final_layernorm.bias", "ln_f.bias", {h}));
+  LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormWeightName, "ln_f.weight", {h}));
+  LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormBiasName, "ln_f.bias", {h}));
 
   // safetensors: u64 header length, JSON header, then the raw little-endian data.
   nlohmann::ordered_json header;

@@ -30,7 +30,6 @@ constexpr int64_t kShardHeaderBytes = 64;
 constexpr char kManifestFile[] = "manifest.pb";
 constexpr char kManifestTextFile[] = "manifest.txt";
 constexpr char kLatestFile[] = "latest";
-constexpr char kWordEmbedding[] = "embedding.word_embeddings.weight";
 
 std::string IterDirName(int64_t iteration);  // "iter_0000100"
 // The iteration of "iter_0000100" (nullopt for anything else, e.g. "iter_0000100.tmp").

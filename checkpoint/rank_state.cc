@@ -1,6 +1,7 @@
 #include "checkpoint/rank_state.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -8,25 +9,22 @@
 
 namespace loom::checkpoint {
 
-Placement PlacementOf(const layers::Param& p, const layers::GptConfig& model) {
+Placement PlacementOf(const layers::ParamSpec& spec, const Shard& shard) {
   Placement out;
-  const core::Shape& g = p.spec->global_shape;
+  const core::Shape& g = spec.global_shape;
   for (int i = 0; i < g.rank(); ++i) out.global_shape.push_back(g.dim(i));
-  if (p.spec->name == kWordEmbedding) out.global_shape[0] = model.vocab_size;
+  if (spec.unpadded_rows > 0) out.global_shape[0] = spec.unpadded_rows;
   int64_t rows, cols;
   MatrixDims(out.global_shape, &rows, &cols);
-  const core::Shape& local = p.master.shape();
-  const int64_t local_rows = local.rank() == 0 ? 1 : local.dim(0);
-  const int64_t local_cols = local_rows == 0 ? 0 : p.master.numel() / local_rows;
-  switch (p.spec->split) {
+  switch (spec.split) {
     case layers::TpSplit::kRows:
-      out.rect = Region::Rect(p.split_start, local_rows, 0, local_cols);
+      out.rect = Region::Rect(shard.split_start, shard.rows, 0, shard.cols);
       break;
     case layers::TpSplit::kCols:
-      out.rect = Region::Rect(0, local_rows, p.split_start, local_cols);
+      out.rect = Region::Rect(0, shard.rows, shard.split_start, shard.cols);
       break;
     case layers::TpSplit::kReplicated:
-      out.rect = Region::Rect(0, local_rows, 0, local_cols);
+      out.rect = Region::Rect(0, shard.rows, 0, shard.cols);
       break;
   }
   // Vocabulary padding rows lie past the unpadded global shape: not stored.
@@ -37,22 +35,53 @@ Placement PlacementOf(const layers::Param& p, const layers::GptConfig& model) {
   return out;
 }
 
+Placement PlacementOf(const layers::Param& p) {
+  const core::Shape& local = p.master.shape();
+  const int64_t local_rows = local.rank() == 0 ? 1 : local.dim(0);
+  const int64_t local_cols = local_rows == 0 ? 0 : p.master.numel() / local_rows;
+  return PlacementOf(*p.spec, Shard{p.split_start, local_rows, local_cols});
+}
+
 namespace {
 
 bool Owns(const layers::Param& p, const RankView& v) {
   if (p.spec->split == layers::TpSplit::kReplicated && v.tp_rank != 0) return false;
-  if (p.spec->name == kWordEmbedding && v.pp_rank != 0) return false;  // tied copy
-  return true;
+  return !p.tied_copy;  // saved where the original lives (the first stage)
 }
 
-// The part of parameter p's local flat range [0, numel) that the moments
-// cover, clipped to its stored rectangle: [*begin, *end).
-void MomentRange(const layers::Param& p, const RankView& v, const Placement& pl, int64_t* begin,
-                 int64_t* end) {
-  *begin = std::max(p.offset, v.shard_begin) - p.offset;
-  *end = std::min(p.offset + p.master.numel(), v.shard_end) - p.offset;
-  *end = std::min(*end, pl.rect.flat_end);
-  if (*end < *begin) *end = *begin;
+// A part of parameter p's local flat range [0, numel) that the moments cover,
+// clipped to its stored rectangle: `region` (flat [begin, end) of the
+// rectangle), at `at` in the moment buffers.
+struct MomentPart {
+  Region region;
+  int64_t at;
+};
+std::vector<MomentPart> MomentParts(const layers::Param& p, const RankView& v,
+                                    const Placement& pl) {
+  std::vector<MomentPart> parts;
+  int64_t base = 0;  // where the range starts in the moments
+  for (const auto& [first, last] : v.moment_ranges) {
+    const int64_t begin = std::max(p.offset, first) - p.offset;
+    const int64_t end = std::min({p.offset + p.master.numel(), last, p.offset + pl.rect.flat_end}) -
+                        p.offset;
+    if (begin < end) {
+      Region r = pl.rect;
+      r.flat_begin = begin;
+      r.flat_end = end;
+      parts.push_back({r, base + p.offset + begin - first});
+    }
+    base += last - first;
+  }
+  return parts;
+}
+
+// The moment buffers, in the order their pieces are saved and read.
+struct Moment {
+  State state;
+  core::Tensor* buffer;
+};
+std::array<Moment, 2> Moments(const RankView& v) {
+  return {Moment{EXP_AVG, v.exp_avg}, Moment{EXP_AVG_SQ, v.exp_avg_sq}};
 }
 
 }  // namespace
@@ -62,23 +91,18 @@ std::vector<Piece> PiecesToSave(const RankView& v, bool save_optimizer) {
   const bool moments = save_optimizer && v.exp_avg != nullptr && v.exp_avg_sq != nullptr;
   for (const layers::Param& p : v.params->params()) {
     if (!Owns(p, v)) continue;
-    const Placement pl = PlacementOf(p, v.model);
+    const Placement pl = PlacementOf(p);
     if (v.dp_rank == 0 && pl.rect.numel() > 0) {
       pieces.push_back(Piece{p.spec->name, PARAM, pl.global_shape, pl.rect,
                              p.master.data<float>()});
     }
     if (!moments || (!v.distributed_optimizer && v.dp_rank != 0)) continue;
-    int64_t begin, end;
-    MomentRange(p, v, pl, &begin, &end);
-    if (begin >= end) continue;
-    Region r = pl.rect;
-    r.flat_begin = begin;
-    r.flat_end = end;
-    const int64_t at = p.offset + begin - v.shard_begin;
-    pieces.push_back(Piece{p.spec->name, EXP_AVG, pl.global_shape, r,
-                           v.exp_avg->data<float>() + at});
-    pieces.push_back(Piece{p.spec->name, EXP_AVG_SQ, pl.global_shape, r,
-                           v.exp_avg_sq->data<float>() + at});
+    for (const MomentPart& part : MomentParts(p, v, pl)) {
+      for (const Moment& m : Moments(v)) {
+        pieces.push_back(Piece{p.spec->name, m.state, pl.global_shape, part.region,
+                               m.buffer->data<float>() + part.at});
+      }
+    }
   }
   return pieces;
 }
@@ -93,7 +117,7 @@ absl::Status LoadRank(CheckpointReader& reader, const RankView& v, bool load_opt
   std::vector<CheckpointReader::Request> requests;
   std::vector<std::pair<int64_t, int64_t>> moment_ranges;  // [at, +n) in the moment buffers
   for (layers::Param& p : v.params->params()) {
-    const Placement pl = PlacementOf(p, v.model);
+    const Placement pl = PlacementOf(p);
     const TensorInfo* t = reader.Find(p.spec->name, PARAM);
     if (t == nullptr) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", reader.path(),
@@ -116,24 +140,20 @@ absl::Status LoadRank(CheckpointReader& reader, const RankView& v, bool load_opt
     }
     requests.push_back({p.spec->name, PARAM, pl.rect, value});
     if (!moments) continue;
-    int64_t begin, end;
-    MomentRange(p, v, pl, &begin, &end);
-    if (begin >= end) continue;
-    Region r = pl.rect;
-    r.flat_begin = begin;
-    r.flat_end = end;
-    const int64_t at = p.offset + begin - v.shard_begin;
-    requests.push_back({p.spec->name, EXP_AVG, r, v.exp_avg->data<float>() + at});
-    requests.push_back({p.spec->name, EXP_AVG_SQ, r, v.exp_avg_sq->data<float>() + at});
-    moment_ranges.push_back({at, end - begin});
+    for (const MomentPart& part : MomentParts(p, v, pl)) {
+      for (const Moment& m : Moments(v)) {
+        requests.push_back({p.spec->name, m.state, part.region, m.buffer->data<float>() + part.at});
+      }
+      moment_ranges.push_back({part.at, part.region.numel()});
+    }
   }
   if (moments) {
     // Zero the gaps between the ranges read (not the whole buffers: that
     // would be a second pass over all of them).
     std::sort(moment_ranges.begin(), moment_ranges.end());
-    for (core::Tensor* m : {v.exp_avg, v.exp_avg_sq}) {
-      float* data = m->data<float>();
-      const int64_t total = m->numel();
+    for (const Moment& m : Moments(v)) {
+      float* data = m.buffer->data<float>();
+      const int64_t total = m.buffer->numel();
       int64_t at = 0;
       for (const auto& [begin, n] : moment_ranges) {
         if (begin > at) std::memset(data + at, 0, static_cast<size_t>(begin - at) * sizeof(float));

@@ -21,7 +21,7 @@
 namespace loom::checkpoint {
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
-    const std::string& iter_dir) {
+    const std::string& iter_dir, const ReaderOptions& options) {
   if (!IsDirectory(iter_dir)) {
     return absl::NotFoundError(absl::StrCat("checkpoint folder ", iter_dir, " does not exist"));
   }
@@ -33,6 +33,9 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
   LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(manifest_path));
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
   r->path_ = iter_dir;
+  r->threads_ = options.read_threads > 0
+                    ? options.read_threads
+                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   LOOM_ASSIGN_OR_RETURN(r->manifest_, DecodeManifest(bytes, manifest_path));
   for (int i = 0; i < r->manifest_.tensors_size(); ++i) {
     const TensorInfo& t = r->manifest_.tensors(i);
@@ -196,6 +199,20 @@ struct Segment {
   char* dst = nullptr;
 };
 
+// Bytes [begin, end) of shard file `file`, read in file order: `segs` (sorted,
+// inside the range) straight to their destinations, the rest only for the
+// checksum. Filled in by the pass: the range's CRC32C, the file's first 8
+// bytes (the range that starts at 0), the outcome.
+struct FilePass {
+  int file = 0;
+  uint64_t begin = 0, end = 0;
+  const Segment* segs = nullptr;
+  size_t nsegs = 0;
+  uint32_t crc = 0;
+  char head[8] = {};
+  absl::Status status;
+};
+
 // Reads bytes [begin, end) of `path` in file order: segments (sorted, not
 // overlapping, inside [begin, end)) straight to their destinations, the gaps
 // into `scratch`; returns the CRC32C of the bytes and copies the first
@@ -250,7 +267,123 @@ absl::Status PassRange(const std::string& path, uint64_t begin, uint64_t end,
   return status;
 }
 
+// Every file of `direct` (its segments sorted, not overlapping) as passes of
+// at most kItem bytes, so that threads share a large file; a segment that
+// crosses a boundary is split in two. The passes point into `direct`, which
+// must not change while they are used.
+std::vector<FilePass> SplitIntoPasses(const Manifest& manifest,
+                                      std::map<int, std::vector<Segment>>& direct) {
+  std::vector<FilePass> passes;
+  for (auto& [file, segs] : direct) {
+    const uint64_t size = manifest.files(file).size_bytes();
+    const uint64_t parts = std::max<uint64_t>(1, (size + kItem - 1) / kItem);
+    uint64_t begin = 0;
+    size_t first = 0;
+    for (uint64_t p = 0; p < parts; ++p) {
+      const uint64_t end = p + 1 == parts ? size : (p + 1) * kItem;
+      size_t last = first;
+      while (last < segs.size() && segs[last].offset < end) ++last;
+      if (last > first && segs[last - 1].offset + segs[last - 1].size > end) {
+        const Segment sg = segs[last - 1];
+        segs[last - 1].size = end - sg.offset;
+        segs.insert(segs.begin() + last,
+                    Segment{end, sg.offset + sg.size - end, sg.dst + (end - sg.offset)});
+      }
+      FilePass pass;
+      pass.file = file;
+      pass.begin = begin;
+      pass.end = end;
+      pass.nsegs = last - first;
+      passes.push_back(std::move(pass));
+      begin = end;
+      first = last;
+    }
+  }
+  // The segment vectors are final now: point the passes at them.
+  size_t w = 0;
+  for (auto& [file, segs] : direct) {
+    size_t first = 0;
+    for (; w < passes.size() && passes[w].file == file; ++w) {
+      passes[w].segs = segs.data() + first;
+      first += passes[w].nsegs;
+    }
+  }
+  return passes;
+}
+
+// Runs the passes on up to `threads` threads (the calling one among them),
+// each taking the next pass in turn (a thread the machine preempts just
+// takes fewer).
+void RunPasses(const std::string& dir, const Manifest& manifest, std::vector<FilePass>& passes,
+               int threads) {
+  std::atomic<size_t> next{0};
+  auto worker = [&]() {
+    std::vector<char> scratch;
+    for (size_t w; (w = next.fetch_add(1)) < passes.size();) {
+      FilePass& k = passes[w];
+      const std::string path = JoinPath(dir, manifest.files(k.file).name());
+      k.status = PassRange(path, k.begin, k.end, k.segs, k.nsegs, &scratch, &k.crc,
+                           k.begin == 0 ? k.head : nullptr);
+    }
+  };
+  const int n = std::min<int>(std::max(threads, 1), static_cast<int>(passes.size()));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
+}
+
+// Each file's size, magic and CRC32C (combined over its passes), before
+// anything read from it is trusted.
+absl::Status VerifyPasses(const std::string& dir, const Manifest& manifest,
+                          const std::vector<FilePass>& passes) {
+  for (size_t w = 0; w < passes.size();) {
+    const int file = passes[w].file;
+    const ShardFile& f = manifest.files(file);
+    const std::string path = JoinPath(dir, f.name());
+    uint32_t crc = 0;
+    const char* head = passes[w].head;
+    for (; w < passes.size() && passes[w].file == file; ++w) {
+      LOOM_RETURN_IF_ERROR(passes[w].status);
+      crc = Crc32cCombine(crc, passes[w].crc, passes[w].end - passes[w].begin);
+    }
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != f.size_bytes() ||
+        f.size_bytes() < static_cast<uint64_t>(kShardHeaderBytes)) {
+      return absl::DataLossError(absl::StrCat("shard file ", path, " is truncated or resized: ",
+                                              st.st_size, " bytes, the manifest says ",
+                                              f.size_bytes()));
+    }
+    if (crc != f.crc32c() || std::memcmp(head, kShardMagic, 8) != 0) {
+      return absl::DataLossError(absl::StrCat(
+          "checksum mismatch in shard file ", path, ": CRC32C ", crc, ", the manifest says ",
+          f.crc32c(), " (the file is damaged; restore it or load an earlier checkpoint)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+// How ReadMany gets the requests' elements: `direct` segments per file (read
+// by the file passes), and copies from the verified mapping afterwards
+// (`deferred`: resharded rectangles; `mapped_copies`: runs that overlap a
+// direct one). `copied[i]`: elements of request i accounted for.
+struct CheckpointReader::ReadPlan {
+  struct Deferred {
+    size_t request;
+    const Slice* slice;
+    Region src;
+  };
+  struct MappedCopy {
+    int file;
+    Segment seg;
+  };
+  std::map<int, std::vector<Segment>> direct;
+  std::vector<Deferred> deferred;
+  std::vector<MappedCopy> mapped_copies;
+  std::vector<int64_t> copied;
+};
 
 absl::Status CheckpointReader::Read(const std::string& name, State state, const Region& region,
                                     float* out) {
@@ -269,16 +402,17 @@ absl::Status CheckpointReader::Read(const std::string& name, State state, const 
 }
 
 absl::Status CheckpointReader::ReadMany(const std::vector<Request>& requests) {
-  // 1. Plan: direct segments per file; the rest (resharded rectangles,
-  //    overlapping runs) is copied from the verified mapping afterwards.
-  struct Deferred {
-    size_t request;
-    const Slice* slice;
-    Region src;
-  };
-  std::map<int, std::vector<Segment>> direct;
-  std::vector<Deferred> deferred;
-  std::vector<int64_t> copied(requests.size(), 0);
+  LOOM_ASSIGN_OR_RETURN(ReadPlan plan, Plan(requests));
+  std::vector<FilePass> passes = SplitIntoPasses(manifest_, plan.direct);
+  RunPasses(path_, manifest_, passes, threads_);
+  LOOM_RETURN_IF_ERROR(VerifyPasses(path_, manifest_, passes));
+  return CopyTheRest(requests, plan);
+}
+
+absl::StatusOr<CheckpointReader::ReadPlan> CheckpointReader::Plan(
+    const std::vector<Request>& requests) {
+  ReadPlan plan;
+  plan.copied.assign(requests.size(), 0);
   for (size_t i = 0; i < requests.size(); ++i) {
     const Request& q = requests[i];
     int64_t rows, cols;
@@ -288,33 +422,28 @@ absl::Status CheckpointReader::ReadMany(const std::vector<Request>& requests) {
           int64_t src_at, dst_at, n;
           if (LinearOverlap(src, q.region, cols, &src_at, &dst_at, &n)) {
             if (n > 0) {
-              direct[s.file()].push_back(
+              plan.direct[s.file()].push_back(
                   Segment{s.offset() + static_cast<uint64_t>(src_at) * sizeof(float),
                           static_cast<uint64_t>(n) * sizeof(float),
                           reinterpret_cast<char*>(q.out + dst_at)});
-              copied[i] += n;
+              plan.copied[i] += n;
             }
           } else {
-            deferred.push_back(Deferred{i, &s, src});
+            plan.deferred.push_back(ReadPlan::Deferred{i, &s, src});
           }
           return absl::OkStatus();
         }));
   }
   // Overlapping runs (never written so by the writer): all but the first of
   // an overlap are copied from the verified mapping afterwards.
-  struct MappedCopy {
-    int file;
-    Segment seg;
-  };
-  std::vector<MappedCopy> mapped_copies;
-  for (auto& [file, segs] : direct) {
+  for (auto& [file, segs] : plan.direct) {
     std::sort(segs.begin(), segs.end(),
               [](const Segment& a, const Segment& b) { return a.offset < b.offset; });
     std::vector<Segment> kept;
     uint64_t covered = 0;
     for (const Segment& sg : segs) {
       if (sg.offset < covered) {
-        mapped_copies.push_back(MappedCopy{file, sg});
+        plan.mapped_copies.push_back(ReadPlan::MappedCopy{file, sg});
         continue;
       }
       kept.push_back(sg);
@@ -322,112 +451,24 @@ absl::Status CheckpointReader::ReadMany(const std::vector<Request>& requests) {
     }
     segs = std::move(kept);
   }
+  return plan;
+}
 
-  // 2. The file passes: each file split into kItem ranges that two threads
-  //    take in turn (a thread the machine preempts just takes fewer).
-  struct Work {
-    int file;
-    uint64_t begin, end;
-    const Segment* segs;
-    size_t nsegs;
-    uint32_t crc = 0;
-    char head[8] = {};
-    absl::Status status;
-  };
-  std::vector<Work> work;
-  for (auto& [file, segs] : direct) {
-    const ShardFile& f = manifest_.files(file);
-    const uint64_t size = f.size_bytes();
-    const uint64_t parts = std::max<uint64_t>(1, (size + kItem - 1) / kItem);
-    uint64_t begin = 0;
-    size_t first = 0;
-    for (uint64_t p = 0; p < parts; ++p) {
-      const uint64_t end = p + 1 == parts ? size : (p + 1) * kItem;
-      // Split a segment that crosses the boundary.
-      size_t last = first;
-      while (last < segs.size() && segs[last].offset < end) ++last;
-      if (last > first && segs[last - 1].offset + segs[last - 1].size > end) {
-        const Segment sg = segs[last - 1];
-        segs[last - 1].size = end - sg.offset;
-        segs.insert(segs.begin() + last,
-                    Segment{end, sg.offset + sg.size - end, sg.dst + (end - sg.offset)});
-      }
-      work.emplace_back();
-      work.back().file = file;
-      work.back().begin = begin;
-      work.back().end = end;
-      work.back().nsegs = last - first;
-      begin = end;
-      first = last;
-    }
-  }
-  // Segment vectors are final now: point the work items at them.
-  {
-    size_t w = 0;
-    for (auto& [file, segs] : direct) {
-      size_t first = 0;
-      while (w < work.size() && work[w].file == file) {
-        work[w].segs = segs.data() + first;
-        first += work[w].nsegs;
-        ++w;
-      }
-    }
-  }
-  std::atomic<size_t> next{0};
-  auto worker = [&]() {
-    std::vector<char> scratch;
-    for (size_t w; (w = next.fetch_add(1)) < work.size();) {
-      Work& k = work[w];
-      const std::string path = JoinPath(path_, manifest_.files(k.file).name());
-      k.status = PassRange(path, k.begin, k.end, k.segs, k.nsegs, &scratch, &k.crc,
-                           k.begin == 0 ? k.head : nullptr);
-    }
-  };
-  const int threads = std::min<int>(2, static_cast<int>(work.size()));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
-  worker();
-  for (std::thread& th : pool) th.join();
-
-  // 3. Each file's checksum, before anything read is trusted.
-  for (size_t w = 0; w < work.size();) {
-    const int file = work[w].file;
-    const ShardFile& f = manifest_.files(file);
-    const std::string path = JoinPath(path_, f.name());
-    uint32_t crc = 0;
-    const char* head = work[w].head;
-    for (; w < work.size() && work[w].file == file; ++w) {
-      LOOM_RETURN_IF_ERROR(work[w].status);
-      crc = Crc32cCombine(crc, work[w].crc, work[w].end - work[w].begin);
-    }
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != f.size_bytes() ||
-        f.size_bytes() < static_cast<uint64_t>(kShardHeaderBytes)) {
-      return absl::DataLossError(absl::StrCat("shard file ", path, " is truncated or resized: ",
-                                              st.st_size, " bytes, the manifest says ",
-                                              f.size_bytes()));
-    }
-    if (crc != f.crc32c() || std::memcmp(head, kShardMagic, 8) != 0) {
-      return absl::DataLossError(absl::StrCat(
-          "checksum mismatch in shard file ", path, ": CRC32C ", crc, ", the manifest says ",
-          f.crc32c(), " (the file is damaged; restore it or load an earlier checkpoint)"));
-    }
-  }
-
-  // 4. The rest, from the mapped (and verified) files.
-  for (const MappedCopy& m : mapped_copies) {
+absl::Status CheckpointReader::CopyTheRest(const std::vector<Request>& requests,
+                                           ReadPlan& plan) {
+  for (const ReadPlan::MappedCopy& m : plan.mapped_copies) {
     LOOM_ASSIGN_OR_RETURN(const char* bytes, File(m.file));
     std::memcpy(m.seg.dst, bytes + m.seg.offset, m.seg.size);
   }
-  for (const Deferred& d : deferred) {
+  for (const ReadPlan::Deferred& d : plan.deferred) {
     const Request& q = requests[d.request];
     LOOM_ASSIGN_OR_RETURN(const char* bytes, File(d.slice->file()));
-    copied[d.request] += CopyOverlap(
+    plan.copied[d.request] += CopyOverlap(
         d.src, reinterpret_cast<const float*>(bytes + d.slice->offset()), q.region, q.out);
   }
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (copied[i] != requests[i].region.numel()) {
-      return CoverageError(path_, requests[i].name, requests[i].state, copied[i],
+    if (plan.copied[i] != requests[i].region.numel()) {
+      return CoverageError(path_, requests[i].name, requests[i].state, plan.copied[i],
                            requests[i].region.numel());
     }
   }

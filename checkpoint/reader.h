@@ -20,11 +20,19 @@
 
 namespace loom::checkpoint {
 
+struct ReaderOptions {
+  // Threads that read shard files in ReadMany; 0: one per hardware thread of
+  // this machine (std::thread::hardware_concurrency). Never more than there
+  // are 32 MiB ranges of files to read.
+  int read_threads = 0;
+};
+
 class CheckpointReader {
  public:
   // Opens DIR/iter_N (a folder holding manifest.pb). Checks the manifest's
   // checksum and version and every shard file's presence and size.
-  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& iter_dir);
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
+      const std::string& iter_dir, const ReaderOptions& options = {});
   ~CheckpointReader();
 
   const Manifest& manifest() const { return manifest_; }
@@ -45,9 +53,10 @@ class CheckpointReader {
   // The same as Read() on each request, but fast: every shard file a request
   // maps onto linearly (same layout, or whole rows) is read once with pread
   // straight into the destinations, in chunks whose CRC32C is computed while
-  // they are cache-hot, on two threads; the file's checksum is checked before
-  // this returns OK (on an error the destinations hold unverified bytes and
-  // must not be used). Other requests go through Read()'s path.
+  // they are cache-hot, by ReaderOptions::read_threads threads taking 32 MiB
+  // ranges in turn; the file's checksum is checked before this returns OK
+  // (on an error the destinations hold unverified bytes and must not be
+  // used). Other requests are copied from the verified files afterwards.
   absl::Status ReadMany(const std::vector<Request>& requests);
   // The whole global tensor, row-major.
   absl::StatusOr<std::vector<float>> ReadGlobal(const std::string& name, State state);
@@ -59,14 +68,20 @@ class CheckpointReader {
     const char* data = nullptr;
     size_t size = 0;
   };
+  struct ReadPlan;  // reader.cc
   CheckpointReader() = default;
   // Checks a request against the manifest (tensor known, region inside).
   absl::StatusOr<const TensorInfo*> Check(const std::string& name, State state,
                                           const Region& region, int64_t* rows, int64_t* cols);
   // Maps and verifies file `index` (once).
   absl::StatusOr<const char*> File(int index);
+  // ReadMany's steps: which bytes go where (checked against the manifest),
+  // then (after the file passes) the copies from the verified mapping.
+  absl::StatusOr<ReadPlan> Plan(const std::vector<Request>& requests);
+  absl::Status CopyTheRest(const std::vector<Request>& requests, ReadPlan& plan);
 
   std::string path_;
+  int threads_ = 1;
   Manifest manifest_;
   std::map<std::pair<std::string, int>, int> index_;  // (name, state) -> tensor
   absl::Mutex mu_;

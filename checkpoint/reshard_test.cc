@@ -32,9 +32,8 @@ void Continue(const std::vector<double>& ref, const Layout& l, const std::string
   c.load = load_dir;
   c.save = save_dir;
   c.save_interval = 10;
-  train::CheckpointFlags f;
-  f.load_iteration = from;
-  testing::RunResult r = testing::Run(c, l, f);
+  c.checkpoint.load_iteration = from;
+  testing::RunResult r = testing::Run(c, l);
   ASSERT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
   ASSERT_EQ(r.losses.size(), static_cast<size_t>(40 - from));
   for (int i = 0; i < 40 - from; ++i) {

@@ -27,9 +27,8 @@ TEST_P(ResumeTest, SaveStopResumeIsBitExact) {
   train::TrainConfig c = testing::TinyConfig(l, 40);
   c.save = dir;
   c.save_interval = 20;
-  train::CheckpointFlags flags;
-  flags.async_save = async;
-  testing::RunResult full = testing::Run(c, l, flags);
+  c.checkpoint.async_save = async;
+  testing::RunResult full = testing::Run(c, l);
   ASSERT_TRUE(full.status.ok()) << full.status;
   ASSERT_EQ(full.losses.size(), 40u);
   ASSERT_TRUE(IsDirectory(dir + "/iter_0000020"));
@@ -45,9 +44,8 @@ TEST_P(ResumeTest, SaveStopResumeIsBitExact) {
   // Resume from iteration 20 in a fresh world.
   train::TrainConfig r = testing::TinyConfig(l, 40);
   r.load = dir;
-  train::CheckpointFlags rf;
-  rf.load_iteration = 20;
-  testing::RunResult resumed = testing::Run(r, l, rf);
+  r.checkpoint.load_iteration = 20;
+  testing::RunResult resumed = testing::Run(r, l);
   ASSERT_TRUE(resumed.status.ok()) << resumed.status;
   ASSERT_EQ(resumed.losses.size(), 20u);
   for (int i = 0; i < 20; ++i) {

@@ -20,6 +20,17 @@
 #endif
 
 namespace loom::comm {
+namespace {
+
+absl::Status CheckStore(const std::string& store) {
+  if (store == "tcp" || (absl::StartsWith(store, "file:") && store.size() > 5)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--store='", store, "' is not 'tcp' or 'file:<shared directory>'"));
+}
+
+}  // namespace
 
 std::vector<std::string> AvailableBackends() {
   std::vector<std::string> out = {"local"};
@@ -35,20 +46,40 @@ std::vector<std::string> AvailableBackends() {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
-                                                     const BackendOptions& o) {
+absl::Status CheckBackend(const std::string& backend, const std::string& flag) {
   std::vector<std::string> avail = AvailableBackends();
   if (backend != "local" && backend != "mpi" && backend != "ucx" && backend != "nccl") {
-    return absl::InvalidArgumentError(absl::StrCat("--backend='", backend,
-                                                   "' is unknown; built backends: ",
+    return absl::InvalidArgumentError(absl::StrCat(flag, "='", backend,
+                                                   "' is not a backend; built backends: ",
                                                    absl::StrJoin(avail, ", ")));
   }
   if (std::find(avail.begin(), avail.end(), backend) == avail.end()) {
     return absl::UnimplementedError(absl::StrCat(
-        "--backend=", backend, " was not built (its library is missing; see "
+        flag, "=", backend, " was not built (its library is missing; see "
         "@loom_deps//:MISSING.txt); built backends: ", absl::StrJoin(avail, ", ")));
   }
-  absl::Status s = launch::ApplyNetworkSettings(o.network, backend);
+  return absl::OkStatus();
+}
+
+absl::Status CheckCommFlags(const launch::CommFlags& flags, const std::string& backend_flag) {
+  absl::Status s = CheckBackend(flags.backend, backend_flag);
+  if (!s.ok()) return s;
+  s = launch::NetworkSettings(flags.network, flags.backend).status();
+  if (!s.ok()) return s;
+  s = CheckStore(flags.store);
+  if (!s.ok()) return s;
+  if (!(flags.timeout_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--comm-timeout-s=", flags.timeout_s, " must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
+                                                     const BackendOptions& o) {
+  absl::Status s = CheckBackend(backend);
+  if (!s.ok()) return s;
+  s = launch::ApplyNetworkSettings(o.network, backend);
   if (!s.ok()) return s;
   if (backend == "local") {
     auto* mem = dynamic_cast<MemoryStore*>(o.store.get());
@@ -96,6 +127,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::CommFlags& flags,
                                                               std::shared_ptr<Store>* store_out) {
+  if (flags.backend == "local" || flags.backend == "mpi") {
+    return CreateFromFlags(flags, launch::RankInfo{}, store_out);  // neither needs a rank
+  }
+  absl::StatusOr<launch::RankInfo> info = launch::DiscoverRank(flags.rank);
+  if (!info.ok()) return info.status();
+  return CreateFromFlags(flags, *info, store_out);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::CommFlags& flags,
+                                                              const launch::RankInfo& info,
+                                                              std::shared_ptr<Store>* store_out) {
   BackendOptions o;
   o.network = flags.network;
   o.comm.timeout = absl::Seconds(flags.timeout_s);
@@ -105,27 +147,26 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::Comm
         "--backend=mpi, --backend=ucx or --backend=nccl");
   }
   if (flags.backend == "mpi") return Create("mpi", o);
-  absl::StatusOr<launch::RankInfo> info = launch::DiscoverRank(flags.rank);
-  if (!info.ok()) return info.status();
-  o.rank = info->rank;
-  o.world_size = info->world_size;
-  o.local_rank = info->local_rank;
-  if (flags.store == "tcp") {
+  o.rank = info.rank;
+  o.world_size = info.world_size;
+  o.local_rank = info.local_rank;
+  if (flags.store == "tcp" && info.world_size == 1) {
+    o.store = std::make_shared<MemoryStore>();  // nobody to meet: no port to bind
+  } else if (flags.store == "tcp") {
     TcpStoreOptions to;
-    to.host = info->master_addr;
-    to.port = info->master_port;
-    to.is_server = info->rank == 0;
+    to.host = info.master_addr;
+    to.port = info.master_port;
+    to.is_server = info.rank == 0;
     to.connect_timeout = o.comm.timeout;
     auto st = TcpStore::Create(to);
     if (!st.ok()) return st.status();
     o.store = std::move(*st);
-  } else if (absl::StartsWith(flags.store, "file:")) {
+  } else if (absl::Status s = CheckStore(flags.store); !s.ok()) {
+    return s;
+  } else {  // file:<dir>
     auto st = FileStore::Open(flags.store.substr(5));
     if (!st.ok()) return st.status();
     o.store = std::move(*st);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--store='", flags.store,
-                                                   "' is not 'tcp' or 'file:<shared directory>'"));
   }
   if (store_out) *store_out = o.store;
   return Create(flags.backend, o);

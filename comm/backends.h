@@ -32,12 +32,28 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
                                                      const BackendOptions& options);
 std::vector<std::string> AvailableBackends();
 
+// OK iff `backend` is a backend name and was built into this binary. Errors
+// name `flag` (as the user typed it, e.g. "--distributed-backend") and list
+// the built backends. For checking before any rank starts.
+absl::Status CheckBackend(const std::string& backend, const std::string& flag = "--backend");
+
+// Every check CreateFromFlags would make of `flags` without starting
+// anything: the backend (named as `backend_flag`), --network, --store,
+// --comm-timeout-s. A launcher calls it before it starts any rank.
+absl::Status CheckCommFlags(const launch::CommFlags& flags,
+                            const std::string& backend_flag = "--backend");
+
 // For multi-process binaries (mpi, ucx, nccl): discovers the rank (flags, then
-// environment), opens the store named by --store (rank 0 serves TCP), applies
-// --network and creates the world communicator. `store_out` (optional)
-// receives the store. Not for `local` (its ranks are threads).
+// environment), opens the store named by --store (rank 0 serves TCP; a world
+// of one rank needs no port and gets an in-process store), applies --network
+// and creates the world communicator. `store_out` (optional) receives the
+// store. Not for `local` (its ranks are threads).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(
     const launch::CommFlags& flags, std::shared_ptr<Store>* store_out = nullptr);
+// The same for a rank already discovered (launch::PlanLaunch's plan.rank).
+absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(
+    const launch::CommFlags& flags, const launch::RankInfo& rank,
+    std::shared_ptr<Store>* store_out = nullptr);
 
 }  // namespace loom::comm
 

@@ -293,7 +293,9 @@ int Main(int argc, char** argv) {
   std::vector<std::string> original(argv, argv + argc);
   launch::ParseFlags(argc, argv, "comm collective benchmark");
   launch::CommFlags flags = launch::GetCommFlags();
-  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  // Started by mpirun (comm/launch is the only reader of launcher variables).
+  const absl::StatusOr<launch::RankInfo> started = launch::DiscoverRank(flags.rank);
+  const bool under_mpirun = started.ok() && started->from == launch::RankSource::kOpenMpi;
   std::string launcher = absl::GetFlag(FLAGS_launcher);
 #ifdef LOOM_COMM_HAVE_MPI
   if (launcher == "auto") launcher = "mpirun";

@@ -14,17 +14,19 @@
 //    operation and returns a Work handle at once. Tensors must stay alive and
 //    unmodified (outputs: unread) until the handle reports completion.
 //  * Operations of one communicator start in issue order (collectives also
-//    complete in it; a Send may complete after later operations). Any number
-//    may be in flight before the first Wait; progress does not depend on
-//    anyone waiting.
+//    complete in it; a point-to-point op may complete after later ones: see
+//    POINT TO POINT). Any number may be in flight before the first Wait;
+//    progress does not depend on anyone waiting.
 //  * No infinite hang: an operation that does not finish within
 //    CommOptions::timeout of starting fails with DeadlineExceeded naming the
 //    op, the group, its sequence number and the ranks that did not arrive
 //    (where the backend can know them). After such a failure the communicator
 //    is aborted: later operations fail fast with FailedPrecondition.
-//  * Bad arguments (dtype/shape mismatch, root or peer out of range, non-CPU
-//    tensors) are reported through the returned handle, before anything is
-//    sent; they do not abort the communicator.
+//  * Bad arguments (dtype/shape mismatch, root, peer or tag out of range,
+//    tensors not on the communicator's device(): the host for local, mpi and
+//    ucx, its GPU for nccl) are reported through the returned handle, before
+//    anything is sent, by the same checks with the same messages on every
+//    backend; they do not abort the communicator.
 //  * In-place is "same memory twice" as in NCCL: AllReduce/Broadcast/Reduce
 //    with input == output; AllGather with input at output's slot `rank`;
 //    ReduceScatter with output at input's slot `rank`.
@@ -33,6 +35,43 @@
 //    the sum.
 //  * A communicator (and its Work handles) may be used from one thread at a
 //    time; different communicators (e.g. from Split) may run concurrently.
+//
+// POINT TO POINT (Send, Recv, BatchSendRecv; every backend, tested by the
+// conformance suite's PointToPointOrder and CollectiveAfterUnequalPointToPoint):
+//  * Matching: a send to `peer` with tag t meets a receive from the sender
+//    with tag t, of the same dtype and element count (a mismatch is an error
+//    on local and ucx, on mpi for counts; nccl cannot detect it). Between
+//    two ranks, messages with one tag are received in the order sent: across
+//    operations in issue order, within one BatchSendRecv in vector order.
+//  * Routing: on local, ucx and mpi tags route messages (a receive takes the
+//    oldest unreceived message from its peer with its tag, whatever else is
+//    in flight). On nccl they do not: between two ranks the k-th send meets
+//    the k-th receive, in issue order with the ops of one BatchSendRecv
+//    ordered by tag (stably). Portable code issues a pair's sends and
+//    receives in the same order and the same grouping on both sides.
+//  * Completion: a send may complete before its receive is posted (local
+//    always; ucx and mpi for small messages) or only once it is (nccl; large
+//    messages on mpi, and on ucx when its ranks span hosts or UCX_TLS is
+//    set). Neither is promised.
+//  * Progress: a Recv or BatchSendRecv holds back the operations issued
+//    after it on the communicator, collectives included, until it completes
+//    (local, ucx; on nccl every op does, a Send too: one stream); mpi runs
+//    them independently. Portable code completes when every op runs to
+//    completion one at a time in issue order, a send finishing only when its
+//    receive runs and the legs of one BatchSendRecv all at once. So
+//    exchanges in both directions between two ranks go in one
+//    BatchSendRecv, and a rank receives before it sends along a chain.
+//  * Collectives ignore point-to-point traffic: point-to-point ops take no
+//    collective sequence number and their messages never match a
+//    collective's. A collective matches across ranks by its place among the
+//    communicator's collectives alone, whatever number of point-to-point ops
+//    each rank issued before or between them (pipeline stages issue
+//    different numbers), as long as every send is received under the rules
+//    above; no separate communicator is needed. Descriptions (Describe(),
+//    DeadlineExceeded) number collectives and point-to-point ops in two
+//    sequences: "all_reduce #k" has the same k on every rank.
+//  * Tags: 0 <= tag < kMaxTag, all free for the caller (collectives use
+//    none). An empty BatchSendRecv completes at once.
 
 #include <cstdint>
 #include <memory>
@@ -131,11 +170,12 @@ class Communicator {
   // input and output numel = size * n: output block j = input block `rank`
   // of rank j.
   virtual WorkPtr AllToAll(const core::Tensor& input, const core::Tensor& output) = 0;
-  // Point to point. Messages between a pair with the same tag arrive in order.
+  // Point to point (see POINT TO POINT above): one message to or from `peer`.
   virtual WorkPtr Send(const core::Tensor& tensor, int peer, int tag = 0) = 0;
   virtual WorkPtr Recv(const core::Tensor& tensor, int peer, int tag = 0) = 0;
   // Posts all sends and receives at once (a 1F1B stage that sends and receives
-  // in the same step cannot deadlock); one handle for all.
+  // in the same step cannot deadlock); one handle for all, complete when
+  // every leg is.
   virtual WorkPtr BatchSendRecv(const std::vector<P2POp>& ops) = 0;
   virtual WorkPtr Barrier() = 0;
   // A barrier whose own limit is `op_timeout` instead of CommOptions::timeout,

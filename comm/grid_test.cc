@@ -1,9 +1,9 @@
 #include "comm/grid.h"
 
 #include <set>
-#include <thread>
 
-#include "comm/local/communicator.h"
+#include "comm/testing/ranks_as_threads.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 
 namespace loom::comm {
@@ -46,54 +46,39 @@ TEST(Grid, ParallelGroupsOnLocalBackend) {
   const int n = 8;
   auto grid = Grid::Make(n, 2, 2);  // dp = 2
   ASSERT_TRUE(grid.ok());
-  auto world = local::CreateWorld(n);
-  ASSERT_TRUE(world.ok());
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      Communicator& w = *(*world)[r];
-      auto groups = MakeParallelGroups(w, *grid);
-      if (!groups.ok()) {
-        errors[r] = groups.status().ToString();
-        return;
+  absl::Status s = testing::RunRanksAsThreads(n, [&](int r, Communicator* w) -> absl::Status {
+    auto groups = MakeParallelGroups(*w, *grid);
+    if (!groups.ok()) return groups.status();
+    struct G {
+      Communicator* c;
+      std::vector<int> want;
+    };
+    std::vector<G> gs = {{groups->tp.get(), grid->TpGroup(r)},
+                         {groups->dp.get(), grid->DpGroup(r)},
+                         {groups->pp.get(), grid->PpGroup(r)},
+                         {groups->embedding.get(), grid->EmbeddingGroup(r)}};
+    for (G& g : gs) {
+      if (g.want.empty()) {
+        if (g.c != nullptr) return absl::InternalError("inner stage got an embedding group");
+        continue;
       }
-      struct G {
-        Communicator* c;
-        std::vector<int> want;
-      };
-      std::vector<G> gs = {{groups->tp.get(), grid->TpGroup(r)},
-                           {groups->dp.get(), grid->DpGroup(r)},
-                           {groups->pp.get(), grid->PpGroup(r)},
-                           {groups->embedding.get(), grid->EmbeddingGroup(r)}};
-      for (G& g : gs) {
-        if (g.want.empty()) {
-          if (g.c != nullptr) errors[r] = "inner stage got an embedding group";
-          continue;
-        }
-        if (g.c == nullptr || g.c->size() != static_cast<int>(g.want.size())) {
-          errors[r] = "wrong group size";
-          return;
-        }
-        // All-gather the global ranks: must equal the arithmetic's list.
-        auto in = core::Tensor::Empty({1}, core::DType::kI32);
-        auto out = core::Tensor::Empty({g.c->size()}, core::DType::kI32);
-        in->data<int32_t>()[0] = r;
-        absl::Status s = g.c->AllGather(*in, *out)->Wait();
-        if (!s.ok()) {
-          errors[r] = s.ToString();
-          return;
-        }
-        for (int i = 0; i < g.c->size(); ++i) {
-          if (out->data<int32_t>()[i] != g.want[i]) {
-            errors[r] = "group " + g.c->group_name() + " has the wrong members";
-          }
+      if (g.c == nullptr || g.c->size() != static_cast<int>(g.want.size())) {
+        return absl::InternalError("wrong group size");
+      }
+      // All-gather the global ranks: must equal the arithmetic's list.
+      auto in = core::Tensor::Empty({1}, core::DType::kI32);
+      auto out = core::Tensor::Empty({g.c->size()}, core::DType::kI32);
+      in->data<int32_t>()[0] = r;
+      LOOM_RETURN_IF_ERROR(g.c->AllGather(*in, *out)->Wait());
+      for (int i = 0; i < g.c->size(); ++i) {
+        if (out->data<int32_t>()[i] != g.want[i]) {
+          return absl::InternalError("group " + g.c->group_name() + " has the wrong members");
         }
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace

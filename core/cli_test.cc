@@ -22,6 +22,18 @@ TEST(CliTest, DashesInFlagNamesBecomeUnderscores) {
   EXPECT_EQ(n.argv()[9], nullptr);
 }
 
+TEST(CliTest, FlagNames) {
+  EXPECT_EQ(FlagName("--nproc-per-node=2"), "nproc_per_node");
+  EXPECT_EQ(FlagName("-nproc_per_node"), "nproc_per_node");
+  EXPECT_EQ(FlagName("--data-path=/a-b"), "data_path");
+  EXPECT_EQ(FlagName("value-x"), "");
+  EXPECT_EQ(FlagName("--"), "");
+  EXPECT_EQ(NormalizeFlagName("--a-b=c-d"), "--a_b=c-d");
+  EXPECT_EQ(NormalizeFlagName("plain-arg"), "plain-arg");
+  EXPECT_EQ(FlagNamesIn({"prog", "--backend=ucx", "--lr", "0.1", "--", "--rank=1"}),
+            (std::vector<std::string>{"backend", "lr"}));
+}
+
 TEST(CliTest, UserPathsResolveAgainstTheBazelRunDirectory) {
   unsetenv("BUILD_WORKING_DIRECTORY");
   EXPECT_EQ(ResolveUserPath("data/x"), "data/x");

@@ -102,19 +102,21 @@ std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer) {
 
 std::vector<ParamSpec> EmbeddingParamSpecs(const GptConfig& c, int tp) {
   const int64_t vocab = PaddedVocabSize(c.vocab_size, c.make_vocab_size_divisible_by, tp);
+  ParamSpec word = Spec(kWordEmbeddingName, {vocab, c.hidden_size}, TpSplit::kRows, Init::kNormal,
+                        c.init_method_std, true);
+  word.unpadded_rows = c.vocab_size;
   return {
-      Spec("embedding.word_embeddings.weight", {vocab, c.hidden_size}, TpSplit::kRows,
-           Init::kNormal, c.init_method_std, true),
-      Spec("embedding.position_embeddings.weight", {c.max_positions(), c.hidden_size},
-           TpSplit::kReplicated, Init::kNormal, c.init_method_std, true, true),
+      word,
+      Spec(kPositionEmbeddingName, {c.max_positions(), c.hidden_size}, TpSplit::kReplicated,
+           Init::kNormal, c.init_method_std, true, true),
   };
 }
 
 std::vector<ParamSpec> FinalNormParamSpecs(const GptConfig& c) {
   return {
-      Spec("final_layernorm.weight", {c.hidden_size}, TpSplit::kReplicated, Init::kOnes, 0, false,
+      Spec(kFinalNormWeightName, {c.hidden_size}, TpSplit::kReplicated, Init::kOnes, 0, false,
            true),
-      Spec("final_layernorm.bias", {c.hidden_size}, TpSplit::kReplicated, Init::kZeros, 0, false,
+      Spec(kFinalNormBiasName, {c.hidden_size}, TpSplit::kReplicated, Init::kZeros, 0, false,
            true),
   };
 }

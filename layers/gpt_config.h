@@ -40,6 +40,14 @@ struct GptConfig {
 absl::Status ValidateLayout(const GptConfig& config, int tp, bool sequence_parallel, int pp = 1,
                             int vp = 1);
 
+// The global, layout-independent names of the parameters outside the blocks:
+// spelled here only (checkpoints store tensors by these names). Code that
+// needs one of them at run time holds a ParamHandle (see GptModel).
+inline constexpr char kWordEmbeddingName[] = "embedding.word_embeddings.weight";
+inline constexpr char kPositionEmbeddingName[] = "embedding.position_embeddings.weight";
+inline constexpr char kFinalNormWeightName[] = "final_layernorm.weight";
+inline constexpr char kFinalNormBiasName[] = "final_layernorm.bias";
+
 // Global parameter specs of layer `layer` (pre-LN transformer block).
 std::vector<ParamSpec> BlockParamSpecs(const GptConfig& config, int64_t layer);
 // Token + position embedding (the token table is also the tied output layer).

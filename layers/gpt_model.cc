@@ -1,5 +1,6 @@
 #include "layers/gpt_model.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -14,8 +15,6 @@ using core::Tensor;
 
 namespace {
 
-constexpr char kWordEmbedding[] = "embedding.word_embeddings.weight";
-constexpr char kPositionEmbedding[] = "embedding.position_embeddings.weight";
 constexpr int64_t kEmbeddingLayer = -1;  // dropout stream of the embedding
 
 int64_t Bytes(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
@@ -60,47 +59,85 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   m->padded_vocab_ =
       PaddedVocabSize(config.vocab_size, config.make_vocab_size_divisible_by, tp.size());
   std::vector<ParamSpec> specs;
-  bool has_embedding = false, has_final_norm = false;
+  bool has_pre = false, has_post = false;
   for (const ChunkSpec& c : m->chunks_) {
     if (c.first_layer < 0 || c.num_layers < 0 || c.first_layer + c.num_layers > config.num_layers) {
       return absl::InvalidArgumentError(absl::StrCat("chunk layers [", c.first_layer, ", ",
                                                      c.first_layer + c.num_layers,
                                                      ") outside --num-layers ", config.num_layers));
     }
-    // The tied output layer needs the token table too: a last stage holds its
-    // own copy (same name, same initial values), whose gradient the trainer
-    // all-reduces with the first stage's.
-    if ((c.pre_process || c.post_process) && !has_embedding) {
-      for (ParamSpec& s : EmbeddingParamSpecs(config, tp.size())) {
-        // A stage without the input embedding needs no position table.
-        if (c.pre_process || s.name == kWordEmbedding) specs.push_back(s);
-      }
-      has_embedding = true;
+    has_pre |= c.pre_process;
+    has_post |= c.post_process;
+  }
+  // Flat-buffer order: embedding, the layers in chunk order, final norm. The
+  // tied output layer needs the token table too: a last stage holds its own
+  // copy (same name, same initial values) and no position table.
+  if (has_pre || has_post) {
+    for (ParamSpec& s : EmbeddingParamSpecs(config, tp.size())) {
+      if (has_pre || s.name == kWordEmbeddingName) specs.push_back(s);
     }
+  }
+  for (const ChunkSpec& c : m->chunks_) {
     for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
       for (ParamSpec& s : BlockParamSpecs(config, l)) specs.push_back(s);
     }
-    if (c.post_process && !has_final_norm) {
-      for (ParamSpec& s : FinalNormParamSpecs(config)) specs.push_back(s);
-      has_final_norm = true;
-    }
+  }
+  if (has_post) {
+    for (ParamSpec& s : FinalNormParamSpecs(config)) specs.push_back(s);
   }
   LOOM_ASSIGN_OR_RETURN(m->params_,
                         ParamBuffer::Create(std::move(specs), tp.rank(), tp.size(), config.seed,
                                             buffer_multiple, config.device, config.compute_dtype));
-  for (const ChunkSpec& c : m->chunks_) {
+  m->word_embedding_ = m->params_.Find(kWordEmbeddingName);
+  m->position_embedding_ = m->params_.Find(kPositionEmbeddingName);
+  if (has_post && !has_pre) m->params_.at(m->word_embedding_).tied_copy = true;
+  LOOM_RETURN_IF_ERROR(m->BuildLayers());
+  return m;
+}
+
+absl::Status GptModel::BuildLayers() {
+  const std::string prefix_of_layer = "layers.";
+  auto handles_with_prefix = [&](const std::string& prefix) {
+    std::vector<ParamHandle> out;
+    for (size_t i = 0; i < params_.params().size(); ++i) {
+      if (params_.params()[i].spec->name.rfind(prefix, 0) == 0) out.push_back({static_cast<int>(i)});
+    }
+    return out;
+  };
+  if (word_embedding_.valid() && position_embedding_.valid()) {
+    embedding_.emplace(&params_.at(word_embedding_), tp_);
+    units_.push_back({kEmbeddingUnit, {word_embedding_, position_embedding_}});
+  }
+  for (const ChunkSpec& c : chunks_) {
     std::vector<std::unique_ptr<TransformerBlock>> blocks;
     for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
-      blocks.push_back(std::make_unique<TransformerBlock>(&m->params_, config, l, tp));
+      blocks.push_back(std::make_unique<TransformerBlock>(&params_, config_, l, tp_));
+      units_.push_back({l, handles_with_prefix(absl::StrCat(prefix_of_layer, l, "."))});
     }
-    m->blocks_.push_back(std::move(blocks));
+    blocks_.push_back(std::move(blocks));
   }
-  return m;
+  const ParamHandle norm_w = params_.Find(kFinalNormWeightName);
+  const ParamHandle norm_b = params_.Find(kFinalNormBiasName);
+  if (norm_w.valid()) {
+    final_norm_.emplace(&params_.at(norm_w), &params_.at(norm_b), config_.layernorm_epsilon);
+    // Tied output layer: logits = X·Eᵀ, column-parallel over the vocabulary.
+    output_layer_.emplace(&params_.at(word_embedding_), nullptr, tp_);
+    units_.push_back({head_unit(), {norm_w, norm_b, word_embedding_}});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::Before(int64_t unit) const {
+  return hooks_.before_forward ? hooks_.before_forward(unit) : absl::OkStatus();
+}
+
+absl::Status GptModel::After(int64_t unit) const {
+  return hooks_.after_backward ? hooks_.after_backward(unit) : absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tensor& targets,
                                          const DropoutStream& dropout, Saved* saved,
-                                         double* loss) const {
+                                         double* loss) {
   if (c < 0 || c >= static_cast<int>(chunks_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("GptModel: no chunk ", c));
   }
@@ -112,34 +149,29 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
                                                      ", expected i32[", config_.seq_length,
                                                      ", b] (--seq-length)"));
     }
-    Param* word = const_cast<Param*>(&params_.at(kWordEmbedding));
-    const Param& pos = params_.at(kPositionEmbedding);
-    VocabParallelEmbedding embedding(word, tp_);
-    LOOM_ASSIGN_OR_RETURN(x, embedding.Forward(input, &saved->embedding));  // [s(/p), b, h]
+    LOOM_RETURN_IF_ERROR(Before(kEmbeddingUnit));
+    LOOM_ASSIGN_OR_RETURN(x, embedding_->Forward(input, &saved->embedding));  // [s(/p), b, h]
     // Position embeddings of this rank's rows of the sequence: a lookup of
     // the position table at ids s0 + i, added (runs on x's device).
     LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, x));
     LOOM_ASSIGN_OR_RETURN(Tensor pos_rows, Tensor::Empty(x.shape(), x.dtype(), x.device()));
-    LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(positions, pos.value, &pos_rows));
+    LOOM_RETURN_IF_ERROR(
+        core::ops::EmbeddingForward(positions, params_.at(position_embedding_).value, &pos_rows));
     LOOM_RETURN_IF_ERROR(core::ops::Add(x, pos_rows, &x));
     LOOM_RETURN_IF_ERROR(
         HiddenDropout(&x, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, false));
   }
   saved->blocks.resize(blocks_[c].size());
   for (size_t i = 0; i < blocks_[c].size(); ++i) {
+    LOOM_RETURN_IF_ERROR(Before(chunk.first_layer + static_cast<int64_t>(i)));
     LOOM_ASSIGN_OR_RETURN(x, blocks_[c][i]->Forward(x, dropout, &saved->blocks[i]));
   }
   if (!chunk.post_process) return x;
 
-  LayerNorm final_norm(const_cast<Param*>(&params_.at("final_layernorm.weight")),
-                       const_cast<Param*>(&params_.at("final_layernorm.bias")),
-                       config_.layernorm_epsilon);
-  LOOM_ASSIGN_OR_RETURN(x, final_norm.Forward(x, &saved->final_norm));
-  // Tied output layer: logits = X·Eᵀ, column-parallel over the vocabulary.
-  ColumnParallelLinear output(const_cast<Param*>(&params_.at(kWordEmbedding)), nullptr, tp_);
-  LOOM_ASSIGN_OR_RETURN(Tensor logits, output.Forward(x, &saved->output));  // [s, b, V/p]
-  VocabParallelCrossEntropy ce(tp_, config_.vocab_size);
-  LOOM_RETURN_IF_ERROR(ce.ForwardOnDevice(logits, targets, &saved->loss));
+  LOOM_RETURN_IF_ERROR(Before(head_unit()));
+  LOOM_ASSIGN_OR_RETURN(x, final_norm_->Forward(x, &saved->final_norm));
+  LOOM_ASSIGN_OR_RETURN(Tensor logits, output_layer_->Forward(x, &saved->output));  // [s, b, V/p]
+  LOOM_RETURN_IF_ERROR(loss_.ForwardOnDevice(logits, targets, &saved->loss));
   if (loss != nullptr) {
     LOOM_ASSIGN_OR_RETURN(*loss, LossOf(saved->loss.sums));
   }
@@ -151,18 +183,17 @@ absl::StatusOr<double> GptModel::LossOf(const Tensor& loss_sums) {
 }
 
 absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
-                                          const DropoutStream& dropout, const Saved& saved) const {
+                                          const DropoutStream& dropout, const Saved& saved) {
+  if (c < 0 || c >= static_cast<int>(chunks_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("GptModel: no chunk ", c));
+  }
   const ChunkSpec& chunk = chunks_[c];
   Tensor d = dy;
   if (chunk.post_process) {
-    VocabParallelCrossEntropy ce(tp_, config_.vocab_size);
-    LOOM_ASSIGN_OR_RETURN(Tensor dlogits, ce.Backward(saved.loss, dloss));
-    ColumnParallelLinear output(const_cast<Param*>(&params_.at(kWordEmbedding)), nullptr, tp_);
-    LOOM_ASSIGN_OR_RETURN(d, output.Backward(dlogits, saved.output));
-    LayerNorm final_norm(const_cast<Param*>(&params_.at("final_layernorm.weight")),
-                         const_cast<Param*>(&params_.at("final_layernorm.bias")),
-                         config_.layernorm_epsilon);
-    LOOM_ASSIGN_OR_RETURN(d, final_norm.Backward(d, saved.final_norm));
+    LOOM_ASSIGN_OR_RETURN(Tensor dlogits, loss_.Backward(saved.loss, dloss));
+    LOOM_ASSIGN_OR_RETURN(d, output_layer_->Backward(dlogits, saved.output));
+    LOOM_ASSIGN_OR_RETURN(d, final_norm_->Backward(d, saved.final_norm));
+    LOOM_RETURN_IF_ERROR(After(head_unit()));
   }
   if (!d.defined()) {
     return absl::InvalidArgumentError(
@@ -170,17 +201,17 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
   }
   for (size_t i = blocks_[c].size(); i-- > 0;) {
     LOOM_ASSIGN_OR_RETURN(d, blocks_[c][i]->Backward(d, dropout, saved.blocks[i]));
-    if (layer_grad_hook_) layer_grad_hook_(chunks_[c].first_layer + static_cast<int64_t>(i));
+    LOOM_RETURN_IF_ERROR(After(chunk.first_layer + static_cast<int64_t>(i)));
   }
   if (!chunk.pre_process) return d;
 
   LOOM_RETURN_IF_ERROR(
       HiddenDropout(&d, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, true));
-  Param* pos = const_cast<Param*>(&params_.at(kPositionEmbedding));
   LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, d));
-  LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(positions, d, &pos->grad));
-  VocabParallelEmbedding embedding(const_cast<Param*>(&params_.at(kWordEmbedding)), tp_);
-  LOOM_RETURN_IF_ERROR(embedding.Backward(d, saved.embedding));
+  LOOM_RETURN_IF_ERROR(
+      core::ops::EmbeddingBackward(positions, d, &params_.at(position_embedding_).grad));
+  LOOM_RETURN_IF_ERROR(embedding_->Backward(d, saved.embedding));
+  LOOM_RETURN_IF_ERROR(After(kEmbeddingUnit));
   return Tensor();
 }
 
@@ -205,22 +236,21 @@ absl::StatusOr<Tensor> GptModel::GatherLogits(const Saved& saved) const {
   return f32;
 }
 
-std::pair<int64_t, int64_t> GptModel::LayerRange(int64_t layer) const {
-  const std::string prefix = absl::StrCat("layers.", layer, ".");
-  int64_t begin = -1, end = -1;
-  for (const Param& p : params_.params()) {
-    if (p.spec->name.rfind(prefix, 0) != 0) continue;
-    begin = begin < 0 ? p.offset : std::min(begin, p.offset);
-    end = std::max(end, p.offset + p.value.numel());
-  }
-  return {begin, end};
-}
-
-absl::Status GptModel::ReduceSequenceParallelGrads() {
-  if (!tp_.sequence_parallel || !tp_.parallel()) return absl::OkStatus();
+absl::Status AllReduceSequenceParallelGrads(
+    const TpGroup& tp, ParamBuffer* params,
+    const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  if (!tp.sequence_parallel || !tp.parallel()) return absl::OkStatus();
   std::vector<comm::WorkPtr> works;
-  for (Param& p : params_.params()) {
-    if (p.spec->sequence_parallel_grad) works.push_back(tp_.comm->AllReduce(p.grad, comm::ReduceOp::kSum));
+  for (Param& p : params->params()) {
+    if (!p.spec->sequence_parallel_grad) continue;
+    const int64_t p_end = p.offset + p.grad.numel();
+    for (const auto& [begin, end] : ranges) {
+      const int64_t from = std::max(begin, p.offset), to = std::min(end, p_end);
+      if (from >= to) continue;
+      LOOM_ASSIGN_OR_RETURN(Tensor flat, p.grad.Reshape(Shape{p.grad.numel()}));
+      LOOM_ASSIGN_OR_RETURN(Tensor part, flat.Narrow(from - p.offset, to - from));
+      works.push_back(tp.comm->AllReduce(part, comm::ReduceOp::kSum));
+    }
   }
   return comm::WaitAllOnStream(works);
 }

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -29,11 +30,35 @@ struct ChunkSpec {
   bool post_process = true;  // final LayerNorm, tied output layer, cross-entropy
 };
 
+// Parameter units, in the order a forward reads them: what data parallelism
+// buckets and waits on (//distributed:gradient_sync). Unit ids:
+//   kEmbeddingUnit        token + position embedding (a pre_process chunk)
+//   0 .. num_layers - 1   transformer layer l (global index)
+//   num_layers            the head: final LayerNorm + the tied output layer
+inline constexpr int64_t kEmbeddingUnit = -1;
+struct ParamUnit {
+  int64_t id = 0;
+  std::vector<ParamHandle> params;  // read by its forward, accumulated by its backward
+};
+
+// Progress callbacks, for data parallelism to overlap its communication with
+// the computation. An error stops the forward or backward that called it.
+struct ModelHooks {
+  // Before a forward reads unit `id`'s parameters (ZeRO-1 parameter gather).
+  std::function<absl::Status(int64_t unit)> before_forward;
+  // After a backward of one micro-batch has accumulated unit `id`'s gradients.
+  std::function<absl::Status(int64_t unit)> after_backward;
+};
+
 // A GPT-2-style model (token + learned position embeddings, pre-LN blocks,
 // final LayerNorm, output layer tied to the token embedding), as the chunks
 // one rank holds, tensor-parallel over `tp`. All of the rank's parameters
 // live in one ParamBuffer. The whole model on one rank (TP = 1, one chunk)
 // is the reference every parallel layout is tested against.
+//
+// The model only computes: gradients accumulate into the ParamBuffer and
+// every reduction across ranks (data parallel, the sequence-parallel sum over
+// TP, the tied embedding across pipeline stages) is GradientSync's.
 class GptModel {
  public:
   // What one forward of one chunk keeps for its backward (one per in-flight
@@ -48,8 +73,8 @@ class GptModel {
     int64_t ActivationBytes() const;  // for memory accounting
   };
 
-  // `buffer_multiple`: pad the flat parameter/gradient buffers to a multiple
-  // of it (the DP size, for the distributed optimizer's equal shards).
+  // `buffer_multiple`: pad every parameter's slot in the flat buffers to a
+  // multiple of it (the DP size, for the distributed optimizer's equal shards).
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp,
                                                           std::vector<ChunkSpec> chunks,
                                                           int64_t buffer_multiple = 1);
@@ -64,34 +89,31 @@ class GptModel {
   // does not wait for the forward's kernels.
   absl::StatusOr<core::Tensor> Forward(int c, const core::Tensor& input,
                                        const core::Tensor& targets, const DropoutStream& dropout,
-                                       Saved* saved, double* loss) const;
+                                       Saved* saved, double* loss);
   // The mean loss of a post_process forward whose `loss` was null, from its
   // saved->loss.sums (kept by the caller after the Saved is released).
   static absl::StatusOr<double> LossOf(const core::Tensor& loss_sums);
   // Backward of chunk `c`: `dy` is the gradient of its output (ignored for a
   // post_process chunk, which starts from `dloss`, the weight of this
   // micro-batch's mean loss). Returns the gradient of the hidden input, or an
-  // empty tensor for a pre_process chunk. Gradients accumulate.
+  // empty tensor for a pre_process chunk. Gradients accumulate into params().
   absl::StatusOr<core::Tensor> Backward(int c, const core::Tensor& dy, float dloss,
-                                        const DropoutStream& dropout, const Saved& saved) const;
+                                        const DropoutStream& dropout, const Saved& saved);
 
   // Full logits [s, b, V] (unpadded) of a post_process chunk's last forward,
   // gathered over TP, as f32 on the host: for tests and text generation.
   absl::StatusOr<core::Tensor> GatherLogits(const Saved& saved) const;
 
-  // Under sequence parallelism, all-reduces over TP the gradients of the
-  // replicated parameters that saw only s/p rows (LayerNorm, row-parallel
-  // bias, position embedding). Call once per step, before the optimizer.
-  absl::Status ReduceSequenceParallelGrads();
+  void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
+  // This rank's parameter units, in forward order.
+  const std::vector<ParamUnit>& units() const { return units_; }
+  int64_t head_unit() const { return config_.num_layers; }
 
-  // Called after every backward of transformer layer `layer` (global index),
-  // once per micro-batch: lets data parallelism start reducing a layer's
-  // gradients while earlier layers still run their backward.
-  using LayerGradHook = std::function<void(int64_t layer)>;
-  void set_layer_grad_hook(LayerGradHook hook) { layer_grad_hook_ = std::move(hook); }
-  // [begin, end) of layer `layer`'s parameters in the flat buffers, or
-  // {-1, -1} if this rank does not hold it.
-  std::pair<int64_t, int64_t> LayerRange(int64_t layer) const;
+  // Handles of the parameters outside the blocks (invalid where this rank
+  // does not hold them). The word embedding of a last stage that does not
+  // also hold the first is a tied copy (Param::tied_copy).
+  ParamHandle word_embedding() const { return word_embedding_; }
+  ParamHandle position_embedding() const { return position_embedding_; }
 
   const GptConfig& config() const { return config_; }
   const TpGroup& tp() const { return tp_; }
@@ -102,16 +124,34 @@ class GptModel {
 
  private:
   GptModel(const GptConfig& config, TpGroup tp, std::vector<ChunkSpec> chunks)
-      : config_(config), tp_(tp), chunks_(std::move(chunks)) {}
+      : config_(config), tp_(tp), chunks_(std::move(chunks)), loss_(tp, config.vocab_size) {}
+  absl::Status BuildLayers();
+  absl::Status Before(int64_t unit) const;
+  absl::Status After(int64_t unit) const;
 
   GptConfig config_;
   TpGroup tp_;
   std::vector<ChunkSpec> chunks_;
   int64_t padded_vocab_ = 0;
   ParamBuffer params_;
+  ParamHandle word_embedding_, position_embedding_;
+  // The layers hold pointers into params_; they exist where a chunk needs them.
+  std::optional<VocabParallelEmbedding> embedding_;       // pre_process
   std::vector<std::vector<std::unique_ptr<TransformerBlock>>> blocks_;  // per chunk
-  LayerGradHook layer_grad_hook_;
+  std::optional<LayerNorm> final_norm_;                    // post_process
+  std::optional<ColumnParallelLinear> output_layer_;       // post_process, tied to the embedding
+  VocabParallelCrossEntropy loss_;
+  std::vector<ParamUnit> units_;
+  ModelHooks hooks_;
 };
+
+// Under sequence parallelism, all-reduces (sum) over TP the gradients of the
+// replicated parameters that saw only s/p rows (LayerNorm, row-parallel bias,
+// position embedding), restricted to the flat ranges `ranges` of the buffer
+// (every TP rank passes the same ranges: their buffers have one layout).
+// A no-op without SP. Collective over TP.
+absl::Status AllReduceSequenceParallelGrads(const TpGroup& tp, ParamBuffer* params,
+                                            const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
 }  // namespace loom::layers
 

@@ -87,10 +87,9 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
     }
     buf.index_[spec.name] = buf.params_.size();
     buf.params_.push_back(Param{nullptr, {}, {}, {}, total, start});
-    total += local->numel();
+    buf.numel_ += local->numel();
+    total += multiple > 1 ? (local->numel() + multiple - 1) / multiple * multiple : local->numel();
   }
-  buf.numel_ = total;
-  if (multiple > 1) total = (total + multiple - 1) / multiple * multiple;
   absl::StatusOr<core::Tensor> values = core::Tensor::Zeros(core::Shape{total}, core::DType::kF32);
   if (!values.ok()) return values.status();
   buf.values_ = *values;
@@ -135,17 +134,26 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
   return buf;
 }
 
-Param& ParamBuffer::at(const std::string& name) {
+size_t ParamBuffer::IndexOf(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
     std::fprintf(stderr, "loom: no parameter named %s\n", name.c_str());
     std::abort();
   }
-  return params_[it->second];
+  return it->second;
 }
 
-const Param& ParamBuffer::at(const std::string& name) const {
-  return const_cast<ParamBuffer*>(this)->at(name);
+Param& ParamBuffer::at(const std::string& name) { return params_[IndexOf(name)]; }
+const Param& ParamBuffer::at(const std::string& name) const { return params_[IndexOf(name)]; }
+
+ParamHandle ParamBuffer::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return ParamHandle{it == index_.end() ? -1 : static_cast<int>(it->second)};
+}
+
+int64_t ParamBuffer::SlotEnd(ParamHandle h) const {
+  const size_t next = static_cast<size_t>(h.index) + 1;
+  return next < params_.size() ? params_[next].offset : padded_numel();
 }
 
 absl::StatusOr<ParamBuffer> ParamBuffer::HostMirror() const {
@@ -175,6 +183,13 @@ absl::Status ParamBuffer::ZeroGrads() {
 absl::Status ParamBuffer::SyncComputeCopy() {
   if (!compute_.defined()) return absl::OkStatus();
   return core::ops::Convert(values_, &compute_);
+}
+
+absl::Status ParamBuffer::SyncComputeCopy(int64_t begin, int64_t end) {
+  if (!compute_.defined() || begin >= end) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(core::Tensor from, values_.Narrow(begin, end - begin));
+  LOOM_ASSIGN_OR_RETURN(core::Tensor to, compute_.Narrow(begin, end - begin));
+  return core::ops::Convert(from, &to);
 }
 
 }  // namespace loom::layers

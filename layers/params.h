@@ -35,6 +35,17 @@ struct ParamSpec {
   // Replicated over TP but computed from 1/p of the sequence under sequence
   // parallelism: its gradient must be all-reduced over TP (LayerNorm, row bias).
   bool sequence_parallel_grad = false;
+  // Rows of the global tensor that hold the model (the vocabulary before it is
+  // padded for TP); the rows past them are padding, never stored. 0: all.
+  int64_t unpadded_rows = 0;
+};
+
+// A parameter's identity inside one ParamBuffer: what other packages hold
+// instead of spelling its name.
+struct ParamHandle {
+  int index = -1;
+  bool valid() const { return index >= 0; }
+  bool operator==(const ParamHandle& o) const { return index == o.index; }
 };
 
 // One parameter as a rank holds it: views into the rank's flat buffers.
@@ -46,6 +57,10 @@ struct Param {
   int64_t offset = 0;  // element offset of the shard in the flat buffers
   // The shard's place in the global tensor: rows/cols [start, start + local).
   int64_t split_start = 0;
+  // A second copy of a parameter that another pipeline stage also holds (the
+  // last stage's tied word embedding): its gradient is summed with the
+  // original's, and it is counted in the gradient norm and saved only there.
+  bool tied_copy = false;
 };
 
 // All parameters of one rank in one contiguous f32 buffer, gradients in a
@@ -56,9 +71,10 @@ class ParamBuffer {
   // Lays out `specs` for TP rank `tp_rank` of `tp_size` and initialises the
   // values from `seed`. Errors name the parameter whose split dim is not
   // divisible by tp_size.
-  // `multiple`: the flat buffers are padded with zeros to a multiple of it
-  // (the data-parallel size, so the distributed optimizer can reduce-scatter
-  // them in equal shards).
+  // `multiple`: every parameter's slot in the flat buffers is padded with
+  // zeros to a multiple of it (the data-parallel size), so any run of whole
+  // parameters splits into equal data-parallel shards (the distributed
+  // optimizer reduce-scatters bucket by bucket).
   // `device`: where the buffers live (initialised on the host, then copied).
   // `compute_dtype`: kF32, or kBF16 for a third flat buffer holding the bf16
   // copy of the values that the layers use (see SyncComputeCopy).
@@ -75,6 +91,12 @@ class ParamBuffer {
   Param& at(const std::string& name);
   const Param& at(const std::string& name) const;
   bool contains(const std::string& name) const { return index_.count(name) > 0; }
+  // The handle of `name`, invalid if this rank does not hold it.
+  ParamHandle Find(const std::string& name) const;
+  Param& at(ParamHandle h) { return params_[h.index]; }
+  const Param& at(ParamHandle h) const { return params_[h.index]; }
+  // [offset, end of its padded slot) of parameter `h` in the flat buffers.
+  int64_t SlotEnd(ParamHandle h) const;
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
 
@@ -93,8 +115,12 @@ class ParamBuffer {
   // Refreshes the bf16 compute copy from the f32 values (after an optimizer
   // step or a checkpoint load); a no-op when computing in f32.
   absl::Status SyncComputeCopy();
+  // The same for the flat range [begin, end) only.
+  absl::Status SyncComputeCopy(int64_t begin, int64_t end);
 
  private:
+  size_t IndexOf(const std::string& name) const;  // aborts on an unknown name
+
   std::vector<ParamSpec> specs_;
   std::vector<Param> params_;
   std::map<std::string, size_t> index_;

@@ -2,10 +2,8 @@
 
 #include <cmath>
 #include <random>
-#include <thread>
 
-#include "absl/synchronization/mutex.h"
-#include "comm/local/communicator.h"
+#include "comm/testing/ranks_as_threads.h"
 #include "layers/mappings.h"
 
 namespace loom::layers::testing {
@@ -14,20 +12,7 @@ using core::Shape;
 using core::Tensor;
 
 absl::Status RunRanks(int size, const std::function<absl::Status(int, comm::Communicator*)>& fn) {
-  auto world = comm::local::CreateWorld(size);
-  if (!world.ok()) return world.status();
-  absl::Mutex mu;
-  absl::Status first;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      absl::Status s = fn(r, (*world)[r].get());
-      absl::MutexLock lock(&mu);
-      if (!s.ok() && first.ok()) first = absl::Status(s.code(), "rank " + std::to_string(r) + ": " + std::string(s.message()));
-    });
-  }
-  for (auto& t : threads) t.join();
-  return first;
+  return comm::testing::RunRanksAsThreads(size, fn);
 }
 
 Tensor RandomTensor(const Shape& shape, uint64_t seed, float scale) {

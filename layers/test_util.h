@@ -17,7 +17,8 @@
 namespace loom::layers::testing {
 
 // Runs fn(rank, comm) on `size` threads sharing a local world; returns the
-// first error (fn's or the backend's).
+// first error (fn's or the backend's) as "rank r: ...". The same as
+// comm::testing::RunRanksAsThreads (//comm/testing:ranks_as_threads).
 absl::Status RunRanks(int size, const std::function<absl::Status(int, comm::Communicator*)>& fn);
 
 // Uniform in [-scale, scale), deterministic in seed.

@@ -15,8 +15,6 @@ using layers::GptModel;
 
 namespace {
 
-constexpr char kWordEmbedding[] = "embedding.word_embeddings.weight";
-
 using Key = std::pair<int, int>;  // (micro_batch, chunk)
 
 // The stage that owns virtual stage `vs`.
@@ -40,19 +38,17 @@ absl::Status CheckIds(const char* what, const Tensor& t, int64_t s, int64_t b, i
 }  // namespace
 
 Executor::Executor(const Schedule& schedule, GptModel* model, comm::Communicator* pp,
-                   comm::Communicator* embedding, const ExecutorOptions& options,
-                   core::Shape boundary)
+                   const ExecutorOptions& options, core::Shape boundary)
     : schedule_(schedule),
       model_(model),
       pp_(pp),
-      embedding_(embedding),
       options_(options),
       pp_rank_(pp ? pp->rank() : 0),
       p2p_(pp, schedule.options.vp, boundary, model->config().compute_dtype,
            model->config().device) {}
 
 absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* model,
-                                          comm::Communicator* pp, comm::Communicator* embedding,
+                                          comm::Communicator* pp,
                                           const ExecutorOptions& options) {
   const int P = schedule.options.pp, v = schedule.options.vp, M = schedule.options.micro_batches;
   if (model == nullptr) return absl::InvalidArgumentError("pipeline executor: no model");
@@ -93,7 +89,9 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* mo
           ", expected pre_process=", want_pre, " post_process=", want_post));
     }
   }
+  bool has_backward = false;
   for (const Action& a : schedule.stages[rank]) {
+    has_backward |= a.kind == ActionKind::kBackward;
     if (a.micro_batch < 0 || a.micro_batch >= M || a.chunk < 0 || a.chunk >= v) {
       return absl::InvalidArgumentError(absl::StrCat("pipeline executor, stage ", rank, ": ",
                                                      ToString(a), " outside M = ", M, ", v = ", v));
@@ -108,25 +106,17 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* mo
           " does not connect to the adjacent virtual stage ", other, " of ", P * v));
     }
   }
-  LOOM_RETURN_IF_ERROR(CheckTagRange(M, P * v));
-  const bool ends = rank == 0 || rank == P - 1;
-  if (P > 1 && ends && options.all_reduce_embedding_grads) {
-    if (embedding == nullptr || embedding->size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pipeline executor, stage ", rank,
-          ": the first and last stage need the embedding group (2 ranks) to all-reduce the tied "
-          "word-embedding gradient; got ",
-          embedding ? absl::StrCat(embedding->size(), " ranks") : std::string("none"),
-          " (pass ParallelGroups::embedding)"));
-    }
-    if (!model->params().contains(kWordEmbedding)) {
-      return absl::InvalidArgumentError(absl::StrCat("pipeline executor, stage ", rank,
-                                                     ": the model has no ", kWordEmbedding));
-    }
+  if (has_backward == options.forward_only) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline executor, stage ", rank, ": ",
+        options.forward_only ? "forward_only with a schedule that runs backwards (use "
+                               "BuildForwardOnlySchedule)"
+                             : "a training step needs a schedule with backwards (BuildSchedule)"));
   }
+  LOOM_RETURN_IF_ERROR(CheckTagRange(M, P * v));
   const core::Shape boundary =
       BoundaryShape(model->config(), model->tp(), options.micro_batch_size);
-  return Executor(schedule, model, pp, embedding, options, boundary);
+  return Executor(schedule, model, pp, options, boundary);
 }
 
 absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
@@ -199,10 +189,16 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
       outputs[key] = *std::move(out);
     }
     const int64_t n = record.ActivationBytes();
+    result.peak_activation_bytes = std::max(result.peak_activation_bytes, bytes + n);
+    result.peak_live_saved[a.chunk] = std::max(result.peak_live_saved[a.chunk], live[a.chunk] + 1);
+    if (options_.forward_only) {  // nothing will read these activations again
+      saved.erase(key);
+      if (a.chunk == v - 1) batches.erase(a.micro_batch);
+      return absl::OkStatus();
+    }
     saved_bytes[key] = n;
     bytes += n;
-    result.peak_activation_bytes = std::max(result.peak_activation_bytes, bytes);
-    result.peak_live_saved[a.chunk] = std::max(result.peak_live_saved[a.chunk], ++live[a.chunk]);
+    ++live[a.chunk];
     return absl::OkStatus();
   };
 
@@ -325,23 +321,6 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     }
     LOOM_ASSIGN_OR_RETURN(host, t.To(core::Device::CPU()));
     result.mean_loss = host.data<double>()[0];
-  }
-  if (P > 1 && options_.all_reduce_embedding_grads && (me == 0 || me == P - 1)) {
-    layers::Param& word = model_->params().at(kWordEmbedding);
-    absl::Status st = embedding_->AllReduce(word.grad, comm::ReduceOp::kSum)->WaitOnStream();
-    if (!st.ok()) {
-      return absl::Status(st.code(),
-                          absl::StrCat("stage ", me, ": all-reduce of the tied ", kWordEmbedding,
-                                       " gradient over the embedding group: ", st.message()));
-    }
-  }
-  if (options_.reduce_sequence_parallel_grads) {
-    absl::Status st = model_->ReduceSequenceParallelGrads();
-    if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("stage ", me,
-                                                  ": sequence-parallel gradient all-reduce: ",
-                                                  st.message()));
-    }
   }
   return result;
 }

@@ -14,13 +14,17 @@
 //      a micro-batch's record is freed right after its backward;
 //   3. accumulates gradients over micro-batches into the model's grad buffer
 //      (the backward of micro-batch m starts from dloss = loss_scale); it does
-//      NOT zero them first: that is the caller's step boundary;
+//      NOT zero them first, and reduces nothing across ranks: the step
+//      boundary and every gradient reduction (DP, the SP sum over TP, the tied
+//      embedding over the first and last stage) are the caller's
+//      (//distributed:gradient_sync, driven by the model's hooks);
 //   4. sends the mean loss from the last stage to every stage over the pp
 //      communicator (point-to-point with a reserved tag, see LossTag: the
-//      comm engine's collectives do not match after unequal p2p traffic),
-//   5. all-reduces (sum) the tied word-embedding gradient over the embedding
-//      group (first + last stage) when P > 1, and
-//   6. calls GptModel::ReduceSequenceParallelGrads().
+//      comm engine's collectives do not match after unequal p2p traffic).
+//
+// A forward-only schedule (BuildForwardOnlySchedule, for evaluation) runs
+// with ExecutorOptions::forward_only: no backward, each micro-batch's
+// activations are dropped as soon as its forward has run.
 //
 // Errors never hang: every wait uses the communicator's CommOptions::timeout,
 // and a failed batch names the stage and the actions, e.g.
@@ -65,10 +69,8 @@ struct ExecutorOptions {
   float loss_scale = 1.0f;
   // Broadcast the mean loss from the last stage to every stage (collective over pp).
   bool broadcast_loss = true;
-  // All-reduce the tied word-embedding gradient over the embedding group (P > 1).
-  bool all_reduce_embedding_grads = true;
-  // Call GptModel::ReduceSequenceParallelGrads() at the end of the step.
-  bool reduce_sequence_parallel_grads = true;
+  // The schedule has no backward (BuildForwardOnlySchedule): evaluation.
+  bool forward_only = false;
 };
 
 struct StepResult {
@@ -90,16 +92,15 @@ class Executor {
   // Checks that `model` fits `schedule` for this rank before any step runs:
   // the model has vp chunks; chunk c is pre_process iff it is virtual stage 0
   // and post_process iff it is the last virtual stage; `pp` has P ranks (may
-  // be null when P = 1); `embedding` is given exactly on the first and last
-  // stage when P > 1 (null otherwise is fine, it is ignored for P = 1); every
-  // communication action's peer is an adjacent stage; tags fit. The pointers
-  // must outlive the Executor.
+  // be null when P = 1); every communication action's peer is an adjacent
+  // stage; tags fit; the schedule has backward actions unless forward_only.
+  // The pointers must outlive the Executor.
   static absl::StatusOr<Executor> Create(const Schedule& schedule, layers::GptModel* model,
-                                         comm::Communicator* pp, comm::Communicator* embedding,
+                                         comm::Communicator* pp,
                                          const ExecutorOptions& options = {});
 
-  // One training step (see the top of this file). Collective over pp (and TP,
-  // and the embedding group).
+  // One training step (see the top of this file), or one evaluation pass of
+  // the micro-batches with forward_only. Collective over pp (and TP).
   absl::StatusOr<StepResult> RunStep(const MicroBatchSource& source);
 
   int pp_rank() const { return pp_rank_; }
@@ -110,12 +111,11 @@ class Executor {
 
  private:
   Executor(const Schedule& schedule, layers::GptModel* model, comm::Communicator* pp,
-           comm::Communicator* embedding, const ExecutorOptions& options, core::Shape boundary);
+           const ExecutorOptions& options, core::Shape boundary);
 
   Schedule schedule_;
   layers::GptModel* model_;
   comm::Communicator* pp_;
-  comm::Communicator* embedding_;
   ExecutorOptions options_;
   int pp_rank_ = 0;
   StageP2P p2p_;

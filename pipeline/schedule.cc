@@ -229,7 +229,60 @@ std::vector<Action> WithCommunication(const ScheduleOptions& o, int r,
   return out;
 }
 
+// Stage r's forward-only list. Its k-th forward is NthStep(k); the batch after forward k
+// (k = -1: before the first) gets the number T = k + r. A send goes into the batch right after
+// its forward; the receive of forward k into the batch with the T of the send that feeds it,
+// i.e. after the sender's forward index k_src on stage s: batch k_src + s - r. That is k - 1,
+// except on the wrap-around link into stage 0 (k_src = k - G, s = P - 1): k - 1 - (G - P).
+std::vector<Action> ForwardOnlyList(const ScheduleOptions& o, int r) {
+  const int total = o.micro_batches * o.vp;
+  const int p = o.pp;
+  // Forward index of (micro-batch, chunk), the same on every stage.
+  std::vector<int> index(total);
+  for (int k = 0; k < total; ++k) {
+    const ChunkStep s = NthStep(o, k, /*forward=*/true);
+    index[s.micro_batch * o.vp + s.chunk] = k;
+  }
+  // sends[k + 1], recvs[k + 1]: the batch after forward k (sends first, as in BuildSchedule).
+  std::vector<std::vector<Action>> sends(total + 1), recvs(total + 1);
+  for (int k = 0; k < total; ++k) {
+    const ChunkStep s = NthStep(o, k, /*forward=*/true);
+    const Neighbours n = NeighboursOf(o, r, s.chunk);
+    if (n.next_stage >= 0) {
+      sends[k + 1].push_back({ActionKind::kSendActivation, s.micro_batch, s.chunk, n.next_stage});
+    }
+    if (n.prev_stage >= 0) {
+      const int prev_vs = s.chunk * p + r - 1;
+      const int k_src = index[s.micro_batch * o.vp + prev_vs / p];
+      // In [-1, k - 1] for every valid G >= P; clamp anyway so a forward never precedes its input.
+      const int batch = std::max(-1, std::min(k - 1, k_src + n.prev_stage - r));
+      recvs[batch + 1].push_back(
+          {ActionKind::kRecvActivation, s.micro_batch, s.chunk, n.prev_stage});
+    }
+  }
+  std::vector<Action> out;
+  out.reserve(3 * total);
+  for (int k = -1; k < total; ++k) {
+    if (k >= 0) {
+      const ChunkStep s = NthStep(o, k, /*forward=*/true);
+      out.push_back(Forward(s.micro_batch, s.chunk));
+    }
+    out.insert(out.end(), sends[k + 1].begin(), sends[k + 1].end());
+    out.insert(out.end(), recvs[k + 1].begin(), recvs[k + 1].end());
+  }
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<Schedule> BuildForwardOnlySchedule(const ScheduleOptions& options) {
+  if (absl::Status s = ValidateScheduleOptions(options); !s.ok()) return s;
+  Schedule schedule;
+  schedule.options = options;
+  schedule.stages.resize(options.pp);
+  for (int r = 0; r < options.pp; ++r) schedule.stages[r] = ForwardOnlyList(options, r);
+  return schedule;
+}
 
 absl::StatusOr<Schedule> BuildSchedule(const ScheduleOptions& options) {
   if (absl::Status s = ValidateScheduleOptions(options); !s.ok()) return s;

@@ -85,6 +85,39 @@ std::vector<Action> ComputeOrder(const ScheduleOptions& options, int pp_rank);
 // the k-th send on a (src, dst) link matches the k-th receive.
 absl::StatusOr<Schedule> BuildSchedule(const ScheduleOptions& options);
 
+// The forward-only schedule of `options` (evaluation / inference: Megatron's forward_only=True):
+// every stage runs Forward(m, c) once for each of its M·v (micro-batch, chunk) pairs, in the
+// training order: the k-th forward is NthStep(options, k, /*forward=*/true), so activations and
+// dropout streams are the training step's. The lists hold only kForward, kRecvActivation and
+// kSendActivation: Forward(m, c) is preceded by RecvActivation(m, c) unless it is virtual stage 0
+// (or P = 1, where inputs are local), and SendActivation(m, c) is in the batch right after it
+// unless it is the last virtual stage (or P = 1). Options are validated as by BuildSchedule
+// (same errors); schedule.options is `options`, kind included (GPipe and 1F1B give the same
+// lists: with no backward, everything is warm-up).
+//
+// Batches (as in BuildSchedule, one per compute step): the receives of the first forward, then
+// after the k-th forward one batch with its send and the next forward's receive. Number the
+// batch after forward k on stage r (k = −1: the one before the first forward) T = k + r: every
+// send and its receive sit in batches with the same T, so posting batch T needs only batches
+// < T done, and the lists are deadlock-free with buffered and with blocking (rendezvous) sends,
+// for every G. On the wrap-around link (stage P − 1, chunk c -> stage 0, chunk c + 1) this puts
+// the receive for stage 0's k-th forward in the batch after its forward k − 1 − (G − P): the
+// batch right before it when G = P (Megatron's default; BuildSchedule's placement),
+// G − P forwards earlier when G > P (receiving it right before its forward would deadlock
+// with blocking sends, as the training schedule does).
+//
+// Memory: nothing is kept for a backward. The peak number of live activations (saved records)
+// is 1 on every stage: the forward that is running; its record is freed when it ends. Between
+// forwards a stage holds only boundary tensors: its last output until the batch right after it
+// sends it, and received inputs until their forward: 1, or up to G − P + 1 on stage 0 of the
+// interleaved schedule. (Training holds up to WarmupForwards(r) + 1 records.)
+// Time, with forward cost f per chunk and free communication: stage r runs its k-th forward at
+// (k + r)·f, so the makespan is (M·v + P − 1)·f and the bubble (P − 1)/(M·v).
+//
+// Executor contract: BuildSchedule's. Only activations travel (no grads share a link with
+// them), and the k-th SendActivation on a (src, dst) link matches the k-th RecvActivation there.
+absl::StatusOr<Schedule> BuildForwardOnlySchedule(const ScheduleOptions& options);
+
 }  // namespace loom::pipeline
 
 #endif  // LOOM_PIPELINE_SCHEDULE_H_

@@ -1,10 +1,12 @@
 #include "pipeline/schedule.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
@@ -82,6 +84,7 @@ TEST(ScheduleTest, ConstraintErrorsNameTheFlags) {
     ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     for (const std::string& m : c.mentions) EXPECT_TRUE(Mentions(s, m)) << s << " lacks " << m;
     EXPECT_FALSE(BuildSchedule(c.options).ok());
+    EXPECT_EQ(BuildForwardOnlySchedule(c.options).status(), s);
   }
 }
 
@@ -194,6 +197,148 @@ TEST(ScheduleTest, SingleStageHasNoCommunication) {
   std::vector<std::string> names;
   for (const Action& a : s->stages[0]) names.push_back(ToShortString(a));
   EXPECT_EQ(absl::StrJoin(names, " "), "F0.0 B0.0 F1.0 B1.0 F2.0 B2.0");
+}
+
+std::string Describe(const ScheduleOptions& o) {
+  return absl::StrCat(ScheduleKindName(o.kind), " P=", o.pp, " v=", o.vp, " M=", o.micro_batches,
+                      " G=", EffectiveGroupSize(o));
+}
+
+std::string Names(const std::vector<Action>& list) {
+  std::vector<std::string> names;
+  for (const Action& a : list) names.push_back(ToShortString(a));
+  return absl::StrJoin(names, " ");
+}
+
+TEST(ForwardOnlyScheduleTest, EveryForwardExactlyOnceInTheTrainingOrder) {
+  for (const ScheduleOptions& o : Grid()) {
+    absl::StatusOr<Schedule> s = BuildForwardOnlySchedule(o);
+    ASSERT_TRUE(s.ok()) << Describe(o) << ": " << s.status();
+    EXPECT_EQ(s->options.kind, o.kind);
+    ASSERT_EQ(static_cast<int>(s->stages.size()), o.pp);
+    for (int r = 0; r < o.pp; ++r) {
+      std::vector<Action> forwards, training_forwards;
+      for (const Action& a : s->stages[r]) {
+        EXPECT_TRUE(a.kind == ActionKind::kForward || a.kind == ActionKind::kSendActivation ||
+                    a.kind == ActionKind::kRecvActivation)
+            << Describe(o) << " stage " << r << ": " << ToString(a);
+        if (a.kind == ActionKind::kForward) forwards.push_back(a);
+      }
+      for (const Action& a : ComputeOrder(o, r)) {
+        if (a.kind == ActionKind::kForward) training_forwards.push_back(a);
+      }
+      // Same (micro-batch, chunk) order as training, so each appears exactly once.
+      EXPECT_EQ(forwards, training_forwards) << Describe(o) << " stage " << r;
+      ASSERT_EQ(static_cast<int>(forwards.size()), o.micro_batches * o.vp);
+      for (int k = 0; k < static_cast<int>(forwards.size()); ++k) {
+        const ChunkStep want = NthStep(o, k, /*forward=*/true);
+        EXPECT_EQ(forwards[k], Forward(want.micro_batch, want.chunk)) << Describe(o) << " " << k;
+      }
+    }
+  }
+}
+
+TEST(ForwardOnlyScheduleTest, ReceiveBeforeAndSendRightAfterEachForward) {
+  for (const ScheduleOptions& o : Grid()) {
+    absl::StatusOr<Schedule> s = BuildForwardOnlySchedule(o);
+    ASSERT_TRUE(s.ok());
+    const int p = o.pp, last_vs = o.pp * o.vp - 1;
+    for (int r = 0; r < p; ++r) {
+      const std::vector<Action>& list = s->stages[r];
+      for (size_t i = 0; i < list.size(); ++i) {
+        const Action& f = list[i];
+        if (f.kind != ActionKind::kForward) continue;
+        const int vs = f.chunk * p + r;
+        // The receive of its input: earlier in the list, from the previous virtual stage.
+        const Action recv{ActionKind::kRecvActivation, f.micro_batch, f.chunk, (vs - 1 + p) % p};
+        const size_t at = std::find(list.begin(), list.end(), recv) - list.begin();
+        if (vs == 0 || p == 1) {
+          EXPECT_EQ(at, list.size()) << Describe(o) << " stage " << r << ": " << ToString(f);
+        } else {
+          EXPECT_LT(at, i) << Describe(o) << " stage " << r << ": " << ToString(f);
+        }
+        // The send of its output: in the batch right after it.
+        const Action send{ActionKind::kSendActivation, f.micro_batch, f.chunk, (vs + 1) % p};
+        bool sent = false;
+        for (size_t j = i + 1; j < list.size() && !IsCompute(list[j].kind); ++j) {
+          sent = sent || list[j] == send;
+        }
+        EXPECT_EQ(sent, vs != last_vs && p > 1)
+            << Describe(o) << " stage " << r << ": " << ToString(f);
+      }
+    }
+  }
+}
+
+TEST(ForwardOnlyScheduleTest, SendsAndReceivesPairUpInOrderOnEveryLink) {
+  for (const ScheduleOptions& o : Grid()) {
+    absl::StatusOr<Schedule> s = BuildForwardOnlySchedule(o);
+    ASSERT_TRUE(s.ok());
+    const int p = o.pp;
+    // Per link (src, dst): the (micro-batch, virtual stage of the sender) of each message.
+    std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent, received;
+    int sends = 0, recvs = 0;
+    for (int r = 0; r < p; ++r) {
+      for (const Action& a : s->stages[r]) {
+        const int vs = a.chunk * p + r;
+        if (a.kind == ActionKind::kSendActivation) {
+          EXPECT_EQ(a.peer, (vs + 1) % p);
+          sent[{r, a.peer}].push_back({a.micro_batch, vs});
+          ++sends;
+        } else if (a.kind == ActionKind::kRecvActivation) {
+          EXPECT_EQ(a.peer, (vs - 1) % p);
+          received[{a.peer, r}].push_back({a.micro_batch, vs - 1});
+          ++recvs;
+        }
+        if (!IsCompute(a.kind)) {
+          EXPECT_NE(a.peer, r);
+        }
+      }
+    }
+    EXPECT_EQ(sent, received) << Describe(o);
+    const int boundaries = p == 1 ? 0 : p * o.vp - 1;
+    EXPECT_EQ(sends, boundaries * o.micro_batches) << Describe(o);
+    EXPECT_EQ(recvs, boundaries * o.micro_batches) << Describe(o);
+  }
+}
+
+TEST(ForwardOnlyScheduleTest, Goldens) {
+  // 1F1B (and GPipe) with M < P: receive, forward, then a batch with the send and the next
+  // receive.
+  absl::StatusOr<Schedule> s = BuildForwardOnlySchedule(Opts(ScheduleKind::k1F1B, 3, 1, 2));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(Names(s->stages[0]), "F0.0 SA0.0>1 F1.0 SA1.0>1");
+  EXPECT_EQ(Names(s->stages[1]), "RA0.0<0 F0.0 SA0.0>2 RA1.0<0 F1.0 SA1.0>2");
+  EXPECT_EQ(Names(s->stages[2]), "RA0.0<1 F0.0 RA1.0<1 F1.0");
+  absl::StatusOr<Schedule> gpipe = BuildForwardOnlySchedule(Opts(ScheduleKind::kGPipe, 3, 1, 2));
+  ASSERT_TRUE(gpipe.ok());
+  EXPECT_EQ(gpipe->stages, s->stages);
+
+  // Interleaved, G = P: stage 0 receives chunk 1's input in the batch right before it.
+  s = BuildForwardOnlySchedule(Opts(ScheduleKind::kInterleaved, 2, 2, 4));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(Names(s->stages[0]),
+            "F0.0 SA0.0>1 F1.0 SA1.0>1 RA0.1<1 F0.1 SA0.1>1 RA1.1<1 F1.1 SA1.1>1 "
+            "F2.0 SA2.0>1 F3.0 SA3.0>1 RA2.1<1 F2.1 SA2.1>1 RA3.1<1 F3.1 SA3.1>1");
+  EXPECT_EQ(Names(s->stages[1]),
+            "RA0.0<0 F0.0 SA0.0>0 RA1.0<0 F1.0 SA1.0>0 RA0.1<0 F0.1 RA1.1<0 F1.1 "
+            "RA2.0<0 F2.0 SA2.0>0 RA3.0<0 F3.0 SA3.0>0 RA2.1<0 F2.1 RA3.1<0 F3.1");
+
+  // G = 4 > P = 2: stage 0 receives the wrap-around activations G - P = 2 forwards early, in
+  // the batch where stage 1 sends them, so blocking sends do not deadlock.
+  s = BuildForwardOnlySchedule(Opts(ScheduleKind::kInterleaved, 2, 2, 8, 4));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(Names(s->stages[0]),
+            "F0.0 SA0.0>1 F1.0 SA1.0>1 RA0.1<1 F2.0 SA2.0>1 RA1.1<1 F3.0 SA3.0>1 RA2.1<1 "
+            "F0.1 SA0.1>1 RA3.1<1 F1.1 SA1.1>1 F2.1 SA2.1>1 F3.1 SA3.1>1 "
+            "F4.0 SA4.0>1 F5.0 SA5.0>1 RA4.1<1 F6.0 SA6.0>1 RA5.1<1 F7.0 SA7.0>1 RA6.1<1 "
+            "F4.1 SA4.1>1 RA7.1<1 F5.1 SA5.1>1 F6.1 SA6.1>1 F7.1 SA7.1>1");
+}
+
+TEST(ForwardOnlyScheduleTest, SingleStageHasNoCommunication) {
+  absl::StatusOr<Schedule> s = BuildForwardOnlySchedule(Opts(ScheduleKind::k1F1B, 1, 1, 3));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(Names(s->stages[0]), "F0.0 F1.0 F2.0");
 }
 
 }  // namespace

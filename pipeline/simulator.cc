@@ -31,6 +31,9 @@ struct StageState {
   // Readiness times indexed [micro_batch * v + chunk]; kNotYet when not available.
   std::vector<double> fwd_done, bwd_done, act_ready, grad_ready;
   int in_flight = 0;
+  // A list without backwards (BuildForwardOnlySchedule) keeps no activation
+  // past its forward.
+  bool forward_only = false;
 };
 
 class Simulator {
@@ -174,6 +177,7 @@ absl::Status Simulator::RunCompute(int r, const Action& a) {
   }
   StageTimeline& tl = result_.stages[r];
   tl.peak_activations = std::max(tl.peak_activations, st.in_flight);
+  if (a.kind == ActionKind::kForward && st.forward_only) st.in_flight--;
   tl.busy += cost;
   tl.actions.push_back({a, ready, end});
   st.clock = end;
@@ -359,7 +363,10 @@ absl::StatusOr<SimResult> Simulator::Run() {
   }
   const size_t slots = static_cast<size_t>(opt_.micro_batches) * v_;
   st_.assign(p_, StageState{});
-  for (StageState& st : st_) {
+  for (int r = 0; r < p_; ++r) {
+    StageState& st = st_[r];
+    st.forward_only = std::none_of(s_.stages[r].begin(), s_.stages[r].end(),
+                                   [](const Action& a) { return a.kind == ActionKind::kBackward; });
     st.fwd_done.assign(slots, kNotYet);
     st.bwd_done.assign(slots, kNotYet);
     st.act_ready.assign(slots, kNotYet);

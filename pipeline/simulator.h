@@ -63,7 +63,8 @@ struct StageTimeline {
   std::vector<TimedAction> actions;  // in program order, communication included
   double busy = 0;                   // sum of compute costs
   double finish = 0;                 // end of the last action
-  // Peak number of chunk activations held: Forward(m, c) done whose Backward(m, c) has not run.
+  // Peak number of chunk activations held: Forward(m, c) done whose Backward(m, c) has not run
+  // (a forward-only list holds one: the forward that is running).
   int peak_activations = 0;
 };
 

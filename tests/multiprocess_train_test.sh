@@ -16,7 +16,37 @@ done > corpus.txt
 "$PREPROCESS" --input=corpus.txt --output-prefix=corpus --tokenizer-type=ByteLevelTokenizer \
   --document-separator=% > /dev/null 2>&1
 
-COMMON=(--data-path=corpus --data-cache-dir="$TEST_TMPDIR" --num-layers=4 --hidden-size=32
+# Before any rank starts, the launcher refuses what cannot work, naming the
+# flags as typed (exit 2, no rank started, nothing trained).
+refused() {  # refused PATTERN CMD...: exits 2 at once, says PATTERN, starts no rank
+  local pattern="$1"; shift
+  local out rc=0
+  out=$(timeout -k 5 60 "$@" 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" = 2 ] || { echo "FAILED: expected exit 2 from: $*"; exit 1; }
+  echo "$out" | grep -q -- "$pattern" || { echo "FAILED: no '$pattern' from: $*"; exit 1; }
+  if echo "$out" | grep -q "stopped the other ranks\|^loom:"; then
+    echo "FAILED: ranks were started by: $*"; exit 1
+  fi
+}
+refused "--distributed-backend='carrier-pigeon'" "$GPT" --distributed-backend=carrier-pigeon
+refused "mpirun -np 2 .*--distributed-backend=mpi" "$GPT" --nproc-per-node=2 --distributed-backend=mpi
+refused "world size (2 ranks) is not divisible by --tensor-model-parallel-size (3)" \
+  "$GPT" --train-iters=5 --tensor-model-parallel-size=3
+refused "--nproc-per-node=2 .*RANK=1, WORLD_SIZE=2" env RANK=1 WORLD_SIZE=2 "$GPT" --nproc-per-node=2
+refused "RANK=1 is set but WORLD_SIZE is not" env RANK=1 "$GPT"
+# torchrun's variables and no master: this process is rank 1 and waits for
+# rank 0 (here up to 3 s), never starting ranks of its own.
+out=$(RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_PORT=$((20000 + RANDOM % 20000)) \
+  timeout -k 5 60 "$GPT" --comm-timeout-s=3 2>&1) && { echo "FAILED: rank 1 alone exited 0"; exit 1; }
+echo "$out"
+echo "$out" | grep -q "could not connect" || { echo "FAILED: no rendezvous error: $out"; exit 1; }
+if echo "$out" | grep -q "stopped the other ranks\|^loom:"; then echo "FAILED: $out"; exit 1; fi
+
+# A --data-cache-dir that does not exist yet (nested, a quote and a space in
+# its name) is created by the first run.
+CACHE="$TEST_TMPDIR/x y'z/new/dir"
+COMMON=(--data-path=corpus --data-cache-dir="$CACHE" --num-layers=4 --hidden-size=32
         --num-attention-heads=4 --seq-length=16 --micro-batch-size=2 --global-batch-size=8
         --train-iters=8 --log-interval=1 --eval-interval=0 --sample-tokens=0 --peak-flops=1e9
         --hidden-dropout=0.1 --attention-dropout=0.1 --comm-timeout-s=60)
@@ -46,6 +76,7 @@ run ucx_dp2 "$GPT" --distributed-backend=ucx --nproc-per-node=2 --use-distribute
 run ucx_tp2_pp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 --tensor-model-parallel-size=2 \
   --pipeline-model-parallel-size=2 --num-layers-per-virtual-pipeline-stage=1
 for name in ucx_tp2 ucx_pp2 ucx_dp2 ucx_tp2_pp2; do compare "$name"; done
+ls "$CACHE"/*.gptidx > /dev/null || { echo "FAILED: no sample index cache in $CACHE"; exit 1; }
 
 if [ -n "$MPIRUN" ]; then
   export TMPDIR="$TEST_TMPDIR" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

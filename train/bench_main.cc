@@ -48,7 +48,9 @@ int main(int argc, char** argv) {
   placement.device = absl::GetFlag(FLAGS_device);
   placement.bf16 = absl::GetFlag(FLAGS_bf16);
   absl::Status placed = loom::train::Finalize(&placement, 1);
-  if (placed.ok()) placed = loom::train::SelectDevice(&placement, 0);
+  if (placed.ok()) {
+    placed = loom::train::SelectDevice(&placement, /*local_rank=*/0, /*local_world_size=*/1);
+  }
   if (!placed.ok()) {
     std::fprintf(stderr, "bench: %s\n", std::string(placed.message()).c_str());
     return 2;
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
     double loss = 0;
     if (!(*model)->Forward(0, ids, targets, dropout, &saved, &loss).ok()) std::abort();
     if (!(*model)->Backward(0, Tensor(), 1.0f, dropout, saved).ok()) std::abort();
-    if (!(*opt)->ReduceGradients().ok() || !(*opt)->Step(1e-4f).ok()) std::abort();
+    if (!(*opt)->Step(1e-4f).ok()) std::abort();
     if (!loom::core::ops::Synchronize(c.device).ok()) std::abort();
     return loss;
   };

@@ -6,7 +6,26 @@
 
 namespace loom::train {
 
+std::string BackendOf(const TrainConfig& c) {
+  if (!c.distributed_backend.empty()) return c.distributed_backend;
+  return c.device == "cuda" ? "nccl" : "ucx";
+}
+
 absl::Status Finalize(TrainConfig* c, int world_size) {
+  const std::string backend = BackendOf(*c);
+  if (backend != "local" && backend != "mpi" && backend != "ucx" && backend != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat(c->distributed_backend_flag, "=", backend,
+                                                   ": expected local, mpi, ucx or nccl"));
+  }
+  c->distributed_backend = backend;
+  if (!(c->distributed_timeout_s > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--distributed-timeout-minutes (or --comm-timeout-s) must be > 0 (got ",
+        c->distributed_timeout_s, " s)"));
+  }
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world size (", world_size, ") must be >= 1"));
+  }
   const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
   if (tp < 1 || pp < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--tensor-model-parallel-size (", tp,
@@ -16,11 +35,17 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
   if (world_size % (tp * pp) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "world size (", world_size, " ranks) is not divisible by --tensor-model-parallel-size (",
-        tp, ") x --pipeline-model-parallel-size (", pp, ") = ", tp * pp));
+        tp, ") x --pipeline-model-parallel-size (", pp, ") = ", tp * pp,
+        " (the world: --nproc-per-node, or the launcher's WORLD_SIZE)"));
   }
   if (c->device != "cpu" && c->device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--device=", c->device, ": expected cpu or cuda"));
+  }
+  if (backend == "nccl" && c->device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c->distributed_backend_flag, "=nccl needs --device=cuda (NCCL moves GPU memory; with "
+        "--device=", c->device, " use ucx, mpi or local)"));
   }
   if (c->bf16 && c->device != "cuda") {
     return absl::InvalidArgumentError(
@@ -113,10 +138,10 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     return absl::InvalidArgumentError(
         "--log-interval must be >= 1; --eval-interval, --eval-iters, --save-interval >= 0");
   }
-  if (c->overlap_grad_reduce && c->optimizer.distributed) {
+  if (c->overlap_param_gather && !c->optimizer.distributed) {
     return absl::InvalidArgumentError(
-        "--overlap-grad-reduce with --use-distributed-optimizer is not supported yet: the "
-        "distributed optimizer reduce-scatters the whole gradient buffer after the backward");
+        "--overlap-param-gather needs --use-distributed-optimizer (without it every rank updates "
+        "all parameters and nothing is gathered)");
   }
   if (c->save_interval > 0 && c->save.empty()) {
     return absl::InvalidArgumentError("--save-interval needs --save=<directory>");

@@ -2,6 +2,7 @@
 #define LOOM_TRAIN_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -11,11 +12,55 @@
 
 namespace loom::train {
 
-// Everything a training run is configured by, named after Megatron's flags
-// (train/flags.cc maps --flag-names to these fields). Derived fields are
+// Checkpoint settings beyond --save, --load and --save-interval.
+struct CheckpointFlags {
+  std::optional<int64_t> load_iteration;  // --load-iteration (unset: the one `latest` names)
+  int keep_last = 0;                      // --keep-last (0: keep all)
+  bool async_save = false;                // --async-save
+  bool save_optim = true;                 // false: --no-save-optim
+  bool load_optim = true;                 // false: fresh Adam state after --load
+};
+
+// The model of the default job (README: 4 layers, hidden 256, 8 heads,
+// sequence 128): GptConfig's own defaults are the small model of the layer tests.
+inline layers::GptConfig DefaultModel() {
+  layers::GptConfig m;
+  m.num_layers = 4;
+  m.hidden_size = 256;
+  m.num_attention_heads = 8;
+  m.seq_length = 128;
+  return m;
+}
+
+// The default job's learning-rate schedule (LrSchedule's own defaults are neutral).
+inline LrSchedule DefaultLrSchedule() {
+  LrSchedule lr;
+  lr.lr = 1e-3f;
+  lr.min_lr = 1e-4f;
+  lr.style = "cosine";
+  lr.warmup_iters = -1;  // Finalize: min(20, --train-iters / 10)
+  lr.decay_iters = 0;    // Finalize: --train-iters
+  return lr;
+}
+
+// The default job's AdamW settings (Megatron's GPT recipe: beta2 0.95).
+inline OptimizerConfig DefaultOptimizer() {
+  OptimizerConfig o;
+  o.beta1 = 0.9f;
+  o.beta2 = 0.95f;
+  o.eps = 1e-8f;
+  o.weight_decay = 0.01f;
+  o.clip_grad = 1.0f;
+  return o;
+}
+
+// Everything a training run is configured by, named after Megatron's flags.
+// train/gpt_flags.cc maps //train:gpt's --flag-names to these fields, and
+// every flag's default is the field's default here: `TrainConfig{}` is the
+// default job (`bazel run //train:gpt` with no flags). Derived fields are
 // filled by Finalize().
 struct TrainConfig {
-  layers::GptConfig model;
+  layers::GptConfig model = DefaultModel();
 
   // Parallelism.
   int tensor_model_parallel_size = 1;
@@ -24,32 +69,44 @@ struct TrainConfig {
   std::string pipeline_schedule = "1f1b";         // gpipe | 1f1b | interleaved
   bool sequence_parallel = false;
 
+  // Distributed run. The launcher's own flags (--nproc-per-node, --rank,
+  // --master-addr, --network, --store, ...) are comm/launch/flags.h's.
+  // --distributed-backend (or Loom's --backend): local | mpi | ucx | nccl;
+  // "": ucx, or nccl with --device=cuda (Finalize fills it in).
+  std::string distributed_backend;
+  // The flag distributed_backend came from, for messages.
+  std::string distributed_backend_flag = "--distributed-backend";
+  // Collective timeout: --distributed-timeout-minutes x 60, else --comm-timeout-s.
+  double distributed_timeout_s = 300;
+
   // Batches and iterations.
   int64_t micro_batch_size = 4;
   int64_t global_batch_size = 16;
-  int64_t train_iters = 200;
+  int64_t train_iters = 1000;
 
   // Optimisation.
-  LrSchedule lr;
-  OptimizerConfig optimizer;
+  LrSchedule lr = DefaultLrSchedule();
+  OptimizerConfig optimizer = DefaultOptimizer();
   float hidden_dropout = 0.1f;
   float attention_dropout = 0.0f;
-  bool overlap_grad_reduce = false;
+  bool overlap_grad_reduce = false;   // --overlap-grad-reduce
+  bool overlap_param_gather = false;  // --overlap-param-gather
 
   // Data.
   std::string data_path;     // prefix of .bin/.idx ("" = default corpus)
   std::string split = "969,30,1";
   std::string tokenizer_type = "ByteLevelTokenizer";
   std::string vocab_file, merge_file;
-  std::string data_cache_dir;  // where the default corpus and sample indices go
+  std::string data_cache_dir;  // where the default corpus and sample indices go ("" = ~/.cache/loom)
 
   // Logging, evaluation, checkpoints.
-  int64_t log_interval = 10;
-  int64_t eval_interval = 100;
+  int64_t log_interval = 50;
+  int64_t eval_interval = 250;
   int64_t eval_iters = 10;
   std::string metrics_file;  // JSON lines ("" = none)
   std::string save, load;
   int64_t save_interval = 0;
+  CheckpointFlags checkpoint;
   double peak_flops = 0;     // --peak-flops per rank for MFU (0: measure a GEMM at start)
   int64_t sample_tokens = 200;  // generated at the end (0: none)
 
@@ -66,8 +123,15 @@ struct TrainConfig {
   bool bf16 = false;
 };
 
+// --distributed-backend as given, or its default for the config's device
+// (nccl for cuda, ucx otherwise). Needed before Finalize: which backend
+// decides how the ranks are started, hence the world size.
+std::string BackendOf(const TrainConfig& config);
+
 // Checks every flag combination before any work and fills the derived
-// fields. Errors name the flags and the arithmetic, e.g.
+// fields (and distributed_backend: BackendOf). `world_size` is the world
+// the ranks form: a launcher calls it before it starts any rank. Errors name
+// the flags (with dashes, as Megatron users type them) and the arithmetic, e.g.
 // "--global-batch-size (30) is not divisible by --micro-batch-size (4) x
 // data-parallel size (2) = 8".
 absl::Status Finalize(TrainConfig* config, int world_size);

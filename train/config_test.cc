@@ -110,5 +110,34 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   ExpectError(c, 1, {"--hidden-dropout (1.5)"});
 }
 
+TEST(ConfigTest, DefaultsAreTheDefaultJob) {
+  TrainConfig c;  // what `bazel run //train:gpt` runs with no flags (2 ranks)
+  ASSERT_TRUE(Finalize(&c, 2).ok());
+  EXPECT_EQ(c.train_iters, 1000);
+  EXPECT_EQ(c.data_parallel_size, 2);
+  EXPECT_EQ(c.num_micro_batches, 2);
+  EXPECT_EQ(c.lr.warmup_iters, 20);
+  EXPECT_EQ(c.lr.decay_iters, 1000);
+  EXPECT_EQ(c.distributed_backend, "ucx");
+}
+
+TEST(ConfigTest, BackendIsCheckedByTheFlagTyped) {
+  TrainConfig c = Base();
+  c.distributed_backend = "carrier-pigeon";
+  ExpectError(c, 2, {"--distributed-backend=carrier-pigeon", "local, mpi, ucx or nccl"});
+  c.distributed_backend_flag = "--backend";
+  ExpectError(c, 2, {"--backend=carrier-pigeon"});
+  c = Base();
+  c.distributed_backend = "nccl";
+  ExpectError(c, 1, {"--distributed-backend=nccl needs --device=cuda"});
+  c = Base();
+  c.device = "cuda";
+  ASSERT_TRUE(Finalize(&c, 1).ok());
+  EXPECT_EQ(c.distributed_backend, "nccl");
+  c = Base();
+  c.distributed_timeout_s = -60;
+  ExpectError(c, 1, {"--distributed-timeout-minutes"});
+}
+
 }  // namespace
 }  // namespace loom::train

@@ -5,13 +5,26 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "train/data/preprocess.h"
 
 namespace loom::train {
+
+absl::Status MakeCacheDir(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);  // no shell: any character is fine
+  if (error || !std::filesystem::is_directory(dir)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot create --data-cache-dir ", dir, ": ",
+        error ? error.message() : std::string("it exists and is not a folder")));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::vector<std::string>> FortuneFiles(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
@@ -42,11 +55,8 @@ absl::StatusOr<std::string> PrepareDefaultData(const std::string& cache_dir,
                                                const std::string& fortunes_dir) {
   const std::string prefix = absl::StrCat(cache_dir, "/fortunes_", tokenizer_name);
   if (std::ifstream(prefix + ".idx").good()) return prefix;  // done on an earlier run
-  std::string mkdir = absl::StrCat("mkdir -p '", cache_dir, "'");
-  if (std::system(mkdir.c_str()) != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create --data-cache-dir ", cache_dir));
-  }
+  absl::Status made = MakeCacheDir(cache_dir);
+  if (!made.ok()) return made;
   absl::StatusOr<std::vector<std::string>> files = FortuneFiles(fortunes_dir);
   if (!files.ok()) return files.status();
   PreprocessOptions options;

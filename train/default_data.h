@@ -13,6 +13,10 @@ namespace loom::train {
 // (installed by tools/setup.sh), one document per fortune.
 inline constexpr char kFortunesDir[] = "/usr/share/games/fortunes";
 
+// Creates `dir` and its missing parents (no shell: quotes and spaces are
+// fine). An error names --data-cache-dir and the reason.
+absl::Status MakeCacheDir(const std::string& dir);
+
 // The fortune text files in `dir` (no .dat/.u8 indexes, no sub-folders).
 absl::StatusOr<std::vector<std::string>> FortuneFiles(const std::string& dir);
 

@@ -1,26 +1,36 @@
 #include "train/default_data.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
 #include "train/data/byte_tokenizer.h"
+#include "train/data/gpt_dataset.h"
 #include "train/data/indexed_dataset.h"
 
 namespace loom::train {
 namespace {
 
-TEST(DefaultDataTest, PreparesOnceFromFortuneFiles) {
-  const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/fortunes";
-  ASSERT_EQ(std::system(("mkdir -p " + dir + "/off").c_str()), 0);
+std::string Tmp(const std::string& name) { return std::string(getenv("TEST_TMPDIR")) + "/" + name; }
+
+// A fortunes folder with two fortunes, an index file and a sub-folder (skipped).
+std::string MakeFortunes(const std::string& name) {
+  const std::string dir = Tmp(name);
+  std::filesystem::create_directories(dir + "/off");
   std::ofstream(dir + "/wisdom") << "Be kind.\n%\nBe brief.\n%\n";
   std::ofstream(dir + "/wisdom.dat") << "binary index";
   std::ofstream(dir + "/off/rude") << "skipped\n%\n";
+  return dir;
+}
+
+TEST(DefaultDataTest, PreparesOnceFromFortuneFiles) {
+  const std::string dir = MakeFortunes("fortunes");
   auto files = FortuneFiles(dir);
   ASSERT_TRUE(files.ok());
   ASSERT_EQ(files->size(), 1u);
 
   ByteTokenizer bytes;
-  const std::string cache = std::string(getenv("TEST_TMPDIR")) + "/cache";
+  const std::string cache = Tmp("cache");
   auto prefix = PrepareDefaultData(cache, bytes, "byte", dir);
   ASSERT_TRUE(prefix.ok()) << prefix.status();
   auto ds = IndexedDataset::Open(*prefix);
@@ -30,6 +40,44 @@ TEST(DefaultDataTest, PreparesOnceFromFortuneFiles) {
   // A second call reuses the cache even if the source is gone.
   std::remove((dir + "/wisdom").c_str());
   EXPECT_TRUE(PrepareDefaultData(cache, bytes, "byte", dir).ok());
+}
+
+// A --data-cache-dir that does not exist yet, with a quote and a space in its
+// name and missing parents, is created (no shell is involved) by both users:
+// the default corpus and the sample-index cache of any --data-path.
+TEST(DefaultDataTest, NewCacheFolderWithAQuoteAndASpaceIsCreated) {
+  const std::string dir = MakeFortunes("fortunes2");
+  ByteTokenizer bytes;
+  const std::string cache = Tmp("x y'z/new/dir");
+  ASSERT_FALSE(std::filesystem::exists(Tmp("x y'z")));
+  auto prefix = PrepareDefaultData(cache, bytes, "byte", dir);
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  EXPECT_TRUE(std::filesystem::is_directory(cache));
+  EXPECT_EQ(*prefix, cache + "/fortunes_byte");
+
+  auto ds = IndexedDataset::Open(*prefix);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  GptDatasetOptions o;
+  o.seq_length = 4;
+  o.num_samples = 3;
+  o.documents = {0, 2};
+  o.cache_dir = Tmp("a b'c/sample \"index\"/cache");
+  auto samples = GptDataset::Build(ds->get(), o);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_FALSE((*samples)->loaded_from_cache());
+  samples = GptDataset::Build(ds->get(), o);  // written there the first time
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_TRUE((*samples)->loaded_from_cache());
+}
+
+TEST(DefaultDataTest, UncreatableCacheFolderNamesTheFlag) {
+  const std::string file = Tmp("plain_file");
+  std::ofstream(file) << "not a folder";
+  absl::Status s = MakeCacheDir(file + "/sub");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--data-cache-dir"), std::string::npos) << s;
+  s = MakeCacheDir(file);
+  EXPECT_FALSE(s.ok());
 }
 
 TEST(DefaultDataTest, MissingCorpusSaysHowToGetIt) {

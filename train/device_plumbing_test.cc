@@ -60,13 +60,12 @@ TEST(DevicePlumbingTest, CheckpointsMoveBetweenDeviceAndCpu) {
     first.save_interval = 3;
     TrainConfig second = testing::TinyConfig(one, kIters);
     second.load = dir;
-    CheckpointFlags resume;
-    resume.load_iteration = 3;
+    second.checkpoint.load_iteration = 3;
     core::ops::testing::ScopedFakeDevice device;
     (save_on_device ? first : second).device = "cuda";
     testing::RunResult a = testing::Run(first, one);
     ASSERT_TRUE(a.status.ok()) << a.status;
-    testing::RunResult b = testing::Run(second, one, resume);
+    testing::RunResult b = testing::Run(second, one);
     ASSERT_TRUE(b.status.ok()) << b.status;
     ASSERT_EQ(b.losses.size(), static_cast<size_t>(kIters - 3));
     for (int i = 0; i < kIters - 3; ++i) {

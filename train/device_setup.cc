@@ -1,7 +1,5 @@
 #include "train/device_setup.h"
 
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
 
 #ifdef LOOM_HAVE_CUDA
@@ -18,8 +16,8 @@ bool BuiltWithCuda() {
 #endif
 }
 
-absl::Status SelectDevice(TrainConfig* config, int local_rank, core::Device comm_device) {
-  if (config->device != "cuda") return absl::OkStatus();
+absl::Status CheckDevice(const TrainConfig& config, int ranks_on_this_node) {
+  if (config.device != "cuda") return absl::OkStatus();
 #ifdef LOOM_HAVE_CUDA
   absl::StatusOr<int> count = core::cuda::VisibleDeviceCount();
   if (!count.ok()) {
@@ -27,14 +25,28 @@ absl::Status SelectDevice(TrainConfig* config, int local_rank, core::Device comm
                         absl::StrCat("--device=cuda: ", count.status().message()));
   }
   // NCCL refuses two ranks on one GPU: say so before it does, by flag name.
-  for (const char* var : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && std::atoi(v) > *count) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--device=cuda: ", std::atoi(v), " ranks on this node (", var, ", e.g. from "
-          "--nproc-per-node) but only ", *count, " GPU(s): one rank per GPU"));
-    }
+  if (ranks_on_this_node > *count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=cuda: ", ranks_on_this_node, " ranks on this node (e.g. --nproc-per-node) but "
+        "only ", *count, " GPU(s): one rank per GPU"));
   }
+  return absl::OkStatus();
+#else
+  (void)ranks_on_this_node;
+  return absl::FailedPreconditionError(
+      "--device=cuda: this binary was built without CUDA (no toolkit was found at build time; "
+      "point --repo_env=LOOM_CUDA_PATH at one and rebuild)");
+#endif
+}
+
+absl::Status SelectDevice(TrainConfig* config, int local_rank, int local_world_size,
+                          core::Device comm_device) {
+  if (config->device != "cuda") return absl::OkStatus();
+  absl::Status checked = CheckDevice(*config, local_world_size);
+  if (!checked.ok()) return checked;
+#ifdef LOOM_HAVE_CUDA
+  absl::StatusOr<int> count = core::cuda::VisibleDeviceCount();
+  if (!count.ok()) return count.status();
   const int index =
       comm_device.type == core::DeviceType::kCUDA ? comm_device.index : local_rank % *count;
   absl::Status s = core::cuda::SetCurrentDevice(index);
@@ -44,9 +56,7 @@ absl::Status SelectDevice(TrainConfig* config, int local_rank, core::Device comm
 #else
   (void)local_rank;
   (void)comm_device;
-  return absl::FailedPreconditionError(
-      "--device=cuda: this binary was built without CUDA (no toolkit was found at build time; "
-      "point --repo_env=LOOM_CUDA_PATH at one and rebuild)");
+  return absl::InternalError("unreachable: CheckDevice fails without CUDA");
 #endif
 }
 

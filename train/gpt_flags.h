@@ -1,19 +1,24 @@
 #ifndef LOOM_TRAIN_GPT_FLAGS_H_
 #define LOOM_TRAIN_GPT_FLAGS_H_
 
-#include "absl/status/statusor.h"
+// //train:gpt's flags (Megatron's names; dashes or underscores): the one
+// place they are read. Every flag's default is TrainConfig{}'s (config.h).
+
+#include "comm/launch/flags.h"
 #include "train/config.h"
 
 namespace loom::train {
 
-// The TrainConfig given by //train:gpt's command line (Megatron's flag
-// names; dashes or underscores). Not yet Finalize()d: that needs the world size.
+// The complete TrainConfig the command line gives, the distributed backend
+// (--distributed-backend, else --backend) and timeout
+// (--distributed-timeout-minutes, else --comm-timeout-s) included. Relative
+// paths are taken from where `bazel run` was started (core::ResolveUserPath).
+// Not yet Finalize()d: that needs the world size (comm::launch::PlanLaunch's).
 TrainConfig ConfigFromFlags();
 
-// --distributed-backend, falling back to --backend.
-std::string BackendFromFlags();
-// --distributed-timeout-minutes in seconds (0 = use --comm-timeout-s).
-double TimeoutSecondsFromFlags();
+// The launcher's flags (comm/launch/flags.h) with the config's backend
+// (BackendOf) and timeout in place of --backend and --comm-timeout-s.
+comm::launch::CommFlags CommFlagsFor(const TrainConfig& config);
 
 }  // namespace loom::train
 

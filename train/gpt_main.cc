@@ -2,6 +2,11 @@
 //
 // Trains a GPT with tensor, sequence, pipeline and data parallelism. With no
 // flags: a ~3M-parameter byte-level GPT on the fortunes corpus, 2 ranks.
+//
+// One path for every way of starting: the flags give one TrainConfig
+// (train/gpt_flags.cc); comm::launch::PlanLaunch says whether this process
+// starts the ranks (threads or processes) or is one of them; the whole
+// configuration is checked against that world before any rank starts.
 #include <omp.h>
 
 #include <algorithm>
@@ -11,35 +16,30 @@
 #include <thread>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "comm/backends.h"
 #include "comm/launch/flags.h"
 #include "comm/launch/launcher.h"
+#include "comm/launch/plan.h"
 #include "comm/local/communicator.h"
 #include "train/config.h"
 #include "train/device_setup.h"
 #include "train/gpt_flags.h"
 #include "train/trainer.h"
 
-ABSL_DECLARE_FLAG(int, nproc_per_node);
-ABSL_DECLARE_FLAG(std::string, backend);
-ABSL_DECLARE_FLAG(int64_t, load_iteration);
-ABSL_DECLARE_FLAG(int32_t, keep_last);
-ABSL_DECLARE_FLAG(bool, async_save);
-ABSL_DECLARE_FLAG(bool, no_save_optim);
-ABSL_DECLARE_FLAG(std::string, device);
-
 namespace {
+
+namespace launch = loom::comm::launch;
+using loom::train::TrainConfig;
 
 constexpr char kUsage[] =
     "Trains a GPT (Megatron-style flags, dashes or underscores):\n"
     "  bazel run //train:gpt -- --tensor-model-parallel-size=2 --nproc-per-node=4 ...\n"
     "With no flags: a small byte-level GPT on the fortunes corpus, 2 ranks.";
+
+// The default job's ranks when nobody else started this process.
+constexpr int kDefaultNprocPerNode = 2;
 
 // --help shows the trainer's and the launcher's flags, not Abseil's own.
 bool IsHelpFile(absl::string_view file) {
@@ -47,23 +47,39 @@ bool IsHelpFile(absl::string_view file) {
          absl::StrContains(file, "comm/launch/flags.cc");
 }
 
-// One rank: validate, build, train, then show a sample of generated text.
-// `local_rank`: this rank's index on its node (the GPU it uses without NCCL).
-int RunRank(loom::comm::Communicator* world, int local_rank, bool print_errors) {
-  using loom::train::TrainConfig;
-  TrainConfig config = loom::train::ConfigFromFlags();
+void PrintError(const absl::Status& s) {
+  std::fprintf(stderr, "gpt: %s\n", std::string(s.message()).c_str());
+}
+
+// How a user runs this binary again, for the commands messages suggest.
+std::string ProgramForMessages(const char* argv0) {
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");  // set by `bazel run`
+  return workspace != nullptr && *workspace != '\0' ? "bazel-bin/train/gpt" : argv0;
+}
+
+// Ranks sharing a node share its cores: unless the user chose, give each rank
+// (process, or thread: OpenMP's setting is per thread) its share, so OpenMP
+// teams do not spin against each other.
+void TakeShareOfCores(int ranks_on_node) {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  omp_set_num_threads(std::max(
+      1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, ranks_on_node)));
+}
+
+// One rank: finalize against the real world, build, train, then show a sample
+// of generated text. `local_rank`, `local_world_size`: this rank's index and
+// the ranks on its node (the GPU it uses without NCCL).
+int RunRank(loom::comm::Communicator* world, TrainConfig config, int local_rank,
+            int local_world_size, bool print_errors) {
   absl::Status valid = loom::train::Finalize(&config, world->size());
-  if (valid.ok()) valid = loom::train::SelectDevice(&config, local_rank, world->device());
+  if (valid.ok()) {
+    valid = loom::train::SelectDevice(&config, local_rank, local_world_size, world->device());
+  }
   if (!valid.ok()) {
-    if (print_errors) std::fprintf(stderr, "gpt: %s\n", std::string(valid.message()).c_str());
+    if (print_errors) PrintError(valid);
     return 2;
   }
-  loom::train::CheckpointFlags ckpt;
-  if (absl::GetFlag(FLAGS_load_iteration) >= 0) ckpt.load_iteration = absl::GetFlag(FLAGS_load_iteration);
-  ckpt.keep_last = absl::GetFlag(FLAGS_keep_last);
-  ckpt.async_save = absl::GetFlag(FLAGS_async_save);
-  ckpt.save_optim = !absl::GetFlag(FLAGS_no_save_optim);
-  auto trainer = loom::train::Trainer::Create(config, world, nullptr, ckpt);
+  auto trainer = loom::train::Trainer::Create(config, world);
   absl::Status s = trainer.ok() ? (*trainer)->Train() : trainer.status();
   if (s.ok() && config.sample_tokens > 0 && config.pipeline_model_parallel_size == 1) {
     const std::string prompt = "The ";
@@ -84,6 +100,30 @@ int RunRank(loom::comm::Communicator* world, int local_rank, bool print_errors) 
   return 0;
 }
 
+// --distributed-backend=local: the ranks are threads of this process.
+int RunThreads(const TrainConfig& config, const launch::CommFlags& comm, int n) {
+  loom::comm::local::LocalOptions lo;
+  lo.comm.timeout = absl::Seconds(comm.timeout_s);
+  auto world = loom::comm::local::CreateWorld(n, lo);
+  if (!world.ok()) {
+    PrintError(world.status());
+    return 1;
+  }
+  std::vector<int> codes(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      TakeShareOfCores(n);
+      codes[r] = RunRank((*world)[r].get(), config, r, n, r == 0);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int c : codes) {
+    if (c != 0) return c;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,65 +131,64 @@ int main(int argc, char** argv) {
   usage.contains_help_flags = IsHelpFile;
   usage.contains_helpshort_flags = IsHelpFile;
   absl::SetFlagsUsageConfig(usage);
-  // The default job: 2 ranks over UCX (processes) unless told otherwise.
-  absl::SetFlag(&FLAGS_nproc_per_node, 2);
-  absl::SetFlag(&FLAGS_backend, "");  // ucx, or nccl for --device=cuda (below)
-  loom::comm::launch::ParseFlags(argc, argv, kUsage);
-  loom::comm::launch::CommFlags comm = loom::comm::launch::GetCommFlags();
-  if (!loom::train::BackendFromFlags().empty()) comm.backend = loom::train::BackendFromFlags();
-  if (comm.backend.empty()) comm.backend = absl::GetFlag(FLAGS_device) == "cuda" ? "nccl" : "ucx";
-  if (loom::train::TimeoutSecondsFromFlags() > 0) comm.timeout_s = loom::train::TimeoutSecondsFromFlags();
+  const std::vector<std::string> typed(argv + 1, argv + argc);  // before names are rewritten
+  launch::ParseFlags(argc, argv, kUsage);
+  const TrainConfig config = loom::train::ConfigFromFlags();
+  const launch::CommFlags comm = loom::train::CommFlagsFor(config);
 
-  if (comm.backend == "local") {  // ranks are threads of this process
-    loom::comm::local::LocalOptions lo;
-    lo.comm.timeout = absl::Seconds(comm.timeout_s);
-    auto world = loom::comm::local::CreateWorld(comm.nproc_per_node, lo);
-    if (!world.ok()) {
-      std::fprintf(stderr, "gpt: %s\n", std::string(world.status().message()).c_str());
-      return 1;
-    }
-    std::vector<int> codes(world->size());
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < world->size(); ++r) {
-      threads.emplace_back([&, r] {
-        // Each rank thread gets its share of the cores (OpenMP's setting is per thread).
-        if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-          omp_set_num_threads(std::max<int>(
-              1, static_cast<int>(std::thread::hardware_concurrency()) / static_cast<int>(world->size())));
-        }
-        codes[r] = RunRank((*world)[r].get(), static_cast<int>(r), r == 0);
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (int c : codes) {
-      if (c != 0) return c;
-    }
-    return 0;
+  // Every check happens here, before any rank starts, naming the flags.
+  absl::Status s = loom::comm::CheckCommFlags(comm, config.distributed_backend_flag);
+  if (!s.ok()) {
+    PrintError(s);
+    return 2;
   }
-  // mpirun (or Slurm's srun) starts the ranks itself: never launch under it.
-  const bool externally_launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
-                                   std::getenv("SLURM_NTASKS") != nullptr;
-  if (comm.nproc_per_node > 1 && comm.backend != "mpi" && !externally_launched &&
-      !loom::comm::launch::IsLaunchedChild()) {
-    loom::comm::launch::LaunchOptions lo;
-    lo.nproc_per_node = comm.nproc_per_node;
-    absl::Status s = loom::comm::launch::LaunchAndWait(lo, argc, argv);
-    if (!s.ok()) std::fprintf(stderr, "gpt: %s\n", std::string(s.message()).c_str());
-    return s.ok() ? 0 : 1;
+  launch::LaunchRequest request;
+  request.backend = comm.backend;
+  request.backend_flag = config.distributed_backend_flag;
+  request.rank = comm.rank;
+  if (comm.nproc_per_node_given) request.nproc_per_node = comm.nproc_per_node;
+  request.default_nproc_per_node = kDefaultNprocPerNode;
+  request.program = ProgramForMessages(argv[0]);
+  request.args = typed;
+  absl::StatusOr<launch::LaunchPlan> plan = launch::PlanLaunch(request);
+  if (!plan.ok()) {
+    PrintError(plan.status());
+    return 2;
   }
-  // Ranks sharing a node share its cores: unless the user chose, give each
-  // rank its share (oversubscribed OpenMP teams spin against each other).
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-    const char* local = std::getenv("LOCAL_WORLD_SIZE");
-    const int ranks = local != nullptr ? std::max(1, std::atoi(local)) : 1;
-    omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks));
+  const bool is_rank = plan->role == launch::Role::kRank;
+  // Ranks started by someone else all fail the same way: one message per node.
+  const bool speaks = !is_rank || plan->rank.rank == 0 || plan->rank.local_rank == 0;
+  TrainConfig checked = config;
+  s = loom::train::Finalize(&checked, plan->world_size);
+  if (s.ok()) {
+    s = loom::train::CheckDevice(
+        checked, is_rank ? plan->rank.local_world_size : plan->nproc_per_node);
   }
-  auto world = loom::comm::CreateFromFlags(comm);
+  if (!s.ok()) {
+    if (speaks) PrintError(s);
+    return 2;
+  }
+  if (!plan->note.empty() && speaks) std::fprintf(stderr, "gpt: note: %s\n", plan->note.c_str());
+
+  switch (plan->role) {
+    case launch::Role::kThreads:
+      return RunThreads(config, comm, plan->nproc_per_node);
+    case launch::Role::kLauncher: {
+      launch::LaunchOptions lo;
+      lo.nproc_per_node = plan->nproc_per_node;
+      s = launch::LaunchAndWait(lo, argc, argv);
+      if (!s.ok()) PrintError(s);
+      return s.ok() ? 0 : 1;
+    }
+    case launch::Role::kRank:
+      break;
+  }
+  TakeShareOfCores(plan->rank.local_world_size);
+  auto world = loom::comm::CreateFromFlags(comm, plan->rank);
   if (!world.ok()) {
-    std::fprintf(stderr, "gpt: %s\n", std::string(world.status().message()).c_str());
+    PrintError(world.status());
     return 1;
   }
-  const auto info = loom::comm::launch::DiscoverRank(comm.rank);  // as CreateFromFlags did
-  const int local_rank = info.ok() ? info->local_rank : (*world)->rank();
-  return RunRank(world->get(), local_rank, (*world)->rank() == 0);
+  return RunRank(world->get(), config, plan->rank.local_rank, plan->rank.local_world_size,
+                 (*world)->rank() == 0);
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,75 +20,74 @@ struct OptimizerConfig {
   float weight_decay = 0.01f; // --weight-decay (not applied to biases and LayerNorm)
   float clip_grad = 1.0f;     // --clip-grad (0: no clipping)
   bool distributed = false;   // --use-distributed-optimizer (ZeRO-1 over DP)
-  int64_t bucket_bytes = 4 << 20;  // data-parallel gradient buckets
+  int64_t bucket_bytes = 4 << 20;  // data-parallel gradient buckets (GradientSync)
 };
 
-// The groups the optimizer talks to (null = size 1).
+// The groups the gradient norm is summed over (null = size 1).
 struct OptimizerGroups {
   comm::Communicator* tp = nullptr;
   comm::Communicator* pp = nullptr;
-  comm::Communicator* dp = nullptr;
-  // With PP > 1 the tied token embedding lives on the first and last stage:
-  // the norm counts it on the first only.
-  bool count_word_embedding = true;
+  // The group this rank's owned ranges are a shard of (ZeRO-1's DP group);
+  // null when every rank of the DP group owns (a replica of) everything.
+  comm::Communicator* shards = nullptr;
 };
 
-// AdamW over a rank's contiguous parameter buffer, with data parallelism:
-//  - plain: gradients are averaged over DP in buckets (all started at once,
-//    then waited), every DP rank updates the whole buffer;
-//  - distributed (ZeRO-1): gradients are reduce-scattered (averaged) so each
-//    DP rank owns 1/DP of the buffer's gradients, Adam moments and update;
-//    the updated parameters are all-gathered.
-// Clipping uses the global gradient norm over TP, PP and DP shards, each
-// parameter counted once (replicated ones on TP rank 0 only).
+// [begin, end) of the flat parameter buffer.
+using FlatRange = std::pair<int64_t, int64_t>;
+
+// AdamW over the ranges of a rank's flat parameter buffer it owns: all of it,
+// or its ZeRO-1 shard (GradientSync::owned()). It only updates: the
+// gradients it reads are final (GradientSync::FinishGradients), and under
+// ZeRO-1 the updated values are gathered by GradientSync::StartParamGather.
+// Clipping uses the global gradient norm over TP, PP and the shards, each
+// parameter counted once (replicated ones on TP rank 0, a tied copy not).
 class Optimizer {
  public:
+  // `owned`: sorted, disjoint ranges within params->padded_numel() (empty:
+  // the whole buffer).
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(layers::ParamBuffer* params,
                                                           const OptimizerConfig& config,
-                                                          const OptimizerGroups& groups);
+                                                          const OptimizerGroups& groups,
+                                                          std::vector<FlatRange> owned = {});
 
-  // Reduces the gradients over DP and returns the global gradient norm
-  // (before clipping). Call once per step after the backward passes.
-  // `already_averaged`: the DP average was done during the backward
-  // (--overlap-grad-reduce); only the norm is computed.
-  absl::StatusOr<double> ReduceGradients(bool already_averaged = false);
-  // One AdamW step at learning rate `lr`, clipping by the norm from
-  // ReduceGradients.
-  absl::Status Step(float lr);
+  // One AdamW step at learning rate `lr` over the owned ranges, clipped by
+  // the global gradient norm, which it returns (before clipping). Refreshes
+  // the bf16 compute copy of what it updated. Collective over the groups.
+  absl::StatusOr<double> Step(float lr);
+  // The global gradient norm alone (what Step clips by). Collective.
+  absl::StatusOr<double> GradNorm() const;
 
   int64_t step_count() const { return step_; }
-  // This rank's moments: the whole buffer, or its DP shard (distributed).
+  void set_step_count(int64_t step) { step_ = step; }
+  // Adam moments of the owned ranges, concatenated in order.
   const core::Tensor& exp_avg() const { return m_; }
   const core::Tensor& exp_avg_sq() const { return v_; }
   core::Tensor& mutable_exp_avg() { return m_; }
   core::Tensor& mutable_exp_avg_sq() { return v_; }
-  void set_step_count(int64_t step) { step_ = step; }
-  // [shard_begin, shard_end) of the flat buffer this rank updates.
-  int64_t shard_begin() const { return shard_begin_; }
-  int64_t shard_end() const { return shard_end_; }
+  const std::vector<FlatRange>& owned() const { return owned_; }
 
  private:
   Optimizer(layers::ParamBuffer* params, OptimizerConfig config, OptimizerGroups groups)
       : params_(params), config_(config), groups_(groups) {}
   bool Counted(const layers::Param& p) const;
-  // Adjacent parameters merged into runs of the flat buffer, so a step is a
-  // handful of kernel calls (one per run) instead of one per tensor: on a
-  // GPU each call is a launch, and each norm term a host sync.
+  // Adjacent parameters merged into runs of the flat buffer, cut to the owned
+  // ranges, so a step is a handful of kernel calls (one per run) instead of
+  // one per tensor: on a GPU each call is a launch, and each norm term a host
+  // sync.
   struct Run {
-    int64_t begin, end;  // element range of the flat buffer
+    int64_t begin, end;    // element range of the flat buffer
+    int64_t moment_begin;  // where `begin` sits in the moments
     bool weight_decay;
   };
   void BuildRuns();
-  std::vector<Run> norm_runs_;    // parameters counted in the global norm
-  std::vector<Run> update_runs_;  // all parameters, split where weight decay changes
+  std::vector<Run> norm_runs_;    // owned parameters counted in the global norm
+  std::vector<Run> update_runs_;  // owned parameters, split where weight decay changes
 
   layers::ParamBuffer* params_;
   OptimizerConfig config_;
   OptimizerGroups groups_;
-  int64_t shard_begin_ = 0, shard_end_ = 0;
-  core::Tensor m_, v_;          // Adam moments over [shard_begin, shard_end)
-  core::Tensor shard_grads_;    // distributed: this rank's averaged gradient shard
-  double last_norm_ = 0;
+  std::vector<FlatRange> owned_;
+  core::Tensor m_, v_;  // Adam moments over the owned ranges
   int64_t step_ = 0;
 };
 

@@ -12,7 +12,8 @@ namespace loom::train::testing {
 
 std::string Layout::Describe() const {
   return absl::StrCat("TP", tp, " PP", pp, " DP", dp, vp_layers ? " vp-layers 1" : "",
-                      sp ? " SP" : "", distributed ? " dist-opt" : "", overlap ? " overlap" : "", " ",
+                      sp ? " SP" : "", distributed ? " dist-opt" : "", overlap ? " overlap" : "",
+                      param_gather ? " param-gather" : "", " ",
                       schedule);
 }
 
@@ -49,6 +50,8 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   c.sequence_parallel = l.sp;
   c.optimizer.distributed = l.distributed;
   c.overlap_grad_reduce = l.overlap;
+  c.overlap_param_gather = l.param_gather;
+  c.optimizer.bucket_bytes = 16 << 10;  // a bucket a layer: the overlap has work to do
   c.micro_batch_size = 2;
   c.global_batch_size = 8;
   c.train_iters = train_iters;
@@ -65,8 +68,7 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   return c;
 }
 
-RunResult Run(const train::TrainConfig& config, const Layout& l,
-              const train::CheckpointFlags& ckpt) {
+RunResult Run(const train::TrainConfig& config, const Layout& l) {
   RunResult result;
   const int world = l.tp * l.pp * l.dp;
   train::TrainConfig c = config;
@@ -81,7 +83,7 @@ RunResult Run(const train::TrainConfig& config, const Layout& l,
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto t = train::Trainer::Create(c, (*comms)[r].get(), [](const std::string&) {}, ckpt);
+      auto t = train::Trainer::Create(c, (*comms)[r].get(), [](const std::string&) {});
       statuses[r] = t.ok() ? (*t)->Train() : t.status();
       if (r == 0 && statuses[r].ok()) result.losses = (*t)->losses();
     });

@@ -20,6 +20,7 @@ struct Layout {
   bool distributed = false;
   std::string schedule = "1f1b";
   bool overlap = false;  // --overlap-grad-reduce
+  bool param_gather = false;  // --overlap-param-gather
   std::string Describe() const;
 };
 
@@ -34,8 +35,7 @@ struct RunResult {
   std::vector<double> losses;   // rank 0's (every step this run took)
 };
 // Creates a Trainer on every rank of a local world and runs Train().
-RunResult Run(const train::TrainConfig& config, const Layout& layout,
-              const train::CheckpointFlags& ckpt = {});
+RunResult Run(const train::TrainConfig& config, const Layout& layout);
 
 }  // namespace loom::train::testing
 

@@ -11,7 +11,6 @@
 #include "core/status_macros.h"
 #include "pipeline/layer_assignment.h"
 #include "train/default_data.h"
-#include "train/grad_reducer.h"
 
 namespace loom::train {
 
@@ -32,12 +31,11 @@ uint64_t StreamId(int64_t iteration, int64_t first_sample, bool training) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
-                                                         comm::Communicator* world, LogFn log,
-                                                         const CheckpointFlags& ckpt) {
+                                                         comm::Communicator* world, LogFn log) {
   LOOM_ASSIGN_OR_RETURN(comm::Grid grid,
                         comm::Grid::Make(world->size(), config.tensor_model_parallel_size,
                                          config.pipeline_model_parallel_size));
-  std::unique_ptr<Trainer> t(new Trainer(config, world, grid, std::move(log), ckpt));
+  std::unique_ptr<Trainer> t(new Trainer(config, world, grid, std::move(log)));
   LOOM_RETURN_IF_ERROR(t->Setup());
   return t;
 }
@@ -78,39 +76,39 @@ absl::Status Trainer::Setup() {
   pipeline::ExecutorOptions eo;
   eo.micro_batch_size = config_.micro_batch_size;
   eo.loss_scale = 1.0f / static_cast<float>(config_.num_micro_batches);
-  // With --overlap-grad-reduce, DP all-reduces of layer buckets are in
-  // flight when the step ends; the TP reduction of sequence-parallel grads
-  // touches the same memory, so the trainer runs it after they finish.
-  eo.reduce_sequence_parallel_grads = !config_.overlap_grad_reduce;
   // Point-to-point traffic gets its own communicator: the stages exchange
   // different numbers of messages, and collectives on the pp group (the
   // gradient norm) must not share a sequence with them.
   LOOM_ASSIGN_OR_RETURN(pp_p2p_, groups_.pp->Split(0, coord_.pp_rank, "pp_p2p"));
   LOOM_ASSIGN_OR_RETURN(pipeline::Executor executor,
-                        pipeline::Executor::Create(schedule, model_.get(), pp_p2p_.get(),
-                                                   groups_.embedding.get(), eo));
+                        pipeline::Executor::Create(schedule, model_.get(), pp_p2p_.get(), eo));
   executor_.emplace(std::move(executor));
-  // Evaluation runs the same schedule with the losses weighted 0 (so no
-  // gradient reaches the parameters) and dropout off.
+  // Evaluation runs forwards only, in the training schedule's forward order.
+  LOOM_ASSIGN_OR_RETURN(pipeline::Schedule eval_schedule, pipeline::BuildForwardOnlySchedule(so));
   pipeline::ExecutorOptions eval_options = eo;
-  eval_options.loss_scale = 0.0f;
-  eval_options.all_reduce_embedding_grads = false;
-  eval_options.reduce_sequence_parallel_grads = false;
+  eval_options.forward_only = true;
   LOOM_ASSIGN_OR_RETURN(pipeline::Executor eval_executor,
-                        pipeline::Executor::Create(schedule, model_.get(), pp_p2p_.get(),
-                                                   groups_.embedding.get(), eval_options));
+                        pipeline::Executor::Create(eval_schedule, model_.get(), pp_p2p_.get(),
+                                                   eval_options));
   eval_executor_.emplace(std::move(eval_executor));
 
+  // The gradients between the backward and the optimizer: one owner.
+  distributed::GradientSyncGroups gg;
+  gg.dp = groups_.dp.get();
+  gg.embedding = groups_.embedding.get();
+  distributed::GradientSyncOptions go;
+  go.micro_batches = config_.num_micro_batches;
+  go.bucket_bytes = config_.optimizer.bucket_bytes;
+  go.overlap_grad_reduce = config_.overlap_grad_reduce;
+  go.distributed_optimizer = config_.optimizer.distributed;
+  go.overlap_param_gather = config_.overlap_param_gather;
+  LOOM_ASSIGN_OR_RETURN(gradients_, distributed::GradientSync::Create(model_.get(), gg, go));
   OptimizerGroups og;
   og.tp = groups_.tp.get();
   og.pp = groups_.pp.get();
-  og.dp = groups_.dp.get();
-  og.count_word_embedding = coord_.pp_rank == 0;
-  LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og));
-  if (config_.overlap_grad_reduce) {
-    grad_reducer_ = std::make_unique<OverlappedGradReducer>(model_.get(), groups_.dp.get(),
-                                                            config_.num_micro_batches);
-  }
+  og.shards = config_.optimizer.distributed ? groups_.dp.get() : nullptr;
+  LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og,
+                                                      gradients_->owned()));
 
   if (!config_.load.empty()) {
     LOOM_RETURN_IF_ERROR(LoadCheckpoint());
@@ -119,9 +117,9 @@ absl::Status Trainer::Setup() {
   if (!config_.save.empty()) {
     checkpoint::SaveOptions so;
     so.dir = config_.save;
-    so.keep_last = ckpt_flags_.keep_last;
-    so.async = ckpt_flags_.async_save;
-    so.save_optimizer = ckpt_flags_.save_optim;
+    so.keep_last = config_.checkpoint.keep_last;
+    so.async = config_.checkpoint.async_save;
+    so.save_optimizer = config_.checkpoint.save_optim;
     LOOM_ASSIGN_OR_RETURN(checkpointer_, checkpoint::Checkpointer::Create(world_, so));
   }
 
@@ -240,23 +238,24 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const GptDataset& d
 }
 
 absl::StatusOr<double> Trainer::TrainStep() {
-  // 1. Forward and backward of every micro-batch, as the pipeline schedule says.
-  LOOM_RETURN_IF_ERROR(model_->params().ZeroGrads());
+  // 1. Forward and backward of every micro-batch, as the pipeline schedule
+  //    says; the model's hooks start data-parallel buckets as their last
+  //    backward runs (--overlap-grad-reduce), and each forward waits for the
+  //    parameters it reads (--overlap-param-gather).
+  LOOM_RETURN_IF_ERROR(gradients_->StartStep());
   const int64_t consumed = consumed_samples_;
   LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, executor_->RunStep([&](int m) {
     return MakeMicroBatch(*train_data_, consumed, m, /*training=*/true);
   }));
-  if (grad_reducer_) {  // --overlap-grad-reduce: layer buckets started during the backward
-    LOOM_RETURN_IF_ERROR(grad_reducer_->Finish());
-    LOOM_RETURN_IF_ERROR(model_->ReduceSequenceParallelGrads());
-  }
-  // 2. The loss of the global batch: the mean over the DP ranks' means.
+  // 2. The gradients made final: DP, the tied embedding, SP (GradientSync).
+  LOOM_RETURN_IF_ERROR(gradients_->FinishGradients());
+  // 3. The loss of the global batch: the mean over the DP ranks' means.
   double loss = step.mean_loss;
   LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.dp.get(), comm::ReduceOp::kAvg, &loss));
-  // 3. Average gradients over DP, clip by the global norm, AdamW.
-  LOOM_ASSIGN_OR_RETURN(double grad_norm,
-                        optimizer_->ReduceGradients(/*already_averaged=*/grad_reducer_ != nullptr));
-  LOOM_RETURN_IF_ERROR(optimizer_->Step(config_.lr.At(iteration_)));
+  // 4. Clip by the global norm, AdamW on what this rank owns, then share the
+  //    updated parameters (ZeRO-1).
+  LOOM_ASSIGN_OR_RETURN(double grad_norm, optimizer_->Step(config_.lr.At(iteration_)));
+  LOOM_RETURN_IF_ERROR(gradients_->StartParamGather());
   last_grad_norm_ = grad_norm;
   ++iteration_;
   consumed_samples_ += config_.global_batch_size;
@@ -267,7 +266,6 @@ absl::StatusOr<double> Trainer::TrainStep() {
 absl::StatusOr<double> Trainer::Evaluate() {
   if (!valid_data_) return absl::FailedPreconditionError("no validation split (see --split)");
   double total = 0;
-  model_->set_layer_grad_hook(nullptr);  // evaluation gradients are never reduced
   for (int64_t k = 0; k < config_.eval_iters; ++k) {
     LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, eval_executor_->RunStep([&](int m) {
       return MakeMicroBatch(*valid_data_, k * config_.global_batch_size, m, /*training=*/false);
@@ -276,8 +274,6 @@ absl::StatusOr<double> Trainer::Evaluate() {
     LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.dp.get(), comm::ReduceOp::kAvg, &loss));
     total += loss;
   }
-  LOOM_RETURN_IF_ERROR(model_->params().ZeroGrads());  // the evaluation's backward passes were weighted 0
-  if (grad_reducer_) grad_reducer_->Install();
   return total / std::max<int64_t>(1, config_.eval_iters);
 }
 
@@ -315,8 +311,7 @@ checkpoint::RankView Trainer::CheckpointView() {
   v.params = host_params_ ? host_params_.get() : &model_->params();
   v.exp_avg = host_params_ ? &host_exp_avg_ : &optimizer_->mutable_exp_avg();
   v.exp_avg_sq = host_params_ ? &host_exp_avg_sq_ : &optimizer_->mutable_exp_avg_sq();
-  v.shard_begin = optimizer_->shard_begin();
-  v.shard_end = optimizer_->shard_end();
+  v.moment_ranges = optimizer_->owned();
   v.tp_rank = coord_.tp_rank;
   v.dp_rank = coord_.dp_rank;
   v.pp_rank = coord_.pp_rank;
@@ -349,11 +344,12 @@ absl::Status Trainer::SaveCheckpoint() {
   l->set_distributed_optimizer(config_.optimizer.distributed);
   l->set_world_size(world_->size());
   *h.mutable_model() = checkpoint::ModelConfigProto(config_.model);
+  LOOM_RETURN_IF_ERROR(gradients_->FinishParamGather());  // --overlap-param-gather
   LOOM_RETURN_IF_ERROR(StageToHost());
   LOOM_RETURN_IF_ERROR(checkpointer_->Save(CheckpointView(), h));
   last_saved_iteration_ = iteration_;
   Log(absl::StrFormat(" saved checkpoint at iteration %d to %s%s (blocked %.3f s)", iteration_,
-                      config_.save, ckpt_flags_.async_save ? " (async)" : "",
+                      config_.save, config_.checkpoint.async_save ? " (async)" : "",
                       checkpointer_->last_stall_seconds()));
   return absl::OkStatus();
 }
@@ -365,11 +361,11 @@ absl::Status Trainer::WaitForCheckpoint() {
 absl::Status Trainer::LoadCheckpoint() {
   LOOM_RETURN_IF_ERROR(EnsureHostMirror());
   LOOM_ASSIGN_OR_RETURN(checkpoint::Manifest m,
-                        checkpoint::LoadCheckpoint(world_, config_.load, ckpt_flags_.load_iteration,
-                                                   CheckpointView(), ckpt_flags_.load_optim));
+                        checkpoint::LoadCheckpoint(world_, config_.load, config_.checkpoint.load_iteration,
+                                                   CheckpointView(), config_.checkpoint.load_optim));
   LOOM_RETURN_IF_ERROR(UnstageFromHost());
   set_position(m.training().iteration(), m.training().consumed_samples());
-  const bool optim = ckpt_flags_.load_optim && m.training().has_optimizer_state();
+  const bool optim = config_.checkpoint.load_optim && m.training().has_optimizer_state();
   if (optim) optimizer_->set_step_count(m.training().optimizer_step());
   Log(absl::StrFormat(
       " loaded checkpoint from %s at iteration %d (%d samples consumed; saved as TP %d x PP %d x "

@@ -11,6 +11,7 @@
 #include "checkpoint/checkpointer.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
+#include "distributed/gradient_sync.h"
 #include "layers/gpt_model.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
@@ -19,19 +20,9 @@
 #include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
 #include "train/metrics.h"
-#include "train/grad_reducer.h"
 #include "train/optimizer.h"
 
 namespace loom::train {
-
-// Checkpoint settings beyond TrainConfig's --save, --load and --save-interval.
-struct CheckpointFlags {
-  std::optional<int64_t> load_iteration;  // --load-iteration (unset: the one `latest` names)
-  int keep_last = 0;                      // --keep-last (0: keep all)
-  bool async_save = false;                // --async-save
-  bool save_optim = true;                 // false: --no-save-optim
-  bool load_optim = true;                 // false: fresh Adam state after --load
-};
 
 // One rank's training run: flags -> groups -> model -> data -> optimizer ->
 // loop. Every rank of the world constructs one and calls Train(); ranks of a
@@ -47,8 +38,7 @@ class Trainer {
   // `world` must outlive the Trainer.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config,
                                                          comm::Communicator* world,
-                                                         LogFn log = nullptr,
-                                                         const CheckpointFlags& ckpt = {});
+                                                         LogFn log = nullptr);
 
   // Runs iterations [iteration(), config.train_iters), logging every
   // --log-interval and evaluating every --eval-interval.
@@ -84,9 +74,8 @@ class Trainer {
   int global_rank() const { return world_->rank(); }
 
  private:
-  Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log,
-          const CheckpointFlags& ckpt)
-      : config_(config), world_(world), grid_(grid), log_(std::move(log)), ckpt_flags_(ckpt) {}
+  Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log)
+      : config_(config), world_(world), grid_(grid), log_(std::move(log)) {}
   absl::Status Setup();
   absl::Status SetupData();
   // Micro-batch m of the step that starts at `consumed` samples.
@@ -111,7 +100,7 @@ class Trainer {
   std::unique_ptr<layers::GptModel> model_;
   std::optional<pipeline::Executor> executor_, eval_executor_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<OverlappedGradReducer> grad_reducer_;  // --overlap-grad-reduce
+  std::unique_ptr<distributed::GradientSync> gradients_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<IndexedDataset> dataset_;
   std::unique_ptr<GptDataset> train_data_, valid_data_;
@@ -121,7 +110,6 @@ class Trainer {
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
   std::vector<double> losses_;
-  CheckpointFlags ckpt_flags_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t last_saved_iteration_ = -1;
   std::unique_ptr<layers::ParamBuffer> host_params_;  // device runs only

@@ -1,6 +1,7 @@
 // The same model and data trained for 20 iterations in every layout —
 // (TP, PP, DP) = (1,1,1), (2,1,1), (1,2,1), (1,1,2), (2,2,1), interleaved
-// PP, sequence parallelism, and the distributed optimizer — gives the same
+// PP, sequence parallelism, the distributed optimizer, and the overlap of the
+// data-parallel reductions and gathers with the computation — gives the same
 // loss curve, with dropout on (counter-based masks make it layout-free).
 
 #include "gtest/gtest.h"
@@ -38,6 +39,12 @@ TEST(TrainerEquivalenceTest, EveryLayoutGivesTheSameLossCurve) {
       {1, 2, 1, 0, false, false, "gpipe"},
       {1, 1, 2, 0, false, false, "1f1b", true},  // --overlap-grad-reduce
       {2, 2, 2, 0, true, false, "1f1b", true},   // TP + SP + PP + DP, overlapped
+      // ZeRO-1 with its reduce-scatters overlapped with the backward, then
+      // also its parameter all-gathers with the next forward.
+      {1, 1, 2, 0, false, true, "1f1b", true},
+      {1, 1, 2, 0, false, true, "1f1b", true, true},
+      {1, 2, 2, 1, false, true, "interleaved", true, true},  // tied embedding over PP
+      {2, 2, 2, 0, true, true, "1f1b", true, true},
   };
   for (const Layout& l : layouts) {
     const std::vector<double> got = Train(l);

@@ -4,24 +4,29 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "core/status_macros.h"
 
 namespace loom::comm::internal {
+namespace {
 
-absl::Status CheckTensor(const char* what, const char* arg, const core::Tensor& t) {
+using core::Device;
+using core::Tensor;
+
+absl::Status CheckTensor(const char* what, const char* arg, const Tensor& t, Device device) {
   if (!t.defined()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", arg, " is an undefined tensor"));
   }
-  if (!t.device().is_cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", arg, " is on ", t.device().ToString(),
-                                                   "; these backends move host memory (cpu)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckSameDType(const char* what, const core::Tensor& in, const core::Tensor& out) {
-  if (in.dtype() != out.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": input dtype ", core::DTypeName(in.dtype()),
-                                                   " != output dtype ", core::DTypeName(out.dtype())));
+  // Host memory is one place whatever a CPU device's index says.
+  const bool on_device = device.is_cpu() ? t.device().is_cpu() : t.device() == device;
+  if (!on_device) {
+    const char* hint = device.is_cpu() ? " (the local, mpi and ucx backends move host memory; "
+                                         "copy device tensors to the host, or use nccl)"
+                       : t.device().is_cpu() ? " (copy host tensors to the GPU first)"
+                                             : "";
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", arg, " is on ", t.device().ToString(),
+                     "; this communicator moves memory of its device (", device.ToString(),
+                     ") only", hint));
   }
   return absl::OkStatus();
 }
@@ -54,20 +59,33 @@ absl::Status CheckTag(const char* what, int tag) {
   return absl::OkStatus();
 }
 
-#define LOOM_RETURN_IF_ERROR(expr)      \
-  do {                                  \
-    absl::Status _s = (expr);           \
-    if (!_s.ok()) return _s;            \
-  } while (0)
-
-static absl::Status Pair(const char* what, const core::Tensor& in, const core::Tensor& out) {
-  LOOM_RETURN_IF_ERROR(CheckTensor(what, "input", in));
-  LOOM_RETURN_IF_ERROR(CheckTensor(what, "output", out));
-  return CheckSameDType(what, in, out);
+bool Overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  if (an == 0 || bn == 0) return false;
+  auto pa = reinterpret_cast<uintptr_t>(a);
+  auto pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + bn && pb < pa + an;
 }
 
-static absl::Status NumelIs(const char* what, const char* arg, const core::Tensor& t,
-                            int64_t expected, const char* why) {
+const char* Slot(const Tensor& t, int64_t index, size_t bytes) {
+  return static_cast<const char*>(t.raw_data()) + index * bytes;
+}
+
+// Both tensors on `device`, with one dtype.
+absl::Status CheckPair(const char* what, const Tensor& in, const Tensor& out, Device device) {
+  LOOM_RETURN_IF_ERROR(CheckTensor(what, "input", in, device));
+  LOOM_RETURN_IF_ERROR(CheckTensor(what, "output", out, device));
+  if (in.dtype() != out.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": input dtype ",
+                                                   core::DTypeName(in.dtype()), " != output dtype ",
+                                                   core::DTypeName(out.dtype())));
+  }
+  return absl::OkStatus();
+}
+
+// `t` (the op's argument `arg`) has `expected` elements; `why` says where
+// that number comes from.
+absl::Status CheckCount(const char* what, const char* arg, const Tensor& t, int64_t expected,
+                        const char* why) {
   if (t.numel() != expected) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", arg, " has ", t.numel(),
                                                    " elements, expected ", expected, " (", why,
@@ -76,8 +94,9 @@ static absl::Status NumelIs(const char* what, const char* arg, const core::Tenso
   return absl::OkStatus();
 }
 
-absl::Status CheckAlias(const char* what, const core::Tensor& in, const core::Tensor& out,
-                        bool in_place) {
+// Input and output memory overlap only if it is the op's in-place layout
+// (`in_place` says whether it is).
+absl::Status CheckOverlap(const char* what, const Tensor& in, const Tensor& out, bool in_place) {
   if (!in_place && Overlaps(in.raw_data(), in.nbytes(), out.raw_data(), out.nbytes())) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": input and output overlap but are not the in-place layout (see comm.h: same "
@@ -87,74 +106,73 @@ absl::Status CheckAlias(const char* what, const core::Tensor& in, const core::Te
   return absl::OkStatus();
 }
 
-absl::Status CheckAllReduce(const core::Tensor& in, const core::Tensor& out) {
-  LOOM_RETURN_IF_ERROR(Pair("all_reduce", in, out));
-  LOOM_RETURN_IF_ERROR(NumelIs("all_reduce", "output", out, in.numel(), "same as input"));
-  return CheckAlias("all_reduce", in, out, in.raw_data() == out.raw_data());
+// The ops whose output has the input's size; in place is the same memory.
+absl::Status CheckSameSize(const char* what, const Tensor& in, const Tensor& out) {
+  LOOM_RETURN_IF_ERROR(CheckCount(what, "output", out, in.numel(), "same as input"));
+  return CheckOverlap(what, in, out, in.raw_data() == out.raw_data());
 }
 
-absl::Status CheckBroadcast(const core::Tensor& in, const core::Tensor& out, int root, int size) {
-  LOOM_RETURN_IF_ERROR(Pair("broadcast", in, out));
+}  // namespace
+
+absl::Status CheckAllReduce(const Tensor& in, const Tensor& out, Device device) {
+  LOOM_RETURN_IF_ERROR(CheckPair("all_reduce", in, out, device));
+  return CheckSameSize("all_reduce", in, out);
+}
+
+absl::Status CheckBroadcast(const Tensor& in, const Tensor& out, int root, int size,
+                            Device device) {
+  LOOM_RETURN_IF_ERROR(CheckPair("broadcast", in, out, device));
   LOOM_RETURN_IF_ERROR(CheckRoot("broadcast", root, size));
-  LOOM_RETURN_IF_ERROR(NumelIs("broadcast", "output", out, in.numel(), "same as input"));
-  return CheckAlias("broadcast", in, out, in.raw_data() == out.raw_data());
+  return CheckSameSize("broadcast", in, out);
 }
 
-absl::Status CheckReduce(const core::Tensor& in, const core::Tensor& out, int root, int size) {
-  LOOM_RETURN_IF_ERROR(Pair("reduce", in, out));
+absl::Status CheckReduce(const Tensor& in, const Tensor& out, int root, int size, Device device) {
+  LOOM_RETURN_IF_ERROR(CheckPair("reduce", in, out, device));
   LOOM_RETURN_IF_ERROR(CheckRoot("reduce", root, size));
-  LOOM_RETURN_IF_ERROR(NumelIs("reduce", "output", out, in.numel(), "same as input"));
-  return CheckAlias("reduce", in, out, in.raw_data() == out.raw_data());
+  return CheckSameSize("reduce", in, out);
 }
 
-absl::Status CheckAllGather(const core::Tensor& in, const core::Tensor& out, int rank, int size) {
-  LOOM_RETURN_IF_ERROR(Pair("all_gather", in, out));
-  LOOM_RETURN_IF_ERROR(NumelIs("all_gather", "output", out, in.numel() * size, "group size x input"));
-  return CheckAlias("all_gather", in, out,
-                    in.raw_data() == static_cast<char*>(out.raw_data()) + rank * in.nbytes());
-}
-
-absl::Status CheckReduceScatter(const core::Tensor& in, const core::Tensor& out, int rank,
-                                int size) {
-  LOOM_RETURN_IF_ERROR(Pair("reduce_scatter", in, out));
+absl::Status CheckAllGather(const Tensor& in, const Tensor& out, int rank, int size,
+                            Device device) {
+  LOOM_RETURN_IF_ERROR(CheckPair("all_gather", in, out, device));
   LOOM_RETURN_IF_ERROR(
-      NumelIs("reduce_scatter", "input", in, out.numel() * size, "group size x output"));
-  return CheckAlias("reduce_scatter", in, out,
-                    out.raw_data() == static_cast<char*>(in.raw_data()) + rank * out.nbytes());
+      CheckCount("all_gather", "output", out, in.numel() * size, "group size x input"));
+  return CheckOverlap("all_gather", in, out, in.raw_data() == Slot(out, rank, in.nbytes()));
 }
 
-absl::Status CheckAllToAll(const core::Tensor& in, const core::Tensor& out, int size) {
-  LOOM_RETURN_IF_ERROR(Pair("all_to_all", in, out));
-  LOOM_RETURN_IF_ERROR(NumelIs("all_to_all", "output", out, in.numel(), "same as input"));
+absl::Status CheckReduceScatter(const Tensor& in, const Tensor& out, int rank, int size,
+                                Device device) {
+  LOOM_RETURN_IF_ERROR(CheckPair("reduce_scatter", in, out, device));
+  LOOM_RETURN_IF_ERROR(
+      CheckCount("reduce_scatter", "input", in, out.numel() * size, "group size x output"));
+  return CheckOverlap("reduce_scatter", in, out, out.raw_data() == Slot(in, rank, out.nbytes()));
+}
+
+absl::Status CheckAllToAll(const Tensor& in, const Tensor& out, int size, Device device) {
+  LOOM_RETURN_IF_ERROR(CheckPair("all_to_all", in, out, device));
+  LOOM_RETURN_IF_ERROR(CheckCount("all_to_all", "output", out, in.numel(), "same as input"));
   if (in.numel() % size != 0) {
     return absl::InvalidArgumentError(absl::StrCat("all_to_all: input has ", in.numel(),
                                                    " elements, not a multiple of the group size ",
                                                    size));
   }
-  return CheckAlias("all_to_all", in, out, in.raw_data() == out.raw_data());
+  return CheckOverlap("all_to_all", in, out, in.raw_data() == out.raw_data());
 }
 
-absl::Status CheckP2P(const char* what, const core::Tensor& t, int peer, int tag, int rank,
-                      int size) {
-  LOOM_RETURN_IF_ERROR(CheckTensor(what, "tensor", t));
+absl::Status CheckP2P(const char* what, const Tensor& t, int peer, int tag, int rank, int size,
+                      Device device) {
+  LOOM_RETURN_IF_ERROR(CheckTensor(what, "tensor", t, device));
   LOOM_RETURN_IF_ERROR(CheckPeer(what, peer, rank, size));
   return CheckTag(what, tag);
 }
 
-absl::Status CheckBatch(const std::vector<P2POp>& ops, int rank, int size) {
+absl::Status CheckBatch(const std::vector<P2POp>& ops, int rank, int size, Device device) {
   for (const P2POp& op : ops) {
     LOOM_RETURN_IF_ERROR(CheckP2P(op.kind == P2POp::Kind::kSend ? "batch_send_recv(send)"
                                                                 : "batch_send_recv(recv)",
-                                  op.tensor, op.peer, op.tag, rank, size));
+                                  op.tensor, op.peer, op.tag, rank, size, device));
   }
   return absl::OkStatus();
-}
-
-bool Overlaps(const void* a, size_t an, const void* b, size_t bn) {
-  if (an == 0 || bn == 0) return false;
-  auto pa = reinterpret_cast<uintptr_t>(a);
-  auto pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + bn && pb < pa + an;
 }
 
 }  // namespace loom::comm::internal

@@ -1,31 +1,31 @@
 #ifndef LOOM_COMM_INTERNAL_ENGINE_H_
 #define LOOM_COMM_INTERNAL_ENGINE_H_
 
-// Our own collective algorithms over a Transport, shared by the local and UCX
-// backends. Operations run one at a time in issue order, each returning a
-// Work handle. Who runs them: a thread waiting on a handle runs the queued
-// operations itself up to its own (no hand-off latency); a background worker
-// thread per communicator runs whatever nobody waits for (async progress). Algorithms (chosen by message size):
-//   all-reduce   <= small_bytes: recursive doubling (power-of-two groups) or
-//                all-to-all exchange + rank-ordered reduction; larger: ring
-//                reduce-scatter + ring all-gather.
-//   reduce-scatter / all-gather: ring.  broadcast / reduce: binomial tree.
-//   all-to-all: all pairs at once.  barrier: dissemination.
-// Every rank computes bitwise identical all-reduce results. Staging buffers
-// are owned by the communicator and reused across calls.
+// Our own communicator over a Transport, shared by the local and UCX
+// backends. It checks arguments (checks.h), numbers operations, turns the
+// steps of our collective algorithms (algorithms.h) and the user's
+// point-to-point messages into tagged transport messages, and splits groups.
+// When and on which thread operations run is the scheduler's (scheduler.h):
+// one at a time in issue order, run by a waiting thread or a background
+// worker. Staging buffers are owned by the communicator and reused.
+//
+// Numbering and tags (transport.h): collectives are numbered in one sequence
+// and their messages carry (sequence, step), so every rank must issue the
+// same collectives in the same order; point-to-point ops are numbered in a
+// sequence of their own (for descriptions only) and their messages carry the
+// user's tag in a separate tag space, so any amount of point-to-point
+// traffic leaves the collectives' numbering alone. Every message also
+// carries a signature of its call, checked by the receiver.
 
-#include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <functional>
+#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "comm/comm.h"
+#include "comm/internal/algorithms.h"
+#include "comm/internal/scheduler.h"
 #include "comm/internal/transport.h"
 
 namespace loom::comm::internal {
@@ -34,9 +34,6 @@ struct EngineOptions {
   CommOptions comm;
   size_t small_bytes = 64 << 10;  // all-reduce switches to the ring above this
 };
-
-class EngineWork;
-struct EngineHelper;
 
 class Engine : public Communicator {
  public:
@@ -76,59 +73,26 @@ class Engine : public Communicator {
   const std::shared_ptr<Transport>& transport() const { return transport_; }
 
  private:
-  struct Leg {
-    bool is_send;
-    int peer;  // group rank
-    int step;
-    void* buf;
-    size_t bytes;
-  };
-  struct Op {
-    std::shared_ptr<EngineWork> work;
-    uint32_t seq;
-    std::function<absl::Status(Op&)> run;
-    absl::Time deadline;  // while queued: the time it was issued
-    uint32_t sig = 0;
-    absl::Duration timeout;  // the op's own limit, from when it starts
-  };
+  using Op = Scheduler::Op;
+  class OpSteps;
 
-  // Collectives are numbered in one sequence (their message tags carry it, so
-  // every rank must agree); point-to-point ops in another, since ranks issue
-  // different numbers of them (pipeline stages) and are matched by user tag.
-  // `timeout`: the op's limit; zero means CommOptions::timeout.
-  WorkPtr Enqueue(const char* name, uint32_t sig, std::function<absl::Status(Op&)> run,
-                  bool point_to_point = false, absl::Duration timeout = absl::ZeroDuration());
+  // Queues a collective (the next number of the collective sequence), its
+  // messages signed with `sig`; `run` runs its algorithm. `timeout`: the
+  // op's limit; zero means CommOptions::timeout.
+  // (A template defined and used in engine.cc: one allocation per op.)
+  template <typename Run>
+  WorkPtr Collective(const char* name, uint32_t sig, Run run,
+                     absl::Duration timeout = absl::ZeroDuration());
+  // Queues point-to-point ops (the next number of the point-to-point
+  // sequence). `wait_sends`: false for a single Send, which then completes
+  // in the background.
+  WorkPtr PointToPoint(const char* name, std::vector<P2POp> ops, bool wait_sends);
   WorkPtr Fail(const char* name, absl::Status status);
-  void WorkerLoop();
-  // Caller holds exec_mu_. Runs the next queued op; false if none.
-  bool RunNext();
-  void RunOp(Op& op);
-  void PollPendingSends(bool force_deadline_check);
 
- public:
-  // Called by a thread waiting on `work` until `wait_deadline`: if no other
-  // thread is executing and the wait outlasts an op's timeout, runs queued
-  // operations until `work` is done. False if it did not.
-  bool HelpUntil(EngineWork* work, absl::Time wait_deadline);
-  // Wakes the worker if the oldest queued op has waited past the grace period.
-  void MaybeWakeWorker();
-
- private:
-
-  // Sends/receives all legs of one algorithm step and waits for them.
-  absl::Status Exchange(Op& op, absl::Span<const Leg> legs);
+  // Sends/receives all legs of one algorithm step of `op` and waits for them.
+  absl::Status Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs);
   absl::Status P2P(Op& op, const std::vector<P2POp>& ops, bool wait_sends);
   char* Stage(int i, size_t bytes);
-
-  absl::Status RunAllReduce(Op& op, const core::Tensor& in, const core::Tensor& out, ReduceOp r);
-  absl::Status RunBroadcast(Op& op, const core::Tensor& in, const core::Tensor& out, int root);
-  absl::Status RunReduce(Op& op, const core::Tensor& in, const core::Tensor& out, ReduceOp r,
-                         int root);
-  absl::Status RunAllGather(Op& op, const core::Tensor& in, const core::Tensor& out);
-  absl::Status RunReduceScatter(Op& op, const core::Tensor& in, const core::Tensor& out,
-                                ReduceOp r);
-  absl::Status RunAllToAll(Op& op, const core::Tensor& in, const core::Tensor& out);
-  absl::Status RunBarrier(Op& op);
 
   std::shared_ptr<Transport> transport_;
   std::vector<int> members_;
@@ -139,27 +103,10 @@ class Engine : public Communicator {
   uint32_t next_seq_ = 0;      // collectives; issuing thread only
   uint32_t next_p2p_seq_ = 0;  // point-to-point; issuing thread only
 
-  std::shared_ptr<EngineHelper> helper_;
-  std::mutex exec_mu_;  // held while executing operations
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Op> queue_;
-  bool stopping_ = false;
-  absl::Status aborted_;  // first fatal error (guarded by mu_)
-  std::atomic<bool> abort_flag_{false};
-
-  // Executor state (guarded by exec_mu_).
-  std::atomic<int> num_pending_{0};
-  struct PendingSend {
-    std::shared_ptr<EngineWork> work;
-    std::unique_ptr<TransportReq> req;
-    absl::Time deadline;
-    int peer;
-  };
-  std::vector<PendingSend> pending_sends_;
+  // Executor state (used by the op running, one at a time).
   std::vector<char> stage_[2];
   std::vector<TransportReq*> exchange_ptrs_;
-  std::thread worker_;
+  std::unique_ptr<Scheduler> scheduler_;  // last: stopped before the rest goes
 };
 
 }  // namespace loom::comm::internal

@@ -3,22 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu/convert.h"
+
 namespace loom::comm::internal {
 
-float Bf16ToF32(uint16_t bits) {
-  uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t F32ToBf16(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding) >> 16);
-}
+using core::cpu::Bf16BitsToFloat;
+using core::cpu::FloatToBf16Bits;
 
 float F16ToF32(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16;
@@ -134,9 +124,9 @@ void ReduceTo(void* dst, const void* a, const void* b, size_t count, core::DType
     case DType::kI64: return ReduceAs<int64_t>(dst, a, b, count, op);
     case DType::kU8: return ReduceAs<uint8_t>(dst, a, b, count, op);
     case DType::kBF16:
-      return Reduce16<Bf16ToF32, F32ToBf16>(static_cast<uint16_t*>(dst),
-                                            static_cast<const uint16_t*>(a),
-                                            static_cast<const uint16_t*>(b), count, op);
+      return Reduce16<Bf16BitsToFloat, FloatToBf16Bits>(
+          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+          static_cast<const uint16_t*>(b), count, op);
     case DType::kF16:
       return Reduce16<F16ToF32, F32ToF16>(static_cast<uint16_t*>(dst),
                                           static_cast<const uint16_t*>(a),
@@ -168,7 +158,8 @@ void FinishAvg(void* buf, size_t count, core::DType dtype, int n) {
     case DType::kI32: return DivTyped(static_cast<int32_t*>(buf), count, n);
     case DType::kI64: return DivTyped(static_cast<int64_t*>(buf), count, n);
     case DType::kU8: return DivTyped(static_cast<uint8_t*>(buf), count, n);
-    case DType::kBF16: return Div16<Bf16ToF32, F32ToBf16>(static_cast<uint16_t*>(buf), count, n);
+    case DType::kBF16:
+      return Div16<Bf16BitsToFloat, FloatToBf16Bits>(static_cast<uint16_t*>(buf), count, n);
     case DType::kF16: return Div16<F16ToF32, F32ToF16>(static_cast<uint16_t*>(buf), count, n);
   }
 }

@@ -12,10 +12,11 @@
 
 namespace loom::comm::internal {
 
-float Bf16ToF32(uint16_t bits);
-uint16_t F32ToBf16(float value);  // round to nearest even; NaN stays NaN
+// bf16 <-> f32 is core/cpu/convert.h's (FloatToBf16Bits, Bf16BitsToFloat).
+// f16 has its own here: NaN becomes the canonical quiet NaN (0x7e00 with the
+// sign), where core's F16C conversion keeps the payload; otherwise the same.
 float F16ToF32(uint16_t bits);
-uint16_t F32ToF16(float value);   // round to nearest even
+uint16_t F32ToF16(float value);  // round to nearest even
 
 // acc[i] = acc[i] op src[i] for i < count. kAvg accumulates a sum (finish
 // with FinishAvg). bf16/f16 are computed in f32.

@@ -2,11 +2,19 @@
 
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace loom::comm::launch {
 namespace {
+
+bool IsSet(const EnvLookup& env, const char* name) {
+  const char* v = env(name);
+  return v != nullptr && *v != '\0';
+}
 
 // Reads an integer variable; absent -> *present = false.
 absl::Status ReadInt(const EnvLookup& env, const char* name, int* out, bool* present) {
@@ -21,13 +29,68 @@ absl::Status ReadInt(const EnvLookup& env, const char* name, int* out, bool* pre
 }
 
 struct Source {
+  RankSource from;
   const char* name;
   const char* rank;
   const char* size;
   const char* local_rank;
+  const char* local_size;  // nullptr: computed (Slurm)
 };
 
+constexpr Source kSources[] = {
+    {RankSource::kTorchrun, "torchrun env (RANK/WORLD_SIZE)", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+     "LOCAL_WORLD_SIZE"},
+    {RankSource::kOpenMpi, "OpenMPI env (OMPI_COMM_WORLD_RANK/SIZE)", "OMPI_COMM_WORLD_RANK",
+     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {RankSource::kSlurm, "Slurm env (SLURM_PROCID/SLURM_NTASKS)", "SLURM_PROCID", "SLURM_NTASKS",
+     "SLURM_LOCALID", nullptr},
+};
+
+// Slurm's tasks on this node: SLURM_STEP_TASKS_PER_NODE (else
+// SLURM_TASKS_PER_NODE) is "2(x3),1" (2 on each of nodes 0-2, 1 on node 3);
+// SLURM_NODEID picks the entry. 1 when absent or unreadable.
+int SlurmTasksOnThisNode(const EnvLookup& env) {
+  const char* list = env("SLURM_STEP_TASKS_PER_NODE");
+  if (list == nullptr || *list == '\0') list = env("SLURM_TASKS_PER_NODE");
+  if (list == nullptr || *list == '\0') return 1;
+  int node = 0;
+  bool has_node = false;
+  if (!ReadInt(env, "SLURM_NODEID", &node, &has_node).ok() || node < 0) return 1;
+  for (absl::string_view entry : absl::StrSplit(list, ',')) {
+    int tasks = 0, repeat = 1;
+    const size_t paren = entry.find("(x");
+    if (paren != absl::string_view::npos) {
+      if (!absl::EndsWith(entry, ")") ||
+          !absl::SimpleAtoi(entry.substr(paren + 2, entry.size() - paren - 3), &repeat)) {
+        return 1;
+      }
+      entry = entry.substr(0, paren);
+    }
+    if (!absl::SimpleAtoi(entry, &tasks) || tasks < 1 || repeat < 1) return 1;
+    if (node < repeat) return tasks;
+    node -= repeat;
+  }
+  return 1;
+}
+
 }  // namespace
+
+EnvLookup RealEnv() {
+  return [](const char* n) -> const char* { return std::getenv(n); };
+}
+
+std::vector<std::string> ExternalRankSettings(const ExplicitRank& flags, const EnvLookup& env) {
+  std::vector<std::string> out;
+  if (flags.rank >= 0) out.push_back(absl::StrCat("--rank=", flags.rank));
+  if (flags.world_size >= 0) out.push_back(absl::StrCat("--world-size=", flags.world_size));
+  if (flags.local_rank >= 0) out.push_back(absl::StrCat("--local-rank=", flags.local_rank));
+  for (const Source& src : kSources) {
+    for (const char* var : {src.rank, src.size, src.local_rank}) {
+      if (IsSet(env, var)) out.push_back(absl::StrCat(var, "=", env(var)));
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup& env) {
   RankInfo info;
@@ -41,38 +104,65 @@ absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup
     info.rank = flags.rank;
     info.world_size = flags.world_size;
     info.local_rank = flags.local_rank >= 0 ? flags.local_rank : flags.rank;
+    bool has_local_size = false;
+    absl::Status s = ReadInt(env, "LOCAL_WORLD_SIZE", &info.local_world_size, &has_local_size);
+    if (!s.ok()) return s;
+    if (!has_local_size) info.local_world_size = 1;
+    info.from = RankSource::kFlags;
     info.source = "flags (--rank/--world-size)";
     found = true;
   }
-  const Source sources[] = {
-      {"torchrun env (RANK/WORLD_SIZE)", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-      {"OpenMPI env (OMPI_COMM_WORLD_RANK/SIZE)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-       "OMPI_COMM_WORLD_LOCAL_RANK"},
-      {"Slurm env (SLURM_PROCID/SLURM_NTASKS)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-  };
-  for (const Source& src : sources) {
+  for (const Source& src : kSources) {
     if (found) break;
-    int rank = 0, size = 0, local = 0;
-    bool has_rank, has_size, has_local;
+    int rank = 0, size = 0, local = 0, local_size = 1;
+    bool has_rank, has_size, has_local, has_local_size = false;
     absl::Status s = ReadInt(env, src.rank, &rank, &has_rank);
     if (s.ok()) s = ReadInt(env, src.size, &size, &has_size);
     if (s.ok()) s = ReadInt(env, src.local_rank, &local, &has_local);
+    if (s.ok() && src.local_size != nullptr) {
+      s = ReadInt(env, src.local_size, &local_size, &has_local_size);
+    }
     if (!s.ok()) return s;
     if (!has_rank && !has_size) continue;
     if (has_rank != has_size) {
+      const char* set = has_rank ? src.rank : src.size;
+      const char* missing = has_rank ? src.size : src.rank;
       return absl::InvalidArgumentError(absl::StrCat(
-          "only one of ", src.rank, " and ", src.size, " is set; set both (", src.name, ")"));
+          set, "=", env(set), " is set but ", missing, " is not: this process looks like one rank "
+          "of a job started by a launcher (", src.name, "), which sets both; set ", missing,
+          " too, or unset ", set, " to run on your own"));
     }
     info.rank = rank;
     info.world_size = size;
     info.local_rank = has_local ? local : rank;
+    info.local_world_size = src.local_size != nullptr
+                                ? (has_local_size ? local_size : 1)
+                                : SlurmTasksOnThisNode(env);
+    info.from = src.from;
     info.source = src.name;
     found = true;
   }
-  if (!found) info.source = "single process (no flags or launcher environment)";
+  if (!found) {
+    // A local rank alone says a launcher started this process, but not which world it is in.
+    if (flags.local_rank >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--local-rank=", flags.local_rank, " is set but neither --rank/--world-size nor "
+          "RANK/WORLD_SIZE are: set them too, or drop --local-rank to run on your own"));
+    }
+    if (IsSet(env, "LOCAL_RANK")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LOCAL_RANK=", env("LOCAL_RANK"), " is set but RANK and WORLD_SIZE are not: this "
+          "process looks like one rank of a job started by a launcher (torchrun sets all three); "
+          "set RANK and WORLD_SIZE too, or unset LOCAL_RANK to run on your own"));
+    }
+  }
   if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", info.rank, " is out of range for world size ",
                                                    info.world_size, " (from ", info.source, ")"));
+  }
+  if (info.local_world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("ranks on this node (", info.local_world_size,
+                                                   ", from ", info.source, ") must be >= 1"));
   }
   if (!flags.master_addr.empty()) {
     info.master_addr = flags.master_addr;
@@ -97,7 +187,7 @@ absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup
 }
 
 absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags) {
-  return DiscoverRank(flags, [](const char* n) -> const char* { return std::getenv(n); });
+  return DiscoverRank(flags, RealEnv());
 }
 
 }  // namespace loom::comm::launch

@@ -3,15 +3,21 @@
 
 // Who am I? Rank discovery, in order:
 //   1. explicit flags (--rank, --world-size, --local-rank),
-//   2. torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK,
+//   2. torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //   3. OpenMPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
-//   4. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+//      OMPI_COMM_WORLD_LOCAL_SIZE,
+//   4. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (ranks on this node from
+//      SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE and SLURM_NODEID),
 //   5. otherwise a single process (rank 0 of 1).
 // The rendezvous address: --master-addr/--master-port, else MASTER_ADDR /
 // MASTER_PORT, else 127.0.0.1:29500.
+//
+// This is the only code that reads launcher variables: binaries take what
+// they need (local rank, ranks on this node) from RankInfo.
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -25,20 +31,34 @@ struct ExplicitRank {  // from flags; -1 / "" = not given
   int master_port = -1;
 };
 
+// Who started this process's world.
+enum class RankSource { kSingleProcess, kFlags, kTorchrun, kOpenMpi, kSlurm };
+
 struct RankInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;  // ranks on this node (1 when the launcher does not say)
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string source;  // "flags", "torchrun env", "OpenMPI env", "Slurm env", "single process"
+  RankSource from = RankSource::kSingleProcess;
+  // For messages: "flags (--rank/--world-size)", "torchrun env (RANK/WORLD_SIZE)",
+  // "OpenMPI env (...)", "Slurm env (...)", "single process (...)".
+  std::string source = "single process (no flags or launcher environment)";
 };
 
 // `getenv` is injectable for tests. Errors name the variable or flag and
-// the value that was wrong.
+// the value that was wrong, or the one that is missing (RANK without
+// WORLD_SIZE, LOCAL_RANK without RANK/WORLD_SIZE, ...).
 using EnvLookup = std::function<const char*(const char*)>;
+EnvLookup RealEnv();
 absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup& env);
 absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags);  // real environment
+
+// The rank flags and launcher variables that are set, as "NAME=value" /
+// "--flag=value": any of them means this process is one rank of a world
+// someone else started (our own launcher's children included). Empty: nobody did.
+std::vector<std::string> ExternalRankSettings(const ExplicitRank& flags, const EnvLookup& env);
 
 }  // namespace loom::comm::launch
 

@@ -1,43 +1,69 @@
 #include "comm/launch/flags.h"
 
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/synchronization/mutex.h"
+#include "core/cli.h"
 
-ABSL_FLAG(std::string, backend, "local", "Collective backend: local, mpi or ucx.");
-ABSL_FLAG(std::string, network, "auto", "auto, ethernet or infiniband (see comm/README.md).");
-ABSL_FLAG(int, nproc_per_node, 1, "Ranks to start on this node (re-executes this binary).");
+ABSL_FLAG(std::string, backend, loom::comm::launch::CommFlags{}.backend,
+          "Collective backend: local, mpi, ucx or nccl (//train:gpt: see --distributed-backend).");
+ABSL_FLAG(std::string, network, loom::comm::launch::CommFlags{}.network,
+          "auto, ethernet or infiniband (see comm/README.md).");
+ABSL_FLAG(int, nproc_per_node, loom::comm::launch::CommFlags{}.nproc_per_node,
+          "Ranks to start on this node (re-executes this binary; //train:gpt: 2 unless given). "
+          "Not with a launcher's RANK/WORLD_SIZE, OpenMPI or Slurm variables: then this process "
+          "is one rank.");
 ABSL_FLAG(int, rank, -1, "This process's global rank (else from the environment).");
 ABSL_FLAG(int, world_size, -1, "Number of ranks (else from the environment).");
 ABSL_FLAG(int, local_rank, -1, "Rank on this node (else from the environment).");
 ABSL_FLAG(std::string, master_addr, "", "Rendezvous host (rank 0); else MASTER_ADDR.");
 ABSL_FLAG(int, master_port, -1, "Rendezvous TCP port; else MASTER_PORT.");
-ABSL_FLAG(std::string, store, "tcp", "Rendezvous store: tcp or file:<shared directory>.");
-ABSL_FLAG(double, comm_timeout_s, 300, "Per-operation timeout of collectives, seconds.");
+ABSL_FLAG(std::string, store, loom::comm::launch::CommFlags{}.store,
+          "Rendezvous store: tcp or file:<shared directory>.");
+ABSL_FLAG(double, comm_timeout_s, loom::comm::launch::CommFlags{}.timeout_s,
+          "Per-operation timeout of collectives, seconds.");
 
 namespace loom::comm::launch {
+namespace {
+
+absl::Mutex given_mu;
+std::set<std::string>* given ABSL_GUARDED_BY(given_mu) = nullptr;  // flag names on the command line
+
+bool Given(const std::string& name) {
+  absl::MutexLock l(&given_mu);
+  return given != nullptr && given->count(name) > 0;
+}
+
+}  // namespace
 
 std::vector<char*> ParseFlags(int argc, char** argv, const char* usage) {
-  // Note: argv strings are rewritten in place (only the flag name part).
-  for (int i = 1; i < argc; ++i) {
-    char* a = argv[i];
-    if (std::strcmp(a, "--") == 0) break;
-    if (a[0] != '-' || a[1] != '-') continue;
-    for (char* p = a + 2; *p && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
+  // Rewritten in place: the launcher re-executes this argv for every rank. A
+  // rewritten argument has the length of the original.
+  const std::vector<std::string> normalized = core::NormalizeFlagNames(argc, argv);
+  for (int i = 0; i < argc; ++i) std::memcpy(argv[i], normalized[i].data(), normalized[i].size());
+  {
+    absl::MutexLock l(&given_mu);
+    if (given == nullptr) given = new std::set<std::string>;
+    given->clear();
+    for (const std::string& name : core::FlagNamesIn(normalized)) given->insert(name);
   }
-  absl::SetProgramUsageMessage(usage);
+  static std::once_flag usage_once;  // Abseil allows one usage message per process
+  std::call_once(usage_once, [usage] { absl::SetProgramUsageMessage(usage); });
   return absl::ParseCommandLine(argc, argv);
 }
 
 CommFlags GetCommFlags() {
   CommFlags f;
   f.backend = absl::GetFlag(FLAGS_backend);
+  f.backend_given = Given("backend");
   f.network = absl::GetFlag(FLAGS_network);
   f.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
+  f.nproc_per_node_given = Given("nproc_per_node");
   f.rank.rank = absl::GetFlag(FLAGS_rank);
   f.rank.world_size = absl::GetFlag(FLAGS_world_size);
   f.rank.local_rank = absl::GetFlag(FLAGS_local_rank);

@@ -2,8 +2,10 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "comm/launch/discovery.h"
 #include "comm/launch/network.h"
+#include "comm/launch/plan.h"
 #include "gtest/gtest.h"
 
 namespace loom::comm::launch {
@@ -78,6 +80,199 @@ TEST(DiscoverRank, Errors) {
   EXPECT_FALSE(DiscoverRank(half, Env({})).ok());
   r = DiscoverRank({}, Env({{"MASTER_PORT", "99999"}}));
   EXPECT_NE(r.status().message().find("MASTER_PORT"), std::string::npos) << r.status();
+  // Half a launcher's variables: name the one that is missing.
+  r = DiscoverRank({}, Env({{"WORLD_SIZE", "2"}}));
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "WORLD_SIZE=2 is set but RANK is not"))
+      << r.status();
+  r = DiscoverRank({}, Env({{"OMPI_COMM_WORLD_RANK", "1"}}));
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "OMPI_COMM_WORLD_SIZE")) << r.status();
+  r = DiscoverRank({}, Env({{"SLURM_NTASKS", "4"}}));
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "SLURM_PROCID")) << r.status();
+  r = DiscoverRank({}, Env({{"LOCAL_RANK", "0"}}));
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "RANK and WORLD_SIZE are not")) << r.status();
+  ExplicitRank local_only;
+  local_only.local_rank = 1;
+  r = DiscoverRank(local_only, Env({}));
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "--local-rank=1")) << r.status();
+}
+
+TEST(DiscoverRank, LocalWorldSize) {
+  auto r = DiscoverRank({}, Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
+                                 {"LOCAL_WORLD_SIZE", "2"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->local_world_size, 2);
+  EXPECT_EQ(r->from, RankSource::kTorchrun);
+  r = DiscoverRank({}, Env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->local_world_size, 4);
+  EXPECT_EQ(r->from, RankSource::kOpenMpi);
+  // Slurm: "2(x3),1" is 2 tasks on each of nodes 0-2 and 1 on node 3.
+  std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"},
+                                              {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                                              {"SLURM_NODEID", "3"}};
+  r = DiscoverRank({}, Env(slurm));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->local_world_size, 1);
+  EXPECT_EQ(r->from, RankSource::kSlurm);
+  slurm["SLURM_NODEID"] = "1";
+  EXPECT_EQ(DiscoverRank({}, Env(slurm))->local_world_size, 2);
+  slurm["SLURM_STEP_TASKS_PER_NODE"] = "5";
+  slurm["SLURM_NODEID"] = "0";
+  EXPECT_EQ(DiscoverRank({}, Env(slurm))->local_world_size, 5);
+  EXPECT_EQ(DiscoverRank({}, Env({}))->local_world_size, 1);
+}
+
+// The launch decision for each way a process can be started.
+LaunchRequest Request(const std::string& backend, std::optional<int> nproc = std::nullopt) {
+  LaunchRequest r;
+  r.backend = backend;
+  r.backend_flag = "--distributed-backend";
+  r.nproc_per_node = nproc;
+  r.default_nproc_per_node = 2;  // //train:gpt's
+  r.program = "bazel-bin/train/gpt";
+  r.args = {"--distributed-backend=" + backend, "--train-iters=5"};
+  if (nproc) r.args.push_back("--nproc-per-node=" + std::to_string(*nproc));
+  return r;
+}
+
+TEST(PlanLaunch, NobodyStartedThisProcess) {
+  auto p = PlanLaunch(Request("ucx"), Env({}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kLauncher);  // the binary's default: 2 ranks
+  EXPECT_EQ(p->nproc_per_node, 2);
+  EXPECT_EQ(p->world_size, 2);
+  p = PlanLaunch(Request("ucx", 4), Env({}));
+  EXPECT_EQ(p->role, Role::kLauncher);
+  EXPECT_EQ(p->world_size, 4);
+  p = PlanLaunch(Request("ucx", 1), Env({}));
+  EXPECT_EQ(p->role, Role::kRank);
+  EXPECT_EQ(p->world_size, 1);
+  EXPECT_EQ(p->rank.from, RankSource::kSingleProcess);
+  p = PlanLaunch(Request("local", 3), Env({}));
+  EXPECT_EQ(p->role, Role::kThreads);
+  EXPECT_EQ(p->nproc_per_node, 3);
+  EXPECT_EQ(p->world_size, 3);
+  p = PlanLaunch(Request("ucx", 0), Env({}));
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "--nproc-per-node=0")) << p.status();
+}
+
+TEST(PlanLaunch, TorchrunEnvJoinsThatWorld) {
+  // The report: two hosts, torchrun's variables, no --nproc-per-node.
+  const std::map<std::string, std::string> env = {{"RANK", "1"}, {"WORLD_SIZE", "2"},
+                                                  {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "10.0.0.1"},
+                                                  {"MASTER_PORT", "29400"}};
+  auto p = PlanLaunch(Request("ucx"), Env(env));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kRank);  // never starts ranks of its own
+  EXPECT_EQ(p->world_size, 2);
+  EXPECT_EQ(p->rank.rank, 1);
+  EXPECT_EQ(p->rank.local_rank, 0);
+  EXPECT_EQ(p->rank.master_addr, "10.0.0.1");
+  EXPECT_EQ(p->rank.master_port, 29400);
+  // --nproc-per-node=1 agrees with being one rank; more is an error naming both.
+  EXPECT_EQ(PlanLaunch(Request("ucx", 1), Env(env))->role, Role::kRank);
+  p = PlanLaunch(Request("ucx", 2), Env(env));
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "--nproc-per-node=2")) << p.status();
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "RANK=1, WORLD_SIZE=2")) << p.status();
+  // Part of the set: name what is missing; never fall back to starting ranks.
+  p = PlanLaunch(Request("ucx"), Env({{"RANK", "1"}, {"MASTER_ADDR", "h"}}));
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "RANK=1 is set but WORLD_SIZE is not"))
+      << p.status();
+  // Threads cannot join a multi-process world.
+  p = PlanLaunch(Request("local"), Env(env));
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "--distributed-backend=local")) << p.status();
+  // MPI would make each a world of its own.
+  p = PlanLaunch(Request("mpi"), Env(env));
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "--distributed-backend=mpi")) << p.status();
+}
+
+TEST(PlanLaunch, FlagsJoinThatWorld) {
+  LaunchRequest r = Request("ucx");
+  r.rank.rank = 0;
+  r.rank.world_size = 3;
+  auto p = PlanLaunch(r, Env({}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kRank);
+  EXPECT_EQ(p->world_size, 3);
+  EXPECT_EQ(p->rank.from, RankSource::kFlags);
+  r.nproc_per_node = 3;
+  p = PlanLaunch(r, Env({}));
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "--rank=0, --world-size=3")) << p.status();
+  r = Request("ucx");
+  r.rank.rank = 1;  // without --world-size
+  EXPECT_TRUE(absl::StrContains(PlanLaunch(r, Env({})).status().message(), "--world-size"));
+}
+
+TEST(PlanLaunch, OpenMpiEnvJoinsThatWorld) {
+  const std::map<std::string, std::string> env = {
+      {"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}};
+  for (const char* backend : {"mpi", "ucx"}) {
+    auto p = PlanLaunch(Request(backend), Env(env));
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->role, Role::kRank);
+    EXPECT_EQ(p->world_size, 4);
+    EXPECT_EQ(p->rank.local_world_size, 4);
+    EXPECT_EQ(p->rank.from, RankSource::kOpenMpi);
+  }
+  auto p = PlanLaunch(Request("mpi", 4), Env(env));
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "OMPI_COMM_WORLD_SIZE=4")) << p.status();
+}
+
+TEST(PlanLaunch, SlurmEnvJoinsThatWorld) {
+  const std::map<std::string, std::string> env = {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"},
+                                                  {"SLURM_LOCALID", "1"},
+                                                  {"SLURM_STEP_TASKS_PER_NODE", "2(x4)"},
+                                                  {"SLURM_NODEID", "1"}};
+  auto p = PlanLaunch(Request("ucx"), Env(env));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kRank);
+  EXPECT_EQ(p->world_size, 8);
+  EXPECT_EQ(p->rank.local_rank, 1);
+  EXPECT_EQ(p->rank.local_world_size, 2);
+  EXPECT_EQ(PlanLaunch(Request("mpi"), Env(env))->role, Role::kRank);  // srun starts MPI ranks
+  EXPECT_FALSE(PlanLaunch(Request("ucx", 2), Env(env)).ok());
+}
+
+TEST(PlanLaunch, OurOwnLaunchersChildren) {
+  // The launcher re-executes the command line, --nproc-per-node included.
+  const std::map<std::string, std::string> env = {
+      {"RANK", "1"},        {"WORLD_SIZE", "4"},          {"LOCAL_RANK", "1"},
+      {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"},
+      {"LOOM_LAUNCHED", "1"}};
+  auto p = PlanLaunch(Request("ucx", 4), Env(env));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kRank);
+  EXPECT_EQ(p->rank.rank, 1);
+  EXPECT_EQ(p->rank.local_world_size, 4);
+}
+
+TEST(PlanLaunch, MpiRanksComeFromMpirun) {
+  LaunchRequest r = Request("mpi", 4);
+  r.args = {"--nproc-per-node", "4", "--distributed-backend=mpi", "--data-path=/d/x y",
+            "--tensor-model-parallel-size=2"};
+  auto p = PlanLaunch(r, Env({}));
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::StrContains(
+      p.status().message(), "mpirun -np 4 bazel-bin/train/gpt --distributed-backend=mpi "
+                            "'--data-path=/d/x y' --tensor-model-parallel-size=2"))
+      << p.status();
+  // The binary's default (2) outside mpirun: a 1-rank MPI world, and a note saying how to get 2.
+  p = PlanLaunch(Request("mpi"), Env({}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kRank);
+  EXPECT_EQ(p->world_size, 1);
+  EXPECT_TRUE(absl::StrContains(p->note, "mpirun -np 2")) << p->note;
+  EXPECT_TRUE(PlanLaunch(Request("mpi", 1), Env({}))->note.empty());
+}
+
+TEST(PlanLaunch, WithoutNprocPerNode) {
+  EXPECT_EQ(WithoutNprocPerNode({"--a=1", "--nproc_per_node=2", "--nproc-per-node", "3", "-b",
+                                 "--", "--nproc-per-node=4"}),
+            (std::vector<std::string>{"--a=1", "-b", "--", "--nproc-per-node=4"}));
 }
 
 TEST(Network, Table) {

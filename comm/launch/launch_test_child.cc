@@ -1,7 +1,10 @@
-// Helper for launcher_test.sh. With --nproc-per-node it is its own launcher;
-// each rank then does --behavior:
-//   store:   rendezvous through the TCP store (MASTER_ADDR/PORT) and check
-//            every rank's key; exit 0.
+// Helper for launcher_test.sh. It decides like //train:gpt (launch::PlanLaunch):
+// with --nproc-per-node (and nobody else having started it) it is its own
+// launcher; started by a launcher's variables or --rank/--world-size it is one
+// rank; an explicit --nproc-per-node > 1 with those is an error (exit 2).
+// Each rank then does --behavior:
+//   store:   rendezvous through the TCP store (MASTER_ADDR/PORT, waiting up
+//            to --comm-timeout-s) and check every rank's key; exit 0.
 //   fail:    rank 1 exits with status 3 after 0.5 s; the others sleep long.
 //   sigkill: rank 2 kills itself; the others sleep long.
 //   sleep:   every rank writes its pid to --pid_dir and sleeps long.
@@ -17,6 +20,7 @@
 #include "comm/launch/discovery.h"
 #include "comm/launch/flags.h"
 #include "comm/launch/launcher.h"
+#include "comm/launch/plan.h"
 #include "comm/store/tcp_store.h"
 
 ABSL_FLAG(std::string, behavior, "store", "store, fail, sigkill or sleep");
@@ -26,33 +30,39 @@ int main(int argc, char** argv) {
   using namespace loom::comm;
   launch::ParseFlags(argc, argv, "launcher test child");
   launch::CommFlags flags = launch::GetCommFlags();
-  if (flags.nproc_per_node > 1 && !launch::IsLaunchedChild()) {
+  launch::LaunchRequest request;
+  request.backend = "ucx";  // processes (nothing here creates a communicator)
+  request.rank = flags.rank;
+  if (flags.nproc_per_node_given) request.nproc_per_node = flags.nproc_per_node;
+  auto plan = launch::PlanLaunch(request);
+  if (!plan.ok()) {
+    std::cerr << "plan: " << plan.status().message() << std::endl;
+    return 2;
+  }
+  if (plan->role == launch::Role::kLauncher) {
     launch::LaunchOptions o;
-    o.nproc_per_node = flags.nproc_per_node;
+    o.nproc_per_node = plan->nproc_per_node;
     o.kill_grace = absl::Seconds(2);
     absl::Status s = launch::LaunchAndWait(o, argc, argv);
     std::cout << "launcher: " << (s.ok() ? "OK" : s.ToString()) << std::endl;
     return s.ok() ? 0 : 1;
   }
-  auto info = launch::DiscoverRank(flags.rank);
-  if (!info.ok()) {
-    std::cerr << info.status() << std::endl;
-    return 2;
-  }
+  const launch::RankInfo* info = &plan->rank;
   const std::string b = absl::GetFlag(FLAGS_behavior);
   if (b == "store") {
     TcpStoreOptions o;
     o.host = info->master_addr;
     o.port = info->master_port;
     o.is_server = info->rank == 0;
-    o.connect_timeout = absl::Seconds(20);
+    o.connect_timeout = absl::Seconds(flags.timeout_s);
     auto store = TcpStore::Create(o);
     if (!store.ok()) {
       std::cerr << store.status() << std::endl;
       return 2;
     }
     (*store)->Set(absl::StrCat("rank/", info->rank), absl::StrCat(getpid())).IgnoreError();
-    absl::Status s = StoreBarrier(**store, "all", info->world_size, absl::Seconds(20));
+    absl::Status s =
+        StoreBarrier(**store, "all", info->world_size, absl::Seconds(flags.timeout_s));
     if (!s.ok()) {
       std::cerr << s << std::endl;
       return 3;
@@ -61,9 +71,10 @@ int main(int argc, char** argv) {
       if (!(*store)->Get(absl::StrCat("rank/", r), absl::Seconds(5)).ok()) return 4;
     }
     // Rank 0 serves: it leaves last.
-    s = StoreBarrier(**store, "done", info->world_size, absl::Seconds(20));
+    s = StoreBarrier(**store, "done", info->world_size, absl::Seconds(flags.timeout_s));
     if (info->rank == 0) absl::SleepFor(absl::Milliseconds(200));
     std::cout << "rank " << info->rank << " of " << info->world_size << " (" << info->source
+              << ", local " << info->local_rank << " of " << info->local_world_size
               << ") rendezvoused" << std::endl;
     return s.ok() ? 0 : 5;
   }

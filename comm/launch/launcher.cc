@@ -18,6 +18,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "comm/launch/discovery.h"
 
 extern char** environ;
 
@@ -65,6 +67,18 @@ absl::Status LaunchAndWait(const LaunchOptions& o, int argc, char** argv) {
   if (n < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--nproc-per-node=", n, " must be >= 1"));
+  }
+  // A rank started by someone else never starts ranks of its own (see plan.h).
+  if (IsLaunchedChild()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--nproc-per-node=", n, ": this process is already a rank started by --nproc-per-node"));
+  }
+  if (std::vector<std::string> ext = ExternalRankSettings({}, RealEnv()); !ext.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--nproc-per-node=", n, " would start ", n, " ranks here, but this process is already "
+        "one rank of a job started by someone else (", absl::StrJoin(ext, ", "),
+        "): its launcher (torchrun, mpirun, srun) starts the ranks. Drop --nproc-per-node, or "
+        "unset those variables"));
   }
   int port = o.master_port;
   if (port == 0) {

@@ -9,12 +9,14 @@
 //
 //   int main(int argc, char** argv) {
 //     ... parse flags ...
-//     if (nproc > 1 && !launch::IsLaunchedChild()) {
-//       absl::Status s = launch::LaunchAndWait({.nproc_per_node = nproc}, argc, argv);
+//     auto plan = launch::PlanLaunch(request);        // see plan.h
+//     ... validate everything against plan->world_size ...
+//     if (plan->role == launch::Role::kLauncher) {
+//       absl::Status s = launch::LaunchAndWait({.nproc_per_node = plan->nproc_per_node}, argc, argv);
 //       if (!s.ok()) std::cerr << s << "\n";
 //       return s.ok() ? 0 : 1;
 //     }
-//     ... this process is one rank ...
+//     ... this process is one rank (plan->rank) ...
 
 #include <string>
 
@@ -37,7 +39,9 @@ struct LaunchOptions {
 bool IsLaunchedChild();
 
 // Runs argv[0..argc) (this very binary, /proc/self/exe) once per rank and
-// waits for all. OK iff every rank exited 0; otherwise an error naming the
+// waits for all. Refuses (FailedPrecondition, before starting anything) in a
+// process that is already a rank: one it started, or one whose environment
+// says a launcher started it (RANK/WORLD_SIZE, OpenMPI's or Slurm's variables). OK iff every rank exited 0; otherwise an error naming the
 // first rank that failed and how ("rank 1 (pid 123) was killed by signal 9").
 absl::Status LaunchAndWait(const LaunchOptions& options, int argc, char** argv);
 

@@ -1,6 +1,8 @@
 #!/bin/bash
 # The --nproc-per-node launcher: real processes, a TCP store rendezvous,
-# failure propagation (exit status, signal), signal forwarding, no orphans.
+# failure propagation (exit status, signal), signal forwarding, no orphans;
+# and the launch decision (plan.h) for each launcher convention: ranks started
+# by someone else join that world and never start ranks of their own.
 set -u
 CHILD="$1"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -45,4 +47,57 @@ kill -KILL $launcher
 wait $launcher 2>/dev/null
 sleep 0.5
 for p in $(ls "$piddir"); do kill -0 "$p" 2>/dev/null && fail "orphan rank pid $p"; done
+# 6. Each launcher convention, two processes started here (as torchrun, mpirun
+#    or srun would): both join one 2-rank world, neither starts ranks.
+port() { echo $(( 20000 + RANDOM % 20000 )); }
+two_ranks() {  # two_ranks NAME EXPECTED_SOURCE: runs "rank_cmd 0" and "rank_cmd 1"
+  local name="$1" expect="$2" log0="$TEST_TMPDIR/$1.0" log1="$TEST_TMPDIR/$1.1"
+  rank_cmd 0 > "$log0" 2>&1 & local p0=$!
+  rank_cmd 1 > "$log1" 2>&1 & local p1=$!
+  wait $p0 || fail "$name rank 0: $(cat "$log0")"
+  wait $p1 || fail "$name rank 1: $(cat "$log1")"
+  cat "$log0" "$log1"
+  [ "$(cat "$log0" "$log1" | grep -c "of 2 ($expect.*rendezvoused")" = 2 ] \
+    || fail "$name: expected 2 ranks of 2 from $expect: $(cat "$log0" "$log1")"
+  grep -q "launcher:" "$log0" "$log1" && fail "$name: a rank started ranks of its own"
+  true
+}
+P=$(port)
+rank_cmd() { timeout 60 "$CHILD" --rank="$1" --world-size=2 --master-port=$P --comm-timeout-s=20; }
+two_ranks flags "flags"
+P=$(port)
+rank_cmd() { RANK=$1 WORLD_SIZE=2 LOCAL_RANK=$1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+  MASTER_PORT=$P timeout 60 "$CHILD" --comm-timeout-s=20; }
+two_ranks torchrun "torchrun env"
+grep -q "local 1 of 2" "$TEST_TMPDIR/torchrun.1" || fail "torchrun: LOCAL_WORLD_SIZE not seen"
+P=$(port)
+rank_cmd() { OMPI_COMM_WORLD_RANK=$1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=$1 \
+  OMPI_COMM_WORLD_LOCAL_SIZE=2 MASTER_PORT=$P timeout 60 "$CHILD" --comm-timeout-s=20; }
+two_ranks openmpi "OpenMPI env"
+P=$(port)
+rank_cmd() { SLURM_PROCID=$1 SLURM_NTASKS=2 SLURM_LOCALID=$1 SLURM_STEP_TASKS_PER_NODE=2 \
+  SLURM_NODEID=0 MASTER_PORT=$P timeout 60 "$CHILD" --comm-timeout-s=20; }
+two_ranks slurm "Slurm env"
+grep -q "local 1 of 2" "$TEST_TMPDIR/slurm.1" || fail "slurm: tasks per node not seen"
+# None: a single process is the whole world.
+out=$(MASTER_PORT=$(port) timeout 60 "$CHILD" --comm-timeout-s=20 2>&1) || fail "single: $out"
+echo "$out" | grep -q "rank 0 of 1 (single process" || fail "single: $out"
+
+# 7. The report: RANK/WORLD_SIZE with no master and no --nproc-per-node. It is
+#    rank 1 of 2 and waits for rank 0 (here: times out), never starting ranks.
+start=$(date +%s)
+out=$(RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_PORT=$(port) timeout 60 "$CHILD" \
+  --comm-timeout-s=2 2>&1) && fail "rank 1 without rank 0 exited 0: $out"
+echo "$out"
+echo "$out" | grep -q "launcher:\|rendezvoused" && fail "ranks were started: $out"
+[ $(( $(date +%s) - start )) -lt 30 ] || fail "did not time out on --comm-timeout-s"
+# ... and an explicit --nproc-per-node > 1 with those variables is an error naming both.
+out=$(RANK=1 WORLD_SIZE=2 timeout 60 "$CHILD" --nproc-per-node=2 2>&1)
+[ $? = 2 ] || fail "--nproc-per-node=2 under RANK/WORLD_SIZE should exit 2: $out"
+echo "$out"
+echo "$out" | grep -q -- "--nproc-per-node=2.*RANK=1, WORLD_SIZE=2" || fail "not named: $out"
+# Half of the variables: the missing one is named.
+out=$(RANK=1 timeout 60 "$CHILD" 2>&1)
+[ $? = 2 ] || fail "RANK without WORLD_SIZE should exit 2: $out"
+echo "$out" | grep -q "RANK=1 is set but WORLD_SIZE is not" || fail "not named: $out"
 echo PASS

@@ -2,10 +2,9 @@
 // threads.
 #include "comm/local/communicator.h"
 
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "comm/testing/conformance.h"
+#include "comm/testing/ranks_as_threads.h"
 #include "gtest/gtest.h"
 
 namespace loom::comm::local {
@@ -18,18 +17,13 @@ struct Param {
   Case c;
 };
 
-// Runs `body` on every rank of a fresh world (one thread per rank).
+// Runs `body` on every rank of a fresh world (one thread per rank); every
+// rank's status.
 std::vector<absl::Status> RunWorld(int n, const std::function<absl::Status(Communicator&)>& body,
                                    LocalOptions options = {}) {
-  auto world = CreateWorld(n, options);
-  EXPECT_TRUE(world.ok()) << world.status();
-  std::vector<absl::Status> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] { out[r] = body(*(*world)[r]); });
-  }
-  for (auto& t : threads) t.join();
-  return out;
+  return testing::RunRanksAsThreadsEach(
+             n, [&](int, Communicator* c) { return body(*c); }, options)
+      .each;
 }
 
 class Conformance : public ::testing::TestWithParam<Param> {};

@@ -77,7 +77,10 @@ struct CommState {
   int rank = 0, size = 1;
   std::string name;
   absl::Duration timeout;
+  // Descriptions number collectives (the same number on every rank) and
+  // point-to-point ops (ranks issue different numbers of them) apart.
   uint64_t seq = 0;
+  uint64_t p2p_seq = 0;
   absl::Status aborted;  // guarded by rt->mu
   ~CommState() {
     std::lock_guard<std::mutex> l(rt->mu);
@@ -219,7 +222,7 @@ class MpiCommunicator : public Communicator {
   using Communicator::Broadcast;
 
   WorkPtr AllReduce(const Tensor& in, const Tensor& out, ReduceOp op) override {
-    if (auto s = internal::CheckAllReduce(in, out); !s.ok()) return Fail("all_reduce", s);
+    if (auto s = internal::CheckAllReduce(in, out, device()); !s.ok()) return Fail("all_reduce", s);
     return Issue("all_reduce", in.numel(), [&](MpiWork& w) {
       const void* src = in.raw_data() == out.raw_data() ? MPI_IN_PLACE : in.raw_data();
       w.reqs.resize(1);
@@ -231,7 +234,9 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr Broadcast(const Tensor& in, const Tensor& out, int root) override {
-    if (auto s = internal::CheckBroadcast(in, out, root, size()); !s.ok()) return Fail("broadcast", s);
+    if (auto s = internal::CheckBroadcast(in, out, root, size(), device()); !s.ok()) {
+      return Fail("broadcast", s);
+    }
     return Issue("broadcast", in.numel(), [&](MpiWork& w) {
       if (rank() == root && in.raw_data() != out.raw_data()) {
         std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
@@ -243,7 +248,9 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr Reduce(const Tensor& in, const Tensor& out, ReduceOp op, int root) override {
-    if (auto s = internal::CheckReduce(in, out, root, size()); !s.ok()) return Fail("reduce", s);
+    if (auto s = internal::CheckReduce(in, out, root, size(), device()); !s.ok()) {
+      return Fail("reduce", s);
+    }
     return Issue("reduce", in.numel(), [&](MpiWork& w) {
       const bool at_root = rank() == root;
       const void* src = at_root && in.raw_data() == out.raw_data() ? MPI_IN_PLACE : in.raw_data();
@@ -256,7 +263,9 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr AllGather(const Tensor& in, const Tensor& out) override {
-    if (auto s = internal::CheckAllGather(in, out, rank(), size()); !s.ok()) return Fail("all_gather", s);
+    if (auto s = internal::CheckAllGather(in, out, rank(), size(), device()); !s.ok()) {
+      return Fail("all_gather", s);
+    }
     return Issue("all_gather", out.numel(), [&](MpiWork& w) {
       char* slot = static_cast<char*>(out.raw_data()) + rank() * in.nbytes();
       const void* src = in.raw_data() == slot ? MPI_IN_PLACE : in.raw_data();
@@ -268,7 +277,7 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr ReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
-    if (auto s = internal::CheckReduceScatter(in, out, rank(), size()); !s.ok()) {
+    if (auto s = internal::CheckReduceScatter(in, out, rank(), size(), device()); !s.ok()) {
       return Fail("reduce_scatter", s);
     }
     return Issue("reduce_scatter", in.numel(), [&](MpiWork& w) {
@@ -292,7 +301,9 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr AllToAll(const Tensor& in, const Tensor& out) override {
-    if (auto s = internal::CheckAllToAll(in, out, size()); !s.ok()) return Fail("all_to_all", s);
+    if (auto s = internal::CheckAllToAll(in, out, size(), device()); !s.ok()) {
+      return Fail("all_to_all", s);
+    }
     return Issue("all_to_all", in.numel(), [&](MpiWork& w) {
       const void* src = in.raw_data() == out.raw_data() ? MPI_IN_PLACE : in.raw_data();
       int n = static_cast<int>(in.numel() / size());
@@ -303,15 +314,21 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr Send(const Tensor& t, int peer, int tag) override {
-    if (auto s = internal::CheckP2P("send", t, peer, tag, rank(), size()); !s.ok()) return Fail("send", s);
+    if (auto s = internal::CheckP2P("send", t, peer, tag, rank(), size(), device()); !s.ok()) {
+      return Fail("send", s);
+    }
     return BatchImpl("send", {{P2POp::Kind::kSend, t, peer, tag}});
   }
   WorkPtr Recv(const Tensor& t, int peer, int tag) override {
-    if (auto s = internal::CheckP2P("recv", t, peer, tag, rank(), size()); !s.ok()) return Fail("recv", s);
+    if (auto s = internal::CheckP2P("recv", t, peer, tag, rank(), size(), device()); !s.ok()) {
+      return Fail("recv", s);
+    }
     return BatchImpl("recv", {{P2POp::Kind::kRecv, t, peer, tag}});
   }
   WorkPtr BatchSendRecv(const std::vector<P2POp>& ops) override {
-    if (auto s = internal::CheckBatch(ops, rank(), size()); !s.ok()) return Fail("batch_send_recv", s);
+    if (auto s = internal::CheckBatch(ops, rank(), size(), device()); !s.ok()) {
+      return Fail("batch_send_recv", s);
+    }
     return BatchImpl("batch_send_recv", ops);
   }
 
@@ -373,12 +390,14 @@ class MpiCommunicator : public Communicator {
     };
   }
 
+  // `point_to_point`: numbered in the point-to-point sequence.
   WorkPtr Issue(const char* what, int64_t count, const std::function<int(MpiWork&)>& start,
-                absl::Duration op_timeout = absl::ZeroDuration()) {
+                absl::Duration op_timeout = absl::ZeroDuration(), bool point_to_point = false) {
+    const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
     auto w = std::make_shared<MpiWork>(
         st_,
-        absl::StrCat(what, " #", st_->seq++, " in group '", st_->name, "' (mpi backend, rank ",
-                     rank(), " of ", size(), ")"),
+        absl::StrCat(what, " #", seq, " in group '", st_->name, "' (mpi backend, rank ", rank(),
+                     " of ", size(), ")"),
         op_timeout);
     if (count > INT_MAX) {
       w->FailNow(absl::InvalidArgumentError(absl::StrCat(w->Describe(), ": ", count,
@@ -426,7 +445,7 @@ class MpiCommunicator : public Communicator {
         if (rc != MPI_SUCCESS) return rc;
       }
       return static_cast<int>(MPI_SUCCESS);
-    });
+    }, absl::ZeroDuration(), /*point_to_point=*/true);
   }
 
   std::shared_ptr<CommState> st_;

@@ -18,7 +18,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "comm/nccl/checks.h"
+#include "comm/internal/checks.h"
 #include "core/cuda/check.h"
 #include "core/cuda/runtime.h"
 #include "core/dtype.h"
@@ -32,6 +32,14 @@ namespace {
 
 using core::DType;
 using core::Tensor;
+using internal::CheckAllGather;
+using internal::CheckAllReduce;
+using internal::CheckAllToAll;
+using internal::CheckBatch;
+using internal::CheckBroadcast;
+using internal::CheckP2P;
+using internal::CheckReduce;
+using internal::CheckReduceScatter;
 
 std::string NcclText(ncclResult_t r) {
   std::string s = absl::StrCat(ncclGetErrorString(r), " (ncclResult_t ", static_cast<int>(r), ")");
@@ -153,13 +161,18 @@ struct CommState {
   float* barrier_buf = nullptr;   // one float on the device (Barrier)
 
   std::mutex mu;  // everything below, and every NCCL call on `comm`
+  // Ops are numbered in two sequences for their descriptions: collectives
+  // (the same number on every rank) and point-to-point ops (ranks issue
+  // different numbers of them). `issued` counts both: the watchdog's order.
   uint64_t seq = 0;
+  uint64_t p2p_seq = 0;
+  uint64_t issued = 0;
   absl::Status aborted;              // non-OK once the communicator is aborted
   std::vector<cudaEvent_t> events;   // free completion events
   // Ops left to the stream (Work::WaitOnStream) and not yet complete: the
   // watchdog thread polls them, so a stalled one still times out and aborts
   // the communicator, and their tensors live until the GPU is done.
-  std::map<uint64_t, std::shared_ptr<NcclWork>> watched;  // by sequence number
+  std::map<uint64_t, std::shared_ptr<NcclWork>> watched;  // in issue order
   std::condition_variable watchdog_cv;
   std::thread watchdog;  // started by the first WaitOnStream
   bool watchdog_stop = false;
@@ -238,11 +251,12 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
  public:
   // `timeout`: the op's own limit (zero: the communicator's), counted from
   // when it is issued (see communicator.h).
-  NcclWork(std::shared_ptr<CommState> st, std::string desc, uint64_t seq,
+  // `order`: the op's place in the communicator's issue order.
+  NcclWork(std::shared_ptr<CommState> st, std::string desc, uint64_t order,
            absl::Duration timeout = absl::ZeroDuration())
       : st_(std::move(st)),
         desc_(std::move(desc)),
-        seq_(seq),
+        order_(order),
         timeout_(timeout > absl::ZeroDuration() ? timeout : st_->timeout),
         deadline_(absl::Now() + timeout_) {}
   ~NcclWork() override {
@@ -253,7 +267,7 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
   // after the op's kernels.
   cudaEvent_t done_event_ = nullptr;
   bool recorded_ = false;
-  uint64_t seq() const { return seq_; }
+  uint64_t order() const { return order_; }
   std::vector<Tensor> keep;  // the op's tensors, alive until it is done
 
   void FailNow(absl::Status s) {
@@ -300,7 +314,7 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
       if (!PollLocked()) {
         if (!watched_ && !st_->watchdog_stop) {
           StartWatchdogLocked(st_);
-          st_->watched.emplace(seq_, shared_from_this());
+          st_->watched.emplace(order_, shared_from_this());
           watched_ = true;
         }
       } else if (!status_.ok()) {
@@ -397,7 +411,7 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
 
   std::shared_ptr<CommState> st_;
   std::string desc_;
-  uint64_t seq_;
+  uint64_t order_;
   absl::Duration timeout_;
   absl::Time deadline_;
   bool done_ = false;
@@ -654,12 +668,14 @@ class NcclCommunicator : public Communicator {
     return CompletedWork(absl::Status(s.code(), absl::StrCat(desc, ": ", s.message())), desc);
   }
 
+  // `point_to_point`: numbered in the point-to-point sequence.
   WorkPtr Issue(const char* what, std::vector<Tensor> keep, const Enqueue& enqueue,
-                const After& after = nullptr, absl::Duration op_timeout = absl::ZeroDuration()) {
+                const After& after = nullptr, absl::Duration op_timeout = absl::ZeroDuration(),
+                bool point_to_point = false) {
     std::lock_guard<std::mutex> l(st_->mu);
-    const uint64_t seq = st_->seq++;
+    const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
     auto w = std::make_shared<NcclWork>(st_, absl::StrCat(what, " #", seq, " in ", st_->Who()),
-                                        seq, op_timeout);
+                                        st_->issued++, op_timeout);
     if (!st_->aborted.ok()) {
       w->FailNow(absl::FailedPreconditionError(absl::StrCat(
           w->Describe(), ": the communicator was aborted by an earlier error: ",
@@ -742,7 +758,7 @@ class NcclCommunicator : public Communicator {
       }
       ncclResult_t end = ncclGroupEnd();
       return res != ncclSuccess && res != ncclInProgress ? res : end;
-    });
+    }, nullptr, absl::ZeroDuration(), /*point_to_point=*/true);
   }
 
   static absl::Status Annotate(const absl::Status& s, const std::string& context) {

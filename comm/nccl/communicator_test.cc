@@ -17,6 +17,7 @@
 #include "comm/nccl/host_mirror.h"
 #include "comm/store/memory_store.h"
 #include "comm/testing/conformance.h"
+#include "comm/testing/ranks_as_threads.h"
 #include "core/cuda/runtime.h"
 #include "gtest/gtest.h"
 
@@ -46,23 +47,15 @@ int Gpus(std::string* why) {
 void RunWorld(int n, const NcclOptions& base,
               const std::function<absl::Status(int, Communicator&)>& body) {
   auto store = std::make_shared<MemoryStore>();
-  std::vector<absl::Status> st(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      NcclOptions o = base;
-      o.local_rank = r;
-      o.generation = 0;  // threads of one process: not a per-process count
-      auto c = Create(r, n, store, o);
-      if (!c.ok()) {
-        st[r] = c.status();
-        return;
-      }
-      st[r] = body(r, **c);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+  testing::RankStatuses st = testing::RunThreads(n, [&](int r) -> absl::Status {
+    NcclOptions o = base;
+    o.local_rank = r;
+    o.generation = 0;  // threads of one process: not a per-process count
+    auto c = Create(r, n, store, o);
+    if (!c.ok()) return c.status();
+    return body(r, **c);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st.each[r].ok()) << "rank " << r << ": " << st.each[r];
 }
 
 TEST(NcclBackend, LinkedVersionWorksWithoutAGpu) {

@@ -10,6 +10,7 @@
 #include "comm/store/file_store.h"
 #include "comm/store/memory_store.h"
 #include "comm/store/tcp_store.h"
+#include "comm/testing/ranks_as_threads.h"
 #include "gtest/gtest.h"
 
 namespace loom::comm {
@@ -83,24 +84,22 @@ TEST_P(StoreTest, SetGetAddWait) {
 TEST_P(StoreTest, RanksRendezvous) {
   const int n = 4;
   Stores st = GetParam().second(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
+  testing::RankStatuses done = testing::RunThreads(n, [&](int r) -> absl::Status {
+    Store& s = *st.per_rank[r];
+    for (int k = 0; k < 25; ++k) s.Add("counter", 1).IgnoreError();
+    s.Set(absl::StrCat("addr/", r), absl::StrCat("rank", r)).IgnoreError();
+    absl::Status b = StoreBarrier(s, "x", n, absl::Seconds(20));
+    if (!b.ok()) return b;
+    for (int q = 0; q < n; ++q) {
+      auto v = s.Get(absl::StrCat("addr/", q), absl::Seconds(5));
+      if (!v.ok() || *v != absl::StrCat("rank", q)) return absl::InternalError("bad addr");
+    }
+    if (*s.Add("counter", 0) != 25 * n) return absl::InternalError("lost an Add");
+    return absl::OkStatus();
+  });
   for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      Store& s = *st.per_rank[r];
-      for (int k = 0; k < 25; ++k) s.Add("counter", 1).IgnoreError();
-      s.Set(absl::StrCat("addr/", r), absl::StrCat("rank", r)).IgnoreError();
-      absl::Status b = StoreBarrier(s, "x", n, absl::Seconds(20));
-      if (!b.ok()) errors[r] = b.ToString();
-      for (int q = 0; q < n; ++q) {
-        auto v = s.Get(absl::StrCat("addr/", q), absl::Seconds(5));
-        if (!v.ok() || *v != absl::StrCat("rank", q)) errors[r] = "bad addr";
-      }
-      if (*s.Add("counter", 0) != 25 * n) errors[r] = "lost an Add";
-    });
+    EXPECT_TRUE(done.each[r].ok()) << "rank " << r << ": " << done.each[r];
   }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << r;
 }
 
 TEST_P(StoreTest, GetWaitsForALaterSet) {

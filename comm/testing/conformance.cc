@@ -9,7 +9,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/internal/reduce.h"
+#include "core/cpu/convert.h"
 #include "core/dtype.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 
 namespace loom::comm::testing {
@@ -17,12 +19,6 @@ namespace {
 
 using core::DType;
 using core::Tensor;
-
-#define RETURN_IF_ERROR(expr)   \
-  do {                          \
-    absl::Status _s = (expr);   \
-    if (!_s.ok()) return _s;    \
-  } while (0)
 
 const DType kDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF64,
                          DType::kI32, DType::kI64,  DType::kU8};
@@ -38,7 +34,7 @@ void SetAt(const Tensor& t, int64_t i, double v) {
     case DType::kI64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DType::kU8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     case DType::kBF16:
-      static_cast<uint16_t*>(p)[i] = internal::F32ToBf16(static_cast<float>(v));
+      static_cast<uint16_t*>(p)[i] = core::cpu::FloatToBf16Bits(static_cast<float>(v));
       break;
     case DType::kF16:
       static_cast<uint16_t*>(p)[i] = internal::F32ToF16(static_cast<float>(v));
@@ -54,7 +50,7 @@ double GetAt(const Tensor& t, int64_t i) {
     case DType::kI32: return static_cast<const int32_t*>(p)[i];
     case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DType::kU8: return static_cast<const uint8_t*>(p)[i];
-    case DType::kBF16: return internal::Bf16ToF32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kBF16: return core::cpu::Bf16BitsToFloat(static_cast<const uint16_t*>(p)[i]);
     case DType::kF16: return internal::F16ToF32(static_cast<const uint16_t*>(p)[i]);
   }
   return 0;
@@ -154,12 +150,12 @@ absl::Status AllReduceCase(Communicator& c, const SuiteOptions& o) {
             if (!t.ok()) return t.status();
             out = *t;
           }
-          RETURN_IF_ERROR(Annotate(c.AllReduce(*in, out, op)->Wait(), label));
-          RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t i) { return Expected(op, d, n, i); },
-                                   label, c));
+          LOOM_RETURN_IF_ERROR(Annotate(c.AllReduce(*in, out, op)->Wait(), label));
+          LOOM_RETURN_IF_ERROR(CheckAll(
+              out, count, [&](int64_t i) { return Expected(op, d, n, i); }, label, c));
           if (!in_place) {
-            RETURN_IF_ERROR(CheckAll(*in, count, [&](int64_t i) { return RedVal(op, r, i); },
-                                     label + " (input must be unchanged)", c));
+            LOOM_RETURN_IF_ERROR(CheckAll(*in, count, [&](int64_t i) { return RedVal(op, r, i); },
+                                          label + " (input must be unchanged)", c));
           }
         }
       }
@@ -180,8 +176,9 @@ absl::Status BroadcastCase(Communicator& c, const SuiteOptions& o) {
           for (int64_t i = 0; i < count; ++i) SetAt(*in, i, DataVal(r, i));
           Tensor out = *in;
           if (!in_place) out = *Make(d, count, kGarbage);
-          RETURN_IF_ERROR(Annotate(c.Broadcast(*in, out, root)->Wait(), label));
-          RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t i) { return DataVal(root, i); }, label, c));
+          LOOM_RETURN_IF_ERROR(Annotate(c.Broadcast(*in, out, root)->Wait(), label));
+          LOOM_RETURN_IF_ERROR(CheckAll(
+              out, count, [&](int64_t i) { return DataVal(root, i); }, label, c));
         }
       }
     }
@@ -203,13 +200,13 @@ absl::Status ReduceCase(Communicator& c, const SuiteOptions& o) {
             for (int64_t i = 0; i < count; ++i) SetAt(*in, i, RedVal(op, r, i));
             Tensor out = *in;
             if (!in_place) out = *Make(d, count, kGarbage);
-            RETURN_IF_ERROR(Annotate(c.Reduce(*in, out, op, root)->Wait(), label));
+            LOOM_RETURN_IF_ERROR(Annotate(c.Reduce(*in, out, op, root)->Wait(), label));
             if (r == root) {
-              RETURN_IF_ERROR(
+              LOOM_RETURN_IF_ERROR(
                   CheckAll(out, count, [&](int64_t i) { return Expected(op, d, n, i); }, label, c));
             } else if (!in_place) {
-              RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t) { return kGarbage; },
-                                       label + " (non-root output must be untouched)", c));
+              LOOM_RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t) { return kGarbage; },
+                                            label + " (non-root output must be untouched)", c));
             }
           }
         }
@@ -229,10 +226,10 @@ absl::Status AllGatherCase(Communicator& c, const SuiteOptions& o) {
         if (!out.ok()) return out.status();
         Tensor in = in_place ? *out->View(r * count, {count}) : *Make(d, count, 0);
         for (int64_t i = 0; i < count; ++i) SetAt(in, i, DataVal(r, i));
-        RETURN_IF_ERROR(Annotate(c.AllGather(in, *out)->Wait(), label));
+        LOOM_RETURN_IF_ERROR(Annotate(c.AllGather(in, *out)->Wait(), label));
         for (int src = 0; src < n; ++src) {
-          RETURN_IF_ERROR(CheckAll(*out, count, [&](int64_t i) { return DataVal(src, i); },
-                                   absl::StrCat(label, " block ", src), c, src * count));
+          LOOM_RETURN_IF_ERROR(CheckAll(*out, count, [&](int64_t i) { return DataVal(src, i); },
+                                        absl::StrCat(label, " block ", src), c, src * count));
         }
       }
     }
@@ -254,8 +251,8 @@ absl::Status ReduceScatterCase(Communicator& c, const SuiteOptions& o) {
           // Global index g = block * count + i: value RedVal(op, r, g).
           for (int64_t g = 0; g < count * n; ++g) SetAt(*in, g, RedVal(op, r, g));
           Tensor out = in_place ? *in->View(r * count, {count}) : *Make(d, count, kGarbage);
-          RETURN_IF_ERROR(Annotate(c.ReduceScatter(*in, out, op)->Wait(), label));
-          RETURN_IF_ERROR(CheckAll(
+          LOOM_RETURN_IF_ERROR(Annotate(c.ReduceScatter(*in, out, op)->Wait(), label));
+          LOOM_RETURN_IF_ERROR(CheckAll(
               out, count, [&](int64_t i) { return Expected(op, d, n, r * count + i); }, label, c));
         }
       }
@@ -277,10 +274,11 @@ absl::Status AllToAllCase(Communicator& c, const SuiteOptions& o) {
           for (int64_t i = 0; i < count; ++i) SetAt(*in, j * count + i, DataVal(r * n + j, i));
         }
         Tensor out = in_place ? *in : *Make(d, count * n, kGarbage);
-        RETURN_IF_ERROR(Annotate(c.AllToAll(*in, out)->Wait(), label));
+        LOOM_RETURN_IF_ERROR(Annotate(c.AllToAll(*in, out)->Wait(), label));
         for (int src = 0; src < n; ++src) {
-          RETURN_IF_ERROR(CheckAll(out, count, [&](int64_t i) { return DataVal(src * n + r, i); },
-                                   absl::StrCat(label, " block ", src), c, src * count));
+          LOOM_RETURN_IF_ERROR(CheckAll(
+              out, count, [&](int64_t i) { return DataVal(src * n + r, i); },
+              absl::StrCat(label, " block ", src), c, src * count));
         }
       }
     }
@@ -313,9 +311,11 @@ absl::Status SendRecvCase(Communicator& c, const SuiteOptions& o) {
         works = {c.Recv(r1, left, 5), c.Recv(r2, left, 6), c.Send(s1, right, 5),
                  c.Send(s2, right, 6)};
       }
-      RETURN_IF_ERROR(Annotate(WaitAll(works), label));
-      RETURN_IF_ERROR(CheckAll(r1, count, [&](int64_t i) { return DataVal(left, i); }, label + " tag 5", c));
-      RETURN_IF_ERROR(CheckAll(r2, count, [&](int64_t i) { return DataVal(left + 50, i); }, label + " tag 6", c));
+      LOOM_RETURN_IF_ERROR(Annotate(WaitAll(works), label));
+      LOOM_RETURN_IF_ERROR(CheckAll(
+          r1, count, [&](int64_t i) { return DataVal(left, i); }, label + " tag 5", c));
+      LOOM_RETURN_IF_ERROR(CheckAll(
+          r2, count, [&](int64_t i) { return DataVal(left + 50, i); }, label + " tag 6", c));
     }
   }
   return absl::OkStatus();
@@ -339,31 +339,212 @@ absl::Status BatchCase(Communicator& c, const SuiteOptions& o) {
                               {P2POp::Kind::kSend, to_right, right, 1},
                               {P2POp::Kind::kRecv, from_right, right, 2},
                               {P2POp::Kind::kSend, to_left, left, 2}};
-    RETURN_IF_ERROR(Annotate(c.BatchSendRecv(ops)->Wait(), label));
-    RETURN_IF_ERROR(CheckAll(from_left, count, [&](int64_t i) { return DataVal(left, i); }, label, c));
-    RETURN_IF_ERROR(CheckAll(from_right, count, [&](int64_t i) { return DataVal(right + 30, i); }, label, c));
+    LOOM_RETURN_IF_ERROR(Annotate(c.BatchSendRecv(ops)->Wait(), label));
+    LOOM_RETURN_IF_ERROR(CheckAll(
+        from_left, count, [&](int64_t i) { return DataVal(left, i); }, label, c));
+    LOOM_RETURN_IF_ERROR(CheckAll(
+        from_right, count, [&](int64_t i) { return DataVal(right + 30, i); }, label, c));
   }
   return absl::OkStatus();
 }
 
-// Pipeline stages issue different numbers of point-to-point calls (one rank
-// batches what another sends one by one); collectives afterwards must still
-// match across ranks.
-absl::Status UnequalPointToPointCase(Communicator& c, const SuiteOptions&) {
+// Messages between two ranks with one tag are received in the order sent,
+// across operations and within one batch (comm.h, POINT TO POINT). Along a
+// chain (rank r receives from r - 1, then sends to r + 1), four messages
+// (tags 7, 8, 7, 7) go as a Send, a batch of two and a Send. Where tags
+// route, the receiver takes them in one batch in another order; on nccl it
+// mirrors the sender's order and grouping, as portable code must.
+absl::Status PointToPointOrderCase(Communicator& c, const SuiteOptions& o) {
   const int n = c.size(), r = c.rank();
-  if (n == 1) return absl::OkStatus();
-  Tensor a = *Make(DType::kF32, 3, 0), b = *Make(DType::kF32, 3, 0);
-  if (r == 0) {  // two separate sends to rank 1
-    for (int64_t i = 0; i < 3; ++i) SetAt(a, i, DataVal(0, i)), SetAt(b, i, DataVal(7, i));
-    RETURN_IF_ERROR(WaitAll({c.Send(a, 1, 3), c.Send(b, 1, 4)}));
-  } else if (r == 1) {  // one batched receive of both
-    RETURN_IF_ERROR(c.BatchSendRecv({{P2POp::Kind::kRecv, a, 0, 3}, {P2POp::Kind::kRecv, b, 0, 4}})->Wait());
-    RETURN_IF_ERROR(CheckAll(b, 3, [&](int64_t i) { return DataVal(7, i); }, "unequal p2p", c));
+  constexpr int64_t kCount = 6;
+  const int tags[4] = {7, 8, 7, 7};
+  if (r > 0) {
+    const int left = r - 1;
+    std::vector<Tensor> got;
+    for (int k = 0; k < 4; ++k) got.push_back(*Make(DType::kF32, kCount, kGarbage));
+    if (o.p2p_matches_tags) {
+      LOOM_RETURN_IF_ERROR(Annotate(c.BatchSendRecv({{P2POp::Kind::kRecv, got[1], left, 8},
+                                                     {P2POp::Kind::kRecv, got[0], left, 7},
+                                                     {P2POp::Kind::kRecv, got[2], left, 7},
+                                                     {P2POp::Kind::kRecv, got[3], left, 7}})
+                                        ->Wait(),
+                                    "p2p order: one batch of receives"));
+    } else {
+      LOOM_RETURN_IF_ERROR(Annotate(
+          WaitAll({c.Recv(got[0], left, 7),
+                   c.BatchSendRecv({{P2POp::Kind::kRecv, got[1], left, 8},
+                                    {P2POp::Kind::kRecv, got[2], left, 7}}),
+                   c.Recv(got[3], left, 7)}),
+          "p2p order: receives in the sender's order"));
+    }
+    for (int k = 0; k < 4; ++k) {
+      LOOM_RETURN_IF_ERROR(CheckAll(
+          got[k], kCount, [&](int64_t i) { return DataVal(left + 10 * k, i); },
+          absl::StrCat("p2p order: message ", k, " (tag ", tags[k], ") from rank ", left), c));
+    }
   }
-  Tensor sum = *Make(DType::kF32, 5, 0);
-  for (int64_t i = 0; i < 5; ++i) SetAt(sum, i, 1.0);
-  RETURN_IF_ERROR(Annotate(c.AllReduce(sum, ReduceOp::kSum)->Wait(), "all_reduce after unequal p2p"));
-  return CheckAll(sum, 5, [&](int64_t) { return static_cast<double>(n); }, "all_reduce after unequal p2p", c);
+  if (r < n - 1) {
+    const int right = r + 1;
+    std::vector<Tensor> msg;
+    for (int k = 0; k < 4; ++k) {
+      msg.push_back(*Make(DType::kF32, kCount, 0));
+      for (int64_t i = 0; i < kCount; ++i) SetAt(msg[k], i, DataVal(r + 10 * k, i));
+    }
+    LOOM_RETURN_IF_ERROR(Annotate(
+        WaitAll({c.Send(msg[0], right, tags[0]),
+                 c.BatchSendRecv({{P2POp::Kind::kSend, msg[1], right, tags[1]},
+                                  {P2POp::Kind::kSend, msg[2], right, tags[2]}}),
+                 c.Send(msg[3], right, tags[3])}),
+        "p2p order: sends"));
+  }
+  // An empty batch completes at once.
+  return Annotate(c.BatchSendRecv({})->Wait(absl::Seconds(10)), "empty batch_send_recv");
+}
+
+// The number a Work's description gives its op ("all_reduce #12 in group
+// ..."), or -1.
+int64_t OpNumber(const Work& w) {
+  const std::string d = w.Describe();
+  const size_t at = d.find(" #");
+  if (at == std::string::npos) return -1;
+  int64_t v = 0;
+  size_t i = at + 2;
+  if (i >= d.size() || d[i] < '0' || d[i] > '9') return -1;
+  for (; i < d.size() && d[i] >= '0' && d[i] <= '9'; ++i) v = v * 10 + (d[i] - '0');
+  return v;
+}
+
+// A collective after unequal point-to-point traffic matches across ranks
+// (comm.h, POINT TO POINT: collectives ignore point-to-point traffic), as
+// after a pipeline schedule in which stages issue different numbers of
+// sends, receives and batches. Collective waits are bounded (60 s) so that a
+// backend that numbers both kinds together fails here instead of hanging.
+absl::Status CollectiveAfterUnequalPointToPointCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size(), r = c.rank();
+  const absl::Duration kBound = absl::Seconds(60);
+  constexpr int64_t kCount = 5;
+  auto message = [&](int src, int k) {
+    Tensor t = *Make(DType::kF32, kCount, 0);
+    for (int64_t i = 0; i < kCount; ++i) SetAt(t, i, DataVal(src * 16 + k, i));
+    return t;
+  };
+  auto expect = [&](const std::vector<Tensor>& got, int src, int k0, const char* what) {
+    for (size_t k = 0; k < got.size(); ++k) {
+      LOOM_RETURN_IF_ERROR(CheckAll(got[k], kCount,
+                                    [&](int64_t i) { return DataVal(src * 16 + k0 + k, i); },
+                                    absl::StrCat(what, " message ", k, " from rank ", src), c));
+    }
+    return absl::OkStatus();
+  };
+  // Which collective this is among the communicator's collectives, the same
+  // on every rank.
+  std::vector<int64_t> numbers;
+  auto numbered = [&](const WorkPtr& w) {
+    numbers.push_back(OpNumber(*w));
+    return w;
+  };
+
+  // 1. Forward, along the chain: rank r receives r messages from r - 1 and
+  //    sends r + 1 to r + 1; odd ranks receive one by one and send in one
+  //    batch, even ranks the other way round.
+  std::vector<WorkPtr> p2p;
+  std::vector<Tensor> got;
+  if (r > 0) {
+    std::vector<P2POp> batch;
+    for (int k = 0; k < r; ++k) {
+      got.push_back(*Make(DType::kF32, kCount, kGarbage));
+      if (r % 2 == 1) {
+        p2p.push_back(c.Recv(got.back(), r - 1, 100 + k));
+      } else {
+        batch.push_back({P2POp::Kind::kRecv, got.back(), r - 1, 100 + k});
+      }
+    }
+    if (!batch.empty()) p2p.push_back(c.BatchSendRecv(batch));
+  }
+  std::vector<Tensor> sent;
+  if (r < n - 1) {
+    std::vector<P2POp> batch;
+    for (int k = 0; k < r + 1; ++k) {
+      sent.push_back(message(r, k));
+      if (r % 2 == 0) {
+        p2p.push_back(c.Send(sent.back(), r + 1, 100 + k));
+      } else {
+        batch.push_back({P2POp::Kind::kSend, sent.back(), r + 1, 100 + k});
+      }
+    }
+    if (!batch.empty()) p2p.push_back(c.BatchSendRecv(batch));
+  }
+  LOOM_RETURN_IF_ERROR(Annotate(WaitAll(p2p), "forward point-to-point traffic"));
+  if (r > 0) LOOM_RETURN_IF_ERROR(expect(got, r - 1, 0, "forward"));
+
+  // The last stage broadcasts a value (the pipeline's mean loss), then every
+  // rank all-reduces.
+  Tensor loss = *Make(DType::kF64, 1, r == n - 1 ? 2.5 : kGarbage);
+  LOOM_RETURN_IF_ERROR(Annotate(numbered(c.Broadcast(loss, n - 1))->Wait(kBound),
+                                "broadcast after unequal p2p"));
+  LOOM_RETURN_IF_ERROR(CheckAll(loss, 1, [](int64_t) { return 2.5; },
+                                "broadcast after unequal p2p", c));
+  Tensor ones = *Make(DType::kF32, kCount, 1);
+  LOOM_RETURN_IF_ERROR(Annotate(numbered(c.AllReduce(ones, ReduceOp::kSum))->Wait(kBound),
+                                "all_reduce after unequal p2p"));
+  LOOM_RETURN_IF_ERROR(CheckAll(ones, kCount, [&](int64_t) { return static_cast<double>(n); },
+                                "all_reduce after unequal p2p", c));
+
+  // 2. Backward, along the chain the other way, with other counts (rank r
+  //    receives n - r - 1 messages from r + 1, sends n - r to r - 1), and a
+  //    collective issued before anyone waits for that traffic.
+  p2p.clear();
+  got.clear();
+  sent.clear();
+  if (r < n - 1) {
+    std::vector<P2POp> batch;
+    for (int k = 0; k < n - r - 1; ++k) {
+      got.push_back(*Make(DType::kF32, kCount, kGarbage));
+      batch.push_back({P2POp::Kind::kRecv, got.back(), r + 1, 200 + k});
+    }
+    p2p.push_back(c.BatchSendRecv(batch));
+  }
+  if (r > 0) {
+    for (int k = 0; k < n - r; ++k) {
+      sent.push_back(message(r, k));
+      p2p.push_back(c.Send(sent.back(), r - 1, 200 + k));
+    }
+  }
+  Tensor top = *Make(DType::kI32, 3, r);
+  WorkPtr max = numbered(c.AllReduce(top, ReduceOp::kMax));
+  LOOM_RETURN_IF_ERROR(Annotate(WaitAll(p2p), "backward point-to-point traffic"));
+  LOOM_RETURN_IF_ERROR(Annotate(max->Wait(kBound), "all_reduce issued before waiting for p2p"));
+  LOOM_RETURN_IF_ERROR(CheckAll(top, 3, [&](int64_t) { return n - 1; },
+                                "all_reduce issued before waiting for p2p", c));
+  if (r < n - 1) LOOM_RETURN_IF_ERROR(expect(got, r + 1, 0, "backward"));
+
+  // 3. Every rank numbered those collectives alike.
+  Tensor mine = *Make(DType::kI64, static_cast<int64_t>(numbers.size()), 0);
+  for (size_t k = 0; k < numbers.size(); ++k) SetAt(mine, k, static_cast<double>(numbers[k]));
+  Tensor all = *Make(DType::kI64, static_cast<int64_t>(numbers.size()) * n, 0);
+  LOOM_RETURN_IF_ERROR(Annotate(c.AllGather(mine, all)->Wait(kBound), "all_gather of op numbers"));
+  for (size_t k = 0; k < numbers.size(); ++k) {
+    if (numbers[k] < 0) {
+      return absl::InternalError(absl::StrCat("collective ", k, " of the case has no \"#<number>\" "
+                                              "in its description"));
+    }
+    for (int q = 0; q < n; ++q) {
+      const double theirs = GetAt(all, q * static_cast<int64_t>(numbers.size()) + k);
+      if (theirs != static_cast<double>(numbers[k])) {
+        return absl::InternalError(absl::StrCat(
+            "collective ", k, " of the case is #", numbers[k], " on rank ", r, " but #", theirs,
+            " on rank ", q, ": collectives must be numbered apart from point-to-point ops"));
+      }
+    }
+  }
+  // 4. The communicator still splits and its children work.
+  auto child = c.Split(r % 2, r, "after_p2p");
+  if (!child.ok()) return Annotate(child.status(), "split after unequal p2p");
+  Tensor t = *Make(DType::kI32, 2, 1);
+  LOOM_RETURN_IF_ERROR(Annotate((*child)->AllReduce(t, ReduceOp::kSum)->Wait(kBound),
+                                "all_reduce on a child split after unequal p2p"));
+  return CheckAll(t, 2, [&](int64_t) { return (n + (r % 2 == 0 ? 1 : 0)) / 2; },
+                  "all_reduce on a child split after unequal p2p", c);
 }
 
 // WaitOnStream, the hot-path wait of layers and optimizer: once it returns,
@@ -376,9 +557,9 @@ absl::Status WaitOnStreamCase(Communicator& c, const SuiteOptions& o) {
   absl::StatusOr<Tensor> out = Make(DType::kF32, count, kGarbage);
   if (!in.ok() || !out.ok()) return in.ok() ? out.status() : in.status();
   for (int64_t i = 0; i < count; ++i) SetAt(*in, i, DataVal(c.rank(), i));
-  RETURN_IF_ERROR(c.AllReduce(*in, *out, ReduceOp::kSum)->WaitOnStream());
-  RETURN_IF_ERROR(c.AllReduce(*out, ReduceOp::kSum)->WaitOnStream());
-  RETURN_IF_ERROR(c.Barrier()->Wait());  // then read on the host
+  LOOM_RETURN_IF_ERROR(c.AllReduce(*in, *out, ReduceOp::kSum)->WaitOnStream());
+  LOOM_RETURN_IF_ERROR(c.AllReduce(*out, ReduceOp::kSum)->WaitOnStream());
+  LOOM_RETURN_IF_ERROR(c.Barrier()->Wait());  // then read on the host
   return CheckAll(
       *out, count,
       [&](int64_t i) {
@@ -390,7 +571,7 @@ absl::Status WaitOnStreamCase(Communicator& c, const SuiteOptions& o) {
 }
 
 absl::Status BarrierCase(Communicator& c, const SuiteOptions&) {
-  for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(c.Barrier()->Wait());
+  for (int i = 0; i < 3; ++i) LOOM_RETURN_IF_ERROR(c.Barrier()->Wait());
   return absl::OkStatus();
 }
 
@@ -416,17 +597,18 @@ absl::Status ManyInFlightCase(Communicator& c, const SuiteOptions&) {
   }
   for (int k = 0; k < kOpsInFlight; ++k) {
     std::string label = absl::StrCat("op ", k, " of ", kOpsInFlight, " in flight");
-    RETURN_IF_ERROR(Annotate(works[k]->Wait(), label));
+    LOOM_RETURN_IF_ERROR(Annotate(works[k]->Wait(), label));
     ReduceOp op = kOps[k % 5];
     if (k % 10 == 9) {
       for (int src = 0; src < n; ++src) {
-        RETURN_IF_ERROR(CheckAll(bufs[k], kCount, [&](int64_t i) { return DataVal(src + k, i); },
-                                 label, c, src * kCount));
+        LOOM_RETURN_IF_ERROR(CheckAll(
+            bufs[k], kCount, [&](int64_t i) { return DataVal(src + k, i); }, label, c,
+            src * kCount));
       }
     } else {
-      RETURN_IF_ERROR(CheckAll(bufs[k], kCount,
-                               [&](int64_t i) { return Expected(op, DType::kF32, n, i + k); },
-                               label, c));
+      LOOM_RETURN_IF_ERROR(CheckAll(bufs[k], kCount,
+                                    [&](int64_t i) { return Expected(op, DType::kF32, n, i + k); },
+                                    label, c));
     }
   }
   return absl::OkStatus();
@@ -446,9 +628,9 @@ absl::Status PollOnlyCase(Communicator& c, const SuiteOptions&) {
     }
     absl::SleepFor(absl::Milliseconds(1));
   }
-  RETURN_IF_ERROR(a->Wait(absl::ZeroDuration()));
-  RETURN_IF_ERROR(b->Wait(absl::ZeroDuration()));
-  RETURN_IF_ERROR(CheckAll(t, 1000, [&](int64_t) { return n; }, "poll-only all_reduce", c));
+  LOOM_RETURN_IF_ERROR(a->Wait(absl::ZeroDuration()));
+  LOOM_RETURN_IF_ERROR(b->Wait(absl::ZeroDuration()));
+  LOOM_RETURN_IF_ERROR(CheckAll(t, 1000, [&](int64_t) { return n; }, "poll-only all_reduce", c));
   return CheckAll(u, 1000, [&](int64_t) { return 2 * n; }, "poll-only all_reduce", c);
 }
 
@@ -475,14 +657,15 @@ absl::Status SplitCase(Communicator& c, const SuiteOptions&) {
     }
     // The group sums its world ranks: sum of even numbers < n.
     Tensor t = *Make(DType::kI64, 3, r);
-    RETURN_IF_ERROR((*even)->AllReduce(t, ReduceOp::kSum)->Wait());
+    LOOM_RETURN_IF_ERROR((*even)->AllReduce(t, ReduceOp::kSum)->Wait());
     int64_t want = 0;
     for (int q = 0; q < n; q += 2) want += q;
-    RETURN_IF_ERROR(CheckAll(t, 3, [&](int64_t) { return want; }, "split(even) all_reduce", c));
+    LOOM_RETURN_IF_ERROR(CheckAll(
+        t, 3, [&](int64_t) { return want; }, "split(even) all_reduce", c));
   }
   // The parent still works after splitting.
   Tensor t = *Make(DType::kI32, 5, r);
-  RETURN_IF_ERROR((*rev)->AllReduce(t, ReduceOp::kMax)->Wait());
+  LOOM_RETURN_IF_ERROR((*rev)->AllReduce(t, ReduceOp::kMax)->Wait());
   return CheckAll(t, 5, [&](int64_t) { return n - 1; }, "split(reversed) all_reduce max", c);
 }
 
@@ -517,7 +700,7 @@ absl::Status ConcurrentSubgroupsCase(Communicator& c, const SuiteOptions& o) {
   std::thread tb(run, b->get(), &sb, 3);
   ta.join();
   tb.join();
-  RETURN_IF_ERROR(sa);
+  LOOM_RETURN_IF_ERROR(sa);
   return sb;
 }
 
@@ -558,7 +741,8 @@ absl::Status BadInputCase(Communicator& c, const SuiteOptions&) {
   }
   // Bad input does not break the communicator.
   Tensor t = *Make(DType::kF32, 4, 1);
-  RETURN_IF_ERROR(Annotate(c.AllReduce(t, ReduceOp::kSum)->Wait(), "all_reduce after bad input"));
+  LOOM_RETURN_IF_ERROR(
+      Annotate(c.AllReduce(t, ReduceOp::kSum)->Wait(), "all_reduce after bad input"));
   return CheckAll(t, 4, [&](int64_t) { return n; }, "all_reduce after bad input", c);
 }
 
@@ -580,7 +764,7 @@ absl::Status MismatchCase(Communicator& c, const SuiteOptions&) {
   }
   child->reset();
   // The world is unaffected.
-  RETURN_IF_ERROR(c.Barrier()->Wait());
+  LOOM_RETURN_IF_ERROR(c.Barrier()->Wait());
   return absl::OkStatus();
 }
 
@@ -601,7 +785,8 @@ std::vector<Case> Cases(const SuiteOptions& o) {
       {"BatchSendRecv", bind(BatchCase)},
       {"Barrier", bind(BarrierCase)},
       {"WaitOnStream", bind(WaitOnStreamCase)},
-      {"UnequalPointToPoint", bind(UnequalPointToPointCase)},
+      {"PointToPointOrder", bind(PointToPointOrderCase)},
+      {"CollectiveAfterUnequalPointToPoint", bind(CollectiveAfterUnequalPointToPointCase)},
       {"ManyInFlight", bind(ManyInFlightCase)},
       {"PollOnly", bind(PollOnlyCase)},
       {"Split", bind(SplitCase)},

@@ -10,15 +10,15 @@ namespace loom::core::cpu {
 absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,
                        const AdamWOptions& opts) {
   constexpr const char* kOp = "AdamWStep";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "param", param));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "grad", grad));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "m", m));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "v", v));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "param", param));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "grad", grad));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "m", m));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "v", v));
   const int64_t n = param->numel();
   const std::string why = absl::StrCat("same as param ", param->DebugString());
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "grad", grad, n, why));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "m", *m, n, why));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "v", *v, n, why));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "grad", grad, n, why));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "m", *m, n, why));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "v", *v, n, why));
   if (step < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": step is ", step, ", expected >= 1 (the first step is 1)"));

@@ -89,14 +89,14 @@ absl::Status CheckAttentionDropout(const char* op, const AttentionDropout& dr, i
 absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
                               const AttentionDropout& dropout) {
   constexpr const char* kOp = "AttentionForward";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "probs", probs));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "probs", probs));
   Dims g;
-  LOOM_CPU_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
-  LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
-  LOOM_CPU_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
+  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
+  LOOM_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
   const float* pqkv = qkv.data<float>();
@@ -117,8 +117,8 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
     for (int64_t r0 = 0; r0 < g.s; r0 += kBlock) {
       const int64_t r1 = std::min(g.s, r0 + kBlock);
       // P[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]ᵀ
-      LOOM_CPU_RETURN_IF_ERROR(Sgemm(false, true, r1 - r0, r1, g.d, scale, q + r0 * ld_qkv, ld_qkv,
-                                     k, ld_qkv, 0.0f, p + r0 * g.s, g.s));
+      LOOM_RETURN_IF_ERROR(Sgemm(false, true, r1 - r0, r1, g.d, scale, q + r0 * ld_qkv, ld_qkv,
+                                 k, ld_qkv, 0.0f, p + r0 * g.s, g.s));
       for (int64_t i = r0; i < r1; ++i) {
         float* row = p + i * g.s;
         internal::SoftmaxRow(row, row, i + 1, 1.0f);
@@ -136,8 +136,8 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
       }
       // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1]  (P after dropout)
       const float* pv = drop ? pd : p + r0 * g.s;
-      LOOM_CPU_RETURN_IF_ERROR(Sgemm(false, false, r1 - r0, g.d, r1, 1.0f, pv, g.s, v, ld_qkv,
-                                     0.0f, o + r0 * ld_out, ld_out));
+      LOOM_RETURN_IF_ERROR(Sgemm(false, false, r1 - r0, g.d, r1, 1.0f, pv, g.s, v, ld_qkv,
+                                 0.0f, o + r0 * ld_out, ld_out));
     }
     return absl::OkStatus();
   });
@@ -146,16 +146,16 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
 absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                int64_t heads, Tensor* dqkv, const AttentionDropout& dropout) {
   constexpr const char* kOp = "AttentionBackward";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "probs", probs));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dqkv", dqkv));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "probs", probs));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dqkv", dqkv));
   Dims g;
-  LOOM_CPU_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
-  LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_CPU_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
-  LOOM_CPU_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
+  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
+  LOOM_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
   const float* pqkv = qkv.data<float>();
@@ -182,8 +182,8 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
     for (int64_t r0 = 0; r0 < s; r0 += kBlock) {
       const int64_t r1 = std::min(s, r0 + kBlock);
       // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]ᵀ, kept in ds.
-      LOOM_CPU_RETURN_IF_ERROR(Sgemm(false, true, r1 - r0, r1, g.d, 1.0f, dout_p + r0 * ld_out,
-                                     ld_out, v, ld_qkv, 0.0f, ds + r0 * s, s));
+      LOOM_RETURN_IF_ERROR(Sgemm(false, true, r1 - r0, r1, g.d, 1.0f, dout_p + r0 * ld_out,
+                                 ld_out, v, ld_qkv, 0.0f, ds + r0 * s, s));
       // dS = scale * P * (dP - rowsum(P * dP)); zero above the diagonal.
       // With dropout, dP above is the gradient of the dropped P: dP *= keep / (1 - p).
       for (int64_t i = r0; i < r1; ++i) {
@@ -209,17 +209,17 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
         std::fill(dr + i + 1, dr + s, 0.0f);
       }
       // dQ[r0:r1] = dS[r0:r1, 0:r1] K[0:r1]
-      LOOM_CPU_RETURN_IF_ERROR(Sgemm(false, false, r1 - r0, g.d, r1, 1.0f, ds + r0 * s, s, k,
-                                     ld_qkv, 0.0f, dq + r0 * ld_qkv, ld_qkv));
+      LOOM_RETURN_IF_ERROR(Sgemm(false, false, r1 - r0, g.d, r1, 1.0f, ds + r0 * s, s, k,
+                                 ld_qkv, 0.0f, dq + r0 * ld_qkv, ld_qkv));
     }
     for (int64_t c0 = 0; c0 < s; c0 += kBlock) {
       const int64_t c1 = std::min(s, c0 + kBlock);
       // dK[c0:c1] = dS[c0:s, c0:c1]ᵀ Q[c0:s];  dV[c0:c1] = P[c0:s, c0:c1]ᵀ dO[c0:s]
-      LOOM_CPU_RETURN_IF_ERROR(Sgemm(true, false, c1 - c0, g.d, s - c0, 1.0f, ds + c0 * s + c0, s,
-                                     q + c0 * ld_qkv, ld_qkv, 0.0f, dk + c0 * ld_qkv, ld_qkv));
+      LOOM_RETURN_IF_ERROR(Sgemm(true, false, c1 - c0, g.d, s - c0, 1.0f, ds + c0 * s + c0, s,
+                                 q + c0 * ld_qkv, ld_qkv, 0.0f, dk + c0 * ld_qkv, ld_qkv));
       const float* pv = drop ? pd : p;  // P after dropout
-      LOOM_CPU_RETURN_IF_ERROR(Sgemm(true, false, c1 - c0, g.d, s - c0, 1.0f, pv + c0 * s + c0, s,
-                                     dout_p + c0 * ld_out, ld_out, 0.0f, dv + c0 * ld_qkv, ld_qkv));
+      LOOM_RETURN_IF_ERROR(Sgemm(true, false, c1 - c0, g.d, s - c0, 1.0f, pv + c0 * s + c0, s,
+                                 dout_p + c0 * ld_out, ld_out, 0.0f, dv + c0 * ld_qkv, ld_qkv));
     }
     return absl::OkStatus();
   });

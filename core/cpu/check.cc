@@ -8,7 +8,7 @@
 namespace loom::core::cpu::internal {
 
 absl::Status CheckInput(const char* op, const char* arg, const Tensor& t, DType dtype) {
-  LOOM_CPU_RETURN_IF_ERROR(CheckDTypeIs(op, arg, t, dtype));
+  LOOM_RETURN_IF_ERROR(CheckDTypeIs(op, arg, t, dtype));
   return CheckCpu(op, arg, t);
 }
 

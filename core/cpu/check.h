@@ -9,11 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "core/status_macros.h"  // LOOM_RETURN_IF_ERROR: how the kernels chain these checks
 #include "core/tensor.h"
-
-// The kernels' spelling of core/status_macros.h's LOOM_RETURN_IF_ERROR.
-#define LOOM_CPU_RETURN_IF_ERROR(expr) LOOM_RETURN_IF_ERROR(expr)
 
 namespace loom::core::cpu::internal {
 

@@ -85,12 +85,12 @@ float F16BitsToFloat(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32
 absl::Status Convert(const Tensor& src, Tensor* dst) {
   constexpr const char* kOp = "Convert";
   if (!src.defined()) return absl::InvalidArgumentError("Convert: src is undefined");
-  LOOM_CPU_RETURN_IF_ERROR(CheckCpu(kOp, "src", src));
+  LOOM_RETURN_IF_ERROR(CheckCpu(kOp, "src", src));
   if (dst == nullptr || !dst->defined()) {
     return absl::InvalidArgumentError(
         "Convert: dst is null or undefined (the caller allocates it)");
   }
-  LOOM_CPU_RETURN_IF_ERROR(CheckCpu(kOp, "dst", *dst));
+  LOOM_RETURN_IF_ERROR(CheckCpu(kOp, "dst", *dst));
   if (src.numel() != dst->numel()) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": src ", src.DebugString(), " and dst ",
                                                    dst->DebugString(),

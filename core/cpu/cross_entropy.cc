@@ -57,15 +57,15 @@ absl::StatusOr<double> CrossEntropyForward(const Tensor& logits, const Tensor& t
                                            Tensor* losses, Tensor* lse,
                                            const CrossEntropyOptions& opts) {
   constexpr const char* kOp = "CrossEntropyForward";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "logits", logits));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckIndex(kOp, "targets", targets));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "losses", losses));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "lse", lse));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "logits", logits));
+  LOOM_RETURN_IF_ERROR(internal::CheckIndex(kOp, "targets", targets));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "losses", losses));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "lse", lse));
   absl::StatusOr<int64_t> count = CheckTargets(kOp, logits, targets, opts);
   if (!count.ok()) return count.status();
   const int64_t v = logits.dim(logits.rank() - 1), n = logits.numel() / v;
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "losses", *losses, n, "one per row"));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "lse", *lse, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "losses", *losses, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "lse", *lse, n, "one per row"));
   const float* pl = logits.data<float>();
   float* ploss = losses->data<float>();
   float* plse = lse->data<float>();
@@ -87,15 +87,15 @@ absl::StatusOr<double> CrossEntropyForward(const Tensor& logits, const Tensor& t
 absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                   float dloss, Tensor* dlogits, const CrossEntropyOptions& opts) {
   constexpr const char* kOp = "CrossEntropyBackward";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "logits", logits));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckIndex(kOp, "targets", targets));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "lse", lse));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dlogits", dlogits));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "logits", logits, "dlogits", *dlogits));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "logits", logits));
+  LOOM_RETURN_IF_ERROR(internal::CheckIndex(kOp, "targets", targets));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "lse", lse));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dlogits", dlogits));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "logits", logits, "dlogits", *dlogits));
   absl::StatusOr<int64_t> count = CheckTargets(kOp, logits, targets, opts);
   if (!count.ok()) return count.status();
   const int64_t v = logits.dim(logits.rank() - 1), n = logits.numel() / v;
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "lse", lse, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "lse", lse, n, "one per row"));
   const float* pl = logits.data<float>();
   const float* plse = lse.data<float>();
   float* pd = dlogits->data<float>();

@@ -389,14 +389,14 @@ absl::Status CheckDropoutArgs(const char* op, const Tensor& x, const DropoutOpti
 absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& opts,
                             const GlobalIndex& where, Tensor* mask) {
   constexpr const char* kOp = "DropoutForward";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "x", x));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckDropoutArgs(kOp, x, opts, where));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  LOOM_RETURN_IF_ERROR(CheckDropoutArgs(kOp, x, opts, where));
   uint8_t* pm = nullptr;
   if (mask != nullptr) {
-    LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "mask", *mask, DType::kU8));
-    LOOM_CPU_RETURN_IF_ERROR(
+    LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "mask", *mask, DType::kU8));
+    LOOM_RETURN_IF_ERROR(
         internal::CheckNumel(kOp, "mask", *mask, x.numel(), "one byte per element of x"));
     pm = mask->data<uint8_t>();
   }
@@ -407,10 +407,10 @@ absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& 
 absl::Status DropoutBackward(const Tensor& dout, Tensor* dx, const DropoutOptions& opts,
                              const GlobalIndex& where) {
   constexpr const char* kOp = "DropoutBackward";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dx", dx));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "dout", dout, "dx", *dx));
-  LOOM_CPU_RETURN_IF_ERROR(CheckDropoutArgs(kOp, dout, opts, where));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dx", dx));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "dout", dout, "dx", *dx));
+  LOOM_RETURN_IF_ERROR(CheckDropoutArgs(kOp, dout, opts, where));
   Apply(dout.data<float>(), dx->data<float>(), nullptr, dout.numel(), dout.dim(dout.rank() - 1),
         opts, where);
   return absl::OkStatus();

@@ -164,11 +164,11 @@ LOOM_CPU_V4 __attribute__((noinline)) void BiasBackwardBlockV4(const float* pd, 
 
 absl::Status BiasAddForward(const Tensor& x, const Tensor& bias, Tensor* out) {
   constexpr const char* kOp = "BiasAddForward";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "bias", bias));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckBias(kOp, "x", x, bias));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "bias", bias));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(CheckBias(kOp, "x", x, bias));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
   const int64_t c = bias.dim(0);
   if (c == 0) return absl::OkStatus();
   const int64_t rows = x.numel() / c;
@@ -187,9 +187,9 @@ absl::Status BiasAddForward(const Tensor& x, const Tensor& bias, Tensor* out) {
 
 absl::Status BiasAddBackward(const Tensor& dout, Tensor* dbias) {
   constexpr const char* kOp = "BiasAddBackward";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dbias", dbias));
-  LOOM_CPU_RETURN_IF_ERROR(CheckBias(kOp, "dout", dout, *dbias));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dbias", dbias));
+  LOOM_RETURN_IF_ERROR(CheckBias(kOp, "dout", dout, *dbias));
   const int64_t c = dbias->dim(0);
   if (c == 0) return absl::OkStatus();
   const int64_t rows = dout.numel() / c;
@@ -233,9 +233,9 @@ absl::Status BiasAddBackward(const Tensor& dout, Tensor* dbias) {
 
 absl::Status GeluForward(const Tensor& x, Tensor* out) {
   constexpr const char* kOp = "GeluForward";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
   const int64_t n = x.numel();
   const float* px = x.data<float>();
   float* po = out->data<float>();
@@ -248,11 +248,11 @@ absl::Status GeluForward(const Tensor& x, Tensor* out) {
 
 absl::Status GeluBackward(const Tensor& x, const Tensor& dout, Tensor* dx) {
   constexpr const char* kOp = "GeluBackward";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
   const int64_t n = x.numel();
   const float* px = x.data<float>();
   const float* pd = dout.data<float>();
@@ -266,11 +266,11 @@ absl::Status GeluBackward(const Tensor& x, const Tensor& dout, Tensor* dx) {
 
 absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) {
   constexpr const char* kOp = "Add";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "a", a));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "b", b));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "a", a, "b", b));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "a", a, "out", *out));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "a", a));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "b", b));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "a", a, "b", b));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "a", a, "out", *out));
   const int64_t n = a.numel();
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
@@ -282,7 +282,7 @@ absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) {
 
 absl::Status Scale(float scale, Tensor* x) {
   constexpr const char* kOp = "Scale";
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "x", x));
   const int64_t n = x->numel();
   float* px = x->data<float>();
 #pragma omp parallel for simd schedule(static)

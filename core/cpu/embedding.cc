@@ -15,7 +15,7 @@ using internal::IndexAt;
 
 absl::Status CheckArgs(const char* op, const Tensor& ids, const Tensor& table, const char* rows,
                        const Tensor& activ, const char* activ_name, const EmbeddingOptions& opts) {
-  LOOM_CPU_RETURN_IF_ERROR(CheckRank(op, rows, table, 2));
+  LOOM_RETURN_IF_ERROR(CheckRank(op, rows, table, 2));
   const int64_t n = ids.numel(), v = table.dim(0), c = table.dim(1);
   if (activ.rank() < 1 || activ.dim(activ.rank() - 1) != c || activ.numel() != n * c) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -40,10 +40,10 @@ absl::Status CheckArgs(const char* op, const Tensor& ids, const Tensor& table, c
 absl::Status EmbeddingForward(const Tensor& ids, const Tensor& table, Tensor* out,
                               const EmbeddingOptions& opts) {
   constexpr const char* kOp = "EmbeddingForward";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckIndex(kOp, "ids", ids));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "table", table));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckArgs(kOp, ids, table, "table", *out, "out", opts));
+  LOOM_RETURN_IF_ERROR(internal::CheckIndex(kOp, "ids", ids));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "table", table));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(CheckArgs(kOp, ids, table, "table", *out, "out", opts));
   const int64_t n = ids.numel(), v = table.dim(0), c = table.dim(1);
   const float* pt = table.data<float>();
   float* po = out->data<float>();
@@ -62,10 +62,10 @@ absl::Status EmbeddingForward(const Tensor& ids, const Tensor& table, Tensor* ou
 absl::Status EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tensor* dtable,
                                const EmbeddingOptions& opts) {
   constexpr const char* kOp = "EmbeddingBackward";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckIndex(kOp, "ids", ids));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dtable", dtable));
-  LOOM_CPU_RETURN_IF_ERROR(CheckArgs(kOp, ids, *dtable, "dtable", dout, "dout", opts));
+  LOOM_RETURN_IF_ERROR(internal::CheckIndex(kOp, "ids", ids));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dtable", dtable));
+  LOOM_RETURN_IF_ERROR(CheckArgs(kOp, ids, *dtable, "dtable", dout, "dout", opts));
   const int64_t n = ids.numel(), v = dtable->dim(0), c = dtable->dim(1);
   const float* pd = dout.data<float>();
   float* pt = dtable->data<float>();

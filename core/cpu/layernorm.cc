@@ -220,23 +220,23 @@ LOOM_CPU_DISPATCH_V4(LayerNormBackwardRow,
 absl::Status LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                               Tensor* out, Tensor* mean, Tensor* rstd) {
   constexpr const char* kOp = "LayerNormForward";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "gamma", gamma));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "beta", beta));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "mean", mean));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "rstd", rstd));
-  LOOM_CPU_RETURN_IF_ERROR(CheckParam(kOp, "gamma", gamma, x));
-  LOOM_CPU_RETURN_IF_ERROR(CheckParam(kOp, "beta", beta, x));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "gamma", gamma));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "beta", beta));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "mean", mean));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "rstd", rstd));
+  LOOM_RETURN_IF_ERROR(CheckParam(kOp, "gamma", gamma, x));
+  LOOM_RETURN_IF_ERROR(CheckParam(kOp, "beta", beta, x));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
   const int64_t c = gamma.dim(0);
   if (c == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": x ", x.DebugString(), " has an empty last dim"));
   }
   const int64_t rows = x.numel() / c;
-  LOOM_CPU_RETURN_IF_ERROR(CheckNumel(kOp, "mean", *mean, rows, "one per row of x"));
-  LOOM_CPU_RETURN_IF_ERROR(CheckNumel(kOp, "rstd", *rstd, rows, "one per row of x"));
+  LOOM_RETURN_IF_ERROR(CheckNumel(kOp, "mean", *mean, rows, "one per row of x"));
+  LOOM_RETURN_IF_ERROR(CheckNumel(kOp, "rstd", *rstd, rows, "one per row of x"));
   const float* px = x.data<float>();
   const float* pg = gamma.data<float>();
   const float* pb = beta.data<float>();
@@ -254,27 +254,27 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
                                const Tensor& mean, const Tensor& rstd, Tensor* dx, Tensor* dgamma,
                                Tensor* dbeta) {
   constexpr const char* kOp = "LayerNormBackward";
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "gamma", gamma));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "mean", mean));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(kOp, "rstd", rstd));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dgamma", dgamma));
-  LOOM_CPU_RETURN_IF_ERROR(CheckOutput(kOp, "dbeta", dbeta));
-  LOOM_CPU_RETURN_IF_ERROR(CheckParam(kOp, "gamma", gamma, x));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dgamma", *dgamma));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dbeta", *dbeta));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "gamma", gamma));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "mean", mean));
+  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "rstd", rstd));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dgamma", dgamma));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dbeta", dbeta));
+  LOOM_RETURN_IF_ERROR(CheckParam(kOp, "gamma", gamma, x));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dgamma", *dgamma));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dbeta", *dbeta));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
   const int64_t c = gamma.dim(0);
   if (c == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": x ", x.DebugString(), " has an empty last dim"));
   }
   const int64_t rows = x.numel() / c;
-  LOOM_CPU_RETURN_IF_ERROR(CheckNumel(kOp, "mean", mean, rows, "one per row of x"));
-  LOOM_CPU_RETURN_IF_ERROR(CheckNumel(kOp, "rstd", rstd, rows, "one per row of x"));
+  LOOM_RETURN_IF_ERROR(CheckNumel(kOp, "mean", mean, rows, "one per row of x"));
+  LOOM_RETURN_IF_ERROR(CheckNumel(kOp, "rstd", rstd, rows, "one per row of x"));
   const float* pdo = dout.data<float>();
   const float* px = x.data<float>();
   const float* pg = gamma.data<float>();

@@ -15,8 +15,8 @@ using internal::CheckInput;
 using internal::CheckOutput;
 
 absl::Status CheckAll(const char* op, const Tensor& a, const Tensor& b, const Tensor* c) {
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(op, "a", a));
-  LOOM_CPU_RETURN_IF_ERROR(CheckInput(op, "b", b));
+  LOOM_RETURN_IF_ERROR(CheckInput(op, "a", a));
+  LOOM_RETURN_IF_ERROR(CheckInput(op, "b", b));
   return CheckOutput(op, "c", c);
 }
 
@@ -86,25 +86,25 @@ absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts) {
   constexpr const char* kOp = "Matmul";
-  LOOM_CPU_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
-  LOOM_CPU_RETURN_IF_ERROR(CheckRank(kOp, "a", a, 2));
-  LOOM_CPU_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
-  LOOM_CPU_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
+  LOOM_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
+  LOOM_RETURN_IF_ERROR(CheckRank(kOp, "a", a, 2));
+  LOOM_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
+  LOOM_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
   GemmDims d;
-  LOOM_CPU_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
   return Sgemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha, a.data<float>(), a.dim(1),
                b.data<float>(), b.dim(1), opts.beta, c->data<float>(), c->dim(1));
 }
 
 absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts) {
   constexpr const char* kOp = "BatchedMatmul";
-  LOOM_CPU_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
+  LOOM_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
   const int r = a.rank();
   absl::StatusOr<int64_t> batches = GemmBatchCount(kOp, a, b, *c);
   if (!batches.ok()) return batches.status();
   const int64_t batch = *batches;
   GemmDims d;
-  LOOM_CPU_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
   const int64_t lda = a.dim(r - 1), ldb = b.dim(r - 1), ldc = c->dim(r - 1);
   const int64_t sa = a.dim(r - 2) * lda, sb = b.dim(r - 2) * ldb, sc = d.m * ldc;
   const float* pa = a.data<float>();
@@ -115,9 +115,9 @@ absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c, const Ma
   const bool outer = batch >= omp_get_max_threads() && d.m * d.n * d.k <= (int64_t{1} << 24);
   if (!outer) {
     for (int64_t i = 0; i < batch; ++i) {
-      LOOM_CPU_RETURN_IF_ERROR(Sgemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha,
-                                     pa + i * sa, lda, pb + i * sb, ldb, opts.beta, pc + i * sc,
-                                     ldc));
+      LOOM_RETURN_IF_ERROR(Sgemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha,
+                                 pa + i * sa, lda, pb + i * sb, ldb, opts.beta, pc + i * sc,
+                                 ldc));
     }
     return absl::OkStatus();
   }

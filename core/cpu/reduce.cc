@@ -7,7 +7,7 @@
 namespace loom::core::cpu {
 
 absl::StatusOr<double> Sum(const Tensor& x) {
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput("Sum", "x", x));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput("Sum", "x", x));
   const int64_t n = x.numel();
   const float* p = x.data<float>();
   double total = 0.0;
@@ -17,7 +17,7 @@ absl::StatusOr<double> Sum(const Tensor& x) {
 }
 
 absl::StatusOr<double> SumSquares(const Tensor& x) {
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput("SumSquares", "x", x));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput("SumSquares", "x", x));
   const int64_t n = x.numel();
   const float* p = x.data<float>();
   double total = 0.0;
@@ -30,7 +30,7 @@ absl::StatusOr<double> SumSquares(const Tensor& x) {
 }
 
 absl::StatusOr<double> L2Norm(const Tensor& x) {
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput("L2Norm", "x", x));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput("L2Norm", "x", x));
   absl::StatusOr<double> ss = SumSquares(x);
   if (!ss.ok()) return ss.status();
   return std::sqrt(*ss);

@@ -102,10 +102,10 @@ absl::Status CheckRows(const char* op, const Tensor& x) {
 
 absl::Status SoftmaxForward(const Tensor& x, Tensor* out) {
   constexpr const char* kOp = "SoftmaxForward";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "x", x));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
-  LOOM_CPU_RETURN_IF_ERROR(CheckRows(kOp, x));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
+  LOOM_RETURN_IF_ERROR(CheckRows(kOp, x));
   const int64_t c = x.dim(x.rank() - 1), rows = x.numel() / c;
   const float* px = x.data<float>();
   float* po = out->data<float>();
@@ -116,12 +116,12 @@ absl::Status SoftmaxForward(const Tensor& x, Tensor* out) {
 
 absl::Status SoftmaxBackward(const Tensor& out, const Tensor& dout, Tensor* dx) {
   constexpr const char* kOp = "SoftmaxBackward";
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "out", out));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dx", dx));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "out", out, "dout", dout));
-  LOOM_CPU_RETURN_IF_ERROR(CheckSameShape(kOp, "out", out, "dx", *dx));
-  LOOM_CPU_RETURN_IF_ERROR(CheckRows(kOp, out));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dx", dx));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "out", out, "dout", dout));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "out", out, "dx", *dx));
+  LOOM_RETURN_IF_ERROR(CheckRows(kOp, out));
   const int64_t c = out.dim(out.rank() - 1), rows = out.numel() / c;
   const float* py = out.data<float>();
   const float* pd = dout.data<float>();

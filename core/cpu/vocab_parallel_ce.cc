@@ -12,7 +12,7 @@ namespace {
 // Checks the common arguments; returns the number of rows N.
 absl::StatusOr<int64_t> CheckShard(const char* op, const Tensor& logits, const Tensor& targets,
                                    const VocabShard& shard) {
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(op, "logits", logits));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(op, "logits", logits));
   if (logits.rank() < 1 || logits.dim(logits.rank() - 1) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": logits ", internal::Describe(logits), ", expected [..., Vp > 0]"));
@@ -23,8 +23,8 @@ absl::StatusOr<int64_t> CheckShard(const char* op, const Tensor& logits, const T
                                                    " valid ", shard.valid, " does not fit Vp ", vp));
   }
   if (targets.defined()) {
-    LOOM_CPU_RETURN_IF_ERROR(internal::CheckIndex(op, "targets", targets));
-    LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(op, "targets", targets, n, "one per row"));
+    LOOM_RETURN_IF_ERROR(internal::CheckIndex(op, "targets", targets));
+    LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "targets", targets, n, "one per row"));
   }
   return n;
 }
@@ -35,8 +35,8 @@ absl::Status VocabShardRowMax(const Tensor& logits, const VocabShard& shard, Ten
   constexpr const char* kOp = "VocabShardRowMax";
   absl::StatusOr<int64_t> rows = CheckShard(kOp, logits, Tensor(), shard);
   if (!rows.ok()) return rows.status();
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "max", max));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", *max, *rows, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "max", max));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", *max, *rows, "one per row"));
   const int64_t n = *rows, vp = logits.dim(logits.rank() - 1);
   const float* l = logits.data<float>();
   float* m = max->data<float>();
@@ -55,10 +55,10 @@ absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const
   absl::StatusOr<int64_t> rows = CheckShard(kOp, logits, targets, shard);
   if (!rows.ok()) return rows.status();
   const int64_t n = *rows, vp = logits.dim(logits.rank() - 1);
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "max", max));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", max, n, "one per row"));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "sums", sums));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sums", *sums, 2 * n, "[2, rows]"));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "max", max));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", max, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "sums", sums));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sums", *sums, 2 * n, "[2, rows]"));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = internal::IndexAt(targets, i);
     if (t < 0 || t >= shard.vocab_size) {
@@ -90,12 +90,12 @@ absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& 
   absl::StatusOr<int64_t> rows = CheckShard(kOp, logits, targets, shard);
   if (!rows.ok()) return rows.status();
   const int64_t n = *rows, vp = logits.dim(logits.rank() - 1);
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "max", max));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", max, n, "one per row"));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckInput(kOp, "sum", sum));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sum", sum, n, "one per row"));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dlogits", dlogits));
-  LOOM_CPU_RETURN_IF_ERROR(internal::CheckNumel(kOp, "dlogits", *dlogits, n * vp, "as logits"));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "max", max));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", max, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "sum", sum));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sum", sum, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dlogits", dlogits));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "dlogits", *dlogits, n * vp, "as logits"));
   const float* l = logits.data<float>();
   const float* m = max.data<float>();
   const float* s = sum.data<float>();

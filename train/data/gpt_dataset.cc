@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -107,6 +109,14 @@ absl::StatusOr<std::unique_ptr<GptDataset>> GptDataset::Build(const IndexedDatas
   absl::Status built = ds->BuildIndices();
   if (!built.ok()) return built;
   if (!cache.empty()) {
+    // A new --data-cache-dir is created, parents included (no shell involved).
+    std::error_code made;
+    std::filesystem::create_directories(options.cache_dir, made);
+    if (made) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot create the sample index cache folder ", options.cache_dir,
+          " (--data-cache-dir): ", made.message()));
+    }
     absl::Status saved = ds->SaveCache(cache);
     if (!saved.ok()) return saved;
   }

@@ -1,0 +1,303 @@
+#include "distributed/gradient_sync.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace loom::distributed {
+
+using core::Tensor;
+
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A run of consecutive parameters that one unit completes (or the tied word
+// embedding, completed only by the embedding-group sum).
+struct Segment {
+  FlatRange range;
+  int unit = -1;  // index into GptModel::units()
+  bool tied = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
+    layers::GptModel* model, const GradientSyncGroups& groups, const GradientSyncOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("GradientSync: no model");
+  if (options.micro_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradientSync: ", options.micro_batches, " micro-batches per step"));
+  }
+  if (options.overlap_param_gather && !options.distributed_optimizer) {
+    return absl::InvalidArgumentError(
+        "--overlap-param-gather needs --use-distributed-optimizer (without it every rank updates "
+        "all parameters and nothing is gathered)");
+  }
+  std::unique_ptr<GradientSync> s(new GradientSync(model, groups, options));
+  LOOM_RETURN_IF_ERROR(s->Layout());
+  GradientSync* self = s.get();
+  model->set_hooks({[self](int64_t unit) { return self->OnForward(unit); },
+                    [self](int64_t unit) { return self->OnBackward(unit); }});
+  return s;
+}
+
+GradientSync::~GradientSync() { model_->set_hooks({}); }
+
+absl::Status GradientSync::Layout() {
+  const layers::ParamBuffer& params = model_->params();
+  const std::vector<layers::ParamUnit>& units = model_->units();
+  const int n = static_cast<int>(params.params().size());
+  const bool tied = groups_.embedding != nullptr && groups_.embedding->size() > 1 &&
+                    model_->word_embedding().valid();
+
+  // Each parameter is completed by the first unit (in forward order) that
+  // lists it: the word embedding by the embedding, whose backward runs after
+  // the head's for every micro-batch.
+  std::vector<int> unit_of(n, -1);
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (layers::ParamHandle h : units[u].params) {
+      if (unit_of[h.index] < 0) unit_of[h.index] = static_cast<int>(u);
+    }
+  }
+  std::vector<Segment> segments;
+  for (int i = 0; i < n; ++i) {
+    const layers::ParamHandle h{i};
+    if (unit_of[i] < 0) {
+      return absl::InternalError(absl::StrCat("GradientSync: parameter ",
+                                              params.at(h).spec->name, " belongs to no unit"));
+    }
+    const bool is_tied = tied && h == model_->word_embedding();
+    const FlatRange slot{params.at(h).offset, params.SlotEnd(h)};
+    if (!segments.empty() && !is_tied && !segments.back().tied &&
+        segments.back().unit == unit_of[i] && segments.back().range.second == slot.first) {
+      segments.back().range.second = slot.second;
+    } else {
+      segments.push_back({slot, unit_of[i], is_tied});
+    }
+  }
+
+  // Buckets of whole segments from the back of the buffer (where the
+  // backward starts), each up to bucket_bytes; the tied embedding alone.
+  const int64_t max_elements = std::max<int64_t>(1, options_.bucket_bytes / 4);
+  std::vector<GradBucket> reversed;
+  for (size_t k = segments.size(); k-- > 0;) {
+    const Segment& seg = segments[k];
+    const int64_t len = seg.range.second - seg.range.first;
+    GradBucket* open = reversed.empty() ? nullptr : &reversed.back();
+    const bool fits = open != nullptr && !open->tied_embedding && !seg.tied &&
+                      open->range.first == seg.range.second &&
+                      open->range.second - open->range.first + len <= max_elements;
+    if (fits) {
+      open->range.first = seg.range.first;
+    } else {
+      reversed.push_back({seg.range, {}, {}, seg.tied});
+      open = &reversed.back();
+    }
+    if (std::find(open->units.begin(), open->units.end(), seg.unit) == open->units.end() &&
+        !seg.tied) {
+      open->units.push_back(seg.unit);
+    }
+  }
+  buckets_.assign(reversed.rbegin(), reversed.rend());
+
+  // Ownership: slice `rank` of every bucket under ZeRO-1, else all of it.
+  const int dp = sharded() ? groups_.dp->size() : 1;
+  const int rank = sharded() ? groups_.dp->rank() : 0;
+  for (GradBucket& b : buckets_) {
+    const int64_t len = b.range.second - b.range.first;
+    if (len % dp != 0) {
+      return absl::InternalError(absl::StrCat(
+          "GradientSync: bucket [", b.range.first, ", ", b.range.second,
+          ") does not split into ", dp, " equal shards: build the model with buffer_multiple = DP"));
+    }
+    b.owned = {b.range.first + rank * (len / dp), b.range.first + (rank + 1) * (len / dp)};
+    if (!owned_.empty() && owned_.back().second == b.owned.first) {
+      owned_.back().second = b.owned.second;
+    } else if (b.owned.second > b.owned.first) {
+      owned_.push_back(b.owned);
+    }
+  }
+
+  // Which bucket each unit completes, and which buckets each unit reads.
+  unit_bucket_.assign(units.size(), -1);
+  unit_buckets_.assign(units.size(), {});
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (int64_t u : buckets_[b].units) unit_bucket_[u] = static_cast<int>(b);
+  }
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (layers::ParamHandle h : units[u].params) {
+      const int64_t at = params.at(h).offset;
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        if (at >= buckets_[b].range.first && at < buckets_[b].range.second &&
+            std::find(unit_buckets_[u].begin(), unit_buckets_[u].end(), b) ==
+                unit_buckets_[u].end()) {
+          unit_buckets_[u].push_back(b);
+        }
+      }
+    }
+  }
+  backwards_.assign(units.size(), 0);
+  pending_units_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    pending_units_[b] = static_cast<int>(buckets_[b].units.size());
+  }
+  reduce_works_.assign(buckets_.size(), nullptr);
+  gather_works_.assign(buckets_.size(), nullptr);
+  return absl::OkStatus();
+}
+
+int64_t GradientSync::owned_numel() const {
+  int64_t n = 0;
+  for (const FlatRange& r : owned_) n += r.second - r.first;
+  return n;
+}
+
+absl::Status GradientSync::StartStep() {
+  std::fill(backwards_.begin(), backwards_.end(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    pending_units_[b] = static_cast<int>(buckets_[b].units.size());
+  }
+  started_early_ = 0;
+  return model_->params().ZeroGrads();
+}
+
+absl::Status GradientSync::OnBackward(int64_t unit) {
+  const std::vector<layers::ParamUnit>& units = model_->units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].id != unit) continue;
+    if (++backwards_[u] != options_.micro_batches) return absl::OkStatus();
+    const int b = unit_bucket_[u];
+    if (b < 0 || --pending_units_[b] != 0) return absl::OkStatus();
+    if (!options_.overlap_grad_reduce || !data_parallel() || buckets_[b].tied_embedding) {
+      return absl::OkStatus();
+    }
+    ++started_early_;
+    return StartBucket(b);
+  }
+  return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
+}
+
+absl::Status GradientSync::StartBucket(size_t b) {
+  const Tensor& grads = model_->params().flat_grads();
+  const GradBucket& bucket = buckets_[b];
+  LOOM_ASSIGN_OR_RETURN(Tensor all,
+                        grads.Narrow(bucket.range.first, bucket.range.second - bucket.range.first));
+  if (sharded()) {
+    // In place: this rank's slice of the bucket receives the average.
+    LOOM_ASSIGN_OR_RETURN(Tensor mine,
+                          grads.Narrow(bucket.owned.first, bucket.owned.second - bucket.owned.first));
+    reduce_works_[b] = groups_.dp->ReduceScatter(all, mine, comm::ReduceOp::kAvg);
+  } else {
+    reduce_works_[b] = groups_.dp->AllReduce(all, comm::ReduceOp::kAvg);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::FinishGradients() {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status;
+  // Whatever the backward did not start, from the back of the buffer, as an
+  // overlapped run would have started it.
+  if (data_parallel()) {
+    for (size_t b = buckets_.size(); b-- > 0;) {
+      if (reduce_works_[b] == nullptr && !buckets_[b].tied_embedding) {
+        status.Update(StartBucket(b));
+      }
+    }
+  }
+  // The tied word embedding: both stages' copies summed first (their DP
+  // shards differ, the whole tensors do not), then averaged over DP.
+  for (size_t b = 0; b < buckets_.size() && status.ok(); ++b) {
+    if (!buckets_[b].tied_embedding) continue;
+    layers::Param& word = model_->params().at(model_->word_embedding());
+    absl::Status summed =
+        groups_.embedding->AllReduce(word.grad, comm::ReduceOp::kSum)->WaitOnStream();
+    if (!summed.ok()) {
+      status.Update(absl::Status(summed.code(),
+                                 absl::StrCat("all-reduce of the tied word-embedding gradient "
+                                              "over the embedding group: ",
+                                              summed.message())));
+    } else if (data_parallel()) {
+      status.Update(StartBucket(b));
+    }
+  }
+  std::vector<comm::WorkPtr> works;
+  for (comm::WorkPtr& w : reduce_works_) {
+    if (w != nullptr) works.push_back(std::move(w));
+    w = nullptr;
+  }
+  absl::Status waited = comm::WaitAllOnStream(works);
+  if (!waited.ok()) {
+    status.Update(absl::Status(waited.code(), absl::StrCat("data-parallel gradient reduction: ",
+                                                           waited.message())));
+  }
+  if (status.ok()) {
+    // Sequence-parallel parameters saw 1/TP of the rows on each TP rank.
+    absl::Status sp =
+        layers::AllReduceSequenceParallelGrads(model_->tp(), &model_->params(), owned_);
+    if (!sp.ok()) {
+      status = absl::Status(sp.code(),
+                            absl::StrCat("sequence-parallel gradient all-reduce: ", sp.message()));
+    }
+  }
+  std::fill(backwards_.begin(), backwards_.end(), 0);
+  exposed_grad_s_ = SecondsSince(start);
+  return status;
+}
+
+absl::Status GradientSync::StartParamGather() {
+  exposed_gather_s_ = 0;
+  if (!sharded()) return absl::OkStatus();
+  const Tensor& values = model_->params().flat_values();
+  // In forward order, so the first buckets the next forward needs come first.
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const GradBucket& bucket = buckets_[b];
+    LOOM_ASSIGN_OR_RETURN(Tensor mine, values.Narrow(bucket.owned.first,
+                                                     bucket.owned.second - bucket.owned.first));
+    LOOM_ASSIGN_OR_RETURN(Tensor all, values.Narrow(bucket.range.first,
+                                                    bucket.range.second - bucket.range.first));
+    gather_works_[b] = groups_.dp->AllGather(mine, all);
+  }
+  if (options_.overlap_param_gather) return absl::OkStatus();
+  return FinishParamGather();
+}
+
+absl::Status GradientSync::WaitGather(size_t b) {
+  if (gather_works_[b] == nullptr) return absl::OkStatus();
+  const auto start = std::chrono::steady_clock::now();
+  comm::WorkPtr work = std::move(gather_works_[b]);
+  gather_works_[b] = nullptr;
+  absl::Status st = work->WaitOnStream();
+  if (!st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("all-gather of updated parameters: ", st.message()));
+  }
+  // The bf16 weights the layers compute with, for the gathered bucket.
+  LOOM_RETURN_IF_ERROR(
+      model_->params().SyncComputeCopy(buckets_[b].range.first, buckets_[b].range.second));
+  exposed_gather_s_ += SecondsSince(start);
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::FinishParamGather() {
+  absl::Status status;
+  for (size_t b = 0; b < buckets_.size(); ++b) status.Update(WaitGather(b));
+  return status;
+}
+
+absl::Status GradientSync::OnForward(int64_t unit) {
+  const std::vector<layers::ParamUnit>& units = model_->units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].id != unit) continue;
+    for (size_t b : unit_buckets_[u]) LOOM_RETURN_IF_ERROR(WaitGather(b));
+    return absl::OkStatus();
+  }
+  return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
+}
+
+}  // namespace loom::distributed

@@ -1,0 +1,144 @@
+#ifndef LOOM_DISTRIBUTED_GRADIENT_SYNC_H_
+#define LOOM_DISTRIBUTED_GRADIENT_SYNC_H_
+
+// GradientSync: the one owner of a rank's gradient buffer between the model's
+// backward and the optimizer (the role of Megatron's DistributedDataParallel
+// and its param-and-grad buffer). The model only computes, the optimizer only
+// updates; everything that makes the gradients of a step final is here:
+//
+//   StartStep()          zero the flat gradient buffer
+//   ... the pipeline runs forwards and backwards; the model's hooks report
+//       each unit's backward, and with --overlap-grad-reduce a bucket's
+//       data-parallel reduction starts as soon as its last backward of the
+//       step has run ...
+//   FinishGradients()    start what is left: the tied word embedding is first
+//                        summed over the embedding group (first + last
+//                        pipeline stage), then reduced over DP like the rest;
+//                        wait; then sum the sequence-parallel gradients over
+//                        TP. The gradients in owned() are now final.
+//   optimizer step       updates owned() (the whole buffer, or this rank's
+//                        ZeRO-1 shard)
+//   StartParamGather()   ZeRO-1: all-gather the updated shards bucket by
+//                        bucket; with --overlap-param-gather each forward
+//                        waits only for the buckets it is about to read.
+//
+// Buckets. The flat buffer is cut into buckets of whole parameter units (a
+// transformer layer, the embedding, the head), built from the back of the
+// buffer, where the backward starts, up to OptimizerConfig::bucket_bytes
+// each. Data parallelism averages a bucket with one all-reduce, or with the
+// distributed optimizer one reduce-scatter: every parameter's slot is padded
+// to a multiple of DP (ParamBuffer), so each bucket splits into DP equal
+// slices and rank r owns slice r of every bucket.
+//
+// Every DP rank (and TP rank) holds the same layout and runs the same
+// schedule, so buckets start in the same order everywhere: the collectives
+// match. All reductions are linear, so their order does not change the
+// result beyond rounding.
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/comm.h"
+#include "layers/gpt_model.h"
+
+namespace loom::distributed {
+
+// [begin, end) of the flat parameter/gradient buffers.
+using FlatRange = std::pair<int64_t, int64_t>;
+
+struct GradientSyncOptions {
+  int64_t micro_batches = 1;         // backwards of each unit per step
+  int64_t bucket_bytes = 4 << 20;    // f32 gradient bytes per bucket (a unit is never split)
+  bool overlap_grad_reduce = false;  // --overlap-grad-reduce
+  bool distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1)
+  bool overlap_param_gather = false;   // --overlap-param-gather (needs the distributed optimizer)
+};
+
+struct GradientSyncGroups {
+  comm::Communicator* dp = nullptr;  // null or size 1: no data parallelism
+  // The first and last pipeline stage (PP > 1, on those stages): the tied word
+  // embedding's two copies are summed over it. Null otherwise.
+  comm::Communicator* embedding = nullptr;
+};
+
+// One bucket of the flat buffers.
+struct GradBucket {
+  FlatRange range;                 // whole parameter slots (padding included)
+  FlatRange owned;                 // the part this rank owns (all of it without ZeRO-1)
+  std::vector<int64_t> units;      // units whose gradients complete it
+  bool tied_embedding = false;     // summed over the embedding group before DP
+};
+
+class GradientSync {
+ public:
+  // Lays out the buckets and installs the model's hooks. `model` must
+  // outlive the GradientSync (which removes its hooks when destroyed).
+  static absl::StatusOr<std::unique_ptr<GradientSync>> Create(layers::GptModel* model,
+                                                              const GradientSyncGroups& groups,
+                                                              const GradientSyncOptions& options);
+  ~GradientSync();
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  // The step boundary: zeroes the gradients and forgets last step's progress.
+  absl::Status StartStep();
+  // After the step's last backward: returns once the gradients in owned()
+  // are final (see the top of this file). Collective over DP, TP and the
+  // embedding group.
+  absl::Status FinishGradients();
+  // After the optimizer updated owned(): without ZeRO-1 nothing moves; with
+  // it, the updated slices are all-gathered bucket by bucket (and the bf16
+  // compute copy refreshed). Waits for them unless --overlap-param-gather.
+  absl::Status StartParamGather();
+  // Waits for every parameter gather still in flight: before reading the
+  // values outside a forward (checkpoints). A forward waits by itself.
+  absl::Status FinishParamGather();
+
+  // The flat ranges whose final gradients this rank holds and whose values
+  // it updates, in buffer order: the whole buffer, or its ZeRO-1 shard.
+  const std::vector<FlatRange>& owned() const { return owned_; }
+  int64_t owned_numel() const;
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+
+  // What was not hidden behind computation in the last step, in seconds:
+  // the wait in FinishGradients, and the waits for parameter gathers (in
+  // StartParamGather, the forward's hooks and FinishParamGather).
+  double exposed_grad_seconds() const { return exposed_grad_s_; }
+  double exposed_gather_seconds() const { return exposed_gather_s_; }
+  // Buckets whose reduction started during the backward in the last step.
+  int buckets_started_early() const { return started_early_; }
+
+ private:
+  GradientSync(layers::GptModel* model, GradientSyncGroups groups, GradientSyncOptions options)
+      : model_(model), groups_(groups), options_(options) {}
+  absl::Status Layout();
+  absl::Status OnBackward(int64_t unit);
+  absl::Status OnForward(int64_t unit);
+  absl::Status StartBucket(size_t b);
+  absl::Status WaitGather(size_t b);
+  bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }
+  bool sharded() const { return options_.distributed_optimizer && data_parallel(); }
+
+  layers::GptModel* model_;
+  GradientSyncGroups groups_;
+  GradientSyncOptions options_;
+  std::vector<GradBucket> buckets_;
+  std::vector<FlatRange> owned_;
+  std::vector<std::vector<size_t>> unit_buckets_;  // per units() index: buckets it reads
+  std::vector<int> unit_bucket_;                   // per units() index: the bucket it completes, or -1
+  // Per step.
+  std::vector<int64_t> backwards_;   // per units() index
+  std::vector<int> pending_units_;   // per bucket: units not yet complete
+  std::vector<comm::WorkPtr> reduce_works_;  // per bucket (null: not started)
+  std::vector<comm::WorkPtr> gather_works_;  // per bucket (null: none in flight)
+  double exposed_grad_s_ = 0, exposed_gather_s_ = 0;
+  int started_early_ = 0;
+};
+
+}  // namespace loom::distributed
+
+#endif  // LOOM_DISTRIBUTED_GRADIENT_SYNC_H_

@@ -1,0 +1,178 @@
+// //train:gpt's flags give one complete TrainConfig whose defaults are the
+// struct's: the binary and the tests that build a TrainConfig{} run the same
+// default job.
+#include "train/gpt_flags.h"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/reflection.h"
+#include "comm/launch/flags.h"
+#include "gtest/gtest.h"
+
+namespace loom::train {
+namespace {
+
+void Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "gpt");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  comm::launch::ParseFlags(static_cast<int>(argv.size()), argv.data(), "gpt_flags_test");
+}
+
+// Every field a flag sets (the derived ones are Finalize's).
+void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
+#define SAME(field) EXPECT_EQ(a.field, b.field) << #field
+  SAME(model.num_layers);
+  SAME(model.hidden_size);
+  SAME(model.num_attention_heads);
+  SAME(model.ffn_hidden_size);
+  SAME(model.seq_length);
+  SAME(model.max_position_embeddings);
+  SAME(model.vocab_size);
+  SAME(model.make_vocab_size_divisible_by);
+  SAME(model.init_method_std);
+  SAME(model.layernorm_epsilon);
+  SAME(model.seed);
+  SAME(tensor_model_parallel_size);
+  SAME(pipeline_model_parallel_size);
+  SAME(num_layers_per_virtual_pipeline_stage);
+  SAME(pipeline_schedule);
+  SAME(sequence_parallel);
+  SAME(distributed_backend);
+  SAME(distributed_backend_flag);
+  SAME(distributed_timeout_s);
+  SAME(micro_batch_size);
+  SAME(global_batch_size);
+  SAME(train_iters);
+  SAME(lr.lr);
+  SAME(lr.min_lr);
+  SAME(lr.style);
+  SAME(lr.warmup_iters);
+  SAME(lr.decay_iters);
+  SAME(optimizer.beta1);
+  SAME(optimizer.beta2);
+  SAME(optimizer.eps);
+  SAME(optimizer.weight_decay);
+  SAME(optimizer.clip_grad);
+  SAME(optimizer.distributed);
+  SAME(optimizer.bucket_bytes);
+  SAME(hidden_dropout);
+  SAME(attention_dropout);
+  SAME(overlap_grad_reduce);
+  SAME(overlap_param_gather);
+  SAME(data_path);
+  SAME(split);
+  SAME(tokenizer_type);
+  SAME(vocab_file);
+  SAME(merge_file);
+  SAME(data_cache_dir);
+  SAME(log_interval);
+  SAME(eval_interval);
+  SAME(eval_iters);
+  SAME(metrics_file);
+  SAME(save);
+  SAME(load);
+  SAME(save_interval);
+  SAME(checkpoint.load_iteration);
+  SAME(checkpoint.keep_last);
+  SAME(checkpoint.async_save);
+  SAME(checkpoint.save_optim);
+  SAME(checkpoint.load_optim);
+  SAME(peak_flops);
+  SAME(sample_tokens);
+  SAME(device);
+  SAME(bf16);
+#undef SAME
+}
+
+TEST(GptFlagsTest, DefaultsAreTheStructsDefaults) {
+  absl::FlagSaver saver;
+  unsetenv("BUILD_WORKING_DIRECTORY");
+  Parse({});
+  ExpectSameConfig(ConfigFromFlags(), TrainConfig{});
+  // The default job the README documents.
+  const TrainConfig d;
+  EXPECT_EQ(d.train_iters, 1000);
+  EXPECT_EQ(d.model.num_layers, 4);
+  EXPECT_EQ(d.model.hidden_size, 256);
+  EXPECT_EQ(d.model.num_attention_heads, 8);
+  EXPECT_EQ(d.model.seq_length, 128);
+  EXPECT_EQ(d.optimizer.beta2, 0.95f);
+  EXPECT_EQ(d.log_interval, 50);
+  EXPECT_EQ(d.eval_interval, 250);
+  // Backend and timeout: ucx (nccl on GPUs) and --comm-timeout-s's default.
+  EXPECT_EQ(BackendOf(d), "ucx");
+  TrainConfig gpu;
+  gpu.device = "cuda";
+  EXPECT_EQ(BackendOf(gpu), "nccl");
+  EXPECT_EQ(d.distributed_timeout_s, comm::launch::CommFlags{}.timeout_s);
+  const comm::launch::CommFlags comm = CommFlagsFor(ConfigFromFlags());
+  EXPECT_EQ(comm.backend, "ucx");
+  EXPECT_EQ(comm.timeout_s, 300);
+  EXPECT_FALSE(comm.nproc_per_node_given);
+}
+
+TEST(GptFlagsTest, MegatronNamesWithDashesOrUnderscores) {
+  absl::FlagSaver saver;
+  Parse({"--train-iters=5", "--adam_beta2=0.999", "--tensor-model-parallel-size", "2",
+         "--overlap-param-gather", "--no-load-optim", "--layernorm-epsilon=1e-6",
+         "--nproc-per-node=4"});
+  const TrainConfig c = ConfigFromFlags();
+  EXPECT_EQ(c.train_iters, 5);
+  EXPECT_EQ(c.optimizer.beta2, 0.999f);
+  EXPECT_EQ(c.tensor_model_parallel_size, 2);
+  EXPECT_TRUE(c.overlap_param_gather);
+  EXPECT_FALSE(c.checkpoint.load_optim);
+  EXPECT_EQ(c.model.layernorm_epsilon, 1e-6f);
+  const comm::launch::CommFlags comm = CommFlagsFor(c);
+  EXPECT_TRUE(comm.nproc_per_node_given);
+  EXPECT_EQ(comm.nproc_per_node, 4);
+}
+
+TEST(GptFlagsTest, BackendAndTimeoutInOnePlace) {
+  {
+    absl::FlagSaver saver;
+    Parse({"--distributed-backend=carrier-pigeon", "--distributed-timeout-minutes=2"});
+    TrainConfig c = ConfigFromFlags();
+    EXPECT_EQ(c.distributed_backend, "carrier-pigeon");
+    EXPECT_EQ(c.distributed_timeout_s, 120);
+    EXPECT_EQ(CommFlagsFor(c).timeout_s, 120);
+    absl::Status s = Finalize(&c, 2);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("--distributed-backend=carrier-pigeon"), std::string::npos) << s;
+  }
+  {
+    absl::FlagSaver saver;
+    Parse({"--backend=pigeon", "--comm-timeout-s=7"});  // Loom's generic names
+    TrainConfig c = ConfigFromFlags();
+    EXPECT_EQ(c.distributed_backend, "pigeon");
+    EXPECT_EQ(c.distributed_backend_flag, "--backend");
+    EXPECT_EQ(c.distributed_timeout_s, 7);
+    absl::Status s = Finalize(&c, 2);
+    EXPECT_NE(s.message().find("--backend=pigeon"), std::string::npos) << s;
+  }
+  {
+    absl::FlagSaver saver;
+    Parse({"--backend=mpi", "--distributed-backend=local"});  // the Megatron name wins
+    EXPECT_EQ(ConfigFromFlags().distributed_backend, "local");
+    EXPECT_EQ(CommFlagsFor(ConfigFromFlags()).backend, "local");
+  }
+}
+
+TEST(GptFlagsTest, PathsAreTakenFromWhereBazelRunStarted) {
+  absl::FlagSaver saver;
+  setenv("BUILD_WORKING_DIRECTORY", "/home/me", 1);
+  Parse({"--data-path=data/my", "--data-cache-dir=/abs/cache", "--save=ckpt",
+         "--metrics-file=m.jsonl"});
+  const TrainConfig c = ConfigFromFlags();
+  unsetenv("BUILD_WORKING_DIRECTORY");
+  EXPECT_EQ(c.data_path, "/home/me/data/my");
+  EXPECT_EQ(c.data_cache_dir, "/abs/cache");
+  EXPECT_EQ(c.save, "/home/me/ckpt");
+  EXPECT_EQ(c.metrics_file, "/home/me/m.jsonl");
+}
+
+}  // namespace
+}  // namespace loom::train
