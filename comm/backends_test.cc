@@ -1,11 +1,11 @@
 #include "comm/backends.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "comm/launch/launcher.h"
 #include "comm/store/memory_store.h"
+#include "comm/testing/ranks_as_threads.h"
 #include "gtest/gtest.h"
 
 namespace loom::comm {
@@ -34,28 +34,21 @@ TEST(Backends, UnknownNetwork) {
 TEST(Backends, LocalThroughTheFactory) {
   const int n = 3;
   auto store = std::make_shared<MemoryStore>();
-  std::vector<absl::Status> st(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      BackendOptions o;
-      o.rank = r;
-      o.world_size = n;
-      o.store = store;
-      auto c = Create("local", o);
-      if (!c.ok()) {
-        st[r] = c.status();
-        return;
-      }
-      auto t = core::Tensor::Empty({5}, core::DType::kI64);
-      for (int i = 0; i < 5; ++i) t->data<int64_t>()[i] = r + i;
-      st[r] = (*c)->AllReduce(*t, ReduceOp::kSum)->Wait();
-      for (int i = 0; i < 5; ++i) {
-        if (t->data<int64_t>()[i] != 3 + 3 * i) st[r] = absl::InternalError("wrong sum");
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<absl::Status> st = testing::RunThreads(n, [&](int r) -> absl::Status {
+    BackendOptions o;
+    o.rank = r;
+    o.world_size = n;
+    o.store = store;
+    auto c = Create("local", o);
+    if (!c.ok()) return c.status();
+    auto t = core::Tensor::Empty({5}, core::DType::kI64);
+    for (int i = 0; i < 5; ++i) t->data<int64_t>()[i] = r + i;
+    absl::Status s = (*c)->AllReduce(*t, ReduceOp::kSum)->Wait();
+    for (int i = 0; i < 5; ++i) {
+      if (t->data<int64_t>()[i] != 3 + 3 * i) s = absl::InternalError("wrong sum");
+    }
+    return s;
+  }).each;
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << st[r];
 }
 

@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   const int64_t s = c.seq_length, b = absl::GetFlag(FLAGS_micro_batch_size), h = c.hidden_size;
   const bool sp = absl::GetFlag(FLAGS_sequence_parallel);
   const int reps = absl::GetFlag(FLAGS_reps);
-  // Forward + backward FLOPs of one layer (parallelism-spec.md's MFU terms).
+  // Forward + backward FLOPs of one layer (docs/PARALLELISM.md's MFU terms).
   const double flops = (72.0 * h * h + 12.0 * h * s) * s * b;
 
   // TP = 1: rank 0 alone, with every core.

@@ -1,7 +1,7 @@
 #ifndef LOOM_LAYERS_LINEAR_H_
 #define LOOM_LAYERS_LINEAR_H_
 
-// Megatron's ColumnParallelLinear and RowParallelLinear (parallelism-spec.md).
+// Megatron's ColumnParallelLinear and RowParallelLinear (docs/PARALLELISM.md).
 // Forward returns the output and fills a Saved record that the matching
 // Backward consumes, so any number of micro-batches can be in flight (the
 // pipeline keeps one Saved per micro-batch). Backward accumulates into the

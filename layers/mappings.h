@@ -2,7 +2,7 @@
 #define LOOM_LAYERS_MAPPINGS_H_
 
 // The conjugate communication operators of Megatron's tensor parallelism
-// (parallelism-spec.md). Each forward has the backward listed beside it:
+// (docs/PARALLELISM.md). Each forward has the backward listed beside it:
 //
 //   operator                 forward                      backward
 //   CopyToTp (f)             identity                     all-reduce

@@ -39,7 +39,7 @@ class VocabParallelEmbedding {
   TpGroup tp_;
 };
 
-// Cross-entropy over vocabulary-split logits (parallelism-spec.md):
+// Cross-entropy over vocabulary-split logits (docs/PARALLELISM.md):
 // all-reduce(MAX) of the row maxima, then one all-reduce(SUM) carrying both
 // the sum of exponentials and the target logit. Backward needs no
 // communication. Columns at or beyond `vocab_size` (padding) are masked.

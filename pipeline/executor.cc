@@ -298,22 +298,13 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     result.mean_loss = M > 0 ? sum / M : 0.0;
   }
   if (P > 1 && options_.broadcast_loss) {
-    // Point-to-point, not Communicator::Broadcast: the local/UCX engine numbers
-    // collectives with a sequence counter that p2p ops advance too, so after a
-    // schedule (stages issue different numbers of batches) a collective on the
-    // pp communicator would not match across stages. Tags never collide with
-    // the step's messages (LossTag).
+    // A plain collective on pp: collectives match by their place among the
+    // communicator's collectives, whatever point-to-point traffic the stages
+    // issued before (comm/comm.h, POINT TO POINT).
     LOOM_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(core::Shape{1}, core::DType::kF64));
     host.data<double>()[0] = result.mean_loss;
     LOOM_ASSIGN_OR_RETURN(Tensor t, host.To(model_->config().device));  // NCCL moves device memory
-    const int tag = LossTag(M, P * v);
-    std::vector<comm::P2POp> ops;
-    if (me == P - 1) {
-      for (int r = 0; r < P - 1; ++r) ops.push_back({comm::P2POp::Kind::kSend, t, r, tag});
-    } else {
-      ops.push_back({comm::P2POp::Kind::kRecv, t, P - 1, tag});
-    }
-    absl::Status st = pp_->BatchSendRecv(ops)->WaitOnStream();
+    absl::Status st = pp_->Broadcast(t, /*root=*/P - 1)->WaitOnStream();
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("stage ", me,
                                                   ": broadcast of the mean loss from stage ",

@@ -18,9 +18,10 @@
 //      boundary and every gradient reduction (DP, the SP sum over TP, the tied
 //      embedding over the first and last stage) are the caller's
 //      (//distributed:gradient_sync, driven by the model's hooks);
-//   4. sends the mean loss from the last stage to every stage over the pp
-//      communicator (point-to-point with a reserved tag, see LossTag: the
-//      comm engine's collectives do not match after unequal p2p traffic).
+//   4. broadcasts the mean loss from the last stage to every stage: a plain
+//      Communicator::Broadcast on the pp communicator (root = the last pp
+//      rank), which matches whatever point-to-point traffic each stage issued
+//      before it (comm/comm.h, POINT TO POINT); no separate communicator.
 //
 // A forward-only schedule (BuildForwardOnlySchedule, for evaluation) runs
 // with ExecutorOptions::forward_only: no backward, each micro-batch's

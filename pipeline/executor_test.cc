@@ -11,7 +11,6 @@
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "comm/grid.h"
 #include "comm/local/communicator.h"
+#include "comm/testing/ranks_as_threads.h"
 #include "distributed/gradient_sync.h"
 #include "gtest/gtest.h"
 #include "layers/gpt_model.h"
@@ -95,28 +95,6 @@ const Reference& GetReference(int micro_batches) {
   }
   for (layers::Param& p : (*model)->params().params()) ref.grads[p.spec->name] = ToVector(p.grad);
   return ref;
-}
-
-// fn(global_rank, world) on `size` threads of one local world with `options`.
-absl::Status RunWorld(int size, const comm::local::LocalOptions& options,
-                      const std::function<absl::Status(int, comm::Communicator*)>& fn) {
-  auto world = comm::local::CreateWorld(size, options);
-  if (!world.ok()) return world.status();
-  absl::Mutex mu;
-  absl::Status first;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      absl::Status s = fn(r, (*world)[r].get());
-      absl::MutexLock lock(&mu);
-      if (!s.ok()) ADD_FAILURE() << "rank " << r << ": " << s;
-      if (!s.ok() && first.ok()) {
-        first = absl::Status(s.code(), absl::StrCat("rank ", r, ": ", s.message()));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return first;
 }
 
 struct Layout {
@@ -224,7 +202,7 @@ TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
   };
   comm::local::LocalOptions world_options;
   world_options.comm.timeout = absl::Seconds(20);  // a hang fails the test instead
-  absl::Status s = RunWorld(l.tp * l.pp, world_options, rank_fn);
+  absl::Status s = comm::testing::RunRanksAsThreads(l.tp * l.pp, rank_fn, world_options);
   ASSERT_TRUE(s.ok()) << s;
 
   // Every parameter of the model lives on some stage.
@@ -316,7 +294,7 @@ TEST_P(ForwardOnlyTest, LossesMatchAndNothingIsKept) {
   };
   comm::local::LocalOptions world_options;
   world_options.comm.timeout = absl::Seconds(20);
-  absl::Status s = RunWorld(l.tp * l.pp, world_options, rank_fn);
+  absl::Status s = comm::testing::RunRanksAsThreads(l.tp * l.pp, rank_fn, world_options);
   ASSERT_TRUE(s.ok()) << s;
 }
 
@@ -406,32 +384,28 @@ TEST(P2PTest, BoundaryShapeFollowsSequenceParallelism) {
 // The link carries the activation dtype it was built with (bf16 under
 // --bf16), and names that dtype when a tensor of another one is passed.
 TEST(P2PTest, LinksCarryTheirActivationDtype) {
-  auto world = comm::local::CreateWorld(2);
-  ASSERT_TRUE(world.ok());
   const core::Shape boundary{4, 2, 8};
-  std::vector<absl::Status> st(2);
   std::vector<core::Tensor> got(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      StageP2P link((*world)[r].get(), 1, boundary, core::DType::kBF16);
-      core::Tensor t = *link.AllocateBoundary();
-      if (r == 0) {
-        auto* bits = static_cast<uint16_t*>(t.raw_data());
-        for (int64_t i = 0; i < t.numel(); ++i) bits[i] = static_cast<uint16_t>(i);
-        st[r] = link.Exchange({{{ActionKind::kSendActivation, 0, 0, 1}, t}});
-      } else {
-        st[r] = link.Exchange({{{ActionKind::kRecvActivation, 0, 0, 0}, t}});
+  std::vector<absl::Status> st =
+      comm::testing::RunRanksAsThreadsEach(2, [&](int r, comm::Communicator* pp) {
+        StageP2P link(pp, 1, boundary, core::DType::kBF16);
+        core::Tensor t = *link.AllocateBoundary();
+        if (r == 0) {
+          auto* bits = static_cast<uint16_t*>(t.raw_data());
+          for (int64_t i = 0; i < t.numel(); ++i) bits[i] = static_cast<uint16_t>(i);
+          return link.Exchange({{{ActionKind::kSendActivation, 0, 0, 1}, t}});
+        }
+        absl::Status received = link.Exchange({{{ActionKind::kRecvActivation, 0, 0, 0}, t}});
         got[r] = t;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+        return received;
+      }).each;
   ASSERT_TRUE(st[0].ok()) << st[0];
   ASSERT_TRUE(st[1].ok()) << st[1];
   ASSERT_EQ(got[1].dtype(), core::DType::kBF16);
   const auto* bits = static_cast<const uint16_t*>(got[1].raw_data());
   for (int64_t i = 0; i < got[1].numel(); ++i) ASSERT_EQ(bits[i], static_cast<uint16_t>(i)) << i;
+  auto world = comm::local::CreateWorld(2);
+  ASSERT_TRUE(world.ok());
   StageP2P link((*world)[0].get(), 1, boundary, core::DType::kBF16);
   absl::Status wrong = link.Exchange(
       {{{ActionKind::kSendActivation, 0, 0, 1}, *core::Tensor::Empty(boundary, core::DType::kF32)}});
@@ -522,7 +496,7 @@ std::vector<absl::Status> RunWithFaultyStage(int pp, int dead, bool dead_returns
   const GptConfig config = TestConfig();
   std::vector<absl::Status> statuses(pp);
   absl::Mutex mu;
-  absl::Status s = RunWorld(pp, ShortTimeout(), [&](int rank, comm::Communicator* world) {
+  absl::Status s = comm::testing::RunRanksAsThreads(pp, [&](int rank, comm::Communicator* world) {
     auto grid = comm::Grid::Make(pp, 1, pp);
     if (!grid.ok()) return grid.status();
     auto groups = comm::MakeParallelGroups(*world, *grid);
@@ -548,7 +522,7 @@ std::vector<absl::Status> RunWithFaultyStage(int pp, int dead, bool dead_returns
     absl::MutexLock lock(&mu);
     statuses[rank] = result.status();
     return absl::OkStatus();
-  });
+  }, ShortTimeout());
   EXPECT_TRUE(s.ok()) << s;
   return statuses;
 }

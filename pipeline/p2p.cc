@@ -28,11 +28,11 @@ int MessageTag(bool is_grad, int micro_batch, int consumer_virtual_stage, int nu
 }
 
 absl::Status CheckTagRange(int micro_batches, int num_virtual_stages) {
-  const int64_t needed = static_cast<int64_t>(micro_batches) * num_virtual_stages * 2 + 1;
+  const int64_t needed = static_cast<int64_t>(micro_batches) * num_virtual_stages * 2;
   if (needed > comm::kMaxTag) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pipeline p2p: --micro-batches ", micro_batches, " x ", num_virtual_stages,
-        " virtual stages x 2 kinds + 1 = ", needed, " message tags, more than the communicator's ",
+        " virtual stages x 2 kinds = ", needed, " message tags, more than the communicator's ",
         comm::kMaxTag, "; use fewer micro-batches per step"));
   }
   return absl::OkStatus();

@@ -12,7 +12,8 @@
 // which is unique within a step, so any posting order matches.
 //
 // Shapes are agreed once from the model config, never sent with a message:
-// every boundary tensor is f32[s (/tp under sequence parallelism), b, h].
+// every boundary tensor is [s (/tp under sequence parallelism), b, h] in the
+// model's compute dtype (f32; bf16 under --bf16) on the model's device.
 // Receive buffers are allocated by the caller (AllocateBoundary) and must stay
 // alive until Exchange returns.
 
@@ -44,13 +45,7 @@ int ConsumerVirtualStage(const Action& a, int pp, int pp_rank);
 // tag = (micro_batch · num_virtual_stages + consumer_virtual_stage) · 2 + is_grad.
 int MessageTag(bool is_grad, int micro_batch, int consumer_virtual_stage, int num_virtual_stages);
 
-// The tag of the end-of-step mean-loss message (last stage -> every stage):
-// the first tag after the step's messages.
-inline int LossTag(int micro_batches, int num_virtual_stages) {
-  return micro_batches * num_virtual_stages * 2;
-}
-
-// OK iff every tag (LossTag included) of a step with `micro_batches` micro-batches and P·v virtual
+// OK iff every tag of a step with `micro_batches` micro-batches and P·v virtual
 // stages stays below comm::kMaxTag; the error names --micro-batches and the stages.
 absl::Status CheckTagRange(int micro_batches, int num_virtual_stages);
 

@@ -138,6 +138,10 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     return absl::InvalidArgumentError(
         "--log-interval must be >= 1; --eval-interval, --eval-iters, --save-interval >= 0");
   }
+  if (c->optimizer.bucket_bytes < 4) {
+    return absl::InvalidArgumentError(absl::StrCat("--ddp-bucket-size (", c->optimizer.bucket_bytes / 4,
+                                                   ") must be >= 1 parameter"));
+  }
   if (c->overlap_param_gather && !c->optimizer.distributed) {
     return absl::InvalidArgumentError(
         "--overlap-param-gather needs --use-distributed-optimizer (without it every rank updates "

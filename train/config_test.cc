@@ -108,6 +108,12 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   c = Base();
   c.hidden_dropout = 1.5f;
   ExpectError(c, 1, {"--hidden-dropout (1.5)"});
+  c = Base();
+  c.optimizer.bucket_bytes = 0;
+  ExpectError(c, 1, {"--ddp-bucket-size (0)"});
+  c = Base();
+  c.overlap_param_gather = true;
+  ExpectError(c, 1, {"--overlap-param-gather needs --use-distributed-optimizer"});
 }
 
 TEST(ConfigTest, DefaultsAreTheDefaultJob) {

@@ -67,6 +67,8 @@ ABSL_FLAG(bool, overlap_grad_reduce, D().overlap_grad_reduce,
 ABSL_FLAG(bool, overlap_param_gather, D().overlap_param_gather,
           "Overlap ZeRO-1's parameter all-gathers with the next forward "
           "(needs --use-distributed-optimizer)");
+ABSL_FLAG(int64_t, ddp_bucket_size, D().optimizer.bucket_bytes / 4,
+          "Parameters per data-parallel gradient bucket (a layer is never split)");
 // Data.
 ABSL_FLAG(std::string, data_path, D().data_path,
           "Dataset prefix (.bin/.idx); empty: the fortunes corpus");
@@ -149,6 +151,7 @@ TrainConfig ConfigFromFlags() {
   c.optimizer.distributed = absl::GetFlag(FLAGS_use_distributed_optimizer);
   c.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
   c.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
+  c.optimizer.bucket_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;  // f32 gradients
   c.data_path = ResolveUserPath(absl::GetFlag(FLAGS_data_path));
   c.split = absl::GetFlag(FLAGS_split);
   c.tokenizer_type = absl::GetFlag(FLAGS_tokenizer_type);

@@ -13,7 +13,7 @@
 namespace loom::train {
 
 // Model FLOPs per token, forward + backward, no recomputation
-// (parallelism-spec.md): 6·N + 12·L·h·s, N the parameter count.
+// (docs/PARALLELISM.md): 6·N + 12·L·h·s, N the parameter count.
 double ModelFlopsPerToken(const layers::GptConfig& config);
 
 // FLOP/s of an n³ GEMM in `dtype` on `device` through core/ops, measured now

@@ -2,10 +2,9 @@
 
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "comm/local/communicator.h"
+#include "comm/testing/ranks_as_threads.h"
 #include "train/data/indexed_dataset.h"
 
 namespace loom::train::testing {
@@ -74,28 +73,15 @@ RunResult Run(const train::TrainConfig& config, const Layout& l) {
   train::TrainConfig c = config;
   result.status = train::Finalize(&c, world);
   if (!result.status.ok()) return result;
-  auto comms = comm::local::CreateWorld(world);
-  if (!comms.ok()) {
-    result.status = comms.status();
-    return result;
-  }
-  std::vector<absl::Status> statuses(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto t = train::Trainer::Create(c, (*comms)[r].get(), [](const std::string&) {});
-      statuses[r] = t.ok() ? (*t)->Train() : t.status();
-      if (r == 0 && statuses[r].ok()) result.losses = (*t)->losses();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) {
-    if (!statuses[r].ok()) {
-      result.status = absl::Status(statuses[r].code(),
-                                   absl::StrCat("rank ", r, ": ", statuses[r].message()));
-      break;
-    }
-  }
+  auto run = [&](int r, comm::Communicator* comm) -> absl::Status {
+    auto t = train::Trainer::Create(c, comm, [](const std::string&) {});
+    if (!t.ok()) return t.status();
+    absl::Status s = (*t)->Train();
+    if (r == 0 && s.ok()) result.losses = (*t)->losses();
+    return s;
+  };
+  // By rank, not by time: rank 0's error when it has one (it may name a peer's).
+  result.status = comm::testing::RunRanksAsThreadsEach(world, run).lowest;
   return result;
 }
 

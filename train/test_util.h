@@ -31,10 +31,11 @@ std::string Dataset();
 train::TrainConfig TinyConfig(const Layout& layout, int64_t train_iters);
 
 struct RunResult {
-  absl::Status status;          // the first failing rank's
+  absl::Status status;          // the lowest failing rank's ("rank r: ...")
   std::vector<double> losses;   // rank 0's (every step this run took)
 };
-// Creates a Trainer on every rank of a local world and runs Train().
+// Creates a Trainer on every rank of a local world (ranks as threads,
+// //comm/testing:ranks_as_threads) and runs Train().
 RunResult Run(const train::TrainConfig& config, const Layout& layout);
 
 }  // namespace loom::train::testing

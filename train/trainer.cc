@@ -76,19 +76,18 @@ absl::Status Trainer::Setup() {
   pipeline::ExecutorOptions eo;
   eo.micro_batch_size = config_.micro_batch_size;
   eo.loss_scale = 1.0f / static_cast<float>(config_.num_micro_batches);
-  // Point-to-point traffic gets its own communicator: the stages exchange
-  // different numbers of messages, and collectives on the pp group (the
-  // gradient norm) must not share a sequence with them.
-  LOOM_ASSIGN_OR_RETURN(pp_p2p_, groups_.pp->Split(0, coord_.pp_rank, "pp_p2p"));
+  // The executors' point-to-point traffic shares the pp group with its
+  // collectives (the loss broadcast, the gradient norm): collectives match
+  // by their place among the group's collectives alone (comm/comm.h).
   LOOM_ASSIGN_OR_RETURN(pipeline::Executor executor,
-                        pipeline::Executor::Create(schedule, model_.get(), pp_p2p_.get(), eo));
+                        pipeline::Executor::Create(schedule, model_.get(), groups_.pp.get(), eo));
   executor_.emplace(std::move(executor));
   // Evaluation runs forwards only, in the training schedule's forward order.
   LOOM_ASSIGN_OR_RETURN(pipeline::Schedule eval_schedule, pipeline::BuildForwardOnlySchedule(so));
   pipeline::ExecutorOptions eval_options = eo;
   eval_options.forward_only = true;
   LOOM_ASSIGN_OR_RETURN(pipeline::Executor eval_executor,
-                        pipeline::Executor::Create(eval_schedule, model_.get(), pp_p2p_.get(),
+                        pipeline::Executor::Create(eval_schedule, model_.get(), groups_.pp.get(),
                                                    eval_options));
   eval_executor_.emplace(std::move(eval_executor));
 
@@ -154,6 +153,16 @@ absl::Status Trainer::Setup() {
           : absl::StrCat(GemmReferenceSize(config_.model.device), "^3 ",
                          core::DTypeName(config_.model.compute_dtype),
                          " GEMM measured at start")));
+  if (grid_.dp() > 1) {
+    Log(absl::StrFormat(
+        "loom: data-parallel gradients in %d buckets of <= %d parameters (--ddp-bucket-size): %s%s%s",
+        gradients_->buckets().size(), config_.optimizer.bucket_bytes / 4,
+        config_.optimizer.distributed ? "ZeRO-1 reduce-scatter" : "all-reduce",
+        config_.overlap_grad_reduce ? " overlapped with the backward" : " after the backward",
+        !config_.optimizer.distributed  ? ""
+        : config_.overlap_param_gather ? ", parameter all-gather overlapped with the next forward"
+                                       : ", parameter all-gather after the step"));
+  }
   return absl::OkStatus();
 }
 
@@ -417,8 +426,11 @@ absl::Status Trainer::Train() {
     if (valid_data_ && config_.eval_interval > 0 &&
         (iteration_ % config_.eval_interval == 0 || last)) {
       LOOM_ASSIGN_OR_RETURN(double valid, Evaluate());
-      Log(absl::StrFormat(" validation loss at iteration %d: %.4f (perplexity %.2f)", iteration_,
-                          valid, std::exp(valid)));
+      const double eval_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - pause_start).count();
+      Log(absl::StrFormat(" validation loss at iteration %d: %.4f (perplexity %.2f, %d batches "
+                          "in %.2f s)",
+                          iteration_, valid, std::exp(valid), config_.eval_iters, eval_s));
       if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
     }
     if (checkpointer_ && config_.save_interval > 0 && iteration_ % config_.save_interval == 0) {

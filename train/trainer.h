@@ -96,7 +96,6 @@ class Trainer {
   comm::GridCoord coord_;
   LogFn log_;
   comm::ParallelGroups groups_;
-  std::unique_ptr<comm::Communicator> pp_p2p_;  // the pipeline's point-to-point traffic
   std::unique_ptr<layers::GptModel> model_;
   std::optional<pipeline::Executor> executor_, eval_executor_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -10,6 +10,14 @@
 
 namespace loom::comm::testing {
 
+namespace {
+
+absl::Status OfRank(int r, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("rank ", r, ": ", s.message()));
+}
+
+}  // namespace
+
 RankStatuses RunThreads(int n, const std::function<absl::Status(int rank)>& fn) {
   RankStatuses out;
   n = std::max(n, 0);
@@ -21,13 +29,14 @@ RankStatuses RunThreads(int n, const std::function<absl::Status(int rank)>& fn) 
     threads.emplace_back([&, r] {
       absl::Status s = fn(r);
       std::lock_guard<std::mutex> lock(mu);
-      if (!s.ok() && out.first.ok()) {
-        out.first = absl::Status(s.code(), absl::StrCat("rank ", r, ": ", s.message()));
-      }
+      if (!s.ok() && out.first.ok()) out.first = OfRank(r, s);
       out.each[r] = std::move(s);
     });
   }
   for (std::thread& t : threads) t.join();
+  for (int r = 0; r < n && out.lowest.ok(); ++r) {
+    if (!out.each[r].ok()) out.lowest = OfRank(r, out.each[r]);
+  }
   return out;
 }
 
@@ -41,7 +50,7 @@ RankStatuses RunRanksAsThreadsEach(
   if (!world.ok()) {
     RankStatuses out;
     out.each.assign(std::max(world_size, 0), world.status());
-    out.first = world.status();
+    out.first = out.lowest = world.status();
     return out;
   }
   return RunThreads(world_size, [&](int r) { return fn(r, (*world)[r].get()); });

@@ -30,6 +30,9 @@ struct RankStatuses {
   // where the others then fail waiting for that rank), with its code and
   // the message prefixed "rank r: ".
   absl::Status first;
+  // OK, or the error of the lowest-numbered failing rank, prefixed the same
+  // way: for checks of what one rank says (rank 0 naming a peer's failure).
+  absl::Status lowest;
 };
 
 // fn(rank) on `n` threads, rank = 0 .. n-1. For ranks that make their own
@@ -38,7 +41,8 @@ RankStatuses RunThreads(int n, const std::function<absl::Status(int rank)>& fn);
 
 // fn(rank, comm) on `world_size` threads, each with its communicator of one
 // fresh local world (//comm/local, `options`), destroyed after the join.
-// If the world cannot be made, every rank's status (and `first`) says why.
+// If the world cannot be made, every rank's status (and `first`, `lowest`)
+// says why.
 RankStatuses RunRanksAsThreadsEach(
     int world_size, const std::function<absl::Status(int rank, Communicator* comm)>& fn,
     const local::LocalOptions& options = {});

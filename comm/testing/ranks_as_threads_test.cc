@@ -39,6 +39,19 @@ TEST(RanksAsThreads, FirstErrorInTimeIsReportedWithItsRank) {
   EXPECT_EQ(st.first.message(), "rank 2: no such thing");
 }
 
+TEST(RanksAsThreads, LowestFailingRankIsReportedToo) {
+  RankStatuses st = RunRanksAsThreadsEach(3, [](int rank, Communicator*) {
+    if (rank == 1) absl::SleepFor(absl::Milliseconds(200));  // fails last in time
+    return rank == 0 ? absl::OkStatus()
+                     : absl::InternalError(absl::StrCat("from rank ", rank));
+  });
+  EXPECT_EQ(st.first.message(), "rank 2: from rank 2");
+  EXPECT_TRUE(absl::IsInternal(st.lowest)) << st.lowest;
+  EXPECT_EQ(st.lowest.message(), "rank 1: from rank 1");
+  RankStatuses ok = RunThreads(2, [](int) { return absl::OkStatus(); });
+  EXPECT_TRUE(ok.lowest.ok()) << ok.lowest;
+}
+
 TEST(RanksAsThreads, BareThreadsAndABadWorld) {
   RankStatuses st = RunThreads(2, [](int rank) {
     return rank == 1 ? absl::InternalError("boom") : absl::OkStatus();
@@ -48,6 +61,7 @@ TEST(RanksAsThreads, BareThreadsAndABadWorld) {
     RankStatuses bad =
         RunRanksAsThreadsEach(size, [](int, Communicator*) { return absl::OkStatus(); });
     EXPECT_TRUE(absl::IsInvalidArgument(bad.first)) << bad.first;
+    EXPECT_EQ(bad.lowest, bad.first);
     EXPECT_TRUE(absl::StrContains(bad.first.message(), absl::StrCat("world size ", size)))
         << bad.first;
     EXPECT_EQ(bad.each.size(), static_cast<size_t>(size == 0 ? 0 : size));

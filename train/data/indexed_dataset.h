@@ -3,7 +3,7 @@
 
 // Megatron's indexed dataset (<prefix>.bin + <prefix>.idx), byte-compatible
 // with files written by Megatron-LM's tools/preprocess_data.py. Layout (all
-// little-endian, no padding) in ../shared/docs/parallelism-spec.md:
+// little-endian, no padding) in docs/PARALLELISM.md:
 //   .idx: "MMIDIDX\0\0" | u64 version=1 | u8 dtype code | u64 S | u64 D |
 //         i32[S] sequence lengths | i64[S] byte offsets into .bin | i64[D] doc index
 //   .bin: the raw token array.

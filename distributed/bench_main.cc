@@ -1,0 +1,239 @@
+// bazel run //distributed:bench -- [--nproc-per-node=2] [--backend=ucx] [--steps=3]
+//
+// How much of data parallelism's communication GradientSync hides behind
+// computation. Each rank trains its own micro-batches of a GPT (default: 12
+// layers, hidden 768, vocab 50257, seq 64, micro-batch 4, 2 micro-batches a
+// step) and runs every mode on the same model in one run:
+//
+//   all-reduce             the DP all-reduce after the backward, then with
+//                          --overlap-grad-reduce (buckets reduced during it)
+//   ZeRO-1                 reduce-scatter + parameter all-gather, then with
+//                          --overlap-grad-reduce, then also with
+//                          --overlap-param-gather (gathers during the forward)
+//
+// Per mode: ms per step, and the DP communication left exposed (the wait for
+// the gradients after the last backward, the waits for gathered
+// parameters), slowest rank, mean over the timed steps. Hidden = 1 - exposed
+// with overlap / exposed without it, in the same run. No optimizer runs: the
+// parameters do not change, the traffic is the same.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "comm/backends.h"
+#include "comm/launch/flags.h"
+#include "comm/launch/launcher.h"
+#include "comm/launch/plan.h"
+#include "comm/local/communicator.h"
+#include "core/status_macros.h"
+#include "distributed/gradient_sync.h"
+#include "layers/gpt_model.h"
+#include "layers/test_util.h"
+
+ABSL_FLAG(int64_t, num_layers, 12, "Layers");
+ABSL_FLAG(int64_t, hidden_size, 768, "Hidden size");
+ABSL_FLAG(int64_t, num_attention_heads, 12, "Heads");
+ABSL_FLAG(int64_t, vocab_size, 50257, "Vocabulary");
+ABSL_FLAG(int64_t, seq_length, 64, "Sequence length");
+ABSL_FLAG(int64_t, micro_batch_size, 4, "Samples per micro-batch");
+ABSL_FLAG(int64_t, micro_batches, 2, "Micro-batches per step");
+ABSL_FLAG(int64_t, ddp_bucket_size, 4 << 20 >> 2, "Parameters per gradient bucket");
+ABSL_FLAG(int, steps, 3, "Timed steps per mode (after one warm-up step)");
+
+namespace loom::distributed {
+namespace {
+
+using core::Tensor;
+
+struct Mode {
+  const char* name;
+  bool zero1, overlap_grad, overlap_gather;
+};
+constexpr Mode kModes[] = {
+    {"all-reduce", false, false, false},
+    {"all-reduce + --overlap-grad-reduce", false, true, false},
+    {"ZeRO-1", true, false, false},
+    {"ZeRO-1 + --overlap-grad-reduce", true, true, false},
+    {"ZeRO-1 + both overlaps", true, true, true},
+};
+
+struct Timing {
+  double step_ms = 0, grad_ms = 0, gather_ms = 0;  // means over the timed steps
+  int early = 0;                                    // buckets started during the backward
+  size_t buckets = 0;
+};
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// The slowest rank's figure (collectives, so every rank reports the same).
+absl::StatusOr<double> Slowest(comm::Communicator& world, double x) {
+  LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({1}, core::DType::kF32));
+  t.data<float>()[0] = static_cast<float>(x);
+  LOOM_RETURN_IF_ERROR(world.AllReduce(t, comm::ReduceOp::kMax)->Wait());
+  return static_cast<double>(t.data<float>()[0]);
+}
+
+absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* model,
+                               const Mode& mode) {
+  GradientSyncGroups groups;
+  groups.dp = &world;
+  GradientSyncOptions options;
+  options.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  options.bucket_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;
+  options.distributed_optimizer = mode.zero1;
+  options.overlap_grad_reduce = mode.overlap_grad;
+  options.overlap_param_gather = mode.overlap_gather;
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
+                        GradientSync::Create(model, groups, options));
+  const layers::GptConfig& c = model->config();
+  const int steps = absl::GetFlag(FLAGS_steps);
+  Timing t;
+  t.buckets = sync->buckets().size();
+  for (int step = -1; step < steps; ++step) {  // step -1: warm-up
+    const auto start = std::chrono::steady_clock::now();
+    LOOM_RETURN_IF_ERROR(sync->StartStep());
+    for (int64_t m = 0; m < options.micro_batches; ++m) {
+      Tensor ids = layers::testing::RandomIds(c.seq_length, absl::GetFlag(FLAGS_micro_batch_size),
+                                              c.vocab_size, 1000 * world.rank() + m);
+      layers::GptModel::Saved saved;
+      double loss;
+      LOOM_RETURN_IF_ERROR(model->Forward(0, ids, ids, {}, &saved, &loss).status());
+      LOOM_RETURN_IF_ERROR(
+          model->Backward(0, Tensor(), 1.0f / options.micro_batches, {}, saved).status());
+    }
+    LOOM_RETURN_IF_ERROR(sync->FinishGradients());
+    // This step's forwards waited for the gathers the last step started
+    // (overlapped); without overlap, StartParamGather below waits itself.
+    double gather_s = mode.overlap_gather ? sync->exposed_gather_seconds() : 0;
+    LOOM_RETURN_IF_ERROR(sync->StartParamGather());
+    if (!mode.overlap_gather) gather_s = sync->exposed_gather_seconds();
+    const double step_s = Seconds(start);
+    if (step < 0) continue;
+    t.step_ms += 1e3 * step_s / steps;
+    t.grad_ms += 1e3 * sync->exposed_grad_seconds() / steps;
+    t.gather_ms += 1e3 * gather_s / steps;
+    t.early += sync->buckets_started_early();
+  }
+  LOOM_RETURN_IF_ERROR(sync->FinishParamGather());
+  LOOM_ASSIGN_OR_RETURN(t.step_ms, Slowest(world, t.step_ms));
+  LOOM_ASSIGN_OR_RETURN(t.grad_ms, Slowest(world, t.grad_ms));
+  LOOM_ASSIGN_OR_RETURN(t.gather_ms, Slowest(world, t.gather_ms));
+  return t;
+}
+
+std::string Hidden(double exposed, double baseline) {
+  if (baseline <= 0) return "-";
+  return absl::StrFormat("%.0f%%", 100.0 * (1.0 - exposed / baseline));
+}
+
+absl::Status RunRank(comm::Communicator& world) {
+  layers::GptConfig c;
+  c.num_layers = absl::GetFlag(FLAGS_num_layers);
+  c.hidden_size = absl::GetFlag(FLAGS_hidden_size);
+  c.num_attention_heads = absl::GetFlag(FLAGS_num_attention_heads);
+  c.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  c.seq_length = absl::GetFlag(FLAGS_seq_length);
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<layers::GptModel> model,
+                        layers::GptModel::Create(c, layers::TpGroup{}, {{0, c.num_layers, true, true}},
+                                                 /*buffer_multiple=*/world.size()));
+  std::vector<Timing> timings;
+  for (const Mode& mode : kModes) {
+    LOOM_ASSIGN_OR_RETURN(Timing t, RunMode(world, model.get(), mode));
+    timings.push_back(t);
+  }
+  if (world.rank() != 0) return absl::OkStatus();
+  std::printf("DP %d over %s; GPT %lld layers, hidden %lld, vocab %lld, seq %lld, %lld x %lld "
+              "samples a step per rank; %.1fM parameters, buckets of <= %lld parameters\n",
+              world.size(), world.backend_name(), static_cast<long long>(c.num_layers),
+              static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size),
+              static_cast<long long>(c.seq_length),
+              static_cast<long long>(absl::GetFlag(FLAGS_micro_batches)),
+              static_cast<long long>(absl::GetFlag(FLAGS_micro_batch_size)),
+              model->params().padded_numel() / 1e6,
+              static_cast<long long>(absl::GetFlag(FLAGS_ddp_bucket_size)));
+  std::printf("| mode | buckets | ms/step | exposed grad ms | exposed gather ms | grad hidden | "
+              "gather hidden |\n|---|---|---|---|---|---|---|\n");
+  const int steps = absl::GetFlag(FLAGS_steps);
+  for (size_t i = 0; i < timings.size(); ++i) {
+    const Timing& t = timings[i];
+    const Mode& m = kModes[i];
+    // The baseline of a mode: the same reduction without any overlap.
+    const Timing& base = timings[m.zero1 ? 2 : 0];
+    std::printf("| %s | %zu (%d early) | %.1f | %.1f | %.1f | %s | %s |\n", m.name, t.buckets,
+                t.early / std::max(steps, 1), t.step_ms, t.grad_ms, t.gather_ms,
+                m.overlap_grad ? Hidden(t.grad_ms, base.grad_ms).c_str() : "-",
+                m.overlap_gather ? Hidden(t.gather_ms, base.gather_ms).c_str() : "-");
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  comm::launch::ParseFlags(argc, argv, "bazel run //distributed:bench -- [--nproc-per-node=2]");
+  comm::launch::CommFlags flags = comm::launch::GetCommFlags();
+  if (!flags.backend_given) flags.backend = "ucx";
+  comm::launch::LaunchRequest request;
+  request.backend = flags.backend;
+  request.rank = flags.rank;
+  if (flags.nproc_per_node_given) request.nproc_per_node = flags.nproc_per_node;
+  request.default_nproc_per_node = 2;
+  request.program = argv[0];
+  absl::Status checked = comm::CheckCommFlags(flags);
+  absl::StatusOr<comm::launch::LaunchPlan> plan =
+      checked.ok() ? comm::launch::PlanLaunch(request) : checked;
+  if (!plan.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(plan.status().message()).c_str());
+    return 2;
+  }
+  absl::Status status;
+  switch (plan->role) {
+    case comm::launch::Role::kLauncher: {
+      comm::launch::LaunchOptions lo;
+      lo.nproc_per_node = plan->nproc_per_node;
+      status = comm::launch::LaunchAndWait(lo, argc, argv);
+      break;
+    }
+    case comm::launch::Role::kThreads: {
+      comm::local::LocalOptions lo;
+      lo.comm.timeout = absl::Seconds(flags.timeout_s);
+      absl::StatusOr<std::vector<std::unique_ptr<comm::Communicator>>> world =
+          comm::local::CreateWorld(plan->nproc_per_node, lo);
+      if (!world.ok()) {
+        status = world.status();
+        break;
+      }
+      std::vector<absl::Status> results(world->size());
+      std::vector<std::thread> threads;
+      for (size_t r = 0; r < world->size(); ++r) {
+        threads.emplace_back([&, r] { results[r] = RunRank(*(*world)[r]); });
+      }
+      for (std::thread& t : threads) t.join();
+      for (const absl::Status& s : results) status.Update(s);
+      break;
+    }
+    case comm::launch::Role::kRank: {
+      absl::StatusOr<std::unique_ptr<comm::Communicator>> world =
+          comm::CreateFromFlags(flags, plan->rank);
+      status = world.ok() ? RunRank(**world) : world.status();
+      break;
+    }
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace loom::distributed
+
+int main(int argc, char** argv) { return loom::distributed::Main(argc, argv); }
