@@ -12,7 +12,8 @@
 //    it is never silently accepted as a different operation.
 //  * Every call is asynchronous: it validates its arguments, enqueues the
 //    operation and returns a Work handle at once. Tensors must stay alive and
-//    unmodified (outputs: unread) until the handle reports completion.
+//    unmodified (outputs: unread) until the handle reports success; once it
+//    reports an error the caller may drop them (see FAILURE).
 //  * Operations of one communicator start in issue order (collectives also
 //    complete in it; a point-to-point op may complete after later ones: see
 //    POINT TO POINT). Any number may be in flight before the first Wait;
@@ -21,12 +22,17 @@
 //    CommOptions::timeout of starting fails with DeadlineExceeded naming the
 //    op, the group, its sequence number and the ranks that did not arrive
 //    (where the backend can know them). After such a failure the communicator
-//    is aborted: later operations fail fast with FailedPrecondition.
+//    is aborted: later operations fail fast with FailedPrecondition (see
+//    FAILURE).
 //  * Bad arguments (dtype/shape mismatch, root, peer or tag out of range,
 //    tensors not on the communicator's device(): the host for local, mpi and
 //    ucx, its GPU for nccl) are reported through the returned handle, before
 //    anything is sent, by the same checks with the same messages on every
-//    backend; they do not abort the communicator.
+//    backend. The rejected op still takes its sequence number and aborts the
+//    communicator (later ops fail with FailedPrecondition naming the error):
+//    the other ranks' op with that number can never complete, and this
+//    rank's next op must never pair with it (MPI and NCCL would pair them
+//    silently when count and dtype agree). Every backend.
 //  * In-place is "same memory twice" as in NCCL: AllReduce/Broadcast/Reduce
 //    with input == output; AllGather with input at output's slot `rank`;
 //    ReduceScatter with output at input's slot `rank`.
@@ -35,6 +41,25 @@
 //    the sum.
 //  * A communicator (and its Work handles) may be used from one thread at a
 //    time; different communicators (e.g. from Split) may run concurrently.
+//
+// FAILURE (every backend; the conformance suite's FailedOpKeepsBuffers case,
+// run by each backend's harness with a short timeout, tests exactly this):
+//  * An operation that fails (DeadlineExceeded, a peer's failure, Cancelled
+//    because its communicator was destroyed under it) aborts its
+//    communicator: every operation pending on it and every later one fails
+//    promptly with an error (FailedPrecondition) naming that first failure.
+//  * Until the transport guarantees it will not touch them again (the
+//    request completed, or was cancelled and the cancellation confirmed),
+//    the communicator keeps alive every buffer the transport may still
+//    access: the failed op's tensors (by reference), staging, transport
+//    requests. At the latest it lets go when it and its transport endpoint
+//    are destroyed (on local and ucx the endpoint is shared by a world and
+//    every communicator Split from it). So a caller may drop a failed op's
+//    handle and tensors at once: a peer's late message lands in memory the
+//    communicator still holds, never in freed memory. A send cannot always
+//    be cancelled: a failed send may still be delivered, from the kept
+//    buffer.
+//  * The contents of a failed op's output tensors are unspecified.
 //
 // POINT TO POINT (Send, Recv, BatchSendRecv; every backend, tested by the
 // conformance suite's PointToPointOrder and CollectiveAfterUnequalPointToPoint):

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace loom::core {
 
@@ -31,37 +32,24 @@ size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);  // "f32", "bf16", ...
 bool IsFloating(DType dtype);
 
-// Maps a C++ element type to its DType, for typed accessors.
+// Maps a C++ element type to its DType, for typed accessors:
+// DTypeOf<float>::value == DType::kF32.
 template <typename T>
 struct DTypeOf;
 template <>
-struct DTypeOf<float> {
-  static constexpr DType value = DType::kF32;
-};
+struct DTypeOf<float> : std::integral_constant<DType, DType::kF32> {};
 template <>
-struct DTypeOf<double> {
-  static constexpr DType value = DType::kF64;
-};
+struct DTypeOf<double> : std::integral_constant<DType, DType::kF64> {};
 template <>
-struct DTypeOf<BFloat16> {
-  static constexpr DType value = DType::kBF16;
-};
+struct DTypeOf<BFloat16> : std::integral_constant<DType, DType::kBF16> {};
 template <>
-struct DTypeOf<Float16> {
-  static constexpr DType value = DType::kF16;
-};
+struct DTypeOf<Float16> : std::integral_constant<DType, DType::kF16> {};
 template <>
-struct DTypeOf<int32_t> {
-  static constexpr DType value = DType::kI32;
-};
+struct DTypeOf<int32_t> : std::integral_constant<DType, DType::kI32> {};
 template <>
-struct DTypeOf<int64_t> {
-  static constexpr DType value = DType::kI64;
-};
+struct DTypeOf<int64_t> : std::integral_constant<DType, DType::kI64> {};
 template <>
-struct DTypeOf<uint8_t> {
-  static constexpr DType value = DType::kU8;
-};
+struct DTypeOf<uint8_t> : std::integral_constant<DType, DType::kU8> {};
 
 }  // namespace loom::core
 

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <set>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "comm/internal/checks.h"
@@ -35,17 +38,29 @@ char g_empty = 0;
 
 // Waits for the requests of `op` until its deadline. Errors name the op and,
 // on a timeout, the group ranks of the legs not done (`peer(i)` of leg i), or
-// the leg that failed (`leg(i)`: "send to rank 3").
-template <typename Peer, typename LegName>
+// the leg that failed (`leg(i)`: "send to rank 3"). A wait that fails
+// (timeout, shutdown) cancels every request not done, handing the transport
+// `keep()`: what owns their buffers (transport.h, Cancel). The caller may
+// then free the requests and let go of its tensors: the transport cannot
+// cancel a send or a receive whose message is arriving, and may touch those
+// buffers later, whatever this op's status says (comm.h, FAILURE).
+template <typename Peer, typename LegName, typename Keep>
 absl::Status WaitLegs(Transport& transport, const Scheduler::Op& op,
                       const std::vector<TransportReq*>& reqs, const std::atomic<bool>& abort,
-                      Peer peer, LegName leg) {
+                      Peer peer, LegName leg, Keep keep) {
   absl::Status s = transport.WaitAll(reqs, op.deadline, abort);
-  if (absl::IsDeadlineExceeded(s)) {
-    std::vector<int> missing;
+  std::vector<int> missing;
+  if (!s.ok()) {
+    std::shared_ptr<const void> held;
     for (size_t i = 0; i < reqs.size(); ++i) {
-      if (!reqs[i]->done) missing.push_back(peer(i));
+      if (reqs[i]->done.load(std::memory_order_acquire)) continue;
+      missing.push_back(peer(i));
+      if (!held) held = keep();
+      reqs[i]->keep_alive = held;
+      transport.Cancel(reqs[i]);
     }
+  }
+  if (absl::IsDeadlineExceeded(s)) {
     std::sort(missing.begin(), missing.end());
     missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
     return absl::DeadlineExceededError(
@@ -64,15 +79,54 @@ absl::Status WaitLegs(Transport& transport, const Scheduler::Op& op,
 
 }  // namespace
 
+// The context ids of one transport endpoint, shared by every Engine over
+// it, and the Splits choosing new ones. Ids are never reused here. A Split's
+// members each propose the lowest id free here; the groups get consecutive
+// ids from the largest proposal on, and each member claims its group's id.
+// A concurrent Split of another communicator over this endpoint may have
+// chosen the same id meanwhile: then a claim fails (the id is taken or
+// claimed), and all members try again with new proposals. Claims are held
+// only until every member has voted, so nothing waits on another Split.
+class ContextIds {
+ public:
+  explicit ContextIds(uint32_t root) : next_(std::max<uint32_t>(root + 1, 2)) {}
+
+  // The lowest id neither taken nor claimed here.
+  uint32_t Proposal() {
+    std::lock_guard<std::mutex> l(mu_);
+    return claimed_.empty() ? next_ : std::max(next_, *claimed_.rbegin() + 1);
+  }
+  bool TryClaim(uint32_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    return id >= next_ && claimed_.insert(id).second;
+  }
+  void Release(uint32_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    claimed_.erase(id);
+  }
+  void Take(uint32_t id) {
+    std::lock_guard<std::mutex> l(mu_);
+    claimed_.erase(id);
+    next_ = std::max(next_, id + 1);
+  }
+
+ private:
+  std::mutex mu_;
+  uint32_t next_;               // ids below are taken, or skipped (never used)
+  std::set<uint32_t> claimed_;  // by Splits in flight
+};
+
 // One collective of this engine as the algorithms see it: its steps become
 // messages tagged with the op's sequence number and signature.
 class Engine::OpSteps : public Steps {
  public:
-  OpSteps(Engine* engine, Op* op, uint32_t sig) : engine_(engine), op_(op), sig_(sig) {}
+  // `buffers` owns the op's tensors.
+  OpSteps(Engine* engine, Op* op, uint32_t sig, std::shared_ptr<const void> buffers)
+      : engine_(engine), op_(op), sig_(sig), buffers_(std::move(buffers)) {}
   int rank() const override { return engine_->rank_; }
   int size() const override { return engine_->size(); }
   absl::Status Exchange(absl::Span<const Leg> legs) override {
-    return engine_->Exchange(*op_, sig_, legs);
+    return engine_->Exchange(*op_, sig_, legs, buffers_);
   }
   char* Stage(int i, size_t bytes) override { return engine_->Stage(i, bytes); }
 
@@ -80,11 +134,19 @@ class Engine::OpSteps : public Steps {
   Engine* const engine_;
   Op* const op_;
   const uint32_t sig_;
+  const std::shared_ptr<const void> buffers_;
 };
 
 Engine::Engine(std::shared_ptr<Transport> transport, std::vector<int> members, uint32_t ctx,
                EngineOptions options, const char* backend_name)
+    : Engine(std::move(transport), std::move(members), ctx, std::move(options), backend_name,
+             std::make_shared<ContextIds>(ctx)) {}
+
+Engine::Engine(std::shared_ptr<Transport> transport, std::vector<int> members, uint32_t ctx,
+               EngineOptions options, const char* backend_name,
+               std::shared_ptr<ContextIds> contexts)
     : transport_(std::move(transport)),
+      contexts_(std::move(contexts)),
       members_(std::move(members)),
       ctx_(ctx),
       options_(std::move(options)),
@@ -103,26 +165,29 @@ Engine::~Engine() { Shutdown(); }
 
 void Engine::Shutdown() { scheduler_->Shutdown(); }
 
-WorkPtr Engine::Fail(const char* name, absl::Status status) {
-  return CompletedWork(std::move(status), absl::StrCat(name, " in group '", group_name(), "'"));
+WorkPtr Engine::Fail(const char* name, uint32_t& sequence, absl::Status status) {
+  return scheduler_->Reject(name, sequence++, std::move(status));
 }
 
 template <typename Run>
 WorkPtr Engine::Collective(const char* name, uint32_t sig, Run run, absl::Duration timeout) {
+  // `run` holds the op's tensors; shared, so that a request the op gives up
+  // can keep them alive after the op (Exchange).
+  auto shared = std::make_shared<const Run>(std::move(run));
   return scheduler_->Enqueue(
       name, next_seq_++,
-      [this, sig, run = std::move(run)](Op& op) {
-        OpSteps steps(this, &op, sig);
-        return run(steps);
+      [this, sig, shared](Op& op) {
+        OpSteps steps(this, &op, sig, shared);
+        return (*shared)(steps);
       },
       timeout);
 }
 
 WorkPtr Engine::PointToPoint(const char* name, std::vector<P2POp> ops, bool wait_sends) {
-  return scheduler_->Enqueue(name, next_p2p_seq_++,
-                             [this, ops = std::move(ops), wait_sends](Op& op) {
-                               return P2P(op, ops, wait_sends);
-                             });
+  auto shared = std::make_shared<const std::vector<P2POp>>(std::move(ops));
+  return scheduler_->Enqueue(name, next_p2p_seq_++, [this, shared, wait_sends](Op& op) {
+    return P2P(op, shared, wait_sends);
+  });
 }
 
 char* Engine::Stage(int i, size_t bytes) {
@@ -130,7 +195,8 @@ char* Engine::Stage(int i, size_t bytes) {
   return stage_[i].empty() ? &g_empty : stage_[i].data();
 }
 
-absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs) {
+absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs,
+                              const std::shared_ptr<const void>& buffers) {
   absl::InlinedVector<TransportReq, 4> reqs(legs.size());
   std::vector<TransportReq*>& ptrs = exchange_ptrs_;  // reused: no allocation per call
   ptrs.clear();
@@ -156,6 +222,22 @@ absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs) 
       *transport_, op, ptrs, scheduler_->abort_flag(), [&](size_t i) { return legs[i].peer; },
       [&](size_t i) {
         return absl::StrCat(legs[i].is_send ? "send to" : "receive from", " rank ", legs[i].peer);
+      },
+      [&] {
+        // The legs point into the op's tensors and the staging: the
+        // transport gets both. The staging moves out (the failure aborts
+        // this engine, which runs no further op; one would allocate anew).
+        struct Held {
+          std::shared_ptr<const void> buffers;
+          std::vector<char> stage[2];
+        };
+        auto held = std::make_shared<Held>();
+        held->buffers = buffers;
+        for (int i = 0; i < 2; ++i) {
+          held->stage[i] = std::move(stage_[i]);
+          stage_[i] = std::vector<char>();
+        }
+        return std::shared_ptr<const void>(std::move(held));
       });
 }
 
@@ -163,7 +245,7 @@ absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs) 
 
 WorkPtr Engine::AllReduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
   absl::Status s = CheckAllReduce(input, output, device());
-  if (!s.ok()) return Fail("all_reduce", s);
+  if (!s.ok()) return Fail("all_reduce", next_seq_, s);
   return Collective("all_reduce",
                     Sig(kAllReduce, input.dtype(), input.numel(), static_cast<int>(op)),
                     [input, output, op, small = options_.small_bytes](Steps& steps) {
@@ -173,7 +255,7 @@ WorkPtr Engine::AllReduce(const core::Tensor& input, const core::Tensor& output,
 
 WorkPtr Engine::Broadcast(const core::Tensor& input, const core::Tensor& output, int root) {
   absl::Status s = CheckBroadcast(input, output, root, size(), device());
-  if (!s.ok()) return Fail("broadcast", s);
+  if (!s.ok()) return Fail("broadcast", next_seq_, s);
   return Collective("broadcast", Sig(kBroadcast, input.dtype(), input.numel(), root),
                     [input, output, root](Steps& steps) {
                       return RunBroadcast(steps, input, output, root);
@@ -183,7 +265,7 @@ WorkPtr Engine::Broadcast(const core::Tensor& input, const core::Tensor& output,
 WorkPtr Engine::Reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op,
                        int root) {
   absl::Status s = CheckReduce(input, output, root, size(), device());
-  if (!s.ok()) return Fail("reduce", s);
+  if (!s.ok()) return Fail("reduce", next_seq_, s);
   return Collective("reduce",
                     Sig(kReduce, input.dtype(), input.numel(), root * 8 + static_cast<int>(op)),
                     [input, output, op, root](Steps& steps) {
@@ -193,7 +275,7 @@ WorkPtr Engine::Reduce(const core::Tensor& input, const core::Tensor& output, Re
 
 WorkPtr Engine::AllGather(const core::Tensor& input, const core::Tensor& output) {
   absl::Status s = CheckAllGather(input, output, rank_, size(), device());
-  if (!s.ok()) return Fail("all_gather", s);
+  if (!s.ok()) return Fail("all_gather", next_seq_, s);
   return Collective("all_gather", Sig(kAllGather, input.dtype(), input.numel(), 0),
                     [input, output](Steps& steps) { return RunAllGather(steps, input, output); });
 }
@@ -201,7 +283,7 @@ WorkPtr Engine::AllGather(const core::Tensor& input, const core::Tensor& output)
 WorkPtr Engine::ReduceScatter(const core::Tensor& input, const core::Tensor& output,
                               ReduceOp op) {
   absl::Status s = CheckReduceScatter(input, output, rank_, size(), device());
-  if (!s.ok()) return Fail("reduce_scatter", s);
+  if (!s.ok()) return Fail("reduce_scatter", next_seq_, s);
   return Collective("reduce_scatter",
                     Sig(kReduceScatter, input.dtype(), output.numel(), static_cast<int>(op)),
                     [input, output, op](Steps& steps) {
@@ -211,7 +293,7 @@ WorkPtr Engine::ReduceScatter(const core::Tensor& input, const core::Tensor& out
 
 WorkPtr Engine::AllToAll(const core::Tensor& input, const core::Tensor& output) {
   absl::Status s = CheckAllToAll(input, output, size(), device());
-  if (!s.ok()) return Fail("all_to_all", s);
+  if (!s.ok()) return Fail("all_to_all", next_seq_, s);
   return Collective("all_to_all", Sig(kAllToAll, input.dtype(), input.numel(), 0),
                     [input, output](Steps& steps) { return RunAllToAll(steps, input, output); });
 }
@@ -225,7 +307,9 @@ WorkPtr Engine::BarrierWithin(absl::Duration op_timeout) {
 
 // ------------------------------------------------------------ point to point
 
-absl::Status Engine::P2P(Op& op, const std::vector<P2POp>& ops, bool wait_sends) {
+absl::Status Engine::P2P(Op& op, const std::shared_ptr<const std::vector<P2POp>>& shared_ops,
+                         bool wait_sends) {
+  const std::vector<P2POp>& ops = *shared_ops;
   std::vector<std::unique_ptr<TransportReq>> reqs;
   std::vector<TransportReq*> ptrs;
   const int me = transport_->rank();
@@ -237,6 +321,9 @@ absl::Status Engine::P2P(Op& op, const std::vector<P2POp>& ops, bool wait_sends)
                      Sig(kP2P, p.tensor.dtype(), p.tensor.numel(), 0));
     r->bytes = p.tensor.nbytes();
     r->buf = r->bytes ? p.tensor.raw_data() : &g_empty;
+    // Set before posting: a send left to the background is cancelled by
+    // the scheduler, which does not know its tensor.
+    r->keep_alive = shared_ops;
     transport_->Post(r.get());
     ptrs.push_back(r.get());
     reqs.push_back(std::move(r));
@@ -250,24 +337,25 @@ absl::Status Engine::P2P(Op& op, const std::vector<P2POp>& ops, bool wait_sends)
       [&](size_t i) {
         return absl::StrCat(ops[i].kind == P2POp::Kind::kSend ? "send to" : "receive from",
                             " rank ", ops[i].peer, " (tag ", ops[i].tag, ")");
-      });
+      },
+      [&] { return std::shared_ptr<const void>(shared_ops); });
 }
 
 WorkPtr Engine::Send(const core::Tensor& tensor, int peer, int tag) {
   absl::Status s = CheckP2P("send", tensor, peer, tag, rank_, size(), device());
-  if (!s.ok()) return Fail("send", s);
+  if (!s.ok()) return Fail("send", next_p2p_seq_, s);
   return PointToPoint("send", {{P2POp::Kind::kSend, tensor, peer, tag}}, false);
 }
 
 WorkPtr Engine::Recv(const core::Tensor& tensor, int peer, int tag) {
   absl::Status s = CheckP2P("recv", tensor, peer, tag, rank_, size(), device());
-  if (!s.ok()) return Fail("recv", s);
+  if (!s.ok()) return Fail("recv", next_p2p_seq_, s);
   return PointToPoint("recv", {{P2POp::Kind::kRecv, tensor, peer, tag}}, true);
 }
 
 WorkPtr Engine::BatchSendRecv(const std::vector<P2POp>& ops) {
   absl::Status s = CheckBatch(ops, rank_, size(), device());
-  if (!s.ok()) return Fail("batch_send_recv", s);
+  if (!s.ok()) return Fail("batch_send_recv", next_p2p_seq_, s);
   if (ops.empty()) return CompletedWork(absl::OkStatus(), "batch_send_recv (empty)");
   return PointToPoint("batch_send_recv", ops, true);
 }
@@ -281,45 +369,72 @@ absl::StatusOr<std::unique_ptr<Communicator>> Engine::Split(int color, int key,
   auto out = core::Tensor::Empty({3 * static_cast<int64_t>(n)}, core::DType::kI32);
   if (!in.ok()) return in.status();
   if (!out.ok()) return out.status();
-  int32_t* mine = in->data<int32_t>();
-  mine[0] = color < 0 ? -1 : color;
-  mine[1] = key;
-  mine[2] = static_cast<int32_t>(transport_->next_ctx.load());
-  absl::Status s = AllGather(*in, *out)->Wait();
-  if (!s.ok()) {
+  auto error = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("split of group '", group_name(), "' into '", name,
                                                "': ", s.message()));
-  }
+  };
+  // Three numbers from every member: all[3 * j + i] is member j's i-th.
   const int32_t* all = out->data<int32_t>();
+  auto gather = [&](int32_t a, int32_t b, int32_t c) {
+    int32_t* mine = in->data<int32_t>();
+    mine[0] = a;
+    mine[1] = b;
+    mine[2] = c;
+    return AllGather(*in, *out)->Wait();
+  };
+  color = std::max(color, -1);
+  absl::Status s = gather(color, key, static_cast<int32_t>(contexts_->Proposal()));
+  if (!s.ok()) return error(s);
   uint32_t base = 0;
   std::map<int, int> color_index;
+  std::vector<std::pair<std::pair<int, int>, int>> chosen;  // ((key, old rank), transport rank)
   for (int j = 0; j < n; ++j) {
     base = std::max(base, static_cast<uint32_t>(all[3 * j + 2]));
     if (all[3 * j] >= 0) color_index.emplace(all[3 * j], 0);
+    if (color >= 0 && all[3 * j] == color) chosen.push_back({{all[3 * j + 1], j}, members_[j]});
   }
   int idx = 0;
   for (auto& [c, i] : color_index) i = idx++;
-  uint32_t next = base + static_cast<uint32_t>(color_index.size());
-  uint32_t cur = transport_->next_ctx.load();
-  while (cur < next && !transport_->next_ctx.compare_exchange_weak(cur, next)) {
+  const uint32_t groups = static_cast<uint32_t>(color_index.size());
+  // The groups take ids base, base + 1, ...: each member claims its group's
+  // and all vote. A claim fails where a concurrent Split over this endpoint
+  // took or claimed the id since the proposal; then every member (deciding
+  // from the same votes) tries again from the new proposals, which lie above
+  // this round's claims.
+  absl::BitGen gen;
+  uint32_t id = 0;  // this rank's group's
+  for (int attempt = 0;; ++attempt) {
+    if (base + groups > static_cast<uint32_t>(kMaxContexts)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "split of group '", group_name(), "': more than ", kMaxContexts,
+          " communicators created over this endpoint; create groups once and reuse them"));
+    }
+    id = color >= 0 ? base + color_index[color] : 0;
+    const bool claimed = color >= 0 && contexts_->TryClaim(id);
+    s = gather(color < 0 || claimed ? 1 : 0, static_cast<int32_t>(contexts_->Proposal()), 0);
+    bool agreed = s.ok();
+    base = 0;
+    for (int j = 0; j < n && s.ok(); ++j) {
+      agreed = agreed && all[3 * j] == 1;
+      base = std::max(base, static_cast<uint32_t>(all[3 * j + 1]));
+    }
+    if (agreed) {
+      if (claimed) contexts_->Take(id);
+      break;
+    }
+    if (claimed) contexts_->Release(id);
+    if (!s.ok()) return error(s);
+    // A random pause, so that two Splits claiming the same ids part.
+    absl::SleepFor(absl::Microseconds(absl::Uniform(gen, 0, 100 << std::min(attempt, 7))));
   }
   if (color < 0) return std::unique_ptr<Communicator>();
-  if (base + color_index[color] >= static_cast<uint32_t>(kMaxContexts)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "split of group '", group_name(), "': more than ", kMaxContexts,
-        " communicators created over this endpoint; create groups once and reuse them"));
-  }
-  std::vector<std::pair<std::pair<int, int>, int>> chosen;  // ((key, old rank), transport rank)
-  for (int j = 0; j < n; ++j) {
-    if (all[3 * j] == color) chosen.push_back({{all[3 * j + 1], j}, members_[j]});
-  }
   std::sort(chosen.begin(), chosen.end());
   std::vector<int> members;
   for (auto& c : chosen) members.push_back(c.second);
   EngineOptions child = options_;
   child.comm.group_name = name;
   return std::unique_ptr<Communicator>(
-      new Engine(transport_, std::move(members), base + color_index[color], child, backend_name_));
+      new Engine(transport_, std::move(members), id, child, backend_name_, contexts_));
 }
 
 }  // namespace loom::comm::internal

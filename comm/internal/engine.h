@@ -15,7 +15,16 @@
 // sequence of their own (for descriptions only) and their messages carry the
 // user's tag in a separate tag space, so any amount of point-to-point
 // traffic leaves the collectives' numbering alone. Every message also
-// carries a signature of its call, checked by the receiver.
+// carries a signature of its call, checked by the receiver. An op rejected by
+// the argument checks still takes its number and aborts the communicator
+// (Scheduler::Reject): otherwise this rank's next op would pair with the
+// other ranks' rejected one.
+//
+// Context ids (the `ctx` of tags): a communicator's is unique among the
+// communicators over its transport endpoint that are alive or were before
+// (late messages of a destroyed one never reach a new one). Split chooses
+// them with the other members (see ContextIds in engine.cc), so concurrent
+// Splits of different communicators over one endpoint never share one.
 
 #include <cstdint>
 #include <memory>
@@ -35,10 +44,14 @@ struct EngineOptions {
   size_t small_bytes = 64 << 10;  // all-reduce switches to the ring above this
 };
 
+class ContextIds;
+
 class Engine : public Communicator {
  public:
   // `members[i]` is the transport rank of group rank i; this endpoint is one
-  // of them. `ctx` distinguishes this group's messages (see Split).
+  // of them. `ctx` distinguishes this group's messages (see Split). Every
+  // communicator over `transport` must descend (Split) from this one: the
+  // backends make one such root per endpoint.
   Engine(std::shared_ptr<Transport> transport, std::vector<int> members, uint32_t ctx,
          EngineOptions options, const char* backend_name);
   ~Engine() override;
@@ -76,10 +89,14 @@ class Engine : public Communicator {
   using Op = Scheduler::Op;
   class OpSteps;
 
+  // A child made by Split: shares `contexts` with its parent.
+  Engine(std::shared_ptr<Transport> transport, std::vector<int> members, uint32_t ctx,
+         EngineOptions options, const char* backend_name, std::shared_ptr<ContextIds> contexts);
+
   // Queues a collective (the next number of the collective sequence), its
   // messages signed with `sig`; `run` runs its algorithm. `timeout`: the
   // op's limit; zero means CommOptions::timeout.
-  // (A template defined and used in engine.cc: one allocation per op.)
+  // (A template defined and used in engine.cc.)
   template <typename Run>
   WorkPtr Collective(const char* name, uint32_t sig, Run run,
                      absl::Duration timeout = absl::ZeroDuration());
@@ -87,14 +104,22 @@ class Engine : public Communicator {
   // sequence). `wait_sends`: false for a single Send, which then completes
   // in the background.
   WorkPtr PointToPoint(const char* name, std::vector<P2POp> ops, bool wait_sends);
-  WorkPtr Fail(const char* name, absl::Status status);
+  // An op whose arguments failed the checks: it takes the next number of
+  // `sequence` (next_seq_ or next_p2p_seq_) and aborts the communicator.
+  WorkPtr Fail(const char* name, uint32_t& sequence, absl::Status status);
 
   // Sends/receives all legs of one algorithm step of `op` and waits for them.
-  absl::Status Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs);
-  absl::Status P2P(Op& op, const std::vector<P2POp>& ops, bool wait_sends);
+  // `buffers` owns the op's tensors; when the wait fails, the requests not
+  // done are cancelled and the transport keeps `buffers` and the staging
+  // while it may still touch them (comm.h, FAILURE).
+  absl::Status Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs,
+                        const std::shared_ptr<const void>& buffers);
+  // The same for point-to-point ops (`ops` owns their tensors).
+  absl::Status P2P(Op& op, const std::shared_ptr<const std::vector<P2POp>>& ops, bool wait_sends);
   char* Stage(int i, size_t bytes);
 
   std::shared_ptr<Transport> transport_;
+  std::shared_ptr<ContextIds> contexts_;  // shared by every Engine over transport_
   std::vector<int> members_;
   int rank_ = 0;
   uint32_t ctx_;

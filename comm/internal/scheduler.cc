@@ -15,6 +15,12 @@ struct SchedulerLink {
   Scheduler::Names names;
 };
 
+// A waiting thread's naps between tries (helping, polling sends): a tenth of
+// the wait so far, within these bounds. A wait then lasts at most about a
+// tenth longer than the operation, and a long one wakes ~1000 times a second.
+const absl::Duration kMinNap = absl::Microseconds(20);
+const absl::Duration kMaxNap = absl::Milliseconds(1);
+
 class ScheduledWork : public Work {
  public:
   ScheduledWork(const char* name, uint32_t seq, absl::Duration op_timeout,
@@ -33,26 +39,29 @@ class ScheduledWork : public Work {
   bool Done() const { return done_.load(std::memory_order_acquire); }
   absl::Status Wait(absl::Duration timeout) override {
     if (Done()) return status_;
-    const absl::Time deadline = absl::Now() + timeout;
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + timeout;
     for (;;) {
-      if (Done()) break;
-      bool helped = false;
       if (link_) {
         std::lock_guard<std::mutex> hl(link_->mu);
-        if (link_->scheduler) helped = link_->scheduler->HelpUntil(this, deadline);
+        if (link_->scheduler) link_->scheduler->Help(this, deadline);
       }
       std::unique_lock<std::mutex> l(mu_);
       if (Done()) break;
-      absl::Time now = absl::Now();
+      const absl::Time now = absl::Now();
       if (now >= deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat(Describe(), " did not finish within ", absl::FormatDuration(timeout),
                          " of waiting (the operation's own limit is ",
                          absl::FormatDuration(op_timeout_), " once it starts)"));
       }
-      // Another thread is executing: wait for it (briefly, then help again).
-      absl::Duration slice = std::min(deadline - now, absl::Milliseconds(helped ? 0 : 2));
-      cv_.wait_for(l, absl::ToChronoNanoseconds(slice), [&] { return Done(); });
+      // Nothing more to do here for now: the op runs on another thread, is
+      // queued behind ops that could outlast this wait (the worker runs
+      // them), or is a send waiting for its receive. Sleep until it finishes
+      // (Finish wakes us) or for a nap, then help and poll again.
+      const absl::Duration nap = std::clamp((now - start) / 10, kMinNap, kMaxNap);
+      cv_.wait_for(l, absl::ToChronoNanoseconds(std::min(deadline - now, nap)),
+                   [&] { return Done(); });
     }
     return status_;
   }
@@ -92,6 +101,10 @@ namespace {
 
 const absl::Duration kWorkerGrace = absl::Microseconds(200);
 const absl::Duration kWorkerPeriod = absl::Milliseconds(5);
+// The worker polls pending sends every kMinSendPoll at first, twice as long
+// after each poll that finishes none, up to kMaxSendPoll.
+const absl::Duration kMinSendPoll = absl::Microseconds(50);
+const absl::Duration kMaxSendPoll = absl::Milliseconds(1);
 
 absl::Status ShutDown(const ScheduledWork& work) {
   return absl::CancelledError(absl::StrCat(work.Describe(), ": communicator shut down"));
@@ -129,6 +142,22 @@ WorkPtr Scheduler::Enqueue(const char* name, uint32_t seq, std::function<absl::S
                            absl::Duration timeout) {
   if (timeout <= absl::ZeroDuration()) timeout = timeout_;
   auto work = std::make_shared<ScheduledWork>(name, seq, timeout, link_);
+  return Push(Op{work, seq, std::move(run), absl::Now(), timeout});
+}
+
+WorkPtr Scheduler::Reject(const char* name, uint32_t seq, absl::Status error) {
+  auto work = std::make_shared<ScheduledWork>(name, seq, timeout_, link_);
+  // The abort names the op; the handle keeps the checks' own message.
+  absl::Status abort(error.code(), absl::StrCat(work->Describe(), ": ", error.message()));
+  work->Finish(std::move(error));
+  // A marker that fails when reached in issue order (Finish is a no-op on
+  // the finished handle; RunOp records the abort). It takes no time, so any
+  // waiter may run it (no limit).
+  return Push(Op{work, seq, [abort](Op&) { return abort; }, absl::Now(), absl::ZeroDuration()});
+}
+
+WorkPtr Scheduler::Push(Op op) {
+  std::shared_ptr<ScheduledWork> work = op.work;
   bool was_empty;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -137,7 +166,7 @@ WorkPtr Scheduler::Enqueue(const char* name, uint32_t seq, std::function<absl::S
       return work;
     }
     was_empty = queue_.empty();
-    queue_.push_back(Op{work, seq, std::move(run), absl::Now(), timeout});
+    queue_.push_back(std::move(op));
   }
   // No wake-up per op (a context switch per op costs milliseconds on a busy
   // machine): the waiting thread usually runs it. The worker is woken when an
@@ -157,12 +186,16 @@ void Scheduler::MaybeWakeWorker() {
 }
 
 void Scheduler::WorkerLoop() {
+  absl::Duration send_poll = kMinSendPoll;
   for (;;) {
     {
       std::unique_lock<std::mutex> l(mu_);
       while (queue_.empty() && !stopping_) {
         if (num_pending_ > 0) {
-          cv_.wait_for(l, std::chrono::microseconds(50));
+          // Only polling tells when a send's receive was posted: often at
+          // first, less often while none finishes (a send waiting on a slow
+          // pipeline stage costs no core).
+          cv_.wait_for(l, absl::ToChronoNanoseconds(send_poll));
           break;
         }
         cv_.wait_for(l, absl::ToChronoNanoseconds(kWorkerPeriod));
@@ -186,9 +219,10 @@ void Scheduler::WorkerLoop() {
       cv_.wait_for(l, std::chrono::microseconds(500));
       continue;
     }
-    while (RunNext()) {
-    }
-    PollPendingSends(true);
+    bool progressed = false;
+    while (RunNext()) progressed = true;  // new ops may have left sends to poll
+    if (PollPendingSends()) progressed = true;
+    send_poll = progressed ? kMinSendPoll : std::min(2 * send_poll, kMaxSendPoll);
   }
   // Shutting down: fail what is left.
   std::lock_guard<std::mutex> ex(exec_mu_);
@@ -206,22 +240,25 @@ void Scheduler::WorkerLoop() {
   num_pending_ = 0;
 }
 
-bool Scheduler::HelpUntil(ScheduledWork* work, absl::Time wait_deadline) {
-  // Running an op inline blocks until the op ends (or its own deadline): only
-  // do it when this wait would last that long anyway.
-  if (wait_deadline < absl::Now() + timeout_) return false;
+void Scheduler::Help(ScheduledWork* work, absl::Time wait_deadline) {
   std::unique_lock<std::mutex> ex(exec_mu_, std::try_to_lock);
-  if (!ex.owns_lock()) return false;
-  while (!work->Done() && RunNext()) {
+  if (!ex.owns_lock()) return;  // another thread is executing
+  // Running an op inline blocks until it ends, at worst at its own limit:
+  // RunNext takes only ops that end by then before this wait does, so a
+  // Wait(timeout) never lasts longer by running the ops queued before its own.
+  while (!work->Done() && RunNext(wait_deadline)) {
   }
-  return true;
+  PollPendingSends();  // `work` may be a send left to the background
+  ex.unlock();
+  if (!work->Done()) MaybeWakeWorker();  // ops this wait left to the worker
 }
 
-bool Scheduler::RunNext() {
+bool Scheduler::RunNext(absl::Time must_end_by) {
   Op op;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (queue_.empty() || stopping_) return false;
+    if (aborted_.ok() && absl::Now() + queue_.front().timeout > must_end_by) return false;
     op = std::move(queue_.front());
     queue_.pop_front();
     if (!aborted_.ok()) {
@@ -233,7 +270,7 @@ bool Scheduler::RunNext() {
     }
   }
   RunOp(op);
-  PollPendingSends(false);
+  PollPendingSends();
   return true;
 }
 
@@ -256,15 +293,18 @@ void Scheduler::FinishInBackground(Op& op, std::unique_ptr<TransportReq> req, in
   cv_.notify_all();  // the worker progresses it
 }
 
-void Scheduler::PollPendingSends(bool force_deadline_check) {
-  if (pending_sends_.empty()) return;
+bool Scheduler::PollPendingSends() {
+  if (pending_sends_.empty()) return false;
   std::vector<TransportReq*> reqs;
   for (PendingSend& p : pending_sends_) reqs.push_back(p.req.get());
   transport_->Test(reqs);
   absl::Time now = absl::Now();
   std::vector<PendingSend> keep;
   for (PendingSend& p : pending_sends_) {
-    if (p.req->done) {
+    // Any thread progressing the transport may have completed the send (a
+    // sibling communicator's, too): `done` is loaded with acquire before
+    // `status` is read (transport.h).
+    if (p.req->done.load(std::memory_order_acquire)) {
       p.work->Finish(p.req->status.ok()
                          ? absl::OkStatus()
                          : absl::Status(p.req->status.code(),
@@ -284,8 +324,10 @@ void Scheduler::PollPendingSends(bool force_deadline_check) {
       keep.push_back(std::move(p));
     }
   }
+  const bool finished = keep.size() < pending_sends_.size();
   pending_sends_.swap(keep);
   num_pending_ = static_cast<int>(pending_sends_.size());
+  return finished;
 }
 
 }  // namespace loom::comm::internal

@@ -6,15 +6,19 @@
 // knows nothing of what an operation does.
 //  * Queueing: operations run one at a time, in issue order.
 //  * Helping: a thread waiting on a handle runs the queued operations itself,
-//    up to its own (no hand-off latency), when its wait would last as long as
-//    an operation may anyway.
+//    up to its own (no hand-off latency), each only if it ends (at its own
+//    limit) before the wait does, and polls the sends left to the
+//    background. Between tries it sleeps until the handle finishes or for a
+//    nap that grows with the wait: waiting costs no core.
 //  * Async progress: a worker thread per communicator runs what nobody waits
 //    for, once it has sat unclaimed for a grace period (no wake-up per op),
-//    and progresses sends that finish in the background.
+//    and polls sends that finish in the background (less often the longer
+//    none finishes).
 //  * Deadlines: an operation's limit counts from when it starts; a send left
 //    to the background keeps its deadline.
 //  * Abort: the first failure aborts the scheduler; later operations fail
-//    with FailedPrecondition naming it. Shutdown cancels what is left.
+//    with FailedPrecondition naming it. An argument error (Reject) aborts it
+//    from its place in the queue. Shutdown cancels what is left.
 
 #include <atomic>
 #include <condition_variable>
@@ -68,6 +72,13 @@ class Scheduler {
   WorkPtr Enqueue(const char* name, uint32_t seq, std::function<absl::Status(Op&)> run,
                   absl::Duration timeout = absl::ZeroDuration());
 
+  // An operation that failed its argument checks, numbered `seq` like the
+  // others: its handle fails at once with `error`. It still aborts the
+  // scheduler, in issue order (operations queued before it run; later ones
+  // fail naming it): the other ranks' operation with this number can never
+  // complete, and this rank's next one must not pair with it.
+  WorkPtr Reject(const char* name, uint32_t seq, absl::Status error);
+
   // Called by a running op: its send `req` (to group rank `peer`) completes
   // in the background; the op's handle finishes with it, or fails at the
   // op's deadline. The op returns right after.
@@ -82,15 +93,20 @@ class Scheduler {
  private:
   friend class ScheduledWork;
 
+  WorkPtr Push(Op op);
   void WorkerLoop();
-  // Caller holds exec_mu_. Runs the next queued op; false if none.
-  bool RunNext();
+  // Caller holds exec_mu_. Runs the next queued op (or fails it, once
+  // aborted); false if there is none, or if it might not end (at its own
+  // limit) by `must_end_by`.
+  bool RunNext(absl::Time must_end_by = absl::InfiniteFuture());
   void RunOp(Op& op);
-  void PollPendingSends(bool force_deadline_check);
-  // Called by a thread waiting on `work` until `wait_deadline`: if no other
-  // thread is executing and the wait outlasts an op's timeout, runs queued
-  // operations until `work` is done. False if it did not.
-  bool HelpUntil(ScheduledWork* work, absl::Time wait_deadline);
+  // Caller holds exec_mu_. Finishes the sends left to the background that
+  // are done or past their deadline; true if any finished.
+  bool PollPendingSends();
+  // Called by a thread waiting on `work` until `wait_deadline`, between
+  // naps: if no other thread is executing, runs the queued operations up to
+  // `work` that end by `wait_deadline`, and polls the pending sends.
+  void Help(ScheduledWork* work, absl::Time wait_deadline);
   // Wakes the worker if the oldest queued op has waited past the grace period.
   void MaybeWakeWorker();
 

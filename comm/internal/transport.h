@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,10 +40,19 @@ struct TransportReq {
   uint64_t tag = 0;      // full tag; for a recv, the expected signature is in it
   void* buf = nullptr;   // send: read until done; recv: written
   size_t bytes = 0;      // recv: the exact length expected
-  // Completion (written by the transport):
-  bool done = false;
+  // Completion, written by the transport, maybe on another thread: any
+  // progress call on this endpoint (a sibling communicator's too) may
+  // complete any request. The hand-off: the transport writes `status` (and
+  // clears `impl`), then stores `done` (release), and touches neither the
+  // request nor its buffer after that; readers load `done` (acquire) before
+  // they read `status` or free the request.
+  std::atomic<bool> done{false};
   absl::Status status;   // recv: signature/length mismatch, peer failure, ...
   void* impl = nullptr;  // transport-private
+  // Owns `buf` (the op's tensors, staging) for a request given up before it
+  // is done: Cancel hands it to the transport, which holds it while it may
+  // still touch `buf`. Set by whoever may cancel the request.
+  std::shared_ptr<const void> keep_alive;
 };
 
 class Transport {
@@ -55,15 +65,18 @@ class Transport {
   // Non-blocking progress; marks finished requests done.
   virtual void Test(const std::vector<TransportReq*>& reqs) = 0;
   // Blocks until every request is done (OK; look at each status), the
-  // deadline passes (DeadlineExceeded; unfinished requests are cancelled and
-  // stay !done) or `abort` becomes true (Cancelled).
+  // deadline passes (DeadlineExceeded) or `abort` becomes true (Cancelled),
+  // whatever other traffic the endpoint has. Cancels nothing: the caller
+  // cancels every request that is not done before it frees it.
   virtual absl::Status WaitAll(const std::vector<TransportReq*>& reqs, absl::Time deadline,
                                const std::atomic<bool>& abort) = 0;
-  // Abandons a request that will never be waited for again.
+  // Gives up a request that is not done (no-op if it is). From the return
+  // on, the transport never touches `req` (the caller may free it); it takes
+  // `req->keep_alive` and holds it while it may still touch `buf`: until the
+  // underlying operation completes or its cancellation is confirmed (a
+  // receive not yet matched: at once; a send, or a receive whose message is
+  // arriving: when it ends), at the latest until the transport is destroyed.
   virtual void Cancel(TransportReq* req) = 0;
-
-  // Context ids used by communicators over this endpoint (see Split).
-  std::atomic<uint32_t> next_ctx{2};
 };
 
 }  // namespace loom::comm::internal

@@ -66,7 +66,6 @@ class LocalTransport : public internal::Transport {
       Message m = std::move(it->second.front());
       it->second.pop_front();
       if (it->second.empty()) box.queues.erase(it);
-      r->done = true;
       if (internal::TagSig(m.tag) != internal::TagSig(r->tag)) {
         r->status = absl::InvalidArgumentError(absl::StrFormat(
             "the peer issued a different call (signature %05x, this rank expected %05x): every "
@@ -80,6 +79,7 @@ class LocalTransport : public internal::Transport {
       } else if (r->bytes) {
         std::memcpy(r->buf, m.data.data(), r->bytes);
       }
+      r->done.store(true, std::memory_order_release);  // last (transport.h)
     }
   }
 

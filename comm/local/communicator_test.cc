@@ -2,6 +2,8 @@
 // threads.
 #include "comm/local/communicator.h"
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "comm/testing/conformance.h"
 #include "comm/testing/ranks_as_threads.h"
@@ -64,6 +66,20 @@ TEST(LocalDeadPeer, OthersFailWithinTimeout) {
   }
 }
 
+// Issue #14, item 2: the conformance suite's failed-op case (comm.h,
+// FAILURE): a failed op's buffers, later ops after it.
+TEST(LocalFailure, FailedOpKeepsBuffers) {
+  for (int n : {2, 3}) {
+    LocalOptions o;
+    o.comm.timeout = absl::Seconds(1);
+    std::vector<absl::Status> st = RunWorld(
+        n, [&](Communicator& c) { return testing::FailedOpKeepsBuffers(c, o.comm.timeout); }, o);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(st[r].ok()) << "world " << n << " rank " << r << ": " << st[r];
+    }
+  }
+}
+
 TEST(LocalCreate, BadArguments) {
   MemoryStore store;
   EXPECT_EQ(Create(2, 2, store).status().code(), absl::StatusCode::kInvalidArgument);
@@ -119,6 +135,63 @@ TEST(LocalWork, BarrierWithinOutlastsTheOpTimeout) {
 
 namespace loom::comm::local {
 namespace {
+
+// Issue #14, item 10b: two Splits running at once over one transport (on
+// ranks 0 and 1, of parents X = {0,1,2} and Y = {0,1,3}) used to read the
+// same free context id and both take it: the children, which share ranks 0
+// and 1, then took each other's messages. Ranks 2 and 3 come late, so on
+// ranks 0 and 1 both splits choose while the other is in flight. Each child
+// must see only its own group's data.
+TEST(LocalSplit, ConcurrentSplitsPickDistinctContexts) {
+  LocalOptions o;
+  o.comm.timeout = absl::Seconds(20);
+  std::vector<absl::Status> st = RunWorld(
+      4,
+      [](Communicator& world) -> absl::Status {
+        const int r = world.rank();
+        auto x = world.Split(r == 3 ? -1 : 0, r, "x");
+        if (!x.ok()) return x.status();
+        auto y = world.Split(r == 2 ? -1 : 0, r, "y");
+        if (!y.ok()) return y.status();
+        if (r >= 2) absl::SleepFor(absl::Milliseconds(200));
+        // In the child of `parent`: all-gathers of (salt, group rank, k).
+        auto run = [](Communicator* parent, int salt, absl::Status* out) {
+          if (parent == nullptr) return;
+          auto child = parent->Split(0, parent->rank(), absl::StrCat("child_of_", salt));
+          if (!child.ok()) {
+            *out = child.status();
+            return;
+          }
+          Communicator& g = **child;
+          for (int k = 0; k < 20 && out->ok(); ++k) {
+            auto in = core::Tensor::Empty({3}, core::DType::kI32);
+            auto all = core::Tensor::Empty({3 * g.size()}, core::DType::kI32);
+            int32_t* mine = in->data<int32_t>();
+            mine[0] = salt;
+            mine[1] = g.rank();
+            mine[2] = k;
+            *out = g.AllGather(*in, *all)->Wait(absl::Seconds(20));
+            for (int q = 0; q < g.size() && out->ok(); ++q) {
+              const int32_t* got = all->data<int32_t>() + 3 * q;
+              if (got[0] != salt || got[1] != q || got[2] != k) {
+                *out = absl::InternalError(absl::StrCat(
+                    "group '", g.group_name(), "' all_gather ", k, ": block ", q, " is (", got[0],
+                    ", ", got[1], ", ", got[2], "), expected (", salt, ", ", q, ", ", k,
+                    "): another group's message"));
+              }
+            }
+          }
+        };
+        absl::Status sx, sy;
+        std::thread tx(run, x->get(), 1, &sx);
+        std::thread ty(run, y->get(), 2, &sy);
+        tx.join();
+        ty.join();
+        return sx.ok() ? sy : sx;
+      },
+      o);
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+}
 
 // The ring all-reduce at every size (and the small-message algorithms at the
 // multi-MiB size) agree with the expectations too.

@@ -3,11 +3,14 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,17 +36,62 @@ void UserOp(void* in, void* inout, int* len, MPI_Datatype*) {
   internal::ReduceInto(inout, in, static_cast<size_t>(*len), D, Op);
 }
 
+// Requests that no handle watches any more (a failed op, a dropped handle)
+// and every buffer they may still touch: the op's tensors and its staging.
+struct Abandoned {
+  std::vector<MPI_Request> reqs;  // MPI_REQUEST_NULL once complete
+  std::vector<Tensor> tensors;
+  std::vector<char> scratch;
+  // false after an MPI error: which requests are still valid is unknown, so
+  // they are never tested again (and their buffers never freed).
+  bool testable = true;
+};
+
+// Buffers MPI may use for the rest of the process (MPI is never finalized
+// after a failure): never freed, but reachable, so leak checkers stay quiet.
+std::vector<Abandoned>& KeptForever() {
+  static auto* kept = new std::vector<Abandoned>();
+  return *kept;
+}
+
 struct Runtime {
-  std::mutex mu;  // every MPI call
+  std::mutex mu;  // every MPI call, and everything below
+  // One Split of this process at a time (see MpiCommunicator::Split).
+  std::timed_mutex split_mu;
+  // An op failed (timeout, MPI error): a peer may be dead, and MPI_Finalize
+  // would then hang; it is skipped.
   bool poisoned = false;
   MPI_Op half_ops[2][5];  // [bf16, f16][op]
-  ~Runtime() {
-    if (!poisoned) {
-      for (auto& row : half_ops) {
-        for (MPI_Op& op : row) MPI_Op_free(&op);
+  // Kept until MPI completes (or cancels) their requests; see MpiWork.
+  std::vector<Abandoned> abandoned;
+
+  // Lets go of what MPI is done with (mu held). Cheap when nothing is
+  // abandoned: every poll calls it.
+  void SweepLocked() {
+    if (abandoned.empty()) return;
+    for (auto it = abandoned.begin(); it != abandoned.end();) {
+      int flag = 0;
+      if (it->testable && MPI_Testall(static_cast<int>(it->reqs.size()), it->reqs.data(), &flag,
+                                      MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+        it->testable = false;
+        poisoned = true;
       }
-      MPI_Finalize();
+      it = flag ? abandoned.erase(it) : it + 1;
     }
+  }
+
+  ~Runtime() {
+    SweepLocked();
+    if (poisoned) {
+      for (Abandoned& a : abandoned) KeptForever().push_back(std::move(a));
+      return;
+    }
+    for (auto& row : half_ops) {
+      for (MPI_Op& op : row) MPI_Op_free(&op);
+    }
+    // Requests still pending (a collective some peer never joined, an
+    // unmatched send) end here; only then are their buffers freed.
+    MPI_Finalize();
   }
 };
 
@@ -100,6 +148,14 @@ struct CommState {
   }
 };
 
+// One op's requests. The contract (comm.h) on failure: the communicator is
+// aborted, and every buffer MPI may still touch stays alive until MPI is
+// done with it. A failed op's requests may stay pending in MPI (a late peer
+// still writes into them), so its tensors and staging go, with the requests,
+// to Runtime::abandoned, which releases them once MPI completes them:
+// receives are cancelled first; sends and collectives cannot be, and
+// complete when the peers arrive, or never (their memory is then kept for
+// the life of the process). A dropped handle of a running op does the same.
 class MpiWork : public Work {
  public:
   // `timeout`: the op's own limit (zero: the communicator's).
@@ -109,18 +165,32 @@ class MpiWork : public Work {
         desc_(std::move(desc)),
         timeout_(timeout > absl::ZeroDuration() ? timeout : st_->timeout),
         deadline_(absl::Now() + timeout_) {}
+  ~MpiWork() override {
+    if (reqs.empty()) return;  // finished, never posted, or already abandoned
+    std::lock_guard<std::mutex> l(st_->rt->mu);
+    AbandonLocked();
+  }
 
-  // Called with rt->mu held, after issuing.
+  // Set while issuing (rt->mu held). Unposted requests are MPI_REQUEST_NULL.
   std::vector<MPI_Request> reqs;
   std::vector<int> expect_elems;      // recv legs: elements expected (-1: not a recv)
   std::vector<MPI_Datatype> recv_types;
   std::function<void()> on_success;   // post-processing (avg, copies)
   std::vector<char> scratch;          // per-op staging (in-place reduce-scatter)
+  std::vector<Tensor> keep;           // the op's tensors, referenced while MPI may use them
   std::vector<MPI_Status> statuses;
 
   void FailNow(absl::Status s) {
     done_ = true;
     status_ = std::move(s);
+  }
+
+  // Fails the op and aborts the communicator with its error (rt->mu held);
+  // its requests, if any are pending, are abandoned.
+  void FailAndAbortLocked(absl::Status s) {
+    FailNow(std::move(s));
+    if (st_->aborted.ok()) st_->aborted = status_;
+    AbandonLocked();
   }
 
   bool Poll() override {
@@ -150,11 +220,36 @@ class MpiWork : public Work {
   std::string Describe() const override { return desc_; }
 
  private:
+  // Hands the pending requests and the buffers they may touch to the
+  // runtime (rt->mu held); receives are cancelled.
+  void AbandonLocked() {
+    bool pending = false;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i] == MPI_REQUEST_NULL) continue;
+      pending = true;
+      if (i < expect_elems.size() && expect_elems[i] >= 0) MPI_Cancel(&reqs[i]);
+    }
+    if (pending) {
+      st_->rt->abandoned.push_back(
+          Abandoned{std::move(reqs), std::move(keep), std::move(scratch), true});
+    }
+    Release();
+  }
+
+  void Release() {
+    reqs.clear();
+    keep.clear();
+    scratch.clear();
+    on_success = nullptr;  // holds tensors too
+  }
+
   bool PollLocked(bool check_deadline) {
     if (done_) return true;
+    st_->rt->SweepLocked();
     if (!st_->aborted.ok()) {
       FailNow(absl::FailedPreconditionError(absl::StrCat(
           desc_, ": the communicator was aborted by an earlier error: ", st_->aborted.message())));
+      AbandonLocked();
       return true;
     }
     int flag = 0;
@@ -173,15 +268,20 @@ class MpiWork : public Work {
       FailNow(absl::InternalError(absl::StrCat(desc_, ": MPI error: ", detail)));
       st_->aborted = status_;
       st_->rt->poisoned = true;
+      // Which requests are still valid is unknown: never test them again.
+      KeptForever().push_back(
+          Abandoned{std::move(reqs), std::move(keep), std::move(scratch), false});
+      Release();
       return true;
     }
     if (flag) {
+      reqs.clear();  // all complete
       for (size_t i = 0; i < expect_elems.size(); ++i) {
         if (expect_elems[i] < 0) continue;
         int got = 0;
         MPI_Get_count(&statuses[i], recv_types[i], &got);
         if (got != expect_elems[i]) {
-          FailNow(absl::InvalidArgumentError(
+          FailAndAbortLocked(absl::InvalidArgumentError(
               absl::StrCat(desc_, ": received ", got, " elements from rank ",
                            statuses[i].MPI_SOURCE, ", expected ", expect_elems[i],
                            " (element counts differ across ranks)")));
@@ -189,15 +289,15 @@ class MpiWork : public Work {
         }
       }
       if (on_success) on_success();
+      Release();
       done_ = true;
       return true;
     }
     if (check_deadline && absl::Now() >= deadline_) {
-      FailNow(absl::DeadlineExceededError(absl::StrCat(
+      st_->rt->poisoned = true;  // pending requests: MPI_Finalize would hang
+      FailAndAbortLocked(absl::DeadlineExceededError(absl::StrCat(
           desc_, " timed out after ", absl::FormatDuration(timeout_),
           ": ranks that did not arrive: unknown (MPI cannot report which ranks are missing)")));
-      st_->aborted = status_;
-      st_->rt->poisoned = true;  // pending requests: MPI_Finalize would hang
     }
     return done_;
   }
@@ -223,9 +323,8 @@ class MpiCommunicator : public Communicator {
 
   WorkPtr AllReduce(const Tensor& in, const Tensor& out, ReduceOp op) override {
     if (auto s = internal::CheckAllReduce(in, out, device()); !s.ok()) return Fail("all_reduce", s);
-    return Issue("all_reduce", in.numel(), [&](MpiWork& w) {
+    return Issue("all_reduce", {in, out}, in.numel(), [&](MpiWork& w) {
       const void* src = in.raw_data() == out.raw_data() ? MPI_IN_PLACE : in.raw_data();
-      w.reqs.resize(1);
       AddAvg(w, out, op);
       return MPI_Iallreduce(src, out.raw_data(), static_cast<int>(in.numel()),
                             TypeOf(in.dtype()), st_->OpFor(in.dtype(), op), st_->comm,
@@ -237,11 +336,10 @@ class MpiCommunicator : public Communicator {
     if (auto s = internal::CheckBroadcast(in, out, root, size(), device()); !s.ok()) {
       return Fail("broadcast", s);
     }
-    return Issue("broadcast", in.numel(), [&](MpiWork& w) {
+    return Issue("broadcast", {in, out}, in.numel(), [&](MpiWork& w) {
       if (rank() == root && in.raw_data() != out.raw_data()) {
         std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
       }
-      w.reqs.resize(1);
       return MPI_Ibcast(out.raw_data(), static_cast<int>(out.numel()), TypeOf(out.dtype()), root,
                         st_->comm, &w.reqs[0]);
     });
@@ -251,10 +349,9 @@ class MpiCommunicator : public Communicator {
     if (auto s = internal::CheckReduce(in, out, root, size(), device()); !s.ok()) {
       return Fail("reduce", s);
     }
-    return Issue("reduce", in.numel(), [&](MpiWork& w) {
+    return Issue("reduce", {in, out}, in.numel(), [&](MpiWork& w) {
       const bool at_root = rank() == root;
       const void* src = at_root && in.raw_data() == out.raw_data() ? MPI_IN_PLACE : in.raw_data();
-      w.reqs.resize(1);
       if (at_root) AddAvg(w, out, op);
       return MPI_Ireduce(src, at_root ? out.raw_data() : nullptr, static_cast<int>(in.numel()),
                          TypeOf(in.dtype()), st_->OpFor(in.dtype(), op), root, st_->comm,
@@ -266,10 +363,9 @@ class MpiCommunicator : public Communicator {
     if (auto s = internal::CheckAllGather(in, out, rank(), size(), device()); !s.ok()) {
       return Fail("all_gather", s);
     }
-    return Issue("all_gather", out.numel(), [&](MpiWork& w) {
+    return Issue("all_gather", {in, out}, out.numel(), [&](MpiWork& w) {
       char* slot = static_cast<char*>(out.raw_data()) + rank() * in.nbytes();
       const void* src = in.raw_data() == slot ? MPI_IN_PLACE : in.raw_data();
-      w.reqs.resize(1);
       MPI_Datatype t = TypeOf(in.dtype());
       int n = static_cast<int>(in.numel());
       return MPI_Iallgather(src, n, t, out.raw_data(), n, t, st_->comm, &w.reqs[0]);
@@ -280,7 +376,7 @@ class MpiCommunicator : public Communicator {
     if (auto s = internal::CheckReduceScatter(in, out, rank(), size(), device()); !s.ok()) {
       return Fail("reduce_scatter", s);
     }
-    return Issue("reduce_scatter", in.numel(), [&](MpiWork& w) {
+    return Issue("reduce_scatter", {in, out}, in.numel(), [&](MpiWork& w) {
       const bool in_place =
           out.raw_data() == static_cast<char*>(in.raw_data()) + rank() * out.nbytes();
       void* dst = out.raw_data();
@@ -293,7 +389,6 @@ class MpiCommunicator : public Communicator {
         w.on_success = [wp, o, bytes] { std::memcpy(o.raw_data(), wp->scratch.data(), bytes); };
       }
       AddAvg(w, out, op);
-      w.reqs.resize(1);
       return MPI_Ireduce_scatter_block(in.raw_data(), dst, static_cast<int>(out.numel()),
                                        TypeOf(in.dtype()), st_->OpFor(in.dtype(), op), st_->comm,
                                        &w.reqs[0]);
@@ -304,30 +399,29 @@ class MpiCommunicator : public Communicator {
     if (auto s = internal::CheckAllToAll(in, out, size(), device()); !s.ok()) {
       return Fail("all_to_all", s);
     }
-    return Issue("all_to_all", in.numel(), [&](MpiWork& w) {
+    return Issue("all_to_all", {in, out}, in.numel(), [&](MpiWork& w) {
       const void* src = in.raw_data() == out.raw_data() ? MPI_IN_PLACE : in.raw_data();
       int n = static_cast<int>(in.numel() / size());
       MPI_Datatype t = TypeOf(in.dtype());
-      w.reqs.resize(1);
       return MPI_Ialltoall(src, n, t, out.raw_data(), n, t, st_->comm, &w.reqs[0]);
     });
   }
 
   WorkPtr Send(const Tensor& t, int peer, int tag) override {
     if (auto s = internal::CheckP2P("send", t, peer, tag, rank(), size(), device()); !s.ok()) {
-      return Fail("send", s);
+      return Fail("send", s, /*point_to_point=*/true);
     }
     return BatchImpl("send", {{P2POp::Kind::kSend, t, peer, tag}});
   }
   WorkPtr Recv(const Tensor& t, int peer, int tag) override {
     if (auto s = internal::CheckP2P("recv", t, peer, tag, rank(), size(), device()); !s.ok()) {
-      return Fail("recv", s);
+      return Fail("recv", s, /*point_to_point=*/true);
     }
     return BatchImpl("recv", {{P2POp::Kind::kRecv, t, peer, tag}});
   }
   WorkPtr BatchSendRecv(const std::vector<P2POp>& ops) override {
     if (auto s = internal::CheckBatch(ops, rank(), size(), device()); !s.ok()) {
-      return Fail("batch_send_recv", s);
+      return Fail("batch_send_recv", s, /*point_to_point=*/true);
     }
     return BatchImpl("batch_send_recv", ops);
   }
@@ -335,30 +429,86 @@ class MpiCommunicator : public Communicator {
   WorkPtr Barrier() override { return BarrierWithin(absl::ZeroDuration()); }
   WorkPtr BarrierWithin(absl::Duration op_timeout) override {
     return Issue(
-        "barrier", 0,
-        [&](MpiWork& w) {
-          w.reqs.resize(1);
-          return MPI_Ibarrier(st_->comm, &w.reqs[0]);
-        },
+        "barrier", {}, 0, [&](MpiWork& w) { return MPI_Ibarrier(st_->comm, &w.reqs[0]); },
         op_timeout);
   }
 
+  // No blocking MPI_Comm_split (it waited for every rank with no limit while
+  // holding the process-wide MPI lock, freezing every other wait of the
+  // process). Instead: (1) every rank's (color, key) through a non-blocking
+  // all-gather, waited for like any collective (the lock is held only per
+  // poll; at the op timeout the split fails with DeadlineExceeded and this
+  // communicator is aborted); (2) the child over exactly its members with
+  // MPI_Comm_create_group, which only they call. That call blocks (OpenMPI
+  // 4.1 has no non-blocking way to make a communicator over a subgroup), but
+  // only until the other members reach it: each has contributed to the
+  // all-gather, so it is inside this Split, and reaches the call without
+  // waiting on anyone, because a process runs one Split at a time
+  // (split_mu; so two threads' Splits cannot each hold up the other's
+  // members). Only a member that dies in between can stall it.
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
                                                        const std::string& name) override {
+    const std::string what = absl::StrCat("split of group '", st_->name, "' into '", name, "'");
+    auto error = [&](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+    };
+    std::unique_lock<std::timed_mutex> one_split(st_->rt->split_mu, std::defer_lock);
+    if (!one_split.try_lock_for(
+            absl::ToChronoMilliseconds(std::min(st_->timeout, absl::Hours(24))))) {
+      // Fails like the all-gather below would: it takes its number and
+      // aborts, so this rank's next collective never pairs with it.
+      absl::Status e = absl::DeadlineExceededError(absl::StrCat(
+          "another Split of this process did not finish within ",
+          absl::FormatDuration(st_->timeout)));
+      Fail("split", e);
+      return error(e);
+    }
+    const int n = size();
+    Tensor mine = *Tensor::Empty({2}, DType::kI32);
+    Tensor all = *Tensor::Empty({2 * static_cast<int64_t>(n)}, DType::kI32);
+    mine.data<int32_t>()[0] = color < 0 ? -1 : color;
+    mine.data<int32_t>()[1] = key;
+    absl::Status s = Issue("split", {mine, all}, 2 * static_cast<int64_t>(n), [&](MpiWork& w) {
+      return MPI_Iallgather(mine.raw_data(), 2, MPI_INT32_T, all.raw_data(), 2, MPI_INT32_T,
+                            st_->comm, &w.reqs[0]);
+    })->Wait();
+    if (!s.ok()) return error(s);
+    if (color < 0) return std::unique_ptr<Communicator>();
+    std::vector<std::pair<std::pair<int32_t, int>, int>> order;  // ((key, old rank), old rank)
+    for (int j = 0; j < n; ++j) {
+      const int32_t* cj = all.data<int32_t>() + 2 * j;
+      if (cj[0] == color) order.push_back({{cj[1], j}, j});
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<int> members;
+    for (const auto& m : order) members.push_back(m.second);
+
     std::lock_guard<std::mutex> l(st_->rt->mu);
     if (!st_->aborted.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat("split of group '", st_->name,
-                                                        "': aborted by an earlier error: ",
-                                                        st_->aborted.message()));
+      return error(absl::FailedPreconditionError(absl::StrCat(
+          "the communicator was aborted by an earlier error: ", st_->aborted.message())));
     }
-    MPI_Comm child;
-    int rc = MPI_Comm_split(st_->comm, color < 0 ? MPI_UNDEFINED : color, key, &child);
-    if (rc != MPI_SUCCESS) {
-      return absl::InternalError(absl::StrCat("split of group '", st_->name, "' into '", name,
-                                              "': MPI_Comm_split: ", MpiError(rc)));
+    MPI_Group parent_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+    MPI_Comm child = MPI_COMM_NULL;
+    int rc = MPI_Comm_group(st_->comm, &parent_group);
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Group_incl(parent_group, static_cast<int>(members.size()), members.data(), &group);
     }
-    if (child == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
-    return std::unique_ptr<Communicator>(new MpiCommunicator(Wrap(st_->rt, child, name, st_->timeout)));
+    // The tag is above every caller's (tags < kMaxTag): the creation's
+    // messages on this communicator never meet a caller's receive.
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(st_->comm, group, kMaxTag, &child);
+    if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+    if (parent_group != MPI_GROUP_NULL) MPI_Group_free(&parent_group);
+    if (rc != MPI_SUCCESS || child == MPI_COMM_NULL) {
+      // The members may now disagree about this communicator: abort it.
+      absl::Status e = error(absl::InternalError(absl::StrCat(
+          "MPI_Comm_create_group: ", rc == MPI_SUCCESS ? "no communicator" : MpiError(rc),
+          " (the parent communicator is now aborted)")));
+      st_->aborted = e;
+      return e;
+    }
+    return std::unique_ptr<Communicator>(
+        new MpiCommunicator(Wrap(st_->rt, child, name, st_->timeout)));
   }
 
   static std::shared_ptr<CommState> Wrap(std::shared_ptr<Runtime> rt, MPI_Comm comm,
@@ -375,8 +525,23 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  WorkPtr Fail(const char* what, absl::Status s) {
-    return CompletedWork(std::move(s), absl::StrCat(what, " in group '", st_->name, "'"));
+  std::string Describe(const char* what, uint64_t seq) const {
+    return absl::StrCat(what, " #", seq, " in group '", st_->name, "' (mpi backend, rank ", rank(),
+                        " of ", size(), ")");
+  }
+
+  // An argument error (comm.h): the handle fails with it, and the op still
+  // takes its sequence number and aborts the communicator. MPI matches
+  // collectives by issue order alone, so without the abort this rank's next
+  // op would pair with the other ranks' copy of the rejected one, silently
+  // when count and dtype agree.
+  WorkPtr Fail(const char* what, const absl::Status& s, bool point_to_point = false) {
+    const std::string desc = Describe(what, point_to_point ? st_->p2p_seq++ : st_->seq++);
+    std::lock_guard<std::mutex> l(st_->rt->mu);
+    if (st_->aborted.ok()) {
+      st_->aborted = absl::Status(s.code(), absl::StrCat(desc, ": ", s.message()));
+    }
+    return CompletedWork(s, desc);
   }
 
   void AddAvg(MpiWork& w, const Tensor& out, ReduceOp op) const {
@@ -390,37 +555,59 @@ class MpiCommunicator : public Communicator {
     };
   }
 
+  // `keep`: the op's tensors, referenced until MPI is done with them (see
+  // MpiWork). `start` posts the op's requests into w.reqs (sized to one,
+  // or more if it resizes them, with MPI_REQUEST_NULL for unposted ones).
   // `point_to_point`: numbered in the point-to-point sequence.
-  WorkPtr Issue(const char* what, int64_t count, const std::function<int(MpiWork&)>& start,
+  WorkPtr Issue(const char* what, std::vector<Tensor> keep, int64_t count,
+                const std::function<int(MpiWork&)>& start,
                 absl::Duration op_timeout = absl::ZeroDuration(), bool point_to_point = false) {
-    const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
-    auto w = std::make_shared<MpiWork>(
-        st_,
-        absl::StrCat(what, " #", seq, " in group '", st_->name, "' (mpi backend, rank ", rank(),
-                     " of ", size(), ")"),
-        op_timeout);
     if (count > INT_MAX) {
-      w->FailNow(absl::InvalidArgumentError(absl::StrCat(w->Describe(), ": ", count,
-                                                         " elements exceed MPI's int count")));
-      return w;
+      return Fail(what, absl::InvalidArgumentError(absl::StrCat(
+                            what, ": ", count, " elements exceed MPI's int count")),
+                  point_to_point);
     }
+    const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
+    auto w = std::make_shared<MpiWork>(st_, Describe(what, seq), op_timeout);
     std::lock_guard<std::mutex> l(st_->rt->mu);
+    st_->rt->SweepLocked();
     if (!st_->aborted.ok()) {
       w->FailNow(absl::FailedPreconditionError(absl::StrCat(
           w->Describe(), ": the communicator was aborted by an earlier error: ",
           st_->aborted.message())));
       return w;
     }
+    w->keep = std::move(keep);
+    w->reqs.assign(1, MPI_REQUEST_NULL);
     int rc = start(*w);
     if (rc != MPI_SUCCESS) {
-      w->FailNow(absl::InternalError(absl::StrCat(w->Describe(), ": ", MpiError(rc))));
+      // Legs posted before the error stay posted (cancelled if receives,
+      // kept alive in any case), so this rank no longer matches the others.
+      w->FailAndAbortLocked(absl::InternalError(
+          absl::StrCat(w->Describe(), ": ", MpiError(rc), " (the communicator is now aborted)")));
     }
     return w;
   }
 
   WorkPtr BatchImpl(const char* what, const std::vector<P2POp>& ops) {
-    return Issue(what, 0, [&](MpiWork& w) {
-      w.reqs.resize(ops.size());
+    // Every leg is checked before any is posted: a receive posted for a
+    // batch that then fails would take the next message with its tag (and
+    // every later one would shift by one).
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].tensor.numel() > INT_MAX) {
+        return Fail(what,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        what, ": leg ", i, " (",
+                        ops[i].kind == P2POp::Kind::kSend ? "send to" : "recv from", " rank ",
+                        ops[i].peer, ") has ", ops[i].tensor.numel(),
+                        " elements, more than MPI's int count")),
+                    /*point_to_point=*/true);
+      }
+    }
+    std::vector<Tensor> keep;
+    for (const P2POp& p : ops) keep.push_back(p.tensor);
+    return Issue(what, std::move(keep), 0, [&](MpiWork& w) {
+      w.reqs.assign(ops.size(), MPI_REQUEST_NULL);
       w.expect_elems.assign(ops.size(), -1);
       w.recv_types.assign(ops.size(), MPI_BYTE);
       // Receives first, so a batch that sends to and receives from the same
@@ -429,17 +616,16 @@ class MpiCommunicator : public Communicator {
         const P2POp& p = ops[i];
         if (p.kind != P2POp::Kind::kRecv) continue;
         MPI_Datatype t = TypeOf(p.tensor.dtype());
-        if (p.tensor.numel() > INT_MAX) return static_cast<int>(MPI_ERR_COUNT);
+        // Marked as a receive before posting: a failed batch cancels it.
+        w.expect_elems[i] = static_cast<int>(p.tensor.numel());
+        w.recv_types[i] = t;
         int rc = MPI_Irecv(p.tensor.raw_data(), static_cast<int>(p.tensor.numel()), t, p.peer,
                            p.tag, st_->comm, &w.reqs[i]);
         if (rc != MPI_SUCCESS) return rc;
-        w.expect_elems[i] = static_cast<int>(p.tensor.numel());
-        w.recv_types[i] = t;
       }
       for (size_t i = 0; i < ops.size(); ++i) {
         const P2POp& p = ops[i];
         if (p.kind != P2POp::Kind::kSend) continue;
-        if (p.tensor.numel() > INT_MAX) return static_cast<int>(MPI_ERR_COUNT);
         int rc = MPI_Isend(p.tensor.raw_data(), static_cast<int>(p.tensor.numel()),
                            TypeOf(p.tensor.dtype()), p.peer, p.tag, st_->comm, &w.reqs[i]);
         if (rc != MPI_SUCCESS) return rc;

@@ -2,7 +2,10 @@
 #define LOOM_COMM_MPI_COMMUNICATOR_H_
 
 // The `mpi` backend (OpenMPI): each collective is one MPI non-blocking call
-// (MPI_Iallreduce, ...) behind a Work handle; sub-groups use MPI_Comm_split.
+// (MPI_Iallreduce, ...) behind a Work handle. Split gathers every rank's
+// (color, key) with MPI_Iallgather under the op timeout (DeadlineExceeded,
+// never a hang, and no MPI lock held while it waits), then makes the child
+// with MPI_Comm_create_group among its members only.
 //
 // Progress model: no progress thread. MPI advances non-blocking operations
 // inside MPI calls, so Work::Poll/Wait call MPI_Testall. Every MPI call of the
@@ -11,8 +14,13 @@
 // bf16/f16 reductions use user-defined MPI ops computing in f32; kAvg is a
 // sum followed by a local division.
 // Ranks that did not arrive cannot be known from MPI: a timeout's error says
-// so. After a timeout the process cannot finalize MPI cleanly (operations to
-// the dead peer stay pending); MPI_Finalize is then skipped.
+// so. Failure (comm.h): a failed op (timeout, MPI error, argument error)
+// aborts its communicator; its requests may stay pending in MPI, so the
+// buffers they may touch (the op's tensors, its staging) are kept until MPI
+// completes them (receives are cancelled; sends and collectives cannot be).
+// After a timeout or an MPI error the process cannot finalize MPI cleanly
+// (operations to a dead peer stay pending); MPI_Finalize is then skipped and
+// what is still pending keeps its memory for the life of the process.
 
 #include <memory>
 

@@ -19,6 +19,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "comm/internal/checks.h"
+#include "comm/nccl/settle.h"
 #include "core/cuda/check.h"
 #include "core/cuda/runtime.h"
 #include "core/dtype.h"
@@ -115,6 +116,8 @@ class DeviceScope {
 // A non-blocking communicator answers ncclInProgress while NCCL works in the
 // background (init, split, lazy connection set-up of a first op). Waits until
 // it settles; returns its state, or ncclInProgress if `deadline` passed.
+// For a communicator nobody else uses yet, or any more (init, destruction);
+// one in use waits with SettleLocked.
 ncclResult_t Settle(ncclComm_t comm, ncclResult_t r, absl::Time deadline) {
   if (r != ncclInProgress || comm == nullptr) return r;
   for (int spins = 0;; ++spins) {
@@ -244,6 +247,31 @@ struct CommState {
     if (stream != nullptr) cudaStreamDestroy(stream);  // released once its work is done
   }
 };
+
+// Settle for a communicator in use, with st->mu held through `lock`: the
+// lock is released between polls (WaitUntilSettled), so the watchdog keeps
+// its period while an op or a split waits for NCCL (up to the op timeout),
+// and can time out earlier ops and abort meanwhile. NCCL allows only
+// ncclCommGetAsyncError and ncclCommAbort on a busy communicator, and those
+// are all the watchdog calls on it. `comm` is st->comm or a child being
+// split from it. Returns its state, or ncclInProgress at the deadline or
+// once `st` was aborted meanwhile (then `comm`, if st's, is gone): callers
+// check st->aborted first.
+ncclResult_t SettleLocked(std::unique_lock<std::mutex>& lock, CommState* st, ncclComm_t comm,
+                          ncclResult_t r, absl::Time deadline) {
+  if (r != ncclInProgress || comm == nullptr) return r;
+  ncclResult_t state = ncclInProgress;
+  WaitUntilSettled(lock, deadline, [&] {
+    if (!st->aborted.ok()) {
+      state = ncclInProgress;
+      return true;
+    }
+    ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) state = q;
+    return state != ncclInProgress;
+  });
+  return state;
+}
 
 void StartWatchdogLocked(const std::shared_ptr<CommState>& st);
 
@@ -585,19 +613,19 @@ class NcclCommunicator : public Communicator {
 
   WorkPtr Send(const Tensor& t, int peer, int tag) override {
     if (auto s = CheckP2P("send", t, peer, tag, rank(), size(), device()); !s.ok()) {
-      return Fail("send", s);
+      return Fail("send", s, /*point_to_point=*/true);
     }
     return P2P("send", {{P2POp::Kind::kSend, t, peer, tag}});
   }
   WorkPtr Recv(const Tensor& t, int peer, int tag) override {
     if (auto s = CheckP2P("recv", t, peer, tag, rank(), size(), device()); !s.ok()) {
-      return Fail("recv", s);
+      return Fail("recv", s, /*point_to_point=*/true);
     }
     return P2P("recv", {{P2POp::Kind::kRecv, t, peer, tag}});
   }
   WorkPtr BatchSendRecv(const std::vector<P2POp>& ops) override {
     if (auto s = CheckBatch(ops, rank(), size(), device()); !s.ok()) {
-      return Fail("batch_send_recv", s);
+      return Fail("batch_send_recv", s, /*point_to_point=*/true);
     }
     return P2P("batch_send_recv", ops);
   }
@@ -615,7 +643,7 @@ class NcclCommunicator : public Communicator {
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
                                                        const std::string& name) override {
-    std::lock_guard<std::mutex> l(st_->mu);
+    std::unique_lock<std::mutex> l(st_->mu);
     const std::string what = absl::StrCat("split of ", st_->Who(), " into '", name, "'");
     if (!st_->aborted.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -634,8 +662,15 @@ class NcclCommunicator : public Communicator {
                                    &config);
     if (r == ncclInProgress || r == ncclSuccess) {
       // Both the parent and the child may be busy until every rank took part.
-      r = Settle(st_->comm, ncclInProgress, deadline);
-      if (r == ncclSuccess && comm != nullptr) r = Settle(comm, ncclInProgress, deadline);
+      r = SettleLocked(l, st_.get(), st_->comm, ncclInProgress, deadline);
+      if (r == ncclSuccess && comm != nullptr) {
+        r = SettleLocked(l, st_.get(), comm, ncclInProgress, deadline);
+      }
+    }
+    if (!st_->aborted.ok()) {  // by the watchdog, while the lock was released
+      if (comm != nullptr) ncclCommAbort(comm);
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": the communicator was aborted meanwhile: ", st_->aborted.message()));
     }
     if (r != ncclSuccess) {
       if (comm != nullptr) ncclCommAbort(comm);
@@ -662,17 +697,26 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
-  WorkPtr Fail(const char* what, const absl::Status& s) {
-    // Argument errors do not abort the communicator and take no sequence number.
-    std::string desc = absl::StrCat(what, " in ", st_->Who());
-    return CompletedWork(absl::Status(s.code(), absl::StrCat(desc, ": ", s.message())), desc);
+  // An argument error (comm.h): the handle fails with it, and the op still
+  // takes its sequence number and aborts the communicator. NCCL matches ops
+  // by issue order alone, so without the abort this rank's next op would
+  // pair with the other ranks' copy of the rejected one, silently when
+  // count and dtype agree.
+  WorkPtr Fail(const char* what, const absl::Status& s, bool point_to_point = false) {
+    std::lock_guard<std::mutex> l(st_->mu);
+    const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
+    ++st_->issued;
+    std::string desc = absl::StrCat(what, " #", seq, " in ", st_->Who());
+    absl::Status error(s.code(), absl::StrCat(desc, ": ", s.message()));
+    st_->AbortLocked(error);
+    return CompletedWork(error, desc);
   }
 
   // `point_to_point`: numbered in the point-to-point sequence.
   WorkPtr Issue(const char* what, std::vector<Tensor> keep, const Enqueue& enqueue,
                 const After& after = nullptr, absl::Duration op_timeout = absl::ZeroDuration(),
                 bool point_to_point = false) {
-    std::lock_guard<std::mutex> l(st_->mu);
+    std::unique_lock<std::mutex> l(st_->mu);
     const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
     auto w = std::make_shared<NcclWork>(st_, absl::StrCat(what, " #", seq, " in ", st_->Who()),
                                         st_->issued++, op_timeout);
@@ -707,7 +751,14 @@ class NcclCommunicator : public Communicator {
                           w->Describe()));
       return w;
     }
-    ncclResult_t r = Settle(st_->comm, enqueue(st_->comm, st_->stream), w->deadline());
+    ncclResult_t r = SettleLocked(l, st_.get(), st_->comm, enqueue(st_->comm, st_->stream),
+                                  w->deadline());
+    if (!st_->aborted.ok()) {  // by the watchdog, while the lock was released
+      w->FailNow(absl::FailedPreconditionError(absl::StrCat(
+          w->Describe(), ": the communicator was aborted by an earlier error: ",
+          st_->aborted.message())));
+      return w;
+    }
     if (r != ncclSuccess) {
       absl::Status s;
       if (r == ncclInProgress) {

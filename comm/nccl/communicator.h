@@ -32,8 +32,12 @@
 // FailedPrecondition naming the cause. An asynchronous NCCL error
 // (ncclCommGetAsyncError, e.g. a dead peer's remote error) aborts it the same
 // way. Every check runs under the communicator's mutex, as every enqueue
-// does, so they never race. The watchdog holds ops left to it (and so their
-// tensors) until they complete.
+// does, so they never race; an enqueue or split that waits for a busy
+// communicator (NCCL still connecting, up to the op timeout) releases the
+// mutex between polls, so the watchdog keeps its period meanwhile. The
+// watchdog holds ops left to it (and so their tensors) until they complete.
+// An argument error takes the op's sequence number and aborts the
+// communicator (comm.h), as on every backend.
 //
 // Differences from the other backends (documented in comm/README.md):
 //  * Cross-rank mismatches (count, dtype, op, root) cannot be detected: NCCL

@@ -1,4 +1,11 @@
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
 
 #include <functional>
 #include <memory>
@@ -6,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "comm/launch/launcher.h"
 #include "comm/store/file_store.h"
 #include "comm/store/memory_store.h"
@@ -166,6 +174,118 @@ TEST(TcpStore, IdleConnectionsDoNotBurnCpu) {
   const double used = cpu_seconds() - before;
   // Two spinning handlers use most of the 600 ms each; sleeping ones, ~0.
   EXPECT_LT(used, 0.15) << "process CPU time while every store client was idle";
+}
+
+// A stand-in for rank 0 that speaks TcpStore's wire format (one byte of
+// command or reply, then two length-prefixed strings) and answers every Get
+// with "value of <key>". It holds its first reply until ReleaseFirstReply(),
+// so a client's call can time out while that reply is still on its way.
+class SlowFirstReplyServer {
+ public:
+  SlowFirstReplyServer() {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(listen_fd_, 16), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~SlowFirstReplyServer() {
+    stop_ = true;
+    if (!release_.HasBeenNotified()) release_.Notify();
+    accept_thread_.join();
+    for (auto& t : handlers_) t.join();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  void ReleaseFirstReply() { release_.Notify(); }
+  // Returns once the held reply has been written (or the client had gone).
+  void WaitFirstReplySent() { first_sent_.WaitForNotification(); }
+
+ private:
+  void AcceptLoop() {
+    while (!stop_) {
+      pollfd pfd{listen_fd_, POLLIN, 0};
+      if (poll(&pfd, 1, 20) <= 0) continue;
+      int fd = accept(listen_fd_, nullptr, nullptr);
+      if (fd >= 0) handlers_.emplace_back([this, fd] { Serve(fd); });
+    }
+  }
+  bool ReadN(int fd, void* p, size_t n) {
+    char* c = static_cast<char*>(p);
+    while (n > 0 && !stop_) {
+      pollfd pfd{fd, POLLIN, 0};
+      if (poll(&pfd, 1, 20) <= 0) continue;
+      ssize_t k = recv(fd, c, n, 0);
+      if (k <= 0) return false;
+      c += k;
+      n -= static_cast<size_t>(k);
+    }
+    return n == 0;
+  }
+  bool ReadString(int fd, std::string* s) {
+    uint32_t len;
+    if (!ReadN(fd, &len, 4)) return false;
+    s->resize(len);
+    return ReadN(fd, s->data(), len);
+  }
+  void Serve(int fd) {
+    for (;;) {
+      uint8_t cmd;
+      std::string key, arg;
+      if (!ReadN(fd, &cmd, 1) || !ReadString(fd, &key) || !ReadString(fd, &arg)) break;
+      const bool first = !answered_first_.exchange(true);
+      if (first) release_.WaitForNotification();
+      std::string value = "value of " + key;
+      uint32_t len = static_cast<uint32_t>(value.size()), zero = 0;
+      std::string frame(1, '\0');  // kOk
+      frame.append(reinterpret_cast<const char*>(&len), 4);
+      frame.append(value);
+      frame.append(reinterpret_cast<const char*>(&zero), 4);
+      const bool sent = send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) ==
+                        static_cast<ssize_t>(frame.size());
+      if (first) first_sent_.Notify();
+      if (!sent) break;
+    }
+    close(fd);
+  }
+
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> answered_first_{false};
+  absl::Notification release_, first_sent_;
+  std::thread accept_thread_;
+  std::vector<std::thread> handlers_;  // only the accept thread touches it until join
+};
+
+// Issue #14, defect 4: a call whose reply did not come in time left the
+// client's connection mid-stream, and the next Get read the late reply of the
+// previous one: Get("k2") returned k1's value. After any failed call the
+// client must not read that connection again.
+TEST(TcpStore, ClientOutOfStepAfterAFailedCall) {
+  SlowFirstReplyServer server;
+  TcpStoreOptions o;
+  o.port = server.port();
+  o.reply_timeout = absl::Milliseconds(100);
+  auto client = TcpStore::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  auto k1 = (*client)->Get("k1", absl::ZeroDuration());
+  EXPECT_TRUE(absl::IsUnavailable(k1.status())) << k1.status();
+  server.ReleaseFirstReply();  // k1's reply arrives after the call gave up
+  server.WaitFirstReplySent();
+
+  auto k2 = (*client)->Get("k2", absl::Seconds(5));
+  ASSERT_TRUE(k2.ok()) << k2.status();
+  EXPECT_EQ(*k2, "value of k2");
+  auto k3 = (*client)->Get("k3", absl::Seconds(5));
+  ASSERT_TRUE(k3.ok()) << k3.status();
+  EXPECT_EQ(*k3, "value of k3");
 }
 
 TEST(TcpStore, PortInUseIsAClearError) {

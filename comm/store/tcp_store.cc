@@ -184,29 +184,37 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions
   std::unique_ptr<TcpStore> store(new TcpStore());
   store->host_ = o.host;
   store->port_ = o.port;
+  store->reply_timeout_ = o.reply_timeout;
   if (o.is_server) {
     store->server_ = std::make_unique<Server>();
     absl::Status s = store->server_->Start(o.host, o.port, &store->port_);
     if (!s.ok()) return s;
   }
+  store->connect_timeout_ = o.connect_timeout;
+  absl::Status s = store->Connect(o.connect_timeout);
+  if (!s.ok()) return s;
+  return store;
+}
+
+absl::Status TcpStore::Connect(absl::Duration within) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  int gai = getaddrinfo(o.host.c_str(), absl::StrCat(store->port_).c_str(), &hints, &res);
+  int gai = getaddrinfo(host_.c_str(), absl::StrCat(port_).c_str(), &hints, &res);
   if (gai != 0) {
     return absl::InvalidArgumentError(absl::StrCat("TCP store: cannot resolve master address '",
-                                                   o.host, "' ", kFlagsHint, ": ",
+                                                   host_, "' ", kFlagsHint, ": ",
                                                    gai_strerror(gai)));
   }
-  absl::Time deadline = absl::Now() + o.connect_timeout;
+  absl::Time deadline = absl::Now() + within;
   std::string last = "timed out";
   for (;;) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      store->fd_ = fd;
+      fd_ = fd;
       break;
     }
     last = std::strerror(errno);
@@ -214,18 +222,18 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions
     if (absl::Now() >= deadline) {
       freeaddrinfo(res);
       return absl::UnavailableError(absl::StrCat(
-          "TCP store: could not connect to ", o.host, ":", store->port_, " within ",
-          absl::FormatDuration(o.connect_timeout), " ", kFlagsHint,
+          "TCP store: could not connect to ", host_, ":", port_, " within ",
+          absl::FormatDuration(within), " ", kFlagsHint,
           "; is rank 0 running and reachable? last error: ", last));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
   freeaddrinfo(res);
-  return store;
+  return absl::OkStatus();
 }
 
 TcpStore::~TcpStore() {
-  if (fd_ >= 0) close(fd_);
+  Disconnect();
   server_.reset();
 }
 
@@ -234,28 +242,49 @@ std::string TcpStore::Describe() const { return absl::StrCat("TCP store ", host_
 absl::StatusOr<std::string> TcpStore::Call(uint8_t cmd, const std::string& key,
                                            const std::string& arg, absl::Duration reply_within) {
   std::lock_guard<std::mutex> l(mu_);
+  if (fd_ < 0) {
+    // The last call failed mid-stream and dropped its connection; rank 0 was
+    // up then, so it gets one short try.
+    absl::Status s = Connect(std::min(connect_timeout_, absl::Seconds(1)));
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat(Describe(), ": lost the connection to rank 0 ",
+                                                 "and could not reconnect: ", s.message()));
+    }
+  }
+  // A failed write or read leaves the stream at an unknown point (a late
+  // reply may still arrive and would answer the next request), so the
+  // connection is dropped and the next call starts a new one.
   if (!WriteFrame(fd_, cmd, key, arg)) {
+    const int err = errno;
+    Disconnect();
     return absl::UnavailableError(absl::StrCat(Describe(), ": lost the connection to rank 0 (",
-                                               std::strerror(errno), ")"));
+                                               std::strerror(err), ")"));
   }
   uint8_t head;
   std::string a, b;
   if (!ReadFrame(fd_, &head, &a, &b, absl::Now() + reply_within, nullptr)) {
-    return absl::UnavailableError(
-        absl::StrCat(Describe(), ": no reply from rank 0 for key '", key, "' (did it exit?)"));
+    Disconnect();
+    return absl::UnavailableError(absl::StrCat(Describe(), ": no reply from rank 0 for key '", key,
+                                               "' within ", absl::FormatDuration(reply_within),
+                                               " (did it exit?)"));
   }
   if (head == kTimeout) return absl::DeadlineExceededError("timeout");
   if (head != kOk) return absl::InternalError(absl::StrCat(Describe(), ": ", a));
   return a;
 }
 
+void TcpStore::Disconnect() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 absl::Status TcpStore::Set(const std::string& key, const std::string& value) {
-  return Call(kSet, key, value, absl::Seconds(60)).status();
+  return Call(kSet, key, value, reply_timeout_).status();
 }
 
 absl::StatusOr<std::string> TcpStore::Get(const std::string& key, absl::Duration timeout) {
   absl::StatusOr<std::string> v =
-      Call(kGet, key, absl::StrCat(absl::ToInt64Milliseconds(timeout)), timeout + absl::Seconds(30));
+      Call(kGet, key, absl::StrCat(absl::ToInt64Milliseconds(timeout)), timeout + reply_timeout_);
   if (absl::IsDeadlineExceeded(v.status())) {
     return absl::DeadlineExceededError(absl::StrCat(Describe(), ": key '", key,
                                                     "' not set within ",
@@ -265,7 +294,7 @@ absl::StatusOr<std::string> TcpStore::Get(const std::string& key, absl::Duration
 }
 
 absl::StatusOr<int64_t> TcpStore::Add(const std::string& key, int64_t delta) {
-  absl::StatusOr<std::string> v = Call(kAdd, key, absl::StrCat(delta), absl::Seconds(60));
+  absl::StatusOr<std::string> v = Call(kAdd, key, absl::StrCat(delta), reply_timeout_);
   if (!v.ok()) return v.status();
   int64_t out = 0;
   if (!absl::SimpleAtoi(*v, &out)) return absl::InternalError("TCP store: bad Add reply");

@@ -20,6 +20,8 @@ struct TcpStoreOptions {
   bool is_server = false;          // rank 0 serves
   // How long clients retry connecting (the server may start later).
   absl::Duration connect_timeout = absl::Seconds(60);
+  // How long a call waits for rank 0's reply (a Get: beyond its own timeout).
+  absl::Duration reply_timeout = absl::Seconds(60);
 };
 
 // A store served over TCP by one process (rank 0); every rank, the server's
@@ -41,13 +43,20 @@ class TcpStore : public Store {
  private:
   class Server;
   TcpStore() = default;
+  // One request and its reply, under mu_. Any failure to send or to read the
+  // whole reply drops the connection; the next call reconnects.
   absl::StatusOr<std::string> Call(uint8_t cmd, const std::string& key, const std::string& arg,
                                    absl::Duration reply_within);
+  // Connects fd_ to host_:port_, retrying for `within`.
+  absl::Status Connect(absl::Duration within);
+  void Disconnect();
 
   std::unique_ptr<Server> server_;
   std::string host_;
   int port_ = 0;
-  int fd_ = -1;
+  absl::Duration connect_timeout_ = absl::Seconds(60);
+  absl::Duration reply_timeout_ = absl::Seconds(60);
+  int fd_ = -1;  // -1 after a failed call: the next call reconnects
   std::mutex mu_;  // one request at a time on fd_
 };
 

@@ -1,10 +1,12 @@
 #include "comm/testing/conformance.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,7 @@
 #include "core/cpu/convert.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
+#include "core/storage.h"
 #include "core/tensor.h"
 
 namespace loom::comm::testing {
@@ -704,7 +707,11 @@ absl::Status ConcurrentSubgroupsCase(Communicator& c, const SuiteOptions& o) {
   return sb;
 }
 
-absl::Status BadInputCase(Communicator& c, const SuiteOptions&) {
+absl::Status BadInputCase(Communicator& world, const SuiteOptions&) {
+  // In a child: argument errors abort the communicator they were made on.
+  auto child = world.Split(0, world.rank(), "bad_input");
+  if (!child.ok()) return child.status();
+  Communicator& c = **child;
   const int n = c.size(), r = c.rank();
   Tensor f7 = *Make(DType::kF32, 7, 1), f8 = *Make(DType::kF32, 8, 1), i7 = *Make(DType::kI32, 7, 1);
   struct Bad {
@@ -732,18 +739,32 @@ absl::Status BadInputCase(Communicator& c, const SuiteOptions&) {
                                                           *Make(DType::kF32, n + 1, 0))});
   }
   if (n == 1) bad[7] = {"all_gather wrong output size", c.AllGather(f7, f8)};
+  absl::Status first_error;
   for (Bad& b : bad) {
     absl::Status s = b.work->Wait(absl::Seconds(10));
     if (s.ok()) return absl::InternalError(absl::StrCat(b.what, ": accepted, expected an error"));
     if (!absl::IsInvalidArgument(s)) {
       return absl::InternalError(absl::StrCat(b.what, ": expected InvalidArgument, got ", s.ToString()));
     }
+    if (first_error.ok()) first_error = s;
   }
-  // Bad input does not break the communicator.
+  // The rejected ops took their numbers and aborted the communicator (comm.h):
+  // the next op fails at once, naming the first error.
   Tensor t = *Make(DType::kF32, 4, 1);
+  {
+    absl::Status s = c.AllReduce(t, ReduceOp::kSum)->Wait(absl::Seconds(10));
+    if (!absl::IsFailedPrecondition(s) || !absl::StrContains(s.message(), first_error.message())) {
+      return absl::InternalError(absl::StrCat("all_reduce after bad input: expected "
+                                              "FailedPrecondition naming \"",
+                                              first_error.message(), "\", got ", s.ToString()));
+    }
+  }
+  child->reset();
+  // The parent is unaffected.
   LOOM_RETURN_IF_ERROR(
-      Annotate(c.AllReduce(t, ReduceOp::kSum)->Wait(), "all_reduce after bad input"));
-  return CheckAll(t, 4, [&](int64_t) { return n; }, "all_reduce after bad input", c);
+      Annotate(world.AllReduce(t, ReduceOp::kSum)->Wait(), "all_reduce after bad input"));
+  return CheckAll(t, 4, [&](int64_t) { return world.size(); }, "all_reduce after bad input",
+                  world);
 }
 
 absl::Status MismatchCase(Communicator& c, const SuiteOptions&) {
@@ -766,6 +787,54 @@ absl::Status MismatchCase(Communicator& c, const SuiteOptions&) {
   // The world is unaffected.
   LOOM_RETURN_IF_ERROR(c.Barrier()->Wait());
   return absl::OkStatus();
+}
+
+// Issue #14, item 6: rank 0 rejects a broadcast (bad arguments) that the
+// others issue correctly; then every rank issues the same broadcast again.
+// The rejected op keeps its number, so rank 0's second broadcast must never
+// pair with the others' first (before the fix it did, silently: same count,
+// dtype and root). The argument error aborts rank 0's communicator: its next
+// op fails at once naming that error; the others' first op cannot complete.
+// (Rooted at rank 0, so no rank sends rank 0 a message it never receives.)
+absl::Status ArgumentErrorOnOneRankCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return absl::OkStatus();
+  auto child = c.Split(0, r, "argument_error");
+  if (!child.ok()) return child.status();
+  Communicator& g = **child;
+  Tensor first = *Make(DType::kF32, 8, 1), second = *Make(DType::kF32, 8, 1);
+  Tensor seven = *Make(DType::kF32, 7, 1);
+  WorkPtr w1 = r == 0 ? g.Broadcast(seven, first, 0)  // count mismatch
+                      : g.Broadcast(first, 0);
+  WorkPtr w2 = g.Broadcast(second, 0);
+  if (r == 0) {
+    absl::Status s1 = w1->Wait(absl::Seconds(10));
+    if (!absl::IsInvalidArgument(s1)) {
+      return absl::InternalError(absl::StrCat("rank 0: the bad broadcast should fail with "
+                                              "InvalidArgument, got ", s1.ToString()));
+    }
+    absl::Status s2 = w2->Wait(absl::Seconds(10));
+    if (s2.ok()) {
+      return absl::InternalError(
+          "rank 0: the broadcast after its rejected one succeeded: it paired with the other "
+          "ranks' first broadcast (the rejected op took no number)");
+    }
+    if (!absl::IsFailedPrecondition(s2) || !absl::StrContains(s2.message(), s1.message())) {
+      return absl::InternalError(absl::StrCat(
+          "rank 0: the op after an argument error should fail with FailedPrecondition naming "
+          "it (", s1.ToString(), "), got ", s2.ToString()));
+    }
+  } else {
+    absl::Status s1 = w1->Wait(absl::Seconds(2));
+    if (s1.ok()) {
+      return absl::InternalError(absl::StrCat(
+          "rank ", r, ": the first broadcast succeeded although rank 0 rejected its own: it "
+          "paired with rank 0's next broadcast"));
+    }
+  }
+  child->reset();
+  // The world is unaffected.
+  return Annotate(c.Barrier()->Wait(), "barrier after an argument error in a child");
 }
 
 }  // namespace
@@ -793,6 +862,9 @@ std::vector<Case> Cases(const SuiteOptions& o) {
       {"ConcurrentSubgroups", bind(ConcurrentSubgroupsCase)},
       {"BadInput", bind(BadInputCase)},
   };
+  // Every backend: an argument error aborts (MPI and NCCL would otherwise
+  // pair the next op with the others' rejected one, silently).
+  cases.push_back({"ArgumentErrorOnOneRank", bind(ArgumentErrorOnOneRankCase)});
   if (o.detects_mismatch) cases.push_back({"Mismatch", bind(MismatchCase)});
   return cases;
 }
@@ -830,6 +902,143 @@ absl::Status DeadPeer(Communicator& world, int victim, const std::function<void(
   absl::Status again = world.AllReduce(t, ReduceOp::kSum)->Wait(timeout + slack);
   if (again.ok()) return absl::InternalError(who + "an op after the failure succeeded");
   return absl::OkStatus();
+}
+
+namespace {
+
+// Memory the case owns, lent to a communicator as a tensor: the case sees
+// when the communicator lets go of it (the last tensor on it goes) and then
+// overwrites it with kReleased, so a later access by the transport shows.
+class Probe {
+ public:
+  static constexpr unsigned char kReleased = 0xAB;
+  explicit Probe(size_t floats) : memory_(floats) {}
+  Tensor Lend(float fill) {
+    auto storage = core::Storage::Borrow(memory_.data(), memory_.size() * sizeof(float),
+                                         core::Device::CPU());
+    lent_ = storage;
+    std::fill(memory_.begin(), memory_.end(), fill);
+    return *Tensor::FromStorage(std::move(storage), 0, {static_cast<int64_t>(memory_.size())},
+                                DType::kF32);
+  }
+  // Overwrites the memory if the communicator let go of it; true if it did.
+  bool OverwriteIfReleased() {
+    if (!lent_.expired()) return false;
+    std::memset(memory_.data(), kReleased, memory_.size() * sizeof(float));
+    overwritten_ = true;
+    return true;
+  }
+  // False if something wrote into the memory after it was let go.
+  bool Intact() const {
+    if (!overwritten_) return true;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(memory_.data());
+    for (size_t i = 0; i < memory_.size() * sizeof(float); ++i) {
+      if (bytes[i] != kReleased) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<float> memory_;
+  std::weak_ptr<core::Storage> lent_;
+  bool overwritten_ = false;
+};
+
+}  // namespace
+
+absl::Status FailedOpKeepsBuffers(Communicator& world, absl::Duration timeout) {
+  const int n = world.size(), r = world.rank();
+  if (n < 2) return absl::OkStatus();
+  auto side = world.Split(0, r, "side");  // stays healthy: syncs and progress
+  if (!side.ok()) return side.status();
+  auto slow = world.Split(0, r, "slow");  // rank 1 is late here
+  if (!slow.ok()) return slow.status();
+  auto doomed = world.Split(0, r, "doomed");  // rank 0 destroys it under a receive
+  if (!doomed.ok()) return doomed.status();
+  const absl::Duration patience = 4 * timeout + absl::Seconds(30);
+  auto sync = [&] { return (*side)->BarrierWithin(patience)->Wait(); };
+  constexpr int64_t kBig = 256 << 10;  // floats: 1 MiB, above rendezvous thresholds
+  constexpr int64_t kSmall = 64;
+  constexpr int kSendTag = 3, kRecvTag = 4;
+  constexpr float kPayload = 7, kLate = 9;
+  Probe sent(kBig), received(kSmall);
+  std::string errors;
+  auto error = [&](const std::string& e) {
+    absl::StrAppend(&errors, errors.empty() ? "" : "; ", e);
+  };
+
+  if (r == 0) {
+    Tensor payload = sent.Lend(kPayload);
+    Tensor x = *Make(DType::kF32, 4, 1);
+    WorkPtr send = (*slow)->BatchSendRecv({{P2POp::Kind::kSend, payload, 1, kSendTag}});
+    WorkPtr reduce = (*slow)->AllReduce(x, ReduceOp::kSum);  // queued behind the send
+    // The send may complete without its receive (an eager copy); the
+    // all-reduce cannot. Whichever fails first aborts the communicator.
+    const absl::Status s1 = send->Wait();
+    const absl::Time t1 = absl::Now();
+    const absl::Status s2 = reduce->Wait();
+    const absl::Duration queued_took = absl::Now() - t1;
+    const absl::Status first = s1.ok() ? s2 : s1;
+    if (!absl::IsDeadlineExceeded(first)) {
+      error(absl::StrCat("the first op to a late rank: expected DeadlineExceeded, got ",
+                         first.ToString()));
+    } else if (!s1.ok() && (!absl::IsFailedPrecondition(s2) ||
+                            !absl::StrContains(s2.message(), s1.message()) ||
+                            queued_took > absl::Seconds(1))) {
+      error(absl::StrCat("the op queued behind a failed one: expected FailedPrecondition naming \"",
+                         s1.message(), "\" at once, got ", s2.ToString(), " after ",
+                         absl::FormatDuration(queued_took)));
+    }
+    const absl::Time t3 = absl::Now();
+    const absl::Status s3 = (*slow)->Barrier()->Wait(timeout + absl::Seconds(5));
+    if (!absl::IsFailedPrecondition(s3) || !absl::StrContains(s3.message(), first.message()) ||
+        absl::Now() - t3 > absl::Seconds(1)) {
+      error(absl::StrCat("an op after the failure: expected FailedPrecondition naming \"",
+                         first.message(), "\" at once, got ", s3.ToString(), " after ",
+                         absl::FormatDuration(absl::Now() - t3)));
+    }
+    // A receive posted when its communicator goes (Shutdown: Cancelled).
+    Tensor inbox = received.Lend(0);
+    WorkPtr recv = (*doomed)->Recv(inbox, 1, kRecvTag);
+    (void)recv->Wait(absl::Milliseconds(300));  // started (posted) by now
+    doomed->reset();
+    const absl::Status s4 = recv->Wait(absl::Seconds(5));
+    if (s4.ok()) error("a receive whose communicator was destroyed succeeded without a sender");
+    // The caller lets go of everything (comm.h allows it once ops failed).
+    send.reset();
+    reduce.reset();
+    recv.reset();
+    payload = Tensor();
+    inbox = Tensor();
+    sent.OverwriteIfReleased();
+    received.OverwriteIfReleased();
+  }
+  LOOM_RETURN_IF_ERROR(Annotate(sync(), "sync after rank 0's failures"));
+  if (r == 1) {
+    // Late: receive rank 0's failed send, send to its destroyed receive.
+    Tensor got = *Make(DType::kF32, kBig, 0);
+    absl::Status s = (*slow)->Recv(got, 0, kSendTag)->Wait(timeout + absl::Seconds(5));
+    for (int64_t i = 0; s.ok() && i < kBig; ++i) {
+      if (got.data<float>()[i] != kPayload) {
+        error(absl::StrCat(
+            "rank 0's failed send delivered ", got.data<float>()[i], " at index ", i,
+            " instead of ", kPayload, ": its buffer was let go while the transport still read it"));
+        break;
+      }
+    }
+    Tensor late = *Make(DType::kF32, kSmall, kLate);
+    (void)(*doomed)->Send(late, 0, kRecvTag)->Wait(timeout + absl::Seconds(5));
+  }
+  // Late messages reach rank 0 while it progresses here.
+  for (int k = 0; k < 3; ++k) LOOM_RETURN_IF_ERROR(Annotate(sync(), "sync after the late rank"));
+  if (r == 0) {
+    if (!received.Intact()) {
+      error("the late message was written into the buffer of a receive whose communicator was "
+            "destroyed, after the communicator had let go of it");
+    }
+  }
+  return errors.empty() ? absl::OkStatus()
+                        : absl::InternalError(absl::StrCat("rank ", r, ": ", errors));
 }
 
 }  // namespace loom::comm::testing

@@ -54,6 +54,24 @@ absl::Status DeadPeer(Communicator& world, int victim, const std::function<void(
                       absl::Duration timeout, absl::Duration slack, bool names_ranks,
                       std::string* observed = nullptr);
 
+// The failed-op case (comm.h, FAILURE): what a communicator does with the
+// buffers of an operation that failed. Ranks 0 and 1 take part (others only
+// sync); `timeout` must be the world's CommOptions::timeout, short (the case
+// waits for it about twice). On rank 0, in children of `world`:
+//  * a 1 MiB send (rendezvous where the transport has one) and an
+//    all-reduce to a late rank 1: the first to fail must be DeadlineExceeded,
+//    the op queued behind it and a later one must fail at once with
+//    FailedPrecondition naming it;
+//  * a receive whose communicator is destroyed while it is posted
+//    (Cancelled);
+// then rank 0 drops every tensor and handle, and rank 1 comes late: it
+// receives the send and sends the message of the receive. A buffer that the
+// communicator let go is overwritten at once (the memory is the case's own),
+// so a transport that still reads or writes it is caught: rank 1 must
+// receive the payload (or fail), never the overwrite, and the receive's
+// memory must keep the overwrite.
+absl::Status FailedOpKeepsBuffers(Communicator& world, absl::Duration timeout);
+
 }  // namespace loom::comm::testing
 
 #endif  // LOOM_COMM_TESTING_CONFORMANCE_H_

@@ -3,6 +3,8 @@
 //   conformance_main --backend=ucx --nproc-per-node=3
 // --mode=dead_peer: the last rank kills itself (SIGKILL) after a barrier; the
 // others must fail with DeadlineExceeded within --comm-timeout-s + 5 s.
+// --mode=failed_op: the failed-op case (testing::FailedOpKeepsBuffers) with
+// --comm-timeout-s as the op timeout (a few seconds).
 // Prints one line per case and rank; exits non-zero if any case failed.
 #include <signal.h>
 #include <unistd.h>
@@ -18,7 +20,7 @@
 #include "comm/launch/launcher.h"
 #include "comm/testing/conformance.h"
 
-ABSL_FLAG(std::string, mode, "suite", "suite or dead_peer");
+ABSL_FLAG(std::string, mode, "suite", "suite, dead_peer or failed_op");
 ABSL_FLAG(std::string, only, "", "Run only the case with this name.");
 
 namespace loom::comm {
@@ -52,6 +54,15 @@ int Main(int argc, char** argv) {
               << std::endl;
     std::fflush(nullptr);
     _exit(s.ok() ? 0 : 1);  // the world is broken: do not finalize it
+  }
+  if (absl::GetFlag(FLAGS_mode) == "failed_op") {
+    absl::Status s = testing::FailedOpKeepsBuffers(c, absl::Seconds(flags.timeout_s));
+    std::cout << who << (s.ok() ? "FAILED_OP_OK" : "FAILED_OP_FAIL " + s.ToString()) << std::endl;
+    std::fflush(nullptr);
+    // MPI: rank 0's failed all-reduce stays pending forever; do not finalize.
+    if (flags.backend == "mpi") _exit(s.ok() ? 0 : 1);
+    world->reset();  // destroys what the failed ops left with the transport
+    return s.ok() ? 0 : 1;
   }
   testing::SuiteOptions so;
   so.detects_mismatch = flags.backend != "mpi";

@@ -1,6 +1,5 @@
 #include "comm/ucx/communicator.h"
 
-#include <sched.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
@@ -11,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "comm/internal/engine.h"
 #include "comm/internal/transport.h"
+#include "comm/ucx/wait.h"
 #include "core/status_macros.h"
 
 namespace loom::comm::ucx {
@@ -25,24 +26,31 @@ namespace {
 
 using internal::TransportReq;
 
-// An idle wait spins this long (for latency, and collectives' steps wait
-// less), then naps.
-constexpr absl::Duration kSpinBeforeNap = absl::Milliseconds(5);
-
 std::string UcsError(const char* what, ucs_status_t s) {
   return absl::StrCat(what, ": ", ucs_status_string(s));
 }
 
-// Per-request state shared with UCX callbacks. `owner` is cleared when the
-// engine abandons the request (Cancel); the callback then just frees.
+// Per-request state shared with UCX callbacks. When the engine gives the
+// request up (Cancel), `owner` is cleared (the callback then just frees) and
+// the state takes over what keeps the buffer alive until the callback, or
+// the transport's end; `abandoned` is then the transport's list of such.
 struct ReqState {
   TransportReq* owner = nullptr;
   void* handle = nullptr;
   ucp_tag_recv_info_t info{};
+  std::shared_ptr<const void> keep_alive;
+  std::set<ReqState*>* abandoned = nullptr;
 };
 
+// The request is over: UCX touches neither it nor its buffer again.
+void Release(void* request, ReqState* st) {
+  ucp_request_free(request);
+  if (st->abandoned) st->abandoned->erase(st);
+  delete st;  // and with it the abandoned request's buffers
+}
+
+// Publishes `done` last (transport.h): the owner may free `r` right after.
 void Complete(TransportReq* r, ucs_status_t status, const ucp_tag_recv_info_t* info) {
-  r->done = true;
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
     r->status = absl::InvalidArgumentError(absl::StrCat(
         "the peer sent a larger message than the ", r->bytes,
@@ -62,27 +70,26 @@ void Complete(TransportReq* r, ucs_status_t status, const ucp_tag_recv_info_t* i
                        " (element counts differ across ranks?)"));
     }
   }
+  r->done.store(true, std::memory_order_release);
 }
 
 void SendCallback(void* request, ucs_status_t status, void* user_data) {
   auto* st = static_cast<ReqState*>(user_data);
   if (st->owner) {
-    Complete(st->owner, status, nullptr);
     st->owner->impl = nullptr;
+    Complete(st->owner, status, nullptr);
   }
-  ucp_request_free(request);
-  delete st;
+  Release(request, st);
 }
 
 void RecvCallback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                   void* user_data) {
   auto* st = static_cast<ReqState*>(user_data);
   if (st->owner) {
-    Complete(st->owner, status, info);
     st->owner->impl = nullptr;
+    Complete(st->owner, status, info);
   }
-  ucp_request_free(request);
-  delete st;
+  Release(request, st);
 }
 
 void EndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -135,23 +142,35 @@ struct Lane {
 // chooses transports and protocols itself.
 class UcxTransport : public internal::Transport {
  public:
-  UcxTransport(int rank, int size, std::shared_ptr<Store> store, bool peer_failure_mode)
-      : rank_(rank), size_(size), store_(std::move(store)), peer_mode_(peer_failure_mode) {}
+  UcxTransport(int rank, int size, std::shared_ptr<Store> store, bool peer_failure_mode,
+               size_t max_bytes_ahead)
+      : rank_(rank),
+        size_(size),
+        store_(std::move(store)),
+        peer_mode_(peer_failure_mode),
+        max_bytes_ahead_(max_bytes_ahead),
+        bytes_ahead_(size, 0) {}
 
   ~UcxTransport() override {
     if (!lane_.worker) return;
+    std::lock_guard<std::mutex> l(mu_);
+    // Whether any rank gave a request up (an op failed) is shared through
+    // the store, for the warnings below.
+    if (gave_up_) (void)store_->Set(prefix_ + "gave_up", "1");
     // Close with flush after a barrier (forced closes return errors); bounded.
     const bool all_closing =
-        size_ == 1 || StoreBarrier(*store_, "loom/ucx/close", size_, absl::Seconds(10)).ok();
+        size_ == 1 || StoreBarrier(*store_, prefix_ + "close", size_, absl::Seconds(10)).ok();
+    const bool any_gave_up =
+        gave_up_ || store_->Get(prefix_ + "gave_up", absl::ZeroDuration()).ok();
     // When a peer did not come to close, this rank is leaving on an error (or
-    // a peer is gone): peers may have sent it messages for collectives it will
-    // never run. UCX warns about each such message when the worker is
-    // destroyed ("unexpected tag-receive descriptor ... was not matched"):
-    // noise on an error exit, so exactly that warning is dropped, on this path
-    // only. A clean close (all ranks here) keeps every UCX message: there an
-    // unmatched message would be a bug worth seeing.
-    QuietUnmatchedWarnings quiet(!all_closing);
-    std::lock_guard<std::mutex> l(mu_);
+    // a peer is gone), and after an op failed on any rank (a request was
+    // given up), messages for it may never be received. UCX warns about each
+    // such message when the worker is destroyed ("unexpected tag-receive
+    // descriptor ... was not matched"): noise after an error, so exactly that
+    // warning is dropped, on these paths only. A clean close after no
+    // failure keeps every UCX message: there an unmatched message would be a
+    // bug worth seeing.
+    QuietUnmatchedWarnings quiet(!all_closing || any_gave_up);
     std::vector<void*> closing;
     for (ucp_ep_h ep : lane_.eps) {
       if (!ep) continue;
@@ -166,13 +185,29 @@ class UcxTransport : public internal::Transport {
       }
       ucp_request_free(req);
     }
+    // Requests given up and still running (sends to a peer that never
+    // received, receives whose message stopped arriving): UCX frees them
+    // without callbacks; their buffers are let go once the worker is gone.
+    std::set<ReqState*> abandoned;
+    abandoned.swap(abandoned_);
+    for (ReqState* st : abandoned) ucp_request_free(st->handle);
     if (lane_.address) ucp_worker_release_address(lane_.worker, lane_.address);
     ucp_worker_destroy(lane_.worker);
     ucp_cleanup(lane_.context);
+    for (ReqState* st : abandoned) delete st;
   }
 
   // `same_host_tuning`: see the comment above this class.
   absl::Status Init(absl::Duration timeout, bool same_host_tuning) {
+    // Every key of this world carries its generation g: how many ucx worlds
+    // this rank joined over this store before (counted in the store, per
+    // rank). The ranks of a world have all joined equally many, so they
+    // agree on g, and a re-created world never reads the addresses (or
+    // barriers) of an earlier one.
+    absl::StatusOr<int64_t> joined =
+        store_->Add(absl::StrCat("loom/ucx/rank", rank_, "/worlds_joined"), 1);
+    if (!joined.ok()) return joined.status();
+    prefix_ = absl::StrCat("loom/ucx/gen", *joined - 1, "/");
     if (same_host_tuning && size_ > 1 && std::getenv("UCX_TLS") == nullptr) {
       absl::StatusOr<bool> one_host = AllOnOneHost(timeout);
       if (!one_host.ok()) return one_host.status();
@@ -198,7 +233,9 @@ class UcxTransport : public internal::Transport {
     void* ret;
     if (r->is_send) {
       p.cb.send = SendCallback;
-      ret = ucp_tag_send_nbx(lane_.eps[r->peer], r->buf, r->bytes, r->tag, &p);
+      ret = SendsCatchUp(r->peer, r->bytes)
+                ? ucp_tag_send_sync_nbx(lane_.eps[r->peer], r->buf, r->bytes, r->tag, &p)
+                : ucp_tag_send_nbx(lane_.eps[r->peer], r->buf, r->bytes, r->tag, &p);
     } else {
       // UCX 1.13 leaves recv_info unset on immediate completion: always take
       // the callback, which carries the sender's tag and the length.
@@ -221,57 +258,39 @@ class UcxTransport : public internal::Transport {
 
   void Test(const std::vector<TransportReq*>& reqs) override {
     std::lock_guard<std::mutex> l(mu_);
-    while (ucp_worker_progress(lane_.worker) != 0) {
+    // Until idle, but bounded: a sibling communicator's traffic on the
+    // worker may never let it be idle.
+    for (int i = 0; i < 64 && ucp_worker_progress(lane_.worker) != 0; ++i) {
     }
   }
 
   absl::Status WaitAll(const std::vector<TransportReq*>& reqs, absl::Time deadline,
                        const std::atomic<bool>& abort) override {
-    int idle = 0;
-    absl::Time idle_since = absl::InfinitePast();  // set at the first idle check
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        const unsigned events = ucp_worker_progress(lane_.worker);
-        bool all = true;
-        for (TransportReq* r : reqs) all = all && r->done;
-        if (all) return absl::OkStatus();
-        if (events) {
-          idle = 0;
-          idle_since = absl::InfinitePast();
-        } else {
-          ++idle;
-        }
-      }
-      if ((idle & 255) == 255) {
-        if (abort) return absl::CancelledError("communicator shut down");
-        const absl::Time now = absl::Now();
-        if (now >= deadline) {
-          for (TransportReq* r : reqs) {
-            if (!r->done) Cancel(r);
-          }
-          return absl::DeadlineExceededError("deadline");
-        }
-        if (idle_since == absl::InfinitePast()) idle_since = now;
-        const absl::Duration waited = now - idle_since;
-        if (waited < kSpinBeforeNap) {
-          sched_yield();
-        } else {
-          // A peer this far behind is computing: nap (a tenth of the wait so
-          // far, 50 us to 1 ms) so this rank's core goes to the ranks doing
-          // the work, at a cost of at most a tenth of the wait.
-          absl::SleepFor(std::clamp(waited / 10, absl::Microseconds(50), absl::Milliseconds(1)));
-        }
-      }
-    }
+    return WaitForRequests(
+        [&] {
+          std::lock_guard<std::mutex> l(mu_);
+          WaitPass p;
+          p.events = ucp_worker_progress(lane_.worker);
+          p.done = true;
+          for (TransportReq* r : reqs) p.done = p.done && r->done;
+          return p;
+        },
+        deadline, abort);
   }
 
   void Cancel(TransportReq* r) override {
     std::lock_guard<std::mutex> l(mu_);
     auto* st = static_cast<ReqState*>(r->impl);
     if (r->done || st == nullptr) return;
-    st->owner = nullptr;  // the callback frees it
+    gave_up_ = true;
+    st->owner = nullptr;  // the callback frees `st`, and no longer reports to `r`
     r->impl = nullptr;
+    st->keep_alive = std::move(r->keep_alive);  // until the callback (or ~UcxTransport)
+    st->abandoned = &abandoned_;
+    abandoned_.insert(st);
+    // UCX cancels a receive not yet matched (its callback runs in here, with
+    // UCS_ERR_CANCELED). A send, or a receive whose message is arriving,
+    // cannot be cancelled: it runs to its end, into the buffer kept above.
     if (!r->is_send) ucp_request_cancel(lane_.worker, st->handle);
   }
 
@@ -289,13 +308,13 @@ class UcxTransport : public internal::Transport {
       std::getline(boot, id);
       absl::StrAppend(&me, "/", id);
     }
-    LOOM_RETURN_IF_ERROR(store_->Set(absl::StrCat("loom/ucx/host/", rank_), me));
+    LOOM_RETURN_IF_ERROR(store_->Set(absl::StrCat(prefix_, "host/", rank_), me));
     // Rank 0 compares and publishes one answer: n store reads in all, not n².
-    const std::string verdict_key = "loom/ucx/one_host";
+    const std::string verdict_key = prefix_ + "one_host";
     if (rank_ == 0) {
       bool same = true;
       for (int peer = 1; peer < size_; ++peer) {
-        auto other = store_->Get(absl::StrCat("loom/ucx/host/", peer), timeout);
+        auto other = store_->Get(absl::StrCat(prefix_, "host/", peer), timeout);
         if (!other.ok()) return other.status();
         same = same && *other == me;
       }
@@ -342,13 +361,13 @@ class UcxTransport : public internal::Transport {
     size_t len = 0;
     s = ucp_worker_get_address(lane->worker, &lane->address, &len);
     if (s != UCS_OK) return absl::UnavailableError(UcsError("ucx backend: worker address", s));
-    absl::Status st = store_->Set(absl::StrCat("loom/ucx/", name, "/addr/", rank_),
+    absl::Status st = store_->Set(absl::StrCat(prefix_, name, "/addr/", rank_),
                                   std::string(reinterpret_cast<char*>(lane->address), len));
     if (!st.ok()) return st;
     lane->eps.assign(size_, nullptr);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
-      auto addr = store_->Get(absl::StrCat("loom/ucx/", name, "/addr/", peer), timeout);
+      auto addr = store_->Get(absl::StrCat(prefix_, name, "/addr/", peer), timeout);
       if (!addr.ok()) {
         return absl::Status(addr.status().code(),
                             absl::StrCat("ucx backend: rank ", rank_, " waiting for rank ", peer,
@@ -373,11 +392,32 @@ class UcxTransport : public internal::Transport {
     return absl::OkStatus();
   }
 
+  // Flow control (UcxOptions::max_bytes_ahead); caller holds mu_. Counts
+  // the bytes sent to `peer` since the last synchronous send (a message
+  // costs the receiver a descriptor, so at least kMessageCost); true when
+  // this send reaches the limit and must be synchronous. It completes only
+  // once `peer` took it, and the op waiting for it with it: a sender gets at
+  // most the limit plus one message ahead of what `peer` received.
+  bool SendsCatchUp(int peer, size_t bytes) {
+    constexpr size_t kMessageCost = 256;
+    if (max_bytes_ahead_ == 0) return false;
+    bytes_ahead_[peer] += std::max(bytes, kMessageCost);
+    if (bytes_ahead_[peer] < max_bytes_ahead_) return false;
+    bytes_ahead_[peer] = 0;
+    return true;
+  }
+
   int rank_, size_;
   std::shared_ptr<Store> store_;
   bool peer_mode_;
-  std::mutex mu_;
+  const size_t max_bytes_ahead_;
+  // This world's store keys: "loom/ucx/gen<g>/" (see Init).
+  std::string prefix_;
+  std::mutex mu_;  // every UCX call, and everything below
   Lane lane_;
+  std::vector<size_t> bytes_ahead_;  // by peer
+  std::set<ReqState*> abandoned_;    // given up, still running in UCX
+  bool gave_up_ = false;             // a request was given up (an op failed)
 };
 
 }  // namespace
@@ -393,7 +433,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
   if (!options.rndv_scheme.empty()) {
     setenv("UCX_RNDV_SCHEME", options.rndv_scheme.c_str(), /*overwrite=*/0);
   }
-  auto t = std::make_shared<UcxTransport>(rank, size, store, options.peer_failure_mode);
+  auto t = std::make_shared<UcxTransport>(rank, size, store, options.peer_failure_mode,
+                                          options.max_bytes_ahead);
   absl::Status s = t->Init(options.connect_timeout, options.same_host_tuning);
   if (!s.ok()) return s;
   std::vector<int> members(size);

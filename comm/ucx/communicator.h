@@ -10,6 +10,9 @@
 // tag send/recv. Transports follow UCX's own settings (UCX_TLS; see
 // --network in comm/README.md). Staging buffers live in the communicator and
 // are reused across calls. A peer that dies: the others time out naming it.
+// A failed op's buffers stay with the transport while UCX may touch them
+// (comm.h, FAILURE). Store keys carry the world's generation (a world
+// re-created over the same store reads no stale addresses).
 
 #include <memory>
 #include <string>
@@ -39,6 +42,14 @@ struct UcxOptions {
   // transports only (no TCP) and the eager protocol for every message size
   // (measured in communicator.cc). Off: UCX's own choices everywhere.
   bool same_host_tuning = true;
+  // Flow control of eager messages: a sender gets at most about this many
+  // bytes (per receiving rank, plus one message) ahead of what the receiver
+  // has received. The send that reaches the limit is synchronous (it
+  // completes once the receiver took it), so a broadcast root or reduce leaf
+  // that runs ahead waits there instead of filling the receiver's
+  // unexpected-message memory. (A single Send's op does not wait for its
+  // message; only its handle does: the caller bounds those.) 0: no limit.
+  size_t max_bytes_ahead = 8 << 20;
 };
 
 // Rank `rank` of `size` processes; every rank calls it with the same store.

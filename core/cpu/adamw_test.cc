@@ -6,14 +6,8 @@
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
-using testing::RelError;
-using testing::ToDouble;
 
 // Several f32 steps against the same recurrence in double.
 constexpr double kTol = 1e-5;
@@ -43,7 +37,7 @@ TEST(AdamWTest, StepsMatchDoubleReference) {
 TEST(AdamWTest, FirstStepMovesByLrTimesSign) {
   // With bias correction, step 1 moves every param by ~lr * sign(g).
   Tensor p = Make({4}), m = Make({4}), v = Make({4});
-  const Tensor g = testing::FromValues({4}, {0.5f, -2.0f, 1e-3f, -7.0f});
+  const Tensor g = FromValues({4}, {0.5f, -2.0f, 1e-3f, -7.0f});
   LOOM_ASSERT_OK(AdamWStep(&p, g, &m, &v, 1, {0.01f, 0.9f, 0.999f, 1e-12f, 0.0f, 1.0f}));
   const float want[4] = {-0.01f, 0.01f, -0.01f, 0.01f};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(p.data<float>()[i], want[i], 1e-6);
@@ -61,4 +55,4 @@ TEST(AdamWTest, ErrorsNameOpAndShapes) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

@@ -5,22 +5,12 @@
 #include <vector>
 
 #include "core/cpu/philox.h"
+#include "core/cpu/test_tolerances.h"
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::DirectionalDerivative;
-using testing::Dot;
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
-using testing::RelError;
-using testing::ToDouble;
-
-constexpr double kFwdTol = 1e-5;   // GEMM sums over d and s terms in f32
-constexpr double kGradTol = 2e-3;  // central differences in f32, eps 1e-2
 
 // Naive causal attention in double over the documented layouts.
 void RefAttention(const Tensor& qkv, int64_t heads, std::vector<double>* out,
@@ -92,7 +82,7 @@ TEST_P(AttentionTest, BackwardMatchesFiniteDifferences) {
   LOOM_ASSERT_OK(AttentionBackward(w, qkv, probs, c.heads, &dqkv));
   for (uint64_t seed : {3, 4}) {
     const Tensor dir = Random(qkv.shape(), seed);
-    const double fd = DirectionalDerivative(qkv, dir, 1e-2, loss);
+    const double fd = DirectionalDerivative(qkv, dir, kFdEps, loss);
     EXPECT_NEAR(Dot(dqkv, dir), fd, kGradTol * std::fabs(fd) + 1e-4);
   }
   // Separately along q, k and v only (a direction zero elsewhere).
@@ -102,7 +92,7 @@ TEST_P(AttentionTest, BackwardMatchesFiniteDifferences) {
     for (int64_t i = 0; i < dir.numel(); ++i) {
       if ((i % (3 * c.d)) / c.d != which) p[i] = 0.0f;
     }
-    const double fd = DirectionalDerivative(qkv, dir, 1e-2, loss);
+    const double fd = DirectionalDerivative(qkv, dir, kFdEps, loss);
     EXPECT_NEAR(Dot(dqkv, dir), fd, kGradTol * std::fabs(fd) + 1e-4) << "q/k/v " << which;
   }
 }
@@ -159,7 +149,7 @@ TEST_P(AttentionTest, DropoutBackwardMatchesFiniteDifferences) {
     for (int64_t i = 0; i < dir.numel(); ++i) {
       if (which >= 0 && (i % (3 * c.d)) / c.d != which) p[i] = 0.0f;
     }
-    const double fd = DirectionalDerivative(qkv, dir, 1e-2, loss);
+    const double fd = DirectionalDerivative(qkv, dir, kFdEps, loss);
     EXPECT_NEAR(Dot(dqkv, dir), fd, kGradTol * std::fabs(fd) + 1e-4) << "direction " << which;
   }
 }
@@ -314,4 +304,4 @@ TEST(AttentionTest, ErrorsNameOpAndShapes) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

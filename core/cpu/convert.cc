@@ -25,20 +25,32 @@ inline __m256i Bf16Lanes(__m256i u) {
   return _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
 }
 
-void F32ToBf16(const float* src, uint16_t* dst, int64_t n) {
+// dst[i] = src[i] converted, in parallel chunks of kChunk elements: vec(s, d)
+// converts the kWidth elements from s to d, one(x) a single element (each
+// chunk's tail). Both are captureless, so the loops keep src and dst in
+// registers.
+template <int64_t kWidth, typename Src, typename Dst, typename Vec, typename One>
+void ConvertChunks(const Src* src, Dst* dst, int64_t n, Vec vec, One one) {
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     const int64_t c1 = c0 + kChunk < n ? c0 + kChunk : n;
     int64_t i = c0;
-    for (; i + 16 <= c1; i += 16) {
-      const __m256i a = Bf16Lanes(_mm256_castps_si256(_mm256_loadu_ps(src + i)));
-      const __m256i b = Bf16Lanes(_mm256_castps_si256(_mm256_loadu_ps(src + i + 8)));
-      // packus interleaves 128-bit lanes (a0-3 b0-3 a4-7 b4-7): restore order.
-      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
-    }
-    for (; i < c1; ++i) dst[i] = FloatToBf16Bits(src[i]);
+    for (; i + kWidth <= c1; i += kWidth) vec(src + i, dst + i);
+    for (; i < c1; ++i) dst[i] = one(src[i]);
   }
+}
+
+void F32ToBf16(const float* src, uint16_t* dst, int64_t n) {
+  ConvertChunks<16>(
+      src, dst, n,
+      [](const float* s, uint16_t* d) {
+        const __m256i a = Bf16Lanes(_mm256_castps_si256(_mm256_loadu_ps(s)));
+        const __m256i b = Bf16Lanes(_mm256_castps_si256(_mm256_loadu_ps(s + 8)));
+        // packus interleaves 128-bit lanes (a0-3 b0-3 a4-7 b4-7): restore order.
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), packed);
+      },
+      [](float f) { return FloatToBf16Bits(f); });
 }
 
 void Bf16ToF32(const uint16_t* src, float* dst, int64_t n) {
@@ -48,29 +60,22 @@ void Bf16ToF32(const uint16_t* src, float* dst, int64_t n) {
 }
 
 void F32ToF16(const float* src, uint16_t* dst, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int64_t c1 = c0 + kChunk < n ? c0 + kChunk : n;
-    int64_t i = c0;
-    for (; i + 8 <= c1; i += 8) {
-      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-    }
-    for (; i < c1; ++i) dst[i] = FloatToF16Bits(src[i]);
-  }
+  ConvertChunks<8>(
+      src, dst, n,
+      [](const float* s, uint16_t* d) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(s), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d), h);
+      },
+      [](float f) { return FloatToF16Bits(f); });
 }
 
 void F16ToF32(const uint16_t* src, float* dst, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int64_t c1 = c0 + kChunk < n ? c0 + kChunk : n;
-    int64_t i = c0;
-    for (; i + 8 <= c1; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-    }
-    for (; i < c1; ++i) dst[i] = F16BitsToFloat(src[i]);
-  }
+  ConvertChunks<8>(
+      src, dst, n,
+      [](const uint16_t* s, float* d) {
+        _mm256_storeu_ps(d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))));
+      },
+      [](uint16_t h) { return F16BitsToFloat(h); });
 }
 
 }  // namespace

@@ -9,11 +9,8 @@
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::IsInvalidArgument;
-using testing::Make;
 
 float FromBits(uint32_t u) {
   float f;
@@ -114,7 +111,7 @@ TEST(F16Test, EdgeCasesExact) {
   EXPECT_EQ(F16BitsToFloat(0x0001), std::ldexp(1.0f, -24));
   // Tensor path (vector + tail) agrees with the scalar one.
   const int64_t n = 1037;
-  Tensor src = testing::Random({n}, 3, -70000.0f, 70000.0f), dst = Make({n}, DType::kF16);
+  Tensor src = Random({n}, 3, -70000.0f, 70000.0f), dst = Make({n}, DType::kF16);
   Tensor back = Make({n});
   LOOM_ASSERT_OK(Convert(src, &dst));
   LOOM_ASSERT_OK(Convert(dst, &back));
@@ -134,4 +131,4 @@ TEST(ConvertTest, ErrorsNameOp) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

@@ -3,33 +3,17 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu/test_tolerances.h"
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::DirectionalDerivative;
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
-using testing::RelError;
-using testing::ToDouble;
-
-constexpr double kFwdTol = 1e-5;
-constexpr double kGradTol = 2e-3;
-
-template <typename T>
-Tensor Targets(const std::vector<T>& v) {
-  Tensor t = Make({static_cast<int64_t>(v.size())}, DTypeOf<T>::value);
-  std::copy(v.begin(), v.end(), t.data<T>());
-  return t;
-}
 
 TEST(CrossEntropyTest, ForwardMatchesDoubleReference) {
   const int64_t n = 6, v = 50257;  // the GPT-2 vocab
   const Tensor logits = Random({n, v}, 1, -10.0f, 10.0f);
-  const Tensor targets = Targets<int32_t>({0, 50256, 17, -100, 3, 40000});
+  const Tensor targets = Ids({6}, DType::kI32, {0, 50256, 17, -100, 3, 40000});
   Tensor losses = Make({n}), lse = Make({n});
   absl::StatusOr<double> mean = CrossEntropyForward(logits, targets, &losses, &lse);
   ASSERT_TRUE(mean.ok()) << mean.status();
@@ -53,7 +37,7 @@ TEST(CrossEntropyTest, ForwardMatchesDoubleReference) {
 TEST(CrossEntropyTest, FusedBackwardMatchesFiniteDifferences) {
   const int64_t n = 5, v = 13;
   Tensor logits = Random({n, v}, 1, -3.0f, 3.0f);
-  const Tensor targets = Targets<int64_t>({4, 0, 12, -100, 7});
+  const Tensor targets = Ids({5}, DType::kI64, {4, 0, 12, -100, 7});
   Tensor losses = Make({n}), lse = Make({n});
   const float dloss = 1.7f;
   auto loss = [&] { return dloss * *CrossEntropyForward(logits, targets, &losses, &lse); };
@@ -62,14 +46,14 @@ TEST(CrossEntropyTest, FusedBackwardMatchesFiniteDifferences) {
   LOOM_ASSERT_OK(CrossEntropyBackward(logits, targets, lse, dloss, &dlogits));
   for (uint64_t seed : {2, 3, 4}) {
     const Tensor dir = Random({n, v}, seed);
-    const double fd = DirectionalDerivative(logits, dir, 1e-2, loss);
-    EXPECT_NEAR(testing::Dot(dlogits, dir), fd, kGradTol * std::fabs(fd) + 1e-5);
+    const double fd = DirectionalDerivative(logits, dir, kFdEps, loss);
+    EXPECT_NEAR(Dot(dlogits, dir), fd, kGradTol * std::fabs(fd) + 1e-5);
   }
   for (int64_t j = 0; j < v; ++j) EXPECT_EQ(dlogits.data<float>()[3 * v + j], 0.0f);  // ignored
   // In place (dlogits aliases logits) gives the same values. The finite
   // differences left lse at a perturbed point: recompute it at `logits`.
   loss();
-  Tensor inplace = testing::Copy(logits);
+  Tensor inplace = Copy(logits);
   LOOM_ASSERT_OK(CrossEntropyBackward(inplace, targets, lse, dloss, &inplace));
   for (int64_t i = 0; i < n * v; ++i) {
     EXPECT_EQ(inplace.data<float>()[i], dlogits.data<float>()[i]) << i;
@@ -79,7 +63,7 @@ TEST(CrossEntropyTest, FusedBackwardMatchesFiniteDifferences) {
 TEST(CrossEntropyTest, AllIgnoredGivesZero) {
   const Tensor logits = Random({2, 3}, 1);
   Tensor losses = Make({2}), lse = Make({2}), d = Make({2, 3});
-  const Tensor t = Targets<int32_t>({-100, -100});
+  const Tensor t = Ids({2}, DType::kI32, {-100, -100});
   absl::StatusOr<double> mean = CrossEntropyForward(logits, t, &losses, &lse);
   ASSERT_TRUE(mean.ok());
   EXPECT_EQ(*mean, 0.0);
@@ -90,20 +74,20 @@ TEST(CrossEntropyTest, AllIgnoredGivesZero) {
 TEST(CrossEntropyTest, ErrorsNameOpAndShapes) {
   Tensor losses = Make({2}), lse = Make({2});
   EXPECT_TRUE(IsInvalidArgument(
-      CrossEntropyForward(Make({2, 5}), Targets<int32_t>({1, 5}), &losses, &lse).status(),
+      CrossEntropyForward(Make({2, 5}), Ids({2}, DType::kI32, {1, 5}), &losses, &lse).status(),
       {"CrossEntropyForward", "targets[1] = 5", "[0, 5)", "f32[2, 5]"}));
   EXPECT_TRUE(IsInvalidArgument(
-      CrossEntropyForward(Make({2, 5}), Targets<int32_t>({1, 2, 3}), &losses, &lse).status(),
+      CrossEntropyForward(Make({2, 5}), Ids({3}, DType::kI32, {1, 2, 3}), &losses, &lse).status(),
       {"CrossEntropyForward", "targets", "one entry per row", "2 rows"}));
   Tensor lse3 = Make({3});
   EXPECT_TRUE(IsInvalidArgument(
-      CrossEntropyForward(Make({2, 5}), Targets<int32_t>({1, 2}), &losses, &lse3).status(),
+      CrossEntropyForward(Make({2, 5}), Ids({2}, DType::kI32, {1, 2}), &losses, &lse3).status(),
       {"CrossEntropyForward", "lse", "expected 2 elements"}));
   Tensor d = Make({2, 4});
-  EXPECT_TRUE(
-      IsInvalidArgument(CrossEntropyBackward(Make({2, 5}), Targets<int32_t>({1, 2}), lse, 1.0f, &d),
-                        {"CrossEntropyBackward", "[2, 5]", "[2, 4]"}));
+  EXPECT_TRUE(IsInvalidArgument(
+      CrossEntropyBackward(Make({2, 5}), Ids({2}, DType::kI32, {1, 2}), lse, 1.0f, &d),
+      {"CrossEntropyBackward", "[2, 5]", "[2, 4]"}));
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

@@ -83,15 +83,32 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) inline void PhiloxRound
   s->c3 = p0;
 }
 
+// Philox4x32-10's multipliers (one per 64-bit lane) and Weyl increments, and
+// the key {lo(seed), hi(seed)}, broadcast.
+struct PhiloxParamsV4 {
+  __m512i m0, m1, w0, w1, key0, key1;
+};
+
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline PhiloxParamsV4 PhiloxParams(
+    uint64_t seed) {
+  return {_mm512_set1_epi64(0xD2511F53u),
+          _mm512_set1_epi64(0xCD9E8D57u),
+          _mm512_set1_epi32(static_cast<int>(0x9E3779B9u)),
+          _mm512_set1_epi32(static_cast<int>(0xBB67AE85u)),
+          _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed))),
+          _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed >> 32)))};
+}
+
 // The ten Philox rounds over any number of independent lane groups, the
 // rounds of the groups interleaved (their multiplies overlap).
 template <typename... Lanes>
 __attribute__((target("arch=x86-64-v4"), always_inline)) inline void PhiloxTenRounds(
-    __m512i m0, __m512i m1, __m512i k0, __m512i k1, __m512i w0, __m512i w1, Lanes*... s) {
+    const PhiloxParamsV4& p, Lanes*... s) {
+  __m512i k0 = p.key0, k1 = p.key1;
   for (int round = 0; round < 10; ++round) {
-    (PhiloxRound(s, m0, m1, k0, k1), ...);
-    k0 = _mm512_add_epi32(k0, w0);
-    k1 = _mm512_add_epi32(k1, w1);
+    (PhiloxRound(s, p.m0, p.m1, k0, k1), ...);
+    k0 = _mm512_add_epi32(k0, p.w0);
+    k1 = _mm512_add_epi32(k1, p.w1);
   }
 }
 
@@ -104,19 +121,34 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) inline PhiloxLanes Phil
           _mm512_set1_epi32(static_cast<int>(offset >> 32))};
 }
 
+// Word w of a group's 16 blocks from its two halves (blocks 0-7 in a's even
+// 32-bit lanes, 8-15 in b's): lane l of words[w] is block l's word w.
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline void GroupWordsV4(
+    const PhiloxLanes& a, const PhiloxLanes& b, __m512i words[4]) {
+  const __m512i idx =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  words[0] = _mm512_permutex2var_epi32(a.c0, idx, b.c0);
+  words[1] = _mm512_permutex2var_epi32(a.c1, idx, b.c1);
+  words[2] = _mm512_permutex2var_epi32(a.c2, idx, b.c2);
+  words[3] = _mm512_permutex2var_epi32(a.c3, idx, b.c3);
+}
+
+// The 16-bit draws of the group's elements 16 q .. 16 q + 15 (q < 8), one per
+// 32-bit lane: the low halves of words[q] for q < 4, then the high halves.
+__attribute__((target("arch=x86-64-v4"), always_inline)) inline __m512i GroupBitsV4(
+    const __m512i words[4], int q) {
+  return q < 4 ? _mm512_and_si512(words[q], _mm512_set1_epi32(0xffff))
+               : _mm512_srli_epi32(words[q - 4], 16);
+}
+
 // Writes the 128 values of one group from its two halves (blocks 0-7, 8-15).
 __attribute__((target("arch=x86-64-v4"), always_inline)) inline void PhiloxStoreGroup(
     const PhiloxLanes& a, const PhiloxLanes& b, uint32_t* out) {
-  const __m512i idx =
-      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i low16 = _mm512_set1_epi32(0xffff);
-  const __m512i words[4] = {_mm512_permutex2var_epi32(a.c0, idx, b.c0),
-                            _mm512_permutex2var_epi32(a.c1, idx, b.c1),
-                            _mm512_permutex2var_epi32(a.c2, idx, b.c2),
-                            _mm512_permutex2var_epi32(a.c3, idx, b.c3)};
+  __m512i words[4];
+  GroupWordsV4(a, b, words);
   for (int w = 0; w < 4; ++w) {
-    _mm512_store_si512(out + 16 * w, _mm512_and_si512(words[w], low16));
-    _mm512_store_si512(out + 64 + 16 * w, _mm512_srli_epi32(words[w], 16));
+    _mm512_store_si512(out + 16 * w, GroupBitsV4(words, w));
+    _mm512_store_si512(out + 64 + 16 * w, GroupBitsV4(words, 4 + w));
   }
 }
 
@@ -124,25 +156,20 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) inline void PhiloxStore
 __attribute__((target("arch=x86-64-v4"))) void DropoutBitsV4(uint64_t seed, uint64_t offset,
                                                              uint64_t first_group, int64_t n,
                                                              uint32_t* bits) {
-  const __m512i m0 = _mm512_set1_epi64(0xD2511F53u);
-  const __m512i m1 = _mm512_set1_epi64(0xCD9E8D57u);
-  const __m512i w0 = _mm512_set1_epi32(static_cast<int>(0x9E3779B9u));
-  const __m512i w1 = _mm512_set1_epi32(static_cast<int>(0xBB67AE85u));
-  const __m512i key0 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed)));
-  const __m512i key1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed >> 32)));
+  const PhiloxParamsV4 philox = PhiloxParams(seed);
   int64_t k = 0;
   for (; k + 2 <= n; k += 2) {
     const uint64_t block = 16 * (first_group + k);
     PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
     PhiloxLanes s2 = PhiloxInit(block + 16, offset), s3 = PhiloxInit(block + 24, offset);
-    PhiloxTenRounds(m0, m1, key0, key1, w0, w1, &s0, &s1, &s2, &s3);
+    PhiloxTenRounds(philox, &s0, &s1, &s2, &s3);
     PhiloxStoreGroup(s0, s1, bits + kGroup * k);
     PhiloxStoreGroup(s2, s3, bits + kGroup * (k + 1));
   }
   if (k < n) {
     const uint64_t block = 16 * (first_group + k);
     PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
-    PhiloxTenRounds(m0, m1, key0, key1, w0, w1, &s0, &s1);
+    PhiloxTenRounds(philox, &s0, &s1);
     PhiloxStoreGroup(s0, s1, bits + kGroup * k);
   }
 }
@@ -150,69 +177,40 @@ __attribute__((target("arch=x86-64-v4"))) void DropoutBitsV4(uint64_t seed, uint
 // Fused AVX-512 dropout of one row segment: the Philox words of each group
 // stay in registers (no bits tile round trip through L1) and are compared and
 // applied directly. Elements [0, len) of src/dst/mask have global indices
-// [g0, g0 + len). Lanes outside [0, len) are masked off (masked loads/stores
-// suppress faults), so partial head/tail groups need no special path. Exact
-// integer arithmetic: masks bit-identical to DropoutBitsAt.
+// [g0, g0 + len). Exact integer arithmetic: masks bit-identical to
+// DropoutBitsAt.
+//
+// A group that [0, len) cuts (the head or tail of the segment): lanes outside
+// [0, len) are masked off (masked loads/stores suppress faults).
 __attribute__((target("arch=x86-64-v4"), always_inline)) inline void ApplyGroupV4(
     const PhiloxLanes& a, const PhiloxLanes& b, int64_t e0, int64_t len, const float* src,
     float* dst, uint8_t* mask, __m512i thr, __m512 vs) {
-  const __m512i idx =
-      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i low16 = _mm512_set1_epi32(0xffff);
   const __m128i one = _mm_set1_epi8(1);
-  const __m512i words[4] = {_mm512_permutex2var_epi32(a.c0, idx, b.c0),
-                            _mm512_permutex2var_epi32(a.c1, idx, b.c1),
-                            _mm512_permutex2var_epi32(a.c2, idx, b.c2),
-                            _mm512_permutex2var_epi32(a.c3, idx, b.c3)};
-  if (e0 >= 0 && e0 + kGroup <= len) {
-    // Whole group: plain (unmasked) loads and stores; masked stores to lines
-    // that are not in cache are much slower than plain ones on some cores.
-    for (int q = 0; q < 8; ++q) {
-      const __m512i bits =
-          q < 4 ? _mm512_and_si512(words[q], low16) : _mm512_srli_epi32(words[q - 4], 16);
-      const int64_t e = e0 + 16 * q;
-      const __mmask16 keep = _mm512_cmpge_epu32_mask(bits, thr);
-      _mm512_storeu_ps(dst + e, _mm512_maskz_mul_ps(keep, _mm512_loadu_ps(src + e), vs));
-      if (mask != nullptr) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(mask + e), _mm_maskz_mov_epi8(keep, one));
-      }
-    }
-    return;
-  }
-  constexpr bool full = false;
+  __m512i words[4];
+  GroupWordsV4(a, b, words);
   for (int q = 0; q < 8; ++q) {
-    const __m512i bits =
-        q < 4 ? _mm512_and_si512(words[q], low16) : _mm512_srli_epi32(words[q - 4], 16);
     const int64_t e = e0 + 16 * q;
-    __mmask16 t = 0xffff;
-    if (!full) {
-      if (e + 16 <= 0 || e >= len) continue;
-      const int64_t lo = e < 0 ? -e : 0, hi = len - e < 16 ? len - e : 16;
-      t = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-    }
-    const __mmask16 keep = _mm512_mask_cmpge_epu32_mask(t, bits, thr);
+    if (e + 16 <= 0 || e >= len) continue;
+    const int64_t lo = e < 0 ? -e : 0, hi = len - e < 16 ? len - e : 16;
+    const __mmask16 t = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+    const __mmask16 keep = _mm512_mask_cmpge_epu32_mask(t, GroupBitsV4(words, q), thr);
     _mm512_mask_storeu_ps(dst + e, t, _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(t, src + e), vs));
     if (mask != nullptr) _mm_mask_storeu_epi8(mask + e, t, _mm_maskz_mov_epi8(keep, one));
   }
 }
 
-// A whole group whose 8 source vectors are already loaded.
+// A whole group whose 8 source vectors are already loaded: plain (unmasked)
+// stores; masked stores to lines that are not in cache are much slower than
+// plain ones on some cores.
 __attribute__((target("arch=x86-64-v4"), always_inline)) inline void ApplyWholeGroupV4(
     const PhiloxLanes& a, const PhiloxLanes& b, const __m512* x, int64_t e0, float* dst,
     uint8_t* mask, __m512i thr, __m512 vs) {
-  const __m512i idx =
-      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i low16 = _mm512_set1_epi32(0xffff);
   const __m128i one = _mm_set1_epi8(1);
-  const __m512i words[4] = {_mm512_permutex2var_epi32(a.c0, idx, b.c0),
-                            _mm512_permutex2var_epi32(a.c1, idx, b.c1),
-                            _mm512_permutex2var_epi32(a.c2, idx, b.c2),
-                            _mm512_permutex2var_epi32(a.c3, idx, b.c3)};
+  __m512i words[4];
+  GroupWordsV4(a, b, words);
   for (int q = 0; q < 8; ++q) {
-    const __m512i bits =
-        q < 4 ? _mm512_and_si512(words[q], low16) : _mm512_srli_epi32(words[q - 4], 16);
     const int64_t e = e0 + 16 * q;
-    const __mmask16 keep = _mm512_cmpge_epu32_mask(bits, thr);
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(GroupBitsV4(words, q), thr);
     _mm512_storeu_ps(dst + e, _mm512_maskz_mul_ps(keep, x[q], vs));
     if (mask != nullptr) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(mask + e), _mm_maskz_mov_epi8(keep, one));
@@ -226,12 +224,7 @@ __attribute__((target("arch=x86-64-v4"))) void DropoutRowV4(uint64_t seed, uint6
                                                             uint8_t* mask, uint32_t threshold,
                                                             float scale) {
   if (len <= 0) return;
-  const __m512i m0 = _mm512_set1_epi64(0xD2511F53u);
-  const __m512i m1 = _mm512_set1_epi64(0xCD9E8D57u);
-  const __m512i w0 = _mm512_set1_epi32(static_cast<int>(0x9E3779B9u));
-  const __m512i w1 = _mm512_set1_epi32(static_cast<int>(0xBB67AE85u));
-  const __m512i key0 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed)));
-  const __m512i key1 = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(seed >> 32)));
+  const PhiloxParamsV4 philox = PhiloxParams(seed);
   const __m512i thr = _mm512_set1_epi32(static_cast<int>(threshold));
   const __m512 vs = _mm512_set1_ps(scale);
   const int64_t gend = (g0 + len + kGroup - 1) / kGroup;
@@ -248,7 +241,7 @@ __attribute__((target("arch=x86-64-v4"))) void DropoutRowV4(uint64_t seed, uint6
     for (int q = 0; q < 8; ++q) x[q] = _mm512_loadu_ps(src + e0 + 16 * q);
     PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
     PhiloxLanes s2 = PhiloxInit(block + 16, offset), s3 = PhiloxInit(block + 24, offset);
-    PhiloxTenRounds(m0, m1, key0, key1, w0, w1, &s0, &s1, &s2, &s3);
+    PhiloxTenRounds(philox, &s0, &s1, &s2, &s3);
     // All loads of the pair precede its stores.
     __m512 y[8];
     for (int q = 0; q < 8; ++q) y[q] = _mm512_loadu_ps(src + e0 + kGroup + 16 * q);
@@ -264,7 +257,7 @@ __attribute__((target("arch=x86-64-v4"))) void DropoutRowV4(uint64_t seed, uint6
       for (int q = 0; q < 8; ++q) x[q] = _mm512_loadu_ps(src + e0 + 16 * q);
     }
     PhiloxLanes s0 = PhiloxInit(block, offset), s1 = PhiloxInit(block + 8, offset);
-    PhiloxTenRounds(m0, m1, key0, key1, w0, w1, &s0, &s1);
+    PhiloxTenRounds(philox, &s0, &s1);
     if (full) {
       ApplyWholeGroupV4(s0, s1, x, e0, dst, mask, thr, vs);
     } else {

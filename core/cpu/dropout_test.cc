@@ -7,12 +7,8 @@
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
 
 // Random123's tests/kat_vectors, the "philox4x32 10" lines: counter, key, result.
 TEST(PhiloxTest, KnownAnswerVectors) {
@@ -76,7 +72,7 @@ TEST(DropoutTest, SlicesDrawTheMaskOfTheFullTensor) {
   LOOM_ASSERT_OK(DropoutForward(x, &full, o));
   // Sequence-parallel: rows [5, 9).
   {
-    const Tensor xs = testing::Copy(*x.Narrow(5, 4));
+    const Tensor xs = Copy(*x.Narrow(5, 4));
     Tensor ys = Make({4, cols});
     LOOM_ASSERT_OK(DropoutForward(xs, &ys, o, {5 * cols, cols}));
     for (int64_t i = 0; i < 4 * cols; ++i) {
@@ -142,4 +138,4 @@ TEST(DropoutTest, ErrorsNameOpAndShapes) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

@@ -6,25 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu/test_tolerances.h"
 #include "core/cpu/test_util.h"
 #include "core/cpu/vec_math.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::DirectionalDerivative;
-using testing::Dot;
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
-using testing::RelError;
-using testing::ToDouble;
-
-// Element-wise f32 forwards: error relative to the largest reference value.
-constexpr double kFwdTol = 1e-5;
-// Central differences in f32 (eps 1e-2): truncation O(eps^2) + rounding/eps.
-constexpr double kGradTol = 2e-3;
 
 double GeluRef(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -38,7 +26,7 @@ TEST(BiasAddTest, ForwardMatchesReference) {
   for (size_t i = 0; i < want.size(); ++i) want[i] += bias.data<float>()[i % 17];
   EXPECT_LE(RelError(out, want), kFwdTol);
   // In place.
-  Tensor y = testing::Copy(x);
+  Tensor y = Copy(x);
   LOOM_ASSERT_OK(BiasAddForward(y, bias, &y));
   EXPECT_LE(RelError(y, want), kFwdTol);
 }
@@ -56,7 +44,7 @@ TEST(BiasAddTest, BackwardAccumulatesAndMatchesFiniteDifferences) {
   LOOM_ASSERT_OK(BiasAddBackward(w, &dbias));
   std::vector<double> grad = ToDouble(dbias);
   for (int j = 0; j < 9; ++j) grad[j] -= before[j];
-  const double fd = DirectionalDerivative(bias, dir, 1e-2, loss);
+  const double fd = DirectionalDerivative(bias, dir, kFdEps, loss);
   EXPECT_NEAR(Dot(grad, dir), fd, kGradTol * std::fabs(fd));
   // Exact column sums (reference in double).
   for (int j = 0; j < 9; ++j) {
@@ -93,7 +81,7 @@ TEST(GeluTest, BackwardMatchesFiniteDifferences) {
     return Dot(out, w);
   };
   LOOM_ASSERT_OK(GeluBackward(x, w, &dx));
-  const double fd = DirectionalDerivative(x, dir, 1e-2, loss);
+  const double fd = DirectionalDerivative(x, dir, kFdEps, loss);
   EXPECT_NEAR(Dot(dx, dir), fd, kGradTol * std::fabs(fd));
   // Per element against the analytic derivative in double.
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -143,4 +131,4 @@ TEST(ElementwiseTest, ErrorsNameOpAndShapes) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

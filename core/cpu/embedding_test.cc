@@ -2,30 +2,17 @@
 
 #include <vector>
 
+#include "core/cpu/test_tolerances.h"
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::DirectionalDerivative;
-using testing::Dot;
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
-using testing::ToDouble;
-
-template <typename T>
-Tensor Ids(const Shape& shape, const std::vector<T>& values) {
-  Tensor t = Make(shape, DTypeOf<T>::value);
-  std::copy(values.begin(), values.end(), t.data<T>());
-  return t;
-}
 
 TEST(EmbeddingTest, ForwardCopiesRowsForI32AndI64) {
   const Tensor table = Random({10, 6}, 1);
-  for (const Tensor& ids :
-       {Ids<int32_t>({2, 3}, {3, 0, 9, 3, 5, 1}), Ids<int64_t>({2, 3}, {3, 0, 9, 3, 5, 1})}) {
+  for (DType it : {DType::kI32, DType::kI64}) {
+    const Tensor ids = Ids({2, 3}, it, {3, 0, 9, 3, 5, 1});
     Tensor out = Make({2, 3, 6});
     LOOM_ASSERT_OK(EmbeddingForward(ids, table, &out));
     const int64_t want_rows[6] = {3, 0, 9, 3, 5, 1};
@@ -39,7 +26,7 @@ TEST(EmbeddingTest, ForwardCopiesRowsForI32AndI64) {
 
 TEST(EmbeddingTest, BackwardScatterAddsDuplicatesAndMatchesFiniteDifferences) {
   Tensor table = Random({7, 5}, 1);
-  const Tensor ids = Ids<int32_t>({8}, {1, 4, 1, 6, 0, 1, 4, 2});
+  const Tensor ids = Ids({8}, DType::kI32, {1, 4, 1, 6, 0, 1, 4, 2});
   const Tensor w = Random({8, 5}, 2);
   Tensor out = Make({8, 5});
   auto loss = [&] {
@@ -59,7 +46,7 @@ TEST(EmbeddingTest, BackwardScatterAddsDuplicatesAndMatchesFiniteDifferences) {
   }
   for (int i = 0; i < 35; ++i) EXPECT_NEAR(grad[i], want[i], 1e-6) << i;
   const Tensor dir = Random({7, 5}, 4);
-  const double fd = DirectionalDerivative(table, dir, 1e-2, loss);
+  const double fd = DirectionalDerivative(table, dir, kFdEps, loss);
   EXPECT_NEAR(Dot(grad, dir), fd, 1e-4 * std::fabs(fd) + 1e-5);
 }
 
@@ -67,14 +54,14 @@ TEST(EmbeddingTest, VocabParallelShardZerosForeignIds) {
   // Full vocab 10 split in two shards of 5; the sum of the shards' outputs is
   // the full lookup, and each shard's grad is its rows of the full grad.
   const Tensor full = Random({10, 4}, 1);
-  const Tensor ids = Ids<int64_t>({6}, {0, 7, 4, 5, 9, 7});
+  const Tensor ids = Ids({6}, DType::kI64, {0, 7, 4, 5, 9, 7});
   const Tensor w = Random({6, 4}, 2);
   Tensor out_full = Make({6, 4}), dfull = Make({10, 4});
   LOOM_ASSERT_OK(EmbeddingForward(ids, full, &out_full));
   LOOM_ASSERT_OK(EmbeddingBackward(ids, w, &dfull));
   std::vector<double> sum(24, 0.0);
   for (int shard = 0; shard < 2; ++shard) {
-    const Tensor table = testing::Copy(*full.Narrow(5 * shard, 5));
+    const Tensor table = Copy(*full.Narrow(5 * shard, 5));
     const EmbeddingOptions o{5 * shard, true};
     Tensor out = Make({6, 4}), dtable = Make({5, 4});
     LOOM_ASSERT_OK(EmbeddingForward(ids, table, &out, o));
@@ -90,20 +77,20 @@ TEST(EmbeddingTest, VocabParallelShardZerosForeignIds) {
 TEST(EmbeddingTest, ErrorsNameOpAndShapes) {
   const Tensor table = Make({10, 6});
   Tensor out = Make({3, 6});
-  EXPECT_TRUE(IsInvalidArgument(EmbeddingForward(Ids<int32_t>({3}, {1, 10, 2}), table, &out),
+  EXPECT_TRUE(IsInvalidArgument(EmbeddingForward(Ids({3}, DType::kI32, {1, 10, 2}), table, &out),
                                 {"EmbeddingForward", "ids[1] = 10", "[0, 10)", "f32[10, 6]"}));
-  EXPECT_TRUE(IsInvalidArgument(EmbeddingForward(Ids<int32_t>({3}, {1, -1, 2}), table, &out),
+  EXPECT_TRUE(IsInvalidArgument(EmbeddingForward(Ids({3}, DType::kI32, {1, -1, 2}), table, &out),
                                 {"EmbeddingForward", "ids[1] = -1"}));
   EXPECT_TRUE(IsInvalidArgument(EmbeddingForward(Make({3}), table, &out),
                                 {"EmbeddingForward", "ids", "f32[3]", "i32 or i64"}));
   Tensor out_bad = Make({3, 5});
-  EXPECT_TRUE(IsInvalidArgument(EmbeddingForward(Ids<int32_t>({3}, {1, 2, 3}), table, &out_bad),
+  EXPECT_TRUE(IsInvalidArgument(EmbeddingForward(Ids({3}, DType::kI32, {1, 2, 3}), table, &out_bad),
                                 {"EmbeddingForward", "out", "3 rows of 6"}));
   Tensor dtable = Make({10, 6});
   EXPECT_TRUE(
-      IsInvalidArgument(EmbeddingBackward(Ids<int64_t>({3}, {1, 2, 30}), Make({3, 6}), &dtable),
+      IsInvalidArgument(EmbeddingBackward(Ids({3}, DType::kI64, {1, 2, 30}), Make({3, 6}), &dtable),
                         {"EmbeddingBackward", "ids[2] = 30"}));
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

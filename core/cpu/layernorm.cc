@@ -6,7 +6,6 @@
 #include <cmath>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
 #include "core/cpu/shape_checks.h"
 #include "core/cpu/vec_math.h"
@@ -15,12 +14,7 @@ namespace loom::core::cpu {
 namespace {
 
 using internal::CheckInput;
-using internal::CheckNumel;
 using internal::CheckOutput;
-
-absl::Status CheckParam(const char* op, const char* name, const Tensor& p, const Tensor& x) {
-  return CheckLastDimVector(op, "x", x, name, p);
-}
 
 LOOM_CPU_INLINE void LayerNormRowBody(const float* xr, const float* pg, const float* pb, int64_t c,
                                       float eps, float* orow, float* mean, float* rstd) {
@@ -226,17 +220,10 @@ absl::Status LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "mean", mean));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "rstd", rstd));
-  LOOM_RETURN_IF_ERROR(CheckParam(kOp, "gamma", gamma, x));
-  LOOM_RETURN_IF_ERROR(CheckParam(kOp, "beta", beta, x));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, CheckLayerNormRows(kOp, x, gamma, *mean, *rstd));
+  LOOM_RETURN_IF_ERROR(CheckLastDimVector(kOp, "x", x, "beta", beta));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
   const int64_t c = gamma.dim(0);
-  if (c == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": x ", x.DebugString(), " has an empty last dim"));
-  }
-  const int64_t rows = x.numel() / c;
-  LOOM_RETURN_IF_ERROR(CheckNumel(kOp, "mean", *mean, rows, "one per row of x"));
-  LOOM_RETURN_IF_ERROR(CheckNumel(kOp, "rstd", *rstd, rows, "one per row of x"));
   const float* px = x.data<float>();
   const float* pg = gamma.data<float>();
   const float* pb = beta.data<float>();
@@ -262,19 +249,12 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dgamma", dgamma));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dbeta", dbeta));
-  LOOM_RETURN_IF_ERROR(CheckParam(kOp, "gamma", gamma, x));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, CheckLayerNormRows(kOp, x, gamma, mean, rstd));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dgamma", *dgamma));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dbeta", *dbeta));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
   const int64_t c = gamma.dim(0);
-  if (c == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": x ", x.DebugString(), " has an empty last dim"));
-  }
-  const int64_t rows = x.numel() / c;
-  LOOM_RETURN_IF_ERROR(CheckNumel(kOp, "mean", mean, rows, "one per row of x"));
-  LOOM_RETURN_IF_ERROR(CheckNumel(kOp, "rstd", rstd, rows, "one per row of x"));
   const float* pdo = dout.data<float>();
   const float* px = x.data<float>();
   const float* pg = gamma.data<float>();

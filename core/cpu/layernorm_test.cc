@@ -3,22 +3,13 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu/test_tolerances.h"
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
 
-using testing::DirectionalDerivative;
-using testing::Dot;
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
-using testing::RelError;
-using testing::ToDouble;
-
-constexpr double kFwdTol = 1e-5;   // f32 row sums of C <= 768 terms
-constexpr double kGradTol = 2e-3;  // central differences in f32, eps 1e-2
 constexpr float kEps = 1e-5f;
 
 TEST(LayerNormTest, ForwardMatchesDoubleReference) {
@@ -66,11 +57,11 @@ TEST(LayerNormTest, BackwardMatchesFiniteDifferences) {
   }
   for (uint64_t seed : {11, 12, 13}) {
     const Tensor dir_x = Random({n, c}, seed), dir_p = Random({c}, seed + 100);
-    const double fd_x = DirectionalDerivative(x, dir_x, 1e-2, loss);
+    const double fd_x = DirectionalDerivative(x, dir_x, kFdEps, loss);
     EXPECT_NEAR(Dot(dx, dir_x), fd_x, kGradTol * std::fabs(fd_x) + 1e-4);
-    const double fd_g = DirectionalDerivative(g, dir_p, 1e-2, loss);
+    const double fd_g = DirectionalDerivative(g, dir_p, kFdEps, loss);
     EXPECT_NEAR(Dot(dgv, dir_p), fd_g, kGradTol * std::fabs(fd_g) + 1e-4);
-    const double fd_b = DirectionalDerivative(b, dir_p, 1e-2, loss);
+    const double fd_b = DirectionalDerivative(b, dir_p, kFdEps, loss);
     EXPECT_NEAR(Dot(dbv, dir_p), fd_b, kGradTol * std::fabs(fd_b) + 1e-4);
   }
 }
@@ -94,4 +85,4 @@ TEST(LayerNormTest, ErrorsNameOpAndShapes) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

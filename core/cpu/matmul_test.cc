@@ -6,14 +6,8 @@
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
-using testing::RelError;
-using testing::ToDouble;
 
 // GEMM sums of K products in f32: error relative to the largest output.
 constexpr double kTol = 1e-4;
@@ -147,4 +141,4 @@ TEST(MatmulTest, ErrorsNameOpAndShapes) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

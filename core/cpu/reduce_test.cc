@@ -5,12 +5,8 @@
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
 
 // Accumulated in double: agrees with a sequential double sum to ~1e-12.
 constexpr double kTol = 1e-12;
@@ -36,4 +32,4 @@ TEST(ReduceTest, ErrorsNameOp) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

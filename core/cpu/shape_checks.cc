@@ -1,6 +1,7 @@
 #include "core/cpu/shape_checks.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/check.h"
 #include "core/status_macros.h"
 
 namespace loom::core::cpu {
@@ -23,6 +24,20 @@ absl::Status CheckLastDimVector(const char* op, const char* x_name, const Tensor
                                                    " length"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CheckLayerNormRows(const char* op, const Tensor& x, const Tensor& gamma,
+                                           const Tensor& mean, const Tensor& rstd) {
+  LOOM_RETURN_IF_ERROR(CheckLastDimVector(op, "x", x, "gamma", gamma));
+  const int64_t c = gamma.dim(0);
+  if (c == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": x ", x.DebugString(), " has an empty last dim"));
+  }
+  const int64_t rows = x.numel() / c;
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "mean", mean, rows, "one per row of x"));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "rstd", rstd, rows, "one per row of x"));
+  return rows;
 }
 
 absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,

@@ -24,6 +24,12 @@ absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const
 absl::Status CheckLastDimVector(const char* op, const char* x_name, const Tensor& x,
                                 const char* vec_name, const Tensor& vec);
 
+// LayerNorm over the last dim C of x: gamma is [C] with C > 0, and mean and
+// rstd hold one value per row of x. Returns the row count. (beta, out and the
+// gradients are checked against gamma or x beside the call.)
+absl::StatusOr<int64_t> CheckLayerNormRows(const char* op, const Tensor& x, const Tensor& gamma,
+                                           const Tensor& mean, const Tensor& rstd);
+
 // Logits [..., V] with V > 0 and one target per row; returns the row count.
 absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,
                                            const Tensor& targets);

@@ -3,22 +3,12 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu/test_tolerances.h"
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::DirectionalDerivative;
-using testing::Dot;
-using testing::IsInvalidArgument;
-using testing::Make;
-using testing::Random;
-using testing::RelError;
-using testing::ToDouble;
-
-constexpr double kFwdTol = 1e-5;
-constexpr double kGradTol = 2e-3;
 
 std::vector<double> RefSoftmax(const Tensor& x) {
   const int64_t c = x.dim(x.rank() - 1), rows = x.numel() / c;
@@ -60,7 +50,7 @@ TEST(SoftmaxTest, BackwardMatchesFiniteDifferences) {
   LOOM_ASSERT_OK(SoftmaxBackward(out, w, &dx));
   for (uint64_t seed : {3, 4, 5}) {
     const Tensor dir = Random({3, 17}, seed);
-    const double fd = DirectionalDerivative(x, dir, 1e-2, loss);
+    const double fd = DirectionalDerivative(x, dir, kFdEps, loss);
     EXPECT_NEAR(Dot(dx, dir), fd, kGradTol * std::fabs(fd) + 1e-5);
   }
 }
@@ -76,4 +66,4 @@ TEST(SoftmaxTest, ErrorsNameOpAndShapes) {
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

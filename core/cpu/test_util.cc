@@ -32,6 +32,19 @@ Tensor FromValues(const Shape& shape, const std::vector<float>& values) {
   return t;
 }
 
+Tensor Ids(const Shape& shape, DType dtype, const std::vector<int64_t>& values) {
+  Tensor t = Make(shape, dtype);
+  if (static_cast<int64_t>(values.size()) != t.numel()) std::abort();
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kI32) {
+      t.data<int32_t>()[i] = static_cast<int32_t>(values[i]);
+    } else {
+      t.data<int64_t>()[i] = values[i];
+    }
+  }
+  return t;
+}
+
 Tensor Copy(const Tensor& t) {
   absl::StatusOr<Tensor> c = t.Clone();
   if (!c.ok()) std::abort();
@@ -48,7 +61,7 @@ double RelError(const std::vector<double>& got, const std::vector<double>& want)
   double max_err = 0.0, max_ref = 0.0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double e = std::fabs(got[i] - want[i]);
-    if (!(e <= max_err)) max_err = e;  // NaN propagates
+    if (!(e <= max_err)) max_err = std::isnan(e) ? INFINITY : e;  // a NaN sticks
     max_ref = std::max(max_ref, std::fabs(want[i]));
   }
   return max_ref == 0.0 ? max_err : max_err / max_ref;

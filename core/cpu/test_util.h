@@ -27,11 +27,14 @@ Tensor Make(const Shape& shape, DType dtype = DType::kF32);
 Tensor Random(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 // f32 with the given values (numel must match).
 Tensor FromValues(const Shape& shape, const std::vector<float>& values);
+// i32 or i64 (`dtype`) with the given ids or targets (numel must match).
+Tensor Ids(const Shape& shape, DType dtype, const std::vector<int64_t>& values);
 Tensor Copy(const Tensor& t);
 std::vector<double> ToDouble(const Tensor& t);
 
 // max |got - want| / max |want|: the error relative to the largest reference
-// magnitude (robust when single references are near 0).
+// magnitude (robust when single references are near 0). A NaN anywhere in got
+// or want, or a size mismatch, gives infinity.
 double RelError(const Tensor& got, const std::vector<double>& want);
 double RelError(const std::vector<double>& got, const std::vector<double>& want);
 

@@ -7,11 +7,8 @@
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cpu {
+namespace loom::core::cpu::testing {
 namespace {
-
-using testing::Make;
-using testing::Random;
 
 // Splits [N, V] logits into `shards` column blocks of Vp = ceil(V / shards)
 // (the last padded with garbage), runs the three passes with the cross-shard
@@ -100,9 +97,9 @@ TEST(VocabParallelCrossEntropyTest, TargetOutsideVocabularyIsAnError) {
 TEST(VocabParallelCrossEntropyTest, ShardThatDoesNotFitIsAnError) {
   const Tensor logits = Random(Shape{2, 4}, 1);
   Tensor max = Make(Shape{2});
-  EXPECT_TRUE(testing::IsInvalidArgument(VocabShardRowMax(logits, {0, 5, 8}, &max),
+  EXPECT_TRUE(IsInvalidArgument(VocabShardRowMax(logits, {0, 5, 8}, &max),
                                          {"VocabShardRowMax", "valid 5", "Vp 4"}));
 }
 
 }  // namespace
-}  // namespace loom::core::cpu
+}  // namespace loom::core::cpu::testing

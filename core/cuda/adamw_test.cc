@@ -7,10 +7,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 TEST(CudaAdamWTest, StepsMatchCpu) {
   LOOM_REQUIRE_GPU();
@@ -25,11 +23,11 @@ TEST(CudaAdamWTest, StepsMatchCpu) {
     Tensor gp16 = Poisoned(Shape{n}, DType::kBF16);
     for (int64_t step = 1; step <= 3; ++step) {
       const Tensor grad = Random(Shape{n}, 10 + step);
-      LOOM_EXPECT_OK(cpu::AdamWStep(&p, grad, &m, &v, step, o));
+      LOOM_ASSERT_OK(cpu::AdamWStep(&p, grad, &m, &v, step, o));
       if (step < 3) {
-        LOOM_EXPECT_OK(cuda::AdamWStep(&gp, Upload(grad), &gm, &gv, step, o));
+        LOOM_ASSERT_OK(cuda::AdamWStep(&gp, Upload(grad), &gm, &gv, step, o));
       } else {
-        LOOM_EXPECT_OK(cuda::AdamWStep(&gp, Upload(grad), &gm, &gv, step, o, &gp16));
+        LOOM_ASSERT_OK(cuda::AdamWStep(&gp, Upload(grad), &gm, &gv, step, o, &gp16));
       }
     }
     // Same float formula; FMA contraction may differ between nvcc and GCC.
@@ -39,7 +37,7 @@ TEST(CudaAdamWTest, StepsMatchCpu) {
     // The bf16 copy is the rounding of the GPU's own f32 params, bit for bit.
     Tensor gp_host = Download(gp);
     Tensor want16 = CpuEmpty(Shape{n}, DType::kBF16);
-    LOOM_EXPECT_OK(cpu::Convert(gp_host, &want16));
+    LOOM_ASSERT_OK(cpu::Convert(gp_host, &want16));
     Tensor got16 = Download(gp16);
     EXPECT_EQ(0, std::memcmp(got16.raw_data(), want16.raw_data(), want16.nbytes()));
   }
@@ -60,4 +58,4 @@ TEST(CudaAdamWTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

@@ -38,7 +38,7 @@ TEST(AllocatorTest, WithoutGpuAllocationFailsCleanly) {
 
 TEST(AllocatorTest, FreedBlocksAreReusedWithoutCudaMalloc) {
   LOOM_REQUIRE_GPU();
-  LOOM_EXPECT_OK(EmptyCache());
+  LOOM_ASSERT_OK(EmptyCache());
   void* first = nullptr;
   {
     absl::StatusOr<Tensor> t = Tensor::Empty(Shape{1000}, DType::kF32, Device::CUDA(0));
@@ -56,7 +56,7 @@ TEST(AllocatorTest, FreedBlocksAreReusedWithoutCudaMalloc) {
 
 TEST(AllocatorTest, StatsTrackInUseReservedAndPeak) {
   LOOM_REQUIRE_GPU();
-  LOOM_EXPECT_OK(EmptyCache());
+  LOOM_ASSERT_OK(EmptyCache());
   CachingAllocator::Get().ResetPeak(0);
   const AllocatorStats s0 = GetAllocatorStats(0);
   {
@@ -71,7 +71,7 @@ TEST(AllocatorTest, StatsTrackInUseReservedAndPeak) {
   EXPECT_EQ(s2.in_use_bytes, s0.in_use_bytes);
   EXPECT_GE(s2.cached_bytes, int64_t{4} << 20);
   EXPECT_GE(s2.peak_in_use_bytes, s0.in_use_bytes + (int64_t{4} << 20));
-  LOOM_EXPECT_OK(EmptyCache());
+  LOOM_ASSERT_OK(EmptyCache());
   EXPECT_EQ(GetAllocatorStats(0).cached_bytes, 0);
 }
 
@@ -86,8 +86,8 @@ TEST(AllocatorTest, OutOfMemoryIsResourceExhaustedWithStats) {
   // The failure is not sticky: the next allocation and a launch still work.
   absl::StatusOr<Tensor> ok = Tensor::Empty(Shape{16}, DType::kF32, Device::CUDA(0));
   ASSERT_TRUE(ok.ok()) << ok.status();
-  LOOM_EXPECT_OK(ZeroTensor(&*ok));
-  LOOM_EXPECT_OK(SynchronizeCurrentStream());
+  LOOM_ASSERT_OK(ZeroTensor(&*ok));
+  LOOM_ASSERT_OK(SynchronizeCurrentStream());
 }
 
 TEST(CopyTest, RoundTripAndZero) {
@@ -100,12 +100,12 @@ TEST(CopyTest, RoundTripAndZero) {
   EXPECT_EQ(0, std::memcmp(back->raw_data(), host.raw_data(), host.nbytes()));
   // Device -> device and device -> host through CopyTensor.
   Tensor dev2 = testing::Poisoned(Shape{3003}, DType::kF32);
-  LOOM_EXPECT_OK(CopyTensor(*dev, &dev2));
+  LOOM_ASSERT_OK(CopyTensor(*dev, &dev2));
   Tensor host2 = testing::CpuEmpty(Shape{3003}, DType::kF32);
-  LOOM_EXPECT_OK(CopyTensor(dev2, &host2));
-  LOOM_EXPECT_OK(SynchronizeCurrentStream());
+  LOOM_ASSERT_OK(CopyTensor(dev2, &host2));
+  LOOM_ASSERT_OK(SynchronizeCurrentStream());
   EXPECT_EQ(0, std::memcmp(host2.raw_data(), host.raw_data(), host.nbytes()));
-  LOOM_EXPECT_OK(ZeroTensor(&dev2));
+  LOOM_ASSERT_OK(ZeroTensor(&dev2));
   Tensor zeros = testing::Download(dev2);
   for (int64_t i = 0; i < zeros.numel(); ++i) ASSERT_EQ(zeros.data<float>()[i], 0.0f) << i;
 }
@@ -116,11 +116,11 @@ TEST(CopyTest, RoundTripAndZero) {
 TEST(CopyTest, UploadFromPageableMemoryMayReuseTheSourceAtOnce) {
   LOOM_REQUIRE_GPU();
   Tensor big = testing::Poisoned(Shape{64 << 20}, DType::kF32);
-  for (int i = 0; i < 20; ++i) LOOM_EXPECT_OK(ZeroTensor(&big));  // keep the stream busy
+  for (int i = 0; i < 20; ++i) LOOM_ASSERT_OK(ZeroTensor(&big));  // keep the stream busy
   std::vector<float> src(4096);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
   Tensor dev = testing::Poisoned(Shape{4096}, DType::kF32);
-  LOOM_EXPECT_OK(CachingAllocator::Get().CopyBytes(dev.raw_data(), dev.device(), src.data(),
+  LOOM_ASSERT_OK(CachingAllocator::Get().CopyBytes(dev.raw_data(), dev.device(), src.data(),
                                                    Device::CPU(), src.size() * sizeof(float)));
   std::fill(src.begin(), src.end(), -1.0f);
   Tensor back = testing::Download(dev);
@@ -143,11 +143,11 @@ TEST(EventTest, OrdersAndTimes) {
   absl::StatusOr<Event> start = Event::Create(/*timing=*/true);
   absl::StatusOr<Event> stop = Event::Create(/*timing=*/true);
   ASSERT_TRUE(start.ok() && stop.ok()) << start.status();
-  LOOM_EXPECT_OK(start->Record());
+  LOOM_ASSERT_OK(start->Record());
   Tensor t = testing::Poisoned(Shape{1 << 20}, DType::kF32);
-  LOOM_EXPECT_OK(ZeroTensor(&t));
-  LOOM_EXPECT_OK(stop->Record());
-  LOOM_EXPECT_OK(stop->Synchronize());
+  LOOM_ASSERT_OK(ZeroTensor(&t));
+  LOOM_ASSERT_OK(stop->Record());
+  LOOM_ASSERT_OK(stop->Synchronize());
   absl::StatusOr<bool> done = stop->Query();
   ASSERT_TRUE(done.ok());
   EXPECT_TRUE(*done);
@@ -157,7 +157,7 @@ TEST(EventTest, OrdersAndTimes) {
   // Another stream waits for the event without blocking the host.
   cudaStream_t other = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
-  LOOM_EXPECT_OK(stop->Wait(other));
+  LOOM_ASSERT_OK(stop->Wait(other));
   EXPECT_EQ(cudaStreamSynchronize(other), cudaSuccess);
   cudaStreamDestroy(other);
   Event moved = std::move(*start);

@@ -5,10 +5,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 // f32: the GEMMs sum in another order than oneDNN and the softmax uses expf
 // instead of the CPU's polynomial exp: 3e-5 relative to the largest value.
@@ -32,10 +30,10 @@ void Check(const Case& c, DType dt, uint64_t seed) {
   const Tensor qkv = RoundedTo(Random(sq, seed, -r, r), dt);
   const Tensor dout = RoundedTo(Random(so, seed + 1), dt);
   Tensor want = CpuEmpty(so, DType::kF32), wprobs = CpuEmpty(sp, DType::kF32);
-  LOOM_EXPECT_OK(cpu::AttentionForward(qkv, c.heads, &want, &wprobs, c.dropout));
+  LOOM_ASSERT_OK(cpu::AttentionForward(qkv, c.heads, &want, &wprobs, c.dropout));
   const Tensor gqkv = ToGpu(qkv, dt);
   Tensor out = Poisoned(so, dt), probs = Poisoned(sp, dt);
-  LOOM_EXPECT_OK(cuda::AttentionForward(gqkv, c.heads, &out, &probs, c.dropout));
+  LOOM_ASSERT_OK(cuda::AttentionForward(gqkv, c.heads, &out, &probs, c.dropout));
   const std::string what = absl::StrCat(DTypeName(dt), " s=", c.s, " b=", c.b, " heads=", c.heads,
                                         " d=", c.d, " p=", c.dropout.p);
   EXPECT_LE(RelError(ToCpuF32(probs), wprobs), Tol(dt, kF32Tol, 2e-2)) << what;
@@ -43,9 +41,9 @@ void Check(const Case& c, DType dt, uint64_t seed) {
   // Backward from the CPU's probabilities (rounded to dt) on both sides.
   const Tensor p_in = RoundedTo(wprobs, dt);
   Tensor wdqkv = CpuEmpty(sq, DType::kF32);
-  LOOM_EXPECT_OK(cpu::AttentionBackward(dout, qkv, p_in, c.heads, &wdqkv, c.dropout));
+  LOOM_ASSERT_OK(cpu::AttentionBackward(dout, qkv, p_in, c.heads, &wdqkv, c.dropout));
   Tensor dqkv = Poisoned(sq, dt);
-  LOOM_EXPECT_OK(
+  LOOM_ASSERT_OK(
       cuda::AttentionBackward(ToGpu(dout, dt), gqkv, ToGpu(p_in, dt), c.heads, &dqkv, c.dropout));
   EXPECT_LE(RelError(ToCpuF32(dqkv), wdqkv), Tol(dt, kF32Tol, 3e-2)) << what;
 }
@@ -96,4 +94,4 @@ TEST(CudaAttentionTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

@@ -83,6 +83,18 @@ absl::Status CheckRows(const char* op, const char* what, int64_t rows) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> CheckColumnChunks(const char* op, const char* arg, const Tensor& t,
+                                          int64_t rows) {
+  const int64_t chunks = kernels::ColumnChunks(rows);
+  if (chunks > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, " ", t.DebugString(), " has ",
+                                                   rows, " rows; at most ",
+                                                   65535 * kernels::kColumnChunkRows,
+                                                   " are supported"));
+  }
+  return chunks;
+}
+
 absl::Status CheckAlike(const char* op, std::initializer_list<Arg> args) {
   for (const Arg& a : args) LOOM_RETURN_IF_ERROR(CheckFloatOut(op, a.name, a.t));
   const Arg& first = *args.begin();

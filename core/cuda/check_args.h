@@ -38,6 +38,10 @@ absl::Status CheckNumelIs(const char* op, const char* arg, const Tensor& t, int6
                           const char* why);
 // `rows` fits a one-block-per-row grid (< 2^31).
 absl::Status CheckRows(const char* op, const char* what, int64_t rows);
+// The chunk count kernels::ColumnPartials takes for `rows` rows of `arg`
+// (named in the error): at most 65535, the grid's y limit.
+absl::StatusOr<int64_t> CheckColumnChunks(const char* op, const char* arg, const Tensor& t,
+                                          int64_t rows);
 
 struct Arg {
   const char* name;

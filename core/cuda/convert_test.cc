@@ -8,10 +8,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 // Values that exercise rounding: ties, subnormals, overflow to Inf, NaN.
 Tensor Tricky(int64_t n) {
@@ -33,16 +31,16 @@ TEST(CudaConvertTest, BitIdenticalToCpu) {
   const Tensor src = Tricky(10007);
   for (DType to : {DType::kBF16, DType::kF16}) {
     Tensor want = CpuEmpty(src.shape(), to);
-    LOOM_EXPECT_OK(cpu::Convert(src, &want));
+    LOOM_ASSERT_OK(cpu::Convert(src, &want));
     Tensor got = Poisoned(src.shape(), to);
-    LOOM_EXPECT_OK(Convert(Upload(src), &got));
+    LOOM_ASSERT_OK(Convert(Upload(src), &got));
     Tensor h = Download(got);
     ASSERT_EQ(0, std::memcmp(h.raw_data(), want.raw_data(), want.nbytes())) << DTypeName(to);
     // And back to f32 (exact widening).
     Tensor wback = CpuEmpty(src.shape(), DType::kF32);
-    LOOM_EXPECT_OK(cpu::Convert(want, &wback));
+    LOOM_ASSERT_OK(cpu::Convert(want, &wback));
     Tensor back = Poisoned(src.shape(), DType::kF32);
-    LOOM_EXPECT_OK(Convert(got, &back));
+    LOOM_ASSERT_OK(Convert(got, &back));
     Tensor hb = Download(back);
     ASSERT_EQ(0, std::memcmp(hb.raw_data(), wback.raw_data(), wback.nbytes())) << DTypeName(to);
   }
@@ -54,9 +52,9 @@ TEST(CudaConvertTest, Bf16NanKeepsSignAndPayloadAsCpu) {
   Tensor src = CpuEmpty(Shape{4}, DType::kF32);
   std::memcpy(src.raw_data(), nans, sizeof(nans));
   Tensor want = CpuEmpty(Shape{4}, DType::kBF16);
-  LOOM_EXPECT_OK(cpu::Convert(src, &want));
+  LOOM_ASSERT_OK(cpu::Convert(src, &want));
   Tensor got = Poisoned(Shape{4}, DType::kBF16);
-  LOOM_EXPECT_OK(Convert(Upload(src), &got));
+  LOOM_ASSERT_OK(Convert(Upload(src), &got));
   Tensor h = Download(got);
   EXPECT_EQ(0, std::memcmp(h.raw_data(), want.raw_data(), want.nbytes()));
 }
@@ -72,4 +70,4 @@ TEST(CudaConvertTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

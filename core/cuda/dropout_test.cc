@@ -6,10 +6,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 // The GPU mask must equal the CPU's exactly (same Philox bits), so kept
 // values match to the output dtype's rounding and the masks bit for bit.
@@ -32,9 +30,9 @@ TEST(CudaDropoutTest, MasksAreBitIdenticalToCpu) {
       const cpu::DropoutOptions o{c.p, 0x1234567890abcdefull + seed, 42 + seed};
       const Tensor x = RoundedTo(Random(c.shape, ++seed), dt);
       Tensor want = CpuEmpty(c.shape, DType::kF32), wmask = CpuEmpty(c.shape, DType::kU8);
-      LOOM_EXPECT_OK(cpu::DropoutForward(x, &want, o, c.where, &wmask));
+      LOOM_ASSERT_OK(cpu::DropoutForward(x, &want, o, c.where, &wmask));
       Tensor out = Poisoned(c.shape, dt), mask = Poisoned(c.shape, DType::kU8);
-      LOOM_EXPECT_OK(cuda::DropoutForward(ToGpu(x, dt), &out, o, c.where, &mask));
+      LOOM_ASSERT_OK(cuda::DropoutForward(ToGpu(x, dt), &out, o, c.where, &mask));
       Tensor gmask = Download(mask);
       ASSERT_EQ(0, std::memcmp(gmask.raw_data(), wmask.raw_data(), wmask.nbytes()))
           << c.shape.ToString() << " p=" << c.p;
@@ -42,9 +40,9 @@ TEST(CudaDropoutTest, MasksAreBitIdenticalToCpu) {
       // Backward regenerates the same mask (in place here).
       const Tensor dout = RoundedTo(Random(c.shape, ++seed), dt);
       Tensor wdx = CpuEmpty(c.shape, DType::kF32);
-      LOOM_EXPECT_OK(cpu::DropoutBackward(dout, &wdx, o, c.where));
+      LOOM_ASSERT_OK(cpu::DropoutBackward(dout, &wdx, o, c.where));
       Tensor dx = ToGpu(dout, dt);
-      LOOM_EXPECT_OK(cuda::DropoutBackward(dx, &dx, o, c.where));
+      LOOM_ASSERT_OK(cuda::DropoutBackward(dx, &dx, o, c.where));
       EXPECT_LE(RelError(ToCpuF32(dx), wdx), Tol(dt, 1e-6)) << c.shape.ToString();
     }
   }
@@ -61,4 +59,4 @@ TEST(CudaDropoutTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

@@ -4,10 +4,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 // Odd shapes: one row, fewer elements than a block, non-multiples of 256/32.
 const Shape kShapes[] = {Shape{1, 1}, Shape{1, 1000}, Shape{37, 3}, Shape{3, 5, 129},
@@ -22,18 +20,18 @@ TEST(CudaElementwiseTest, BiasAddForwardAndBackward) {
       const Tensor x = RoundedTo(Random(s, ++seed), dt);
       const Tensor bias = RoundedTo(Random(Shape{c}, ++seed), dt);
       Tensor want = CpuEmpty(s, DType::kF32);
-      LOOM_EXPECT_OK(cpu::BiasAddForward(x, bias, &want));
+      LOOM_ASSERT_OK(cpu::BiasAddForward(x, bias, &want));
       Tensor out = Poisoned(s, dt);
-      LOOM_EXPECT_OK(BiasAddForward(ToGpu(x, dt), ToGpu(bias, dt), &out));
+      LOOM_ASSERT_OK(BiasAddForward(ToGpu(x, dt), ToGpu(bias, dt), &out));
       EXPECT_LE(RelError(ToCpuF32(out), want), Tol(dt)) << s.ToString();
 
       // dbias accumulates: start from a non-zero value; f32 and the activation dtype.
       for (DType gdt : {DType::kF32, dt}) {
         const Tensor db0 = RoundedTo(Random(Shape{c}, ++seed), gdt);
         Tensor want_db = RoundedTo(db0, DType::kF32);
-        LOOM_EXPECT_OK(cpu::BiasAddBackward(x, &want_db));
+        LOOM_ASSERT_OK(cpu::BiasAddBackward(x, &want_db));
         Tensor db = ToGpu(db0, gdt);
-        LOOM_EXPECT_OK(BiasAddBackward(ToGpu(x, dt), &db));
+        LOOM_ASSERT_OK(BiasAddBackward(ToGpu(x, dt), &db));
         // Column sums of up to 300 rows: f32 sums in another order, 2e-5.
         EXPECT_LE(RelError(ToCpuF32(db), want_db), Tol(gdt, 2e-5)) << s.ToString();
       }
@@ -49,17 +47,17 @@ TEST(CudaElementwiseTest, GeluForwardAndBackward) {
       const Tensor x = RoundedTo(Random(s, ++seed, -6.0f, 6.0f), dt);
       const Tensor dout = RoundedTo(Random(s, ++seed), dt);
       Tensor want = CpuEmpty(s, DType::kF32), want_dx = CpuEmpty(s, DType::kF32);
-      LOOM_EXPECT_OK(cpu::GeluForward(x, &want));
-      LOOM_EXPECT_OK(cpu::GeluBackward(x, dout, &want_dx));
+      LOOM_ASSERT_OK(cpu::GeluForward(x, &want));
+      LOOM_ASSERT_OK(cpu::GeluBackward(x, dout, &want_dx));
       Tensor out = Poisoned(s, dt), dx = Poisoned(s, dt);
       const Tensor gx = ToGpu(x, dt);
-      LOOM_EXPECT_OK(GeluForward(gx, &out));
-      LOOM_EXPECT_OK(GeluBackward(gx, ToGpu(dout, dt), &dx));
+      LOOM_ASSERT_OK(GeluForward(gx, &out));
+      LOOM_ASSERT_OK(GeluBackward(gx, ToGpu(dout, dt), &dx));
       EXPECT_LE(RelError(ToCpuF32(out), want), Tol(dt)) << s.ToString();
       EXPECT_LE(RelError(ToCpuF32(dx), want_dx), Tol(dt)) << s.ToString();
       // In place: out == x.
       Tensor inplace = ToGpu(x, dt);
-      LOOM_EXPECT_OK(GeluForward(inplace, &inplace));
+      LOOM_ASSERT_OK(GeluForward(inplace, &inplace));
       EXPECT_LE(RelError(ToCpuF32(inplace), want), Tol(dt));
     }
   }
@@ -72,14 +70,14 @@ TEST(CudaElementwiseTest, AddAndScale) {
     for (const Shape& s : kShapes) {
       const Tensor a = RoundedTo(Random(s, ++seed), dt), b = RoundedTo(Random(s, ++seed), dt);
       Tensor want = CpuEmpty(s, DType::kF32);
-      LOOM_EXPECT_OK(cpu::Add(a, b, &want));
+      LOOM_ASSERT_OK(cpu::Add(a, b, &want));
       Tensor out = Poisoned(s, dt);
-      LOOM_EXPECT_OK(Add(ToGpu(a, dt), ToGpu(b, dt), &out));
+      LOOM_ASSERT_OK(Add(ToGpu(a, dt), ToGpu(b, dt), &out));
       EXPECT_LE(RelError(ToCpuF32(out), want), Tol(dt, 0.0, 1e-2));  // f32: exact
       Tensor x = ToGpu(a, dt);
-      LOOM_EXPECT_OK(Scale(-0.375f, &x));
+      LOOM_ASSERT_OK(Scale(-0.375f, &x));
       Tensor want_s = RoundedTo(a, DType::kF32);
-      LOOM_EXPECT_OK(cpu::Scale(-0.375f, &want_s));
+      LOOM_ASSERT_OK(cpu::Scale(-0.375f, &want_s));
       EXPECT_LE(RelError(ToCpuF32(x), want_s), Tol(dt, 0.0, 1e-2));
     }
   }
@@ -108,4 +106,4 @@ TEST(CudaElementwiseTest, RejectsMixedDevices) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

@@ -6,10 +6,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 TEST(CudaEmbeddingTest, ForwardAndBackwardMatchCpu) {
   LOOM_REQUIRE_GPU();
@@ -28,18 +26,18 @@ TEST(CudaEmbeddingTest, ForwardAndBackwardMatchCpu) {
         const Tensor tids = Ids(Shape{n}, it, ids);
         const Tensor table = RoundedTo(Random(Shape{v, c}, ++seed), dt);
         Tensor want = CpuEmpty(Shape{n, c}, DType::kF32);
-        LOOM_EXPECT_OK(cpu::EmbeddingForward(tids, table, &want, o));
+        LOOM_ASSERT_OK(cpu::EmbeddingForward(tids, table, &want, o));
         const Tensor gids = Upload(tids);
         Tensor out = Poisoned(Shape{n, c}, dt);
-        LOOM_EXPECT_OK(cuda::EmbeddingForward(gids, ToGpu(table, dt), &out, o));
+        LOOM_ASSERT_OK(cuda::EmbeddingForward(gids, ToGpu(table, dt), &out, o));
         EXPECT_EQ(RelError(ToCpuF32(out), want), 0.0);  // a copy: exact
 
         const Tensor dout = RoundedTo(Random(Shape{n, c}, ++seed), dt);
         const Tensor dt0 = Random(Shape{v, c}, ++seed);
         Tensor wdt = RoundedTo(dt0, DType::kF32);
-        LOOM_EXPECT_OK(cpu::EmbeddingBackward(tids, dout, &wdt, o));
+        LOOM_ASSERT_OK(cpu::EmbeddingBackward(tids, dout, &wdt, o));
         Tensor gdt = ToGpu(dt0, DType::kF32);
-        LOOM_EXPECT_OK(cuda::EmbeddingBackward(gids, ToGpu(dout, dt), &gdt, o));
+        LOOM_ASSERT_OK(cuda::EmbeddingBackward(gids, ToGpu(dout, dt), &gdt, o));
         // ~40 duplicates per row summed by atomics in varying order: 1e-5.
         EXPECT_LE(RelError(ToCpuF32(gdt), wdt), 1e-5);
       }
@@ -52,7 +50,7 @@ TEST(CudaEmbeddingTest, OutOfRangeIdWithoutShardingGivesNanRow) {
   const Tensor ids = Upload(Ids(Shape{2}, DType::kI64, {1, 5}));
   const Tensor table = ToGpu(Random(Shape{3, 4}, 1), DType::kF32);
   Tensor out = Poisoned(Shape{2, 4}, DType::kF32);
-  LOOM_EXPECT_OK(cuda::EmbeddingForward(ids, table, &out));
+  LOOM_ASSERT_OK(cuda::EmbeddingForward(ids, table, &out));
   Tensor h = ToCpuF32(out);
   for (int j = 0; j < 4; ++j) {
     EXPECT_FALSE(std::isnan(h.data<float>()[j]));
@@ -73,4 +71,4 @@ TEST(CudaEmbeddingTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

@@ -4,10 +4,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 TEST(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
   LOOM_REQUIRE_GPU();
@@ -23,11 +21,11 @@ TEST(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
       const Tensor dout = RoundedTo(Random(s, ++seed), dt);
       Tensor want = CpuEmpty(s, DType::kF32), wm = CpuEmpty(Shape{rows}, DType::kF32),
              wr = CpuEmpty(Shape{rows}, DType::kF32);
-      LOOM_EXPECT_OK(cpu::LayerNormForward(x, gamma, beta, 1e-5f, &want, &wm, &wr));
+      LOOM_ASSERT_OK(cpu::LayerNormForward(x, gamma, beta, 1e-5f, &want, &wm, &wr));
       const Tensor gx = ToGpu(x, dt), gg = ToGpu(gamma, dt), gb = ToGpu(beta, dt);
       Tensor out = Poisoned(s, dt), mean = Poisoned(Shape{rows}, DType::kF32),
              rstd = Poisoned(Shape{rows}, DType::kF32);
-      LOOM_EXPECT_OK(LayerNormForward(gx, gg, gb, 1e-5f, &out, &mean, &rstd));
+      LOOM_ASSERT_OK(LayerNormForward(gx, gg, gb, 1e-5f, &out, &mean, &rstd));
       EXPECT_LE(RelError(ToCpuF32(out), want), Tol(dt)) << s.ToString();
       // Statistics are f32 from the same (rounded) inputs in both dtypes.
       EXPECT_LE(RelError(ToCpuF32(mean), wm), 1e-5) << s.ToString();
@@ -37,9 +35,9 @@ TEST(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
       const Tensor dg0 = Random(Shape{c}, ++seed), db0 = Random(Shape{c}, ++seed);
       Tensor wdx = CpuEmpty(s, DType::kF32), wdg = RoundedTo(dg0, DType::kF32),
              wdb = RoundedTo(db0, DType::kF32);
-      LOOM_EXPECT_OK(cpu::LayerNormBackward(dout, x, gamma, wm, wr, &wdx, &wdg, &wdb));
+      LOOM_ASSERT_OK(cpu::LayerNormBackward(dout, x, gamma, wm, wr, &wdx, &wdg, &wdb));
       Tensor dx = Poisoned(s, dt), dg = ToGpu(dg0, DType::kF32), db = ToGpu(db0, DType::kF32);
-      LOOM_EXPECT_OK(LayerNormBackward(ToGpu(dout, dt), gx, gg, Upload(wm), Upload(wr), &dx, &dg,
+      LOOM_ASSERT_OK(LayerNormBackward(ToGpu(dout, dt), gx, gg, Upload(wm), Upload(wr), &dx, &dg,
                                        &db));
       // dx: sums over C in another order (5e-5 relative to max |dx| in f32).
       EXPECT_LE(RelError(ToCpuF32(dx), wdx), Tol(dt, 5e-5)) << s.ToString();
@@ -47,7 +45,7 @@ TEST(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
       EXPECT_LE(RelError(ToCpuF32(db), wdb), Tol(dt, 2e-5)) << s.ToString();
       // dx aliasing dout.
       Tensor inplace = ToGpu(dout, dt), dg2 = ToGpu(dg0, DType::kF32), db2 = ToGpu(db0, DType::kF32);
-      LOOM_EXPECT_OK(LayerNormBackward(inplace, gx, gg, Upload(wm), Upload(wr), &inplace, &dg2,
+      LOOM_ASSERT_OK(LayerNormBackward(inplace, gx, gg, Upload(wm), Upload(wr), &inplace, &dg2,
                                        &db2));
       EXPECT_LE(RelError(ToCpuF32(inplace), wdx), Tol(dt, 5e-5)) << s.ToString();
       EXPECT_LE(RelError(ToCpuF32(dg2), wdg), Tol(dt, 2e-5)) << s.ToString();
@@ -72,4 +70,4 @@ TEST(CudaLayerNormTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

@@ -4,10 +4,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 // f32: cuBLAS sums K products in another order than oneDNN (and may split K),
 // so results differ by a few ulps of the partial sums: 2e-5 relative to the
@@ -29,10 +27,10 @@ void RunMatmul(const Case& c, DType dt, bool f32_out, uint64_t seed) {
   const Tensor c0 = RoundedTo(Random(Shape{c.m, c.n}, seed + 2), out_dt);
   Tensor want = RoundedTo(c0, DType::kF32);
   const cpu::MatmulOptions o{c.ta, c.tb, c.alpha, c.beta};
-  LOOM_EXPECT_OK(cpu::Matmul(a, b, &want, o));
+  LOOM_ASSERT_OK(cpu::Matmul(a, b, &want, o));
   Tensor ga = ToGpu(a, dt), gb = ToGpu(b, dt);
   Tensor gc = c.beta == 0.0f ? Poisoned(Shape{c.m, c.n}, out_dt) : ToGpu(c0, out_dt);
-  LOOM_EXPECT_OK(cuda::Matmul(ga, gb, &gc, o));
+  LOOM_ASSERT_OK(cuda::Matmul(ga, gb, &gc, o));
   EXPECT_LE(RelError(ToCpuF32(gc), want), Tol(out_dt, kF32Tol))
       << DTypeName(dt) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << c.ta
       << " tb=" << c.tb << " beta=" << c.beta;
@@ -57,7 +55,7 @@ TEST(CudaMatmulTest, EmptyInnerDimScalesC) {
   Tensor a = ToGpu(Random(Shape{3, 0}, 1), DType::kF32);
   Tensor b = ToGpu(Random(Shape{0, 4}, 2), DType::kF32);
   Tensor c = Poisoned(Shape{3, 4}, DType::kF32);
-  LOOM_EXPECT_OK(cuda::Matmul(a, b, &c));
+  LOOM_ASSERT_OK(cuda::Matmul(a, b, &c));
   Tensor got = ToCpuF32(c);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(got.data<float>()[i], 0.0f);
 }
@@ -73,9 +71,9 @@ TEST(CudaBatchedMatmulTest, MatchesCpuRank3AndRank4) {
                                              : cpu::MatmulOptions{true, false, 1, 0};
       const Tensor a = RoundedTo(Random(sa, 5), dt), b = RoundedTo(Random(sb, 6), dt);
       Tensor want = CpuEmpty(sc, DType::kF32);
-      LOOM_EXPECT_OK(cpu::BatchedMatmul(a, b, &want, o));
+      LOOM_ASSERT_OK(cpu::BatchedMatmul(a, b, &want, o));
       Tensor gc = Poisoned(sc, dt);
-      LOOM_EXPECT_OK(cuda::BatchedMatmul(ToGpu(a, dt), ToGpu(b, dt), &gc, o));
+      LOOM_ASSERT_OK(cuda::BatchedMatmul(ToGpu(a, dt), ToGpu(b, dt), &gc, o));
       EXPECT_LE(RelError(ToCpuF32(gc), want), Tol(dt, kF32Tol)) << DTypeName(dt) << " " << rank;
     }
   }
@@ -107,4 +105,4 @@ TEST(CudaMatmulTest, RejectsMixedDevices) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

@@ -6,10 +6,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 TEST(CudaReduceTest, MatchesCpuInDouble) {
   LOOM_REQUIRE_GPU();
@@ -39,4 +37,4 @@ TEST(CudaReduceTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

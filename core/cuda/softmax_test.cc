@@ -4,10 +4,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 TEST(CudaSoftmaxTest, ForwardAndBackwardMatchCpu) {
   LOOM_REQUIRE_GPU();
@@ -19,19 +17,19 @@ TEST(CudaSoftmaxTest, ForwardAndBackwardMatchCpu) {
       const Tensor x = RoundedTo(Random(s, ++seed, -8.0f, 8.0f), dt);
       const Tensor dout = RoundedTo(Random(s, ++seed), dt);
       Tensor want = CpuEmpty(s, DType::kF32), wdx = CpuEmpty(s, DType::kF32);
-      LOOM_EXPECT_OK(cpu::SoftmaxForward(x, &want));
+      LOOM_ASSERT_OK(cpu::SoftmaxForward(x, &want));
       Tensor out = Poisoned(s, dt);
-      LOOM_EXPECT_OK(SoftmaxForward(ToGpu(x, dt), &out));
+      LOOM_ASSERT_OK(SoftmaxForward(ToGpu(x, dt), &out));
       EXPECT_LE(RelError(ToCpuF32(out), want), Tol(dt)) << s.ToString();
       // Backward from the same (dtype-rounded) probabilities on both sides.
       const Tensor y = ToCpuF32(out);
-      LOOM_EXPECT_OK(cpu::SoftmaxBackward(y, dout, &wdx));
+      LOOM_ASSERT_OK(cpu::SoftmaxBackward(y, dout, &wdx));
       Tensor dx = Poisoned(s, dt);
-      LOOM_EXPECT_OK(SoftmaxBackward(ToGpu(y, dt), ToGpu(dout, dt), &dx));
+      LOOM_ASSERT_OK(SoftmaxBackward(ToGpu(y, dt), ToGpu(dout, dt), &dx));
       EXPECT_LE(RelError(ToCpuF32(dx), wdx), Tol(dt)) << s.ToString();
       // In place.
       Tensor inplace = ToGpu(x, dt);
-      LOOM_EXPECT_OK(SoftmaxForward(inplace, &inplace));
+      LOOM_ASSERT_OK(SoftmaxForward(inplace, &inplace));
       EXPECT_LE(RelError(ToCpuF32(inplace), want), Tol(dt));
     }
   }
@@ -47,4 +45,4 @@ TEST(CudaSoftmaxTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing

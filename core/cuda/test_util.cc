@@ -1,12 +1,12 @@
 #include "core/cuda/test_util.h"
 
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
+#include <utility>
 
 #include "core/cpu/convert.h"
+#include "core/cpu/test_util.h"
 #include "core/cuda/copy.h"
 #include "core/cuda/runtime.h"
 
@@ -39,35 +39,6 @@ absl::Status GpuStatus() {
 
 Tensor CpuEmpty(const Shape& shape, DType dtype) {
   return OrDie(Tensor::Empty(shape, dtype), "CPU allocation");
-}
-
-Tensor Random(const Shape& shape, uint64_t seed, float lo, float hi) {
-  Tensor t = CpuEmpty(shape, DType::kF32);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
-  return t;
-}
-
-Tensor FromValues(const Shape& shape, const std::vector<float>& values) {
-  Tensor t = CpuEmpty(shape, DType::kF32);
-  if (static_cast<int64_t>(values.size()) != t.numel()) std::abort();
-  std::copy(values.begin(), values.end(), t.data<float>());
-  return t;
-}
-
-Tensor Ids(const Shape& shape, DType dtype, const std::vector<int64_t>& values) {
-  Tensor t = CpuEmpty(shape, dtype);
-  if (static_cast<int64_t>(values.size()) != t.numel()) std::abort();
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kI32) {
-      t.data<int32_t>()[i] = static_cast<int32_t>(values[i]);
-    } else {
-      t.data<int64_t>()[i] = values[i];
-    }
-  }
-  return t;
 }
 
 Tensor RoundedTo(const Tensor& f32, DType dtype) {
@@ -108,33 +79,11 @@ Tensor ToCpuF32(const Tensor& t) {
 }
 
 double RelError(const Tensor& got, const Tensor& want) {
-  if (got.numel() != want.numel()) return INFINITY;
-  const float* g = got.data<float>();
-  const float* w = want.data<float>();
-  double max_err = 0.0, max_ref = 0.0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double e = std::fabs(static_cast<double>(g[i]) - w[i]);
-    if (!(e <= max_err)) max_err = std::isnan(e) ? INFINITY : e;
-    max_ref = std::max(max_ref, std::fabs(static_cast<double>(w[i])));
-  }
-  return max_ref == 0.0 ? max_err : max_err / max_ref;
+  return cpu::testing::RelError(got, cpu::testing::ToDouble(want));
 }
 
 double Tol(DType dtype, double f32_tol, double bf16_tol) {
   return dtype == DType::kF32 ? f32_tol : bf16_tol;
-}
-
-::testing::AssertionResult IsInvalidArgument(const absl::Status& status,
-                                             const std::vector<std::string>& needles) {
-  if (status.code() != absl::StatusCode::kInvalidArgument) {
-    return ::testing::AssertionFailure() << "expected InvalidArgument, got " << status;
-  }
-  for (const std::string& n : needles) {
-    if (status.message().find(n) == absl::string_view::npos) {
-      return ::testing::AssertionFailure() << "message lacks \"" << n << "\": " << status;
-    }
-  }
-  return ::testing::AssertionSuccess();
 }
 
 }  // namespace loom::core::cuda::testing

@@ -7,11 +7,10 @@
 // dtype; outputs are poisoned (0xff bytes = NaN in f32 and bf16) before each
 // GPU run so an element a kernel forgets to write fails the comparison.
 
-#include <cstdint>
-#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/cpu/test_util.h"  // LOOM_ASSERT_OK and the CPU-side helpers below
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
@@ -22,23 +21,20 @@
     if (!loom_gpu_.ok()) GTEST_SKIP() << "needs a CUDA GPU: " << loom_gpu_;       \
   } while (0)
 
-#define LOOM_EXPECT_OK(expr)                                      \
-  do {                                                            \
-    const ::absl::Status loom_st_ = (expr);                       \
-    ASSERT_TRUE(loom_st_.ok()) << #expr << " -> " << loom_st_;    \
-  } while (0)
-
 namespace loom::core::cuda::testing {
 
 // OK when a CUDA device is visible (and makes device 0 current).
 absl::Status GpuStatus();
 
-// CPU f32, uniform in [lo, hi), reproducible from seed.
-Tensor Random(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
-// CPU f32 tensor with the given values.
-Tensor FromValues(const Shape& shape, const std::vector<float>& values);
-// CPU tensor of `dtype` with the given integer values (i32 / i64).
-Tensor Ids(const Shape& shape, DType dtype, const std::vector<int64_t>& values);
+// Shared with the CPU kernel tests (core/cpu/test_util.h): CPU inputs made by
+// Random (f32 uniform in [lo, hi), reproducible from a seed), FromValues (f32)
+// and Ids (i32 / i64), and IsInvalidArgument (an InvalidArgument whose
+// message contains every needle).
+using ::loom::core::cpu::testing::FromValues;
+using ::loom::core::cpu::testing::Ids;
+using ::loom::core::cpu::testing::IsInvalidArgument;
+using ::loom::core::cpu::testing::Random;
+
 // CPU f32 copy whose values are exactly representable in `dtype` (f32: a copy).
 Tensor RoundedTo(const Tensor& f32, DType dtype);
 // A CPU tensor of any dtype.
@@ -54,17 +50,14 @@ Tensor ToCpuF32(const Tensor& t);
 // Any CUDA tensor -> CPU, same dtype.
 Tensor Download(const Tensor& t);
 
-// max |got - want| / max |want| (NaN anywhere: infinity).
+// cpu::testing::RelError of two CPU f32 tensors: max |got - want| / max |want|
+// (NaN anywhere: infinity).
 double RelError(const Tensor& got, const Tensor& want);
 // Relative tolerance for a dtype: f32 ~1e-5, bf16 1e-2.
 double Tol(DType dtype, double f32_tol = 1e-5, double bf16_tol = 1e-2);
 
 // The dtypes every float kernel is tested in.
 inline std::vector<DType> FloatTypes() { return {DType::kF32, DType::kBF16}; }
-
-// InvalidArgument containing every needle.
-::testing::AssertionResult IsInvalidArgument(const absl::Status& status,
-                                             const std::vector<std::string>& needles);
 
 }  // namespace loom::core::cuda::testing
 

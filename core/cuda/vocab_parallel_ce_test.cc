@@ -4,10 +4,8 @@
 #include "core/cuda/test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::core::cuda {
+namespace loom::core::cuda::testing {
 namespace {
-
-using namespace testing;  // NOLINT
 
 TEST(CudaVocabParallelCrossEntropyTest, ThreePassesMatchCpu) {
   LOOM_REQUIRE_GPU();
@@ -27,24 +25,24 @@ TEST(CudaVocabParallelCrossEntropyTest, ThreePassesMatchCpu) {
       const Tensor targets = Ids(Shape{c.n}, DType::kI32, t);
 
       Tensor wmax = CpuEmpty(Shape{c.n}, DType::kF32);
-      LOOM_EXPECT_OK(cpu::VocabShardRowMax(logits, shard, &wmax));
+      LOOM_ASSERT_OK(cpu::VocabShardRowMax(logits, shard, &wmax));
       Tensor wsums = CpuEmpty(Shape{2, c.n}, DType::kF32);
-      LOOM_EXPECT_OK(cpu::VocabShardSumExp(logits, targets, wmax, shard, &wsums));
+      LOOM_ASSERT_OK(cpu::VocabShardSumExp(logits, targets, wmax, shard, &wsums));
       Tensor wsum = CpuEmpty(Shape{c.n}, DType::kF32);
       std::copy(wsums.data<float>(), wsums.data<float>() + c.n, wsum.data<float>());
       Tensor wd = CpuEmpty(Shape{c.n, c.vp}, DType::kF32);
-      LOOM_EXPECT_OK(cpu::VocabShardCrossEntropyBackward(logits, targets, wmax, wsum, shard,
+      LOOM_ASSERT_OK(cpu::VocabShardCrossEntropyBackward(logits, targets, wmax, wsum, shard,
                                                          0.25f, &wd));
 
       const Tensor gl = ToGpu(logits, dt), gt = Upload(targets);
       Tensor max = Poisoned(Shape{c.n}, DType::kF32);
-      LOOM_EXPECT_OK(cuda::VocabShardRowMax(gl, shard, &max));
+      LOOM_ASSERT_OK(cuda::VocabShardRowMax(gl, shard, &max));
       EXPECT_EQ(RelError(ToCpuF32(max), wmax), 0.0) << "the max is exact";
       Tensor sums = Poisoned(Shape{2, c.n}, DType::kF32);
-      LOOM_EXPECT_OK(cuda::VocabShardSumExp(gl, gt, Upload(wmax), shard, &sums));
+      LOOM_ASSERT_OK(cuda::VocabShardSumExp(gl, gt, Upload(wmax), shard, &sums));
       EXPECT_LE(RelError(ToCpuF32(sums), wsums), 1e-5) << c.n << "x" << c.vp;
       Tensor d = Poisoned(Shape{c.n, c.vp}, dt);
-      LOOM_EXPECT_OK(cuda::VocabShardCrossEntropyBackward(gl, gt, Upload(wmax), Upload(wsum),
+      LOOM_ASSERT_OK(cuda::VocabShardCrossEntropyBackward(gl, gt, Upload(wmax), Upload(wsum),
                                                           shard, 0.25f, &d));
       EXPECT_LE(RelError(ToCpuF32(d), wd), Tol(dt)) << c.n << "x" << c.vp;
     }
@@ -60,4 +58,4 @@ TEST(CudaVocabParallelCrossEntropyTest, RejectsBadArgumentsBeforeTouchingTheGpu)
 }
 
 }  // namespace
-}  // namespace loom::core::cuda
+}  // namespace loom::core::cuda::testing
