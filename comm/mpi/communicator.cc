@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -56,8 +57,12 @@ std::vector<Abandoned>& KeptForever() {
 
 struct Runtime {
   std::mutex mu;  // every MPI call, and everything below
-  // One Split of this process at a time (see MpiCommunicator::Split).
-  std::timed_mutex split_mu;
+  // One Split of this process at a time (see MpiCommunicator::Split). A flag
+  // under a plain mutex rather than std::timed_mutex: GCC 12's TSan does not
+  // see try_lock_for (pthread_mutex_clocklock) and would report every unlock.
+  std::mutex split_mu;
+  std::condition_variable split_cv;
+  bool splitting = false;
   // An op failed (timeout, MPI error): a peer may be dead, and MPI_Finalize
   // would then hang; it is skipped.
   bool poisoned = false;
@@ -452,17 +457,32 @@ class MpiCommunicator : public Communicator {
     auto error = [&](const absl::Status& s) {
       return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
     };
-    std::unique_lock<std::timed_mutex> one_split(st_->rt->split_mu, std::defer_lock);
-    if (!one_split.try_lock_for(
-            absl::ToChronoMilliseconds(std::min(st_->timeout, absl::Hours(24))))) {
+    Runtime& rt = *st_->rt;
+    std::unique_lock<std::mutex> turn(rt.split_mu);
+    if (!rt.split_cv.wait_for(turn, absl::ToChronoMilliseconds(std::min(st_->timeout, absl::Hours(24))),
+                              [&] { return !rt.splitting; })) {
       // Fails like the all-gather below would: it takes its number and
       // aborts, so this rank's next collective never pairs with it.
       absl::Status e = absl::DeadlineExceededError(absl::StrCat(
           "another Split of this process did not finish within ",
           absl::FormatDuration(st_->timeout)));
+      turn.unlock();
       Fail("split", e);
       return error(e);
     }
+    rt.splitting = true;
+    turn.unlock();
+    // Ends this process's turn however Split returns.
+    struct EndTurn {
+      Runtime& rt;
+      ~EndTurn() {
+        {
+          std::lock_guard<std::mutex> l(rt.split_mu);
+          rt.splitting = false;
+        }
+        rt.split_cv.notify_one();
+      }
+    } end_turn{rt};
     const int n = size();
     Tensor mine = *Tensor::Empty({2}, DType::kI32);
     Tensor all = *Tensor::Empty({2 * static_cast<int64_t>(n)}, DType::kI32);

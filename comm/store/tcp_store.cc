@@ -9,8 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -95,7 +99,7 @@ class TcpStore::Server {
     if (accept_thread_.joinable()) accept_thread_.join();
     if (listen_fd_ >= 0) close(listen_fd_);
     std::lock_guard<std::mutex> l(mu_);
-    for (auto& t : handlers_) t.join();
+    for (auto& h : handlers_) h.thread.join();
   }
 
   absl::Status Start(const std::string& host, int port, int* bound_port) {
@@ -124,13 +128,37 @@ class TcpStore::Server {
   void AcceptLoop() {
     while (!stop_) {
       pollfd pfd{listen_fd_, POLLIN, 0};
-      if (poll(&pfd, 1, 100) <= 0) continue;
+      if (poll(&pfd, 1, 100) <= 0) {
+        std::lock_guard<std::mutex> l(mu_);
+        ReapFinishedLocked();
+        continue;
+      }
       int fd = accept(listen_fd_, nullptr, nullptr);
       if (fd < 0) continue;
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       std::lock_guard<std::mutex> l(mu_);
-      handlers_.emplace_back([this, fd] { Handle(fd); });
+      ReapFinishedLocked();
+      auto finished = std::make_shared<std::atomic<bool>>(false);
+      handlers_.push_back({std::thread([this, fd, finished] {
+                             Handle(fd);
+                             finished->store(true);
+                           }),
+                           finished});
+    }
+  }
+
+  // Joins the handlers whose client hung up: a long job whose clients
+  // reconnect (after a failed call) would otherwise keep every dead
+  // handler's thread and stack until rank 0 exits.
+  void ReapFinishedLocked() {
+    for (auto it = handlers_.begin(); it != handlers_.end();) {
+      if (it->finished->load()) {
+        it->thread.join();
+        it = handlers_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
 
@@ -171,8 +199,12 @@ class TcpStore::Server {
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread accept_thread_;
+  struct Handler {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
   std::mutex mu_;
-  std::vector<std::thread> handlers_;
+  std::vector<Handler> handlers_;
   MemoryStore data_;
 };
 

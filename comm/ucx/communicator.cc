@@ -40,6 +40,10 @@ struct ReqState {
   ucp_tag_recv_info_t info{};
   std::shared_ptr<const void> keep_alive;
   std::set<ReqState*>* abandoned = nullptr;
+  // A receive posted with NO_IMM_CMPL may complete inside ucp_tag_recv_nbx:
+  // the callback then only marks `finished`, and Post frees the request.
+  bool in_post = false;
+  bool finished = false;
 };
 
 // The request is over: UCX touches neither it nor its buffer again.
@@ -79,6 +83,10 @@ void SendCallback(void* request, ucs_status_t status, void* user_data) {
     st->owner->impl = nullptr;
     Complete(st->owner, status, nullptr);
   }
+  if (st->in_post) {
+    st->finished = true;
+    return;
+  }
   Release(request, st);
 }
 
@@ -88,6 +96,10 @@ void RecvCallback(void* request, ucs_status_t status, const ucp_tag_recv_info_t*
   if (st->owner) {
     st->owner->impl = nullptr;
     Complete(st->owner, status, info);
+  }
+  if (st->in_post) {
+    st->finished = true;
+    return;
   }
   Release(request, st);
 }
@@ -231,6 +243,7 @@ class UcxTransport : public internal::Transport {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.user_data = st;
     void* ret;
+    st->in_post = true;
     if (r->is_send) {
       p.cb.send = SendCallback;
       ret = SendsCatchUp(r->peer, r->bytes)
@@ -244,11 +257,15 @@ class UcxTransport : public internal::Transport {
       p.recv_info.tag_info = &st->info;
       ret = ucp_tag_recv_nbx(lane_.worker, r->buf, r->bytes, r->tag, ~internal::kSigMask, &p);
     }
+    st->in_post = false;
     if (ret == nullptr) {  // completed immediately; no callback will come
       Complete(r, UCS_OK, r->is_send ? nullptr : &st->info);
       delete st;
     } else if (UCS_PTR_IS_ERR(ret)) {
       Complete(r, UCS_PTR_STATUS(ret), nullptr);
+      delete st;
+    } else if (st->finished) {  // the callback ran inside the call and reported to `r`
+      ucp_request_free(ret);
       delete st;
     } else {
       st->handle = ret;
