@@ -7,7 +7,8 @@
 // each BLAS found at run time: oneDNN's dnnl_sgemm called directly, OpenBLAS
 // and BLIS through dlopen(RTLD_LOCAL) + dlsym("cblas_sgemm") so their symbols
 // never clash with the linked oneDNN. Ratio: ours / best library.
-// Part 2: GB/s of the element-wise kernels, bytes read + written, against an
+// Part 2: GB/s of the element-wise kernels (with Llama's RMSNorm, SwiGLU and
+// RoPE at the same sizes), bytes read + written, against an
 // all-thread memcpy moving the same number of bytes, sampled alternately with
 // the kernel (ratio = median over --reps x --rounds pairs). Sizes are 3-88 MB,
 // above L2. Never read speed from a test run.
@@ -39,7 +40,10 @@
 #include "core/cpu/embedding.h"
 #include "core/cpu/layernorm.h"
 #include "core/cpu/matmul.h"
+#include "core/cpu/rmsnorm.h"
+#include "core/cpu/rope.h"
 #include "core/cpu/softmax.h"
+#include "core/cpu/swiglu.h"
 #include "core/tensor.h"
 #include "oneapi/dnnl/dnnl.h"
 
@@ -300,6 +304,22 @@ std::vector<EwRow> BenchElementwise() {
         [&] { Check(cpu::LayerNormForward(x, gamma, beta, 1e-5f, &out, &mean, &rstd)); });
     add("layernorm bwd", shape, 12 * e,
         [&] { Check(cpu::LayerNormBackward(dout, x, gamma, mean, rstd, &dx, &dgamma, &dbeta)); });
+    add("rmsnorm fwd", shape, 8 * e,
+        [&] { Check(cpu::RmsNormForward(x, gamma, 1e-6f, &out, &rstd)); });
+    add("rmsnorm bwd", shape, 12 * e,
+        [&] { Check(cpu::RmsNormBackward(dout, x, gamma, rstd, &dx, &dgamma)); });
+    {
+      // x as [gate | up] of F = C/2 each; heads of Llama's 128 dims.
+      const Tensor dhalf = Filled({n, c / 2}, 9);
+      Tensor half = Empty({n, c / 2});
+      add("swiglu fwd", shape, 6 * e, [&] { Check(cpu::SwigluForward(x, &half)); });
+      add("swiglu bwd", shape, 10 * e, [&] { Check(cpu::SwigluBackward(dhalf, x, &dx)); });
+      const Shape heads{n, 1, c / 128, 128};
+      const Tensor x4 = *x.Reshape(heads);
+      Tensor out4 = *out.Reshape(heads);
+      add("rope fwd", shape, 8 * e, [&] { Check(cpu::RopeForward(x4, {}, &out4)); });
+      add("rope bwd", shape, 8 * e, [&] { Check(cpu::RopeBackward(x4, {}, &out4)); });
+    }
     add("softmax fwd", shape, 8 * e, [&] { Check(cpu::SoftmaxForward(x, &out)); });
     add("softmax bwd", shape, 12 * e, [&] { Check(cpu::SoftmaxBackward(out, dout, &dx)); });
     const cpu::DropoutOptions drop{0.1f, 1234, 0};

@@ -1,12 +1,10 @@
 #include "core/cpu/layernorm.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "core/cpu/check.h"
+#include "core/cpu/parallel.h"
 #include "core/cpu/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
@@ -250,10 +248,8 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dgamma", dgamma));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dbeta", dbeta));
   LOOM_ASSIGN_OR_RETURN(const int64_t rows, CheckLayerNormRows(kOp, x, gamma, mean, rstd));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dgamma", *dgamma));
+  LOOM_RETURN_IF_ERROR(CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dbeta", *dbeta));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
   const int64_t c = gamma.dim(0);
   const float* pdo = dout.data<float>();
   const float* px = x.data<float>();
@@ -261,42 +257,24 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
   const float* pm = mean.data<float>();
   const float* pr = rstd.data<float>();
   float* pdx = dx->data<float>();
-  const int nthreads = omp_get_max_threads();
-  // Per-thread [dgamma | dbeta] partial rows, added in thread order at the end.
-  std::vector<float> partial(static_cast<size_t>(nthreads) * 2 * c, 0.0f);
   const bool avx512 = internal::UseAvx512();
-#pragma omp parallel num_threads(nthreads)
-  {
-    float* dg = partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * c;
-    float* db = dg + c;
-    if (avx512) {
-      // Blocks of 4 rows; each thread gets a contiguous run of rows as below.
-      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-      const int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
-      int64_t r = lo;
-      for (; r + 4 <= hi; r += 4) {
-        LayerNormBackwardRows4V4(pdo + r * c, px + r * c, pg, c, pm + r, pr + r, pdx + r * c, dg,
-                                 db);
-      }
-      for (; r < hi; ++r) {
-        LayerNormBackwardRowV4(pdo + r * c, px + r * c, pg, c, pm[r], pr[r], pdx + r * c, dg, db);
-      }
-    } else {
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
-        LayerNormBackwardRow(pdo + r * c, px + r * c, pg, c, pm[r], pr[r], pdx + r * c, dg, db);
-      }
-    }
-  }
-  float* pdg = dgamma->data<float>();
-  float* pdb = dbeta->data<float>();
-  for (int t = 0; t < nthreads; ++t) {
-    const float* dg = partial.data() + static_cast<size_t>(t) * 2 * c;
-    for (int64_t j = 0; j < c; ++j) {
-      pdg[j] += dg[j];
-      pdb[j] += dg[c + j];
-    }
-  }
+  // Each thread's contiguous run of rows, its [dgamma | dbeta] partials added
+  // in thread order at the end.
+  internal::ParallelRowRunsAccumulate(
+      rows, c, {dgamma->data<float>(), dbeta->data<float>()},
+      [&](int64_t lo, int64_t hi, float* dg) {
+        float* db = dg + c;
+        int64_t r = lo;
+        if (avx512) {  // blocks of 4 rows
+          for (; r + 4 <= hi; r += 4) {
+            LayerNormBackwardRows4V4(pdo + r * c, px + r * c, pg, c, pm + r, pr + r, pdx + r * c,
+                                     dg, db);
+          }
+        }
+        for (; r < hi; ++r) {
+          LayerNormBackwardRow(pdo + r * c, px + r * c, pg, c, pm[r], pr[r], pdx + r * c, dg, db);
+        }
+      });
   return absl::OkStatus();
 }
 

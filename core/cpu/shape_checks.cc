@@ -26,18 +26,59 @@ absl::Status CheckLastDimVector(const char* op, const char* x_name, const Tensor
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> CheckLayerNormRows(const char* op, const Tensor& x, const Tensor& gamma,
-                                           const Tensor& mean, const Tensor& rstd) {
+namespace {
+
+// The rows of x [..., C] normalised by gamma [C], C > 0.
+absl::StatusOr<int64_t> NormRows(const char* op, const Tensor& x, const Tensor& gamma) {
   LOOM_RETURN_IF_ERROR(CheckLastDimVector(op, "x", x, "gamma", gamma));
   const int64_t c = gamma.dim(0);
   if (c == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": x ", x.DebugString(), " has an empty last dim"));
   }
-  const int64_t rows = x.numel() / c;
+  return x.numel() / c;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> CheckLayerNormRows(const char* op, const Tensor& x, const Tensor& gamma,
+                                           const Tensor& mean, const Tensor& rstd) {
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, NormRows(op, x, gamma));
   LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "mean", mean, rows, "one per row of x"));
   LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "rstd", rstd, rows, "one per row of x"));
   return rows;
+}
+
+absl::StatusOr<int64_t> CheckRmsNormRows(const char* op, const Tensor& x, const Tensor& gamma,
+                                         const Tensor& rstd) {
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, NormRows(op, x, gamma));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "rstd", rstd, rows, "one per row of x"));
+  return rows;
+}
+
+absl::Status CheckNormGradients(const char* op, const Tensor& x, const Tensor& gamma,
+                                const Tensor& dout, const Tensor& dx, const Tensor& dgamma) {
+  LOOM_RETURN_IF_ERROR(CheckSameShape(op, "gamma", gamma, "dgamma", dgamma));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(op, "x", x, "dout", dout));
+  return CheckSameShape(op, "x", x, "dx", dx);
+}
+
+absl::StatusOr<SwigluDims> CheckSwigluHalves(const char* op, const Tensor& x, const char* half_name,
+                                             const Tensor& half) {
+  const int rank = x.rank();
+  if (rank < 1 || x.dim(rank - 1) == 0 || x.dim(rank - 1) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": x ", x.DebugString(), ": last dim must be 2F > 0 ([gate | up] halves of F each)"));
+  }
+  const int64_t f = x.dim(rank - 1) / 2;
+  bool ok = half.rank() == rank && half.dim(rank - 1) == f;
+  for (int i = 0; ok && i + 1 < rank; ++i) ok = half.dim(i) == x.dim(i);
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", half_name, " is ", half.DebugString(),
+                                                   ", expected x ", x.DebugString(),
+                                                   "'s shape with the last dim halved (", f, ")"));
+  }
+  return SwigluDims{x.numel() / (2 * f), f};
 }
 
 absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,

@@ -20,7 +20,8 @@ namespace loom::core::cpu {
 // `t` has exactly the shape `want`.
 absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want);
 
-// `vec` is rank 1 and as long as x's last dim (a bias; LayerNorm's gamma, beta).
+// `vec` is rank 1 and as long as x's last dim (a bias; LayerNorm's gamma, beta;
+// RMSNorm's gamma).
 absl::Status CheckLastDimVector(const char* op, const char* x_name, const Tensor& x,
                                 const char* vec_name, const Tensor& vec);
 
@@ -29,6 +30,24 @@ absl::Status CheckLastDimVector(const char* op, const char* x_name, const Tensor
 // gradients are checked against gamma or x beside the call.)
 absl::StatusOr<int64_t> CheckLayerNormRows(const char* op, const Tensor& x, const Tensor& gamma,
                                            const Tensor& mean, const Tensor& rstd);
+
+// RMSNorm over the last dim C of x: gamma is [C] with C > 0, and rstd holds
+// one value per row of x. Returns the row count.
+absl::StatusOr<int64_t> CheckRmsNormRows(const char* op, const Tensor& x, const Tensor& gamma,
+                                         const Tensor& rstd);
+
+// The gradients of a norm over the last dim: dgamma has gamma's shape, dout
+// and dx have x's (LayerNorm's dbeta is checked beside the call).
+absl::Status CheckNormGradients(const char* op, const Tensor& x, const Tensor& gamma,
+                                const Tensor& dout, const Tensor& dx, const Tensor& dgamma);
+
+// SwiGLU's halves: x is [..., 2F] with F > 0, and `half` (its output or the
+// output's gradient) is [..., F] with x's leading dims.
+struct SwigluDims {
+  int64_t rows, f;
+};
+absl::StatusOr<SwigluDims> CheckSwigluHalves(const char* op, const Tensor& x, const char* half_name,
+                                             const Tensor& half);
 
 // Logits [..., V] with V > 0 and one target per row; returns the row count.
 absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,

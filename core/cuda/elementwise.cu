@@ -35,7 +35,7 @@ __global__ void ColumnPartialsKernel(const T* dout, const T* x, const float* mea
     for (int64_t r = r0 + ty; r < r1; r += 8) {
       const float d = Load(dout, r * c + j);
       b += d;
-      if (kWithX) g += d * ((Load(x, r * c + j) - mean[r]) * rstd[r]);
+      if (kWithX) g += d * ((Load(x, r * c + j) - (mean != nullptr ? mean[r] : 0.0f)) * rstd[r]);
     }
   }
   sb[ty][tx] = b;
@@ -48,7 +48,7 @@ __global__ void ColumnPartialsKernel(const T* dout, const T* x, const float* mea
       tb += sb[k][tx];
       tg += sg[k][tx];
     }
-    partials[blockIdx.y * c + j] = tb;
+    if (partials != nullptr) partials[blockIdx.y * c + j] = tb;
     if (kWithX) gpartials[blockIdx.y * c + j] = tg;
   }
 }

@@ -21,8 +21,9 @@ enum class Index { kI32, kI64 };        // element type of an id tensor
 cudaError_t BiasAdd(Elem t, const void* x, const void* bias, void* out, int64_t rows, int64_t c,
                     cudaStream_t stream);
 // partials[k, j] = sum of dout[r, j] over rows r of chunk k (kColumnChunkRows rows each).
-// With x/mean/rstd non-null also gpartials[k, j] = sum dout[r, j] (x[r, j] - mean[r]) rstd[r]
-// (LayerNorm's dgamma). Partials are f32 [ColumnChunks(rows), c].
+// With x/rstd non-null also gpartials[k, j] = sum dout[r, j] (x[r, j] - mean[r]) rstd[r]
+// (LayerNorm's dgamma; mean null: 0, RMSNorm's dgamma). partials may then be
+// null (not written). Partials are f32 [ColumnChunks(rows), c].
 inline constexpr int64_t kColumnChunkRows = 256;
 inline int64_t ColumnChunks(int64_t rows) { return (rows + kColumnChunkRows - 1) / kColumnChunkRows; }
 cudaError_t ColumnPartials(Elem t, const void* dout, const void* x, const float* mean,
@@ -37,7 +38,7 @@ cudaError_t GeluGrad(Elem t, const void* x, const void* dout, void* dx, int64_t 
 cudaError_t Add(Elem t, const void* a, const void* b, void* out, int64_t n, cudaStream_t stream);
 cudaError_t Scale(Elem t, float scale, void* x, int64_t n, cudaStream_t stream);
 
-// ---- layernorm.cu (mean, rstd: f32 [rows])
+// ---- layernorm.cu: LayerNorm (mean, rstd: f32 [rows]) and RMSNorm
 cudaError_t LayerNormForward(Elem t, const void* x, const void* gamma, const void* beta, float eps,
                              int64_t rows, int64_t c, void* out, float* mean, float* rstd,
                              cudaStream_t stream);
@@ -45,6 +46,33 @@ cudaError_t LayerNormForward(Elem t, const void* x, const void* gamma, const voi
 cudaError_t LayerNormBackwardDx(Elem t, const void* dout, const void* x, const void* gamma,
                                 const float* mean, const float* rstd, int64_t rows, int64_t c,
                                 void* dx, cudaStream_t stream);
+
+// RMSNorm (rstd: f32 [rows]); its dgamma: ColumnPartials with mean null.
+cudaError_t RmsNormForward(Elem t, const void* x, const void* gamma, float eps, int64_t rows,
+                           int64_t c, void* out, float* rstd, cudaStream_t stream);
+// dx may alias dout.
+cudaError_t RmsNormBackwardDx(Elem t, const void* dout, const void* x, const void* gamma,
+                              const float* rstd, int64_t rows, int64_t c, void* dx,
+                              cudaStream_t stream);
+
+// ---- rope.cu: x, out [rows = S * B * H, d]; rows of position s are
+// [s * heads, (s + 1) * heads). cos/sin: f32 [S, r / 2].
+// cos[s, i] = cos(theta), sin[s, i] = sign * sin(theta) for
+// theta = f32(f32(s + offset) * inv_freq_i), inv_freq_i = 1 / f32(base^(2i / r)):
+// core/cpu/rope.h's f32 angles, cos/sin rounded once from double.
+cudaError_t RopeTable(float base, int64_t r, int64_t offset, int64_t seq, float sign, float* cos,
+                      float* sin, cudaStream_t stream);
+// Rotates dims [0, r) of every row by the table; copies dims [r, d) unless
+// out == x (in place allowed).
+cudaError_t RopeApply(Elem t, const void* x, const float* cos, const float* sin, int64_t rows,
+                      int64_t heads, int64_t d, int64_t r, void* out, cudaStream_t stream);
+
+// ---- swiglu.cu: x [rows, 2f] = [gate | up], out / dout [rows, f].
+cudaError_t SwigluForward(Elem t, const void* x, int64_t rows, int64_t f, void* out,
+                          cudaStream_t stream);
+// dx [rows, 2f]; may alias x.
+cudaError_t SwigluBackward(Elem t, const void* dout, const void* x, int64_t rows, int64_t f,
+                           void* dx, cudaStream_t stream);
 
 // ---- softmax.cu
 cudaError_t SoftmaxForward(Elem t, const void* x, void* out, int64_t rows, int64_t c,

@@ -50,10 +50,8 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
   LOOM_RETURN_IF_ERROR(internal::CheckSameOrF32(kOp, "x", x, "dgamma", *dgamma));
   LOOM_RETURN_IF_ERROR(internal::CheckSameOrF32(kOp, "x", x, "dbeta", *dbeta));
   LOOM_ASSIGN_OR_RETURN(const int64_t rows, cpu::CheckLayerNormRows(kOp, x, gamma, mean, rstd));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dgamma", *dgamma));
+  LOOM_RETURN_IF_ERROR(cpu::CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dbeta", *dbeta));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dout", dout));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
   LOOM_RETURN_IF_ERROR(internal::CheckRows(kOp, "rows", rows));
   LOOM_ASSIGN_OR_RETURN(const int64_t chunks, internal::CheckColumnChunks(kOp, "x", x, rows));
   const int64_t c = gamma.dim(0);

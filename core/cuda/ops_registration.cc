@@ -13,8 +13,11 @@
 #include "core/cuda/layernorm.h"
 #include "core/cuda/matmul.h"
 #include "core/cuda/reduce.h"
+#include "core/cuda/rmsnorm.h"
+#include "core/cuda/rope.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/softmax.h"
+#include "core/cuda/swiglu.h"
 #include "core/cuda/vocab_parallel_ce.h"
 #include "core/ops/kernel_table.h"
 
@@ -41,6 +44,12 @@ const ops::KernelTable* CudaTable() {
     t->scale = &cuda::Scale;
     t->layernorm_forward = &cuda::LayerNormForward;
     t->layernorm_backward = &cuda::LayerNormBackward;
+    t->rmsnorm_forward = &cuda::RmsNormForward;
+    t->rmsnorm_backward = &cuda::RmsNormBackward;
+    t->rope_forward = &cuda::RopeForward;
+    t->rope_backward = &cuda::RopeBackward;
+    t->swiglu_forward = &cuda::SwigluForward;
+    t->swiglu_backward = &cuda::SwigluBackward;
     t->softmax_forward = &cuda::SoftmaxForward;
     t->softmax_backward = &cuda::SoftmaxBackward;
     t->dropout_forward = &cuda::DropoutForward;

@@ -31,6 +31,12 @@ const KernelTable* CpuTable() {
     t->scale = &cpu::Scale;
     t->layernorm_forward = &cpu::LayerNormForward;
     t->layernorm_backward = &cpu::LayerNormBackward;
+    t->rmsnorm_forward = &cpu::RmsNormForward;
+    t->rmsnorm_backward = &cpu::RmsNormBackward;
+    t->rope_forward = &cpu::RopeForward;
+    t->rope_backward = &cpu::RopeBackward;
+    t->swiglu_forward = &cpu::SwigluForward;
+    t->swiglu_backward = &cpu::SwigluBackward;
     t->softmax_forward = &cpu::SoftmaxForward;
     t->softmax_backward = &cpu::SoftmaxBackward;
     t->dropout_forward = &cpu::DropoutForward;

@@ -19,7 +19,10 @@
 #include "core/cpu/layernorm.h"
 #include "core/cpu/matmul.h"
 #include "core/cpu/reduce.h"
+#include "core/cpu/rmsnorm.h"
+#include "core/cpu/rope.h"
 #include "core/cpu/softmax.h"
+#include "core/cpu/swiglu.h"
 #include "core/cpu/vocab_parallel_ce.h"
 #include "core/device.h"
 #include "core/tensor.h"
@@ -44,6 +47,12 @@ struct KernelTable {
   decltype(&cpu::Scale) scale = nullptr;
   decltype(&cpu::LayerNormForward) layernorm_forward = nullptr;
   decltype(&cpu::LayerNormBackward) layernorm_backward = nullptr;
+  decltype(&cpu::RmsNormForward) rmsnorm_forward = nullptr;
+  decltype(&cpu::RmsNormBackward) rmsnorm_backward = nullptr;
+  decltype(&cpu::RopeForward) rope_forward = nullptr;
+  decltype(&cpu::RopeBackward) rope_backward = nullptr;
+  decltype(&cpu::SwigluForward) swiglu_forward = nullptr;
+  decltype(&cpu::SwigluBackward) swiglu_backward = nullptr;
   decltype(&cpu::SoftmaxForward) softmax_forward = nullptr;
   decltype(&cpu::SoftmaxBackward) softmax_backward = nullptr;
   decltype(&cpu::DropoutForward) dropout_forward = nullptr;

@@ -10,8 +10,15 @@ namespace {
 #define LOOM_OPS_DISPATCH(on, fn, ...)                                       \
   do {                                                                       \
     LOOM_ASSIGN_OR_RETURN(const KernelTable* table_, KernelsFor((on).device())); \
+    if (table_->fn == nullptr) return NotInTable(*table_, #fn);              \
     return table_->fn(__VA_ARGS__);                                          \
   } while (0)
+
+// A registered table without the kernel (a device library older than core/ops).
+absl::Status NotInTable(const KernelTable& table, const char* fn) {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", table.name, " kernel table has no ", fn, " kernel"));
+}
 
 const Tensor& Deref(const Tensor* t) {
   static const Tensor kUndefined;
@@ -77,6 +84,26 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
                                const Tensor& mean, const Tensor& rstd, Tensor* dx, Tensor* dgamma,
                                Tensor* dbeta) {
   LOOM_OPS_DISPATCH(x, layernorm_backward, dout, x, gamma, mean, rstd, dx, dgamma, dbeta);
+}
+absl::Status RmsNormForward(const Tensor& x, const Tensor& gamma, float eps, Tensor* out,
+                            Tensor* rstd) {
+  LOOM_OPS_DISPATCH(x, rmsnorm_forward, x, gamma, eps, out, rstd);
+}
+absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& gamma,
+                             const Tensor& rstd, Tensor* dx, Tensor* dgamma) {
+  LOOM_OPS_DISPATCH(x, rmsnorm_backward, dout, x, gamma, rstd, dx, dgamma);
+}
+absl::Status RopeForward(const Tensor& x, const RopeOptions& o, Tensor* out) {
+  LOOM_OPS_DISPATCH(x, rope_forward, x, o, out);
+}
+absl::Status RopeBackward(const Tensor& dout, const RopeOptions& o, Tensor* dx) {
+  LOOM_OPS_DISPATCH(dout, rope_backward, dout, o, dx);
+}
+absl::Status SwigluForward(const Tensor& x, Tensor* out) {
+  LOOM_OPS_DISPATCH(x, swiglu_forward, x, out);
+}
+absl::Status SwigluBackward(const Tensor& dout, const Tensor& x, Tensor* dx) {
+  LOOM_OPS_DISPATCH(x, swiglu_backward, dout, x, dx);
 }
 absl::Status SoftmaxForward(const Tensor& x, Tensor* out) {
   LOOM_OPS_DISPATCH(x, softmax_forward, x, out);

@@ -24,6 +24,7 @@ using cpu::DropoutOptions;
 using cpu::EmbeddingOptions;
 using cpu::GlobalIndex;
 using cpu::MatmulOptions;
+using cpu::RopeOptions;
 using cpu::VocabShard;
 
 // ---- memory (new copies: Tensor::To and Tensor::Clone)
@@ -49,6 +50,14 @@ absl::Status LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor
 absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor& gamma,
                                const Tensor& mean, const Tensor& rstd, Tensor* dx, Tensor* dgamma,
                                Tensor* dbeta);
+absl::Status RmsNormForward(const Tensor& x, const Tensor& gamma, float eps, Tensor* out,
+                            Tensor* rstd);
+absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& gamma,
+                             const Tensor& rstd, Tensor* dx, Tensor* dgamma);
+absl::Status RopeForward(const Tensor& x, const RopeOptions& o, Tensor* out);
+absl::Status RopeBackward(const Tensor& dout, const RopeOptions& o, Tensor* dx);
+absl::Status SwigluForward(const Tensor& x, Tensor* out);
+absl::Status SwigluBackward(const Tensor& dout, const Tensor& x, Tensor* dx);
 absl::Status SoftmaxForward(const Tensor& x, Tensor* out);
 absl::Status SoftmaxBackward(const Tensor& out, const Tensor& dout, Tensor* dx);
 absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& opts,

@@ -20,6 +20,39 @@ TEST(OpsTest, CpuTensorsRunTheCpuKernel) {
   EXPECT_EQ(std::memcmp(via_ops.raw_data(), direct.raw_data(), direct.nbytes()), 0);
 }
 
+// The Llama kernels (RMSNorm, RoPE, SwiGLU) through core/ops: the CPU kernel's bits.
+TEST(OpsTest, LlamaKernelsRunTheCpuKernels) {
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  };
+  auto empty = [](const Shape& s) { return *Tensor::Empty(s, DType::kF32); };
+  const Tensor x = Random(Shape{3, 2, 4, 8}, 1), g = Random(Shape{8}, 2);
+  Tensor a = empty(x.shape()), b = empty(x.shape()), ra = empty(Shape{24}), rb = empty(Shape{24});
+  ASSERT_TRUE(RmsNormForward(x, g, 1e-6f, &a, &ra).ok());
+  ASSERT_TRUE(cpu::RmsNormForward(x, g, 1e-6f, &b, &rb).ok());
+  EXPECT_TRUE(same(a, b) && same(ra, rb));
+  Tensor dga = *Tensor::Zeros(Shape{8}, DType::kF32), dgb = *Tensor::Zeros(Shape{8}, DType::kF32);
+  ASSERT_TRUE(RmsNormBackward(x, x, g, ra, &a, &dga).ok());
+  ASSERT_TRUE(cpu::RmsNormBackward(x, x, g, rb, &b, &dgb).ok());
+  EXPECT_TRUE(same(a, b) && same(dga, dgb));
+  RopeOptions o;
+  o.rotary_dim = 4;
+  o.position_offset = 5;
+  ASSERT_TRUE(ops::RopeForward(x, o, &a).ok());  // qualified: ADL also finds cpu::
+  ASSERT_TRUE(cpu::RopeForward(x, o, &b).ok());
+  EXPECT_TRUE(same(a, b));
+  ASSERT_TRUE(ops::RopeBackward(x, o, &a).ok());
+  ASSERT_TRUE(cpu::RopeBackward(x, o, &b).ok());
+  EXPECT_TRUE(same(a, b));
+  Tensor ha = empty(Shape{3, 2, 4, 4}), hb = empty(Shape{3, 2, 4, 4});
+  ASSERT_TRUE(SwigluForward(x, &ha).ok());
+  ASSERT_TRUE(cpu::SwigluForward(x, &hb).ok());
+  EXPECT_TRUE(same(ha, hb));
+  ASSERT_TRUE(SwigluBackward(ha, x, &a).ok());
+  ASSERT_TRUE(cpu::SwigluBackward(hb, x, &b).ok());
+  EXPECT_TRUE(same(a, b));
+}
+
 TEST(OpsTest, CloneCopyAndZeroOnCpu) {
   const Tensor a = Random(Shape{2, 3}, 3);
   absl::StatusOr<Tensor> c = a.Clone();
@@ -70,6 +103,11 @@ TEST(OpsTest, DeviceTensorsRunTheRegisteredTableOrNameWhatIsMissing) {
   Tensor y = *Tensor::Empty(Shape{2, 2}, DType::kF32);
   EXPECT_TRUE(Matmul(x, x, &y).ok());
   EXPECT_EQ(g_fake_matmul_calls, 1);
+  // A kernel the registered table lacks is an error naming it, not a crash.
+  Tensor half = *Tensor::Empty(Shape{2, 1}, DType::kF32, Device::CUDA(0));
+  st = SwigluForward(a, &half);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("fake kernel table has no swiglu_forward"), std::string::npos) << st;
 
   RegisterKernelTable(DeviceType::kCUDA, previous_table);
   SetAllocator(DeviceType::kCUDA, previous_allocator);

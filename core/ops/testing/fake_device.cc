@@ -104,6 +104,12 @@ const KernelTable* FakeTable() {
     t->scale = &OnHost<&cpu::Scale>::Call;
     t->layernorm_forward = &OnHost<&cpu::LayerNormForward>::Call;
     t->layernorm_backward = &OnHost<&cpu::LayerNormBackward>::Call;
+    t->rmsnorm_forward = &OnHost<&cpu::RmsNormForward>::Call;
+    t->rmsnorm_backward = &OnHost<&cpu::RmsNormBackward>::Call;
+    t->rope_forward = &OnHost<&cpu::RopeForward>::Call;
+    t->rope_backward = &OnHost<&cpu::RopeBackward>::Call;
+    t->swiglu_forward = &OnHost<&cpu::SwigluForward>::Call;
+    t->swiglu_backward = &OnHost<&cpu::SwigluBackward>::Call;
     t->softmax_forward = &OnHost<&cpu::SoftmaxForward>::Call;
     t->softmax_backward = &OnHost<&cpu::SoftmaxBackward>::Call;
     t->dropout_forward = &OnHost<&cpu::DropoutForward>::Call;
