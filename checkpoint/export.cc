@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_util.h"
+#include "checkpoint/hf/safetensors.h"
 #include "checkpoint/rank_state.h"
 #include "checkpoint/reader.h"
 #include "core/status_macros.h"
@@ -83,27 +84,12 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
   LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormWeightName, "ln_f.weight", {h}));
   LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormBiasName, "ln_f.bias", {h}));
 
-  // safetensors: u64 header length, JSON header, then the raw little-endian data.
-  nlohmann::ordered_json header;
-  header["__metadata__"] = {{"format", "pt"}};
-  uint64_t offset = 0;
-  for (const Out& o : outs) {
-    const uint64_t bytes = o.data.size() * sizeof(float);
-    header[o.name] = {{"dtype", "F32"}, {"shape", o.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string json = header.dump();
-  while ((json.size() + 8) % 8 != 0) json += ' ';  // data 8-byte aligned
-  std::string file;
-  file.reserve(8 + json.size() + offset);
-  const uint64_t n = json.size();
-  file.append(reinterpret_cast<const char*>(&n), 8);
-  file += json;
-  for (const Out& o : outs) {
-    file.append(reinterpret_cast<const char*>(o.data.data()), o.data.size() * sizeof(float));
-  }
+  // safetensors (F32): u64 header length, JSON header, then the raw data.
+  std::vector<hf::NamedTensor> tensors;
+  tensors.reserve(outs.size());
+  for (const Out& o : outs) tensors.push_back(hf::NamedTensor::FromF32(o.name, o.shape, o.data));
   LOOM_RETURN_IF_ERROR(MakeDirs(out_dir));
-  LOOM_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(out_dir, "model.safetensors"), file));
+  LOOM_RETURN_IF_ERROR(hf::WriteSafetensors(JoinPath(out_dir, "model.safetensors"), tensors));
 
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},

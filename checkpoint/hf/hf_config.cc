@@ -1,0 +1,325 @@
+#include "checkpoint/hf/hf_config.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/file_util.h"
+#include "checkpoint/hf/json_util.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace loom::checkpoint::hf {
+namespace {
+
+using nlohmann::json;
+
+// Reads fields of one JSON object; every error names the file and the field.
+class Fields {
+ public:
+  Fields(const json& j, std::string path, std::string prefix = "")
+      : j_(j), path_(std::move(path)), prefix_(std::move(prefix)) {}
+
+  bool Has(const std::string& key) const { return j_.contains(key); }
+  // Present and not null.
+  bool Set(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  const json& At(const std::string& key) const { return j_.at(key); }
+
+  absl::Status Error(const std::string& key, const std::string& why) const {
+    const std::string value = Has(key) ? j_.at(key).dump() : "(absent)";
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": ", prefix_, key, " = ", value, ": ", why));
+  }
+
+  // A positive integer; `fallback` when absent or null (< 0: required).
+  absl::StatusOr<int64_t> Int(const std::string& key, int64_t fallback = -1) const {
+    if (!Set(key)) {
+      if (fallback >= 0) return fallback;
+      return Error(key, "required");
+    }
+    const json& v = j_.at(key);
+    if (v.is_number_unsigned() && v.get<uint64_t>() > 0 && v.get<uint64_t>() < (1ull << 62)) {
+      return v.get<int64_t>();
+    }
+    return Error(key, "expected a positive integer");
+  }
+
+  absl::StatusOr<double> Number(const std::string& key, double fallback) const {
+    if (!Set(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_number() || !std::isfinite(v.get<double>())) return Error(key, "expected a number");
+    return v.get<double>();
+  }
+
+  absl::StatusOr<bool> Bool(const std::string& key, bool fallback) const {
+    if (!Set(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) return Error(key, "expected true or false");
+    return v.get<bool>();
+  }
+
+  absl::StatusOr<std::string> String(const std::string& key, const std::string& fallback) const {
+    if (!Set(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_string()) return Error(key, "expected a string");
+    return v.get<std::string>();
+  }
+
+  // The field must be absent, null, or `allowed`.
+  absl::Status Must(const std::string& key, bool allowed, const std::string& why) const {
+    if (!Set(key) || allowed) return absl::OkStatus();
+    return Error(key, why);
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const json& j_;
+  std::string path_;
+  std::string prefix_;
+};
+
+struct Arch {
+  const char* architecture;
+  const char* model_type;
+};
+constexpr Arch kArchs[] = {
+    {"GPT2LMHeadModel", "gpt2"},
+    {"LlamaForCausalLM", "llama"},
+    {"MistralForCausalLM", "mistral"},
+};
+
+std::string Supported() {
+  std::vector<std::string> names;
+  for (const Arch& a : kArchs) names.push_back(a.architecture);
+  return absl::StrJoin(names, ", ");
+}
+
+// Fields any family must not carry.
+absl::Status CheckCommon(const Fields& f) {
+  LOOM_RETURN_IF_ERROR(f.Must("quantization_config", false,
+                              "quantized weights are not supported (Loom reads F32/BF16/F16)"));
+  LOOM_ASSIGN_OR_RETURN(bool encoder_decoder, f.Bool("is_encoder_decoder", false));
+  if (encoder_decoder) return f.Error("is_encoder_decoder", "encoder-decoder models are not supported");
+  return absl::OkStatus();
+}
+
+absl::Status ParseGpt2(const Fields& f, HfModelConfig& c) {
+  LOOM_ASSIGN_OR_RETURN(c.num_layers, f.Int("n_layer"));
+  LOOM_ASSIGN_OR_RETURN(c.hidden_size, f.Int("n_embd"));
+  LOOM_ASSIGN_OR_RETURN(c.num_attention_heads, f.Int("n_head"));
+  LOOM_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size"));
+  LOOM_ASSIGN_OR_RETURN(c.max_position_embeddings, f.Int("n_positions"));
+  LOOM_ASSIGN_OR_RETURN(c.ffn_hidden_size, f.Int("n_inner", 4 * c.hidden_size));
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    return f.Error("n_head", absl::StrCat("does not divide n_embd = ", c.hidden_size));
+  }
+  c.num_query_groups = c.num_attention_heads;
+  LOOM_ASSIGN_OR_RETURN(c.hidden_act, f.String("activation_function", "gelu_new"));
+  // All tanh approximations of GELU, which is what Loom computes.
+  if (c.hidden_act != "gelu_new" && c.hidden_act != "gelu_pytorch_tanh" &&
+      c.hidden_act != "gelu_fast") {
+    return f.Error("activation_function",
+                   "Loom's GPT-2 uses the tanh GELU (gelu_new, gelu_pytorch_tanh, gelu_fast)");
+  }
+  LOOM_ASSIGN_OR_RETURN(c.norm_epsilon, f.Number("layer_norm_epsilon", 1e-5));
+  LOOM_ASSIGN_OR_RETURN(bool scale, f.Bool("scale_attn_weights", true));
+  if (!scale) return f.Error("scale_attn_weights", "Loom always scales attention by 1/sqrt(d)");
+  LOOM_ASSIGN_OR_RETURN(bool by_layer, f.Bool("scale_attn_by_inverse_layer_idx", false));
+  if (by_layer) return f.Error("scale_attn_by_inverse_layer_idx", "not supported");
+  LOOM_ASSIGN_OR_RETURN(bool cross, f.Bool("add_cross_attention", false));
+  if (cross) return f.Error("add_cross_attention", "not supported");
+  LOOM_ASSIGN_OR_RETURN(bool tie, f.Bool("tie_word_embeddings", true));
+  c.untie_embeddings_and_output_weights = !tie;
+  c.normalization = "LayerNorm";
+  c.position_embedding_type = "learned_absolute";
+  c.swiglu = false;
+  c.add_bias_linear = true;
+  return absl::OkStatus();
+}
+
+absl::Status ParseRope(const Fields& f, HfModelConfig& c) {
+  LOOM_RETURN_IF_ERROR(f.Must("rope_scaling", false, "RoPE scaling is not supported"));
+  LOOM_ASSIGN_OR_RETURN(c.rotary_base, f.Number("rope_theta", 10000.0));
+  LOOM_ASSIGN_OR_RETURN(c.rotary_percent, f.Number("partial_rotary_factor", 1.0));
+  if (f.Set("rope_parameters")) {  // transformers 5
+    const json& rp = f.At("rope_parameters");
+    if (!rp.is_object()) return f.Error("rope_parameters", "expected an object");
+    const Fields r(rp, f.path(), "rope_parameters.");
+    LOOM_ASSIGN_OR_RETURN(std::string type, r.String("rope_type", ""));
+    if (type.empty()) {
+      LOOM_ASSIGN_OR_RETURN(type, r.String("type", "default"));
+    }
+    if (type != "default") {
+      return r.Error(r.Has("rope_type") ? "rope_type" : "type",
+                     "only unscaled RoPE (\"default\") is supported");
+    }
+    for (auto it = rp.begin(); it != rp.end(); ++it) {
+      const std::string& k = it.key();
+      if (k != "rope_type" && k != "type" && k != "rope_theta" && k != "partial_rotary_factor") {
+        return r.Error(k, "not supported with default RoPE");
+      }
+    }
+    LOOM_ASSIGN_OR_RETURN(c.rotary_base, r.Number("rope_theta", c.rotary_base));
+    LOOM_ASSIGN_OR_RETURN(c.rotary_percent, r.Number("partial_rotary_factor", c.rotary_percent));
+    if (!(c.rotary_base > 0)) return r.Error("rope_theta", "must be positive");
+    if (!(c.rotary_percent > 0 && c.rotary_percent <= 1)) {
+      return r.Error("partial_rotary_factor", "must be in (0, 1]");
+    }
+  }
+  if (!(c.rotary_base > 0)) return f.Error("rope_theta", "must be positive");
+  if (!(c.rotary_percent > 0 && c.rotary_percent <= 1)) {
+    return f.Error("partial_rotary_factor", "must be in (0, 1]");
+  }
+  const double rotary_dims = c.rotary_percent * c.head_dim();
+  if (rotary_dims != std::floor(rotary_dims) || static_cast<int64_t>(rotary_dims) % 2 != 0) {
+    return f.Error(f.Has("partial_rotary_factor") ? "partial_rotary_factor" : "rope_parameters",
+                   absl::StrCat("rotary dimensions ", rotary_dims, " of head_dim ", c.head_dim(),
+                                " must be an even integer"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLlama(const Fields& f, HfModelConfig& c) {
+  LOOM_ASSIGN_OR_RETURN(c.num_layers, f.Int("num_hidden_layers"));
+  LOOM_ASSIGN_OR_RETURN(c.hidden_size, f.Int("hidden_size"));
+  LOOM_ASSIGN_OR_RETURN(c.num_attention_heads, f.Int("num_attention_heads"));
+  LOOM_ASSIGN_OR_RETURN(c.ffn_hidden_size, f.Int("intermediate_size"));
+  LOOM_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size"));
+  LOOM_ASSIGN_OR_RETURN(c.max_position_embeddings, f.Int("max_position_embeddings"));
+  LOOM_ASSIGN_OR_RETURN(c.num_query_groups, f.Int("num_key_value_heads", c.num_attention_heads));
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    return f.Error("num_attention_heads",
+                   absl::StrCat("does not divide hidden_size = ", c.hidden_size));
+  }
+  if (c.num_attention_heads % c.num_query_groups != 0) {
+    return f.Error("num_key_value_heads", absl::StrCat("does not divide num_attention_heads = ",
+                                                       c.num_attention_heads));
+  }
+  c.group_query_attention = c.num_query_groups != c.num_attention_heads;
+  if (f.Set("head_dim")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t head_dim, f.Int("head_dim"));
+    if (head_dim != c.head_dim()) {
+      return f.Error("head_dim", absl::StrCat("Loom needs hidden_size / num_attention_heads = ",
+                                              c.head_dim()));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(c.hidden_act, f.String("hidden_act", "silu"));
+  if (c.hidden_act != "silu") return f.Error("hidden_act", "Loom's SwiGLU MLP needs silu");
+  LOOM_ASSIGN_OR_RETURN(bool attention_bias, f.Bool("attention_bias", false));
+  if (attention_bias) return f.Error("attention_bias", "biases in Llama attention are not supported");
+  LOOM_ASSIGN_OR_RETURN(bool mlp_bias, f.Bool("mlp_bias", false));
+  if (mlp_bias) return f.Error("mlp_bias", "biases in the Llama MLP are not supported");
+  LOOM_ASSIGN_OR_RETURN(c.norm_epsilon, f.Number("rms_norm_eps", 1e-6));
+  LOOM_RETURN_IF_ERROR(ParseRope(f, c));
+  // Mistral: a sliding window that covers the whole context is full attention.
+  if (f.Set("sliding_window")) {
+    LOOM_ASSIGN_OR_RETURN(bool use, f.Bool("use_sliding_window", true));
+    LOOM_ASSIGN_OR_RETURN(int64_t window, f.Int("sliding_window"));
+    if (use && window < c.max_position_embeddings) {
+      return f.Error("sliding_window",
+                     absl::StrCat("sliding-window attention shorter than max_position_embeddings = ",
+                                  c.max_position_embeddings, " is not supported"));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(bool tie, f.Bool("tie_word_embeddings", false));
+  c.untie_embeddings_and_output_weights = !tie;
+  c.normalization = "RMSNorm";
+  c.position_embedding_type = "rope";
+  c.swiglu = true;
+  c.add_bias_linear = false;
+  return absl::OkStatus();
+}
+
+std::string Num(double x) { return absl::StrCat(x); }
+
+}  // namespace
+
+absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& text, const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(json j, ParseJsonStrict(text, path, "config"));
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": bad config JSON: not an object"));
+  }
+  const Fields f(j, path);
+  HfModelConfig c;
+  c.path = path;
+  if (!f.Set("architectures") || !f.At("architectures").is_array() ||
+      f.At("architectures").size() != 1 || !f.At("architectures")[0].is_string()) {
+    return f.Error("architectures", absl::StrCat("expected one of [\"", Supported(), "\"]"));
+  }
+  c.architecture = f.At("architectures")[0].get<std::string>();
+  const Arch* arch = nullptr;
+  for (const Arch& a : kArchs) {
+    if (c.architecture == a.architecture) arch = &a;
+  }
+  if (arch == nullptr) {
+    return f.Error("architectures", absl::StrCat("unknown architecture; supported: ", Supported()));
+  }
+  LOOM_ASSIGN_OR_RETURN(c.model_type, f.String("model_type", arch->model_type));
+  if (c.model_type != arch->model_type) {
+    return f.Error("model_type",
+                   absl::StrCat("does not match architecture ", c.architecture, " (expected \"",
+                                arch->model_type, "\")"));
+  }
+  LOOM_RETURN_IF_ERROR(CheckCommon(f));
+  LOOM_ASSIGN_OR_RETURN(c.dtype, f.String("dtype", ""));
+  if (c.dtype.empty()) {
+    LOOM_ASSIGN_OR_RETURN(c.dtype, f.String("torch_dtype", ""));
+  }
+  if (c.model_type == "gpt2") {
+    LOOM_RETURN_IF_ERROR(ParseGpt2(f, c));
+  } else {
+    LOOM_RETURN_IF_ERROR(ParseLlama(f, c));
+  }
+  if (!(c.norm_epsilon > 0)) {
+    return f.Error(c.model_type == "gpt2" ? "layer_norm_epsilon" : "rms_norm_eps",
+                   "must be positive");
+  }
+  return c;
+}
+
+absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& path) {
+  const std::string file = IsDirectory(path) ? JoinPath(path, "config.json") : path;
+  absl::StatusOr<std::string> text = ReadFile(file);
+  if (!text.ok()) {
+    if (absl::IsNotFound(text.status())) {
+      return absl::NotFoundError(absl::StrCat(file, ": no such file"));
+    }
+    return text.status();
+  }
+  return ParseHfConfig(*text, file);
+}
+
+std::vector<std::string> GptFlags(const HfModelConfig& c) {
+  std::vector<std::string> flags = {
+      absl::StrCat("--num-layers=", c.num_layers),
+      absl::StrCat("--hidden-size=", c.hidden_size),
+      absl::StrCat("--num-attention-heads=", c.num_attention_heads),
+      absl::StrCat("--ffn-hidden-size=", c.ffn_hidden_size),
+      absl::StrCat("--max-position-embeddings=", c.max_position_embeddings),
+      absl::StrCat("--normalization=", c.normalization),
+      absl::StrCat("--norm-epsilon=", Num(c.norm_epsilon)),
+      absl::StrCat("--position-embedding-type=", c.position_embedding_type),
+  };
+  if (c.position_embedding_type == "rope") {
+    flags.push_back(absl::StrCat("--rotary-base=", Num(c.rotary_base)));
+    if (c.rotary_percent != 1.0) {
+      flags.push_back(absl::StrCat("--rotary-percent=", Num(c.rotary_percent)));
+    }
+  }
+  if (c.swiglu) flags.push_back("--swiglu");
+  if (c.group_query_attention) {
+    flags.push_back("--group-query-attention");
+    flags.push_back(absl::StrCat("--num-query-groups=", c.num_query_groups));
+  }
+  if (c.untie_embeddings_and_output_weights) {
+    flags.push_back("--untie-embeddings-and-output-weights");
+  }
+  if (!c.add_bias_linear) flags.push_back("--disable-bias-linear");
+  return flags;
+}
+
+std::string GptFlagsString(const HfModelConfig& c) { return absl::StrJoin(GptFlags(c), " "); }
+
+}  // namespace loom::checkpoint::hf
