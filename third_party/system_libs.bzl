@@ -111,6 +111,16 @@ def _detect_json(ctx):
         return _missing("json", "nlohmann/json.hpp not found. " + _APT.format("nlohmann-json3-dev"))
     return _lib("json", doc = "nlohmann JSON (header-only; vocab.json, JSON-lines input)")
 
+def _detect_sentencepiece(ctx):
+    # Only for //train/data:libloom_sentencepiece.so, which the tokenizer loads
+    # with dlopen: never link it into a binary. Debian's libsentencepiece
+    # bundles protobuf 3.14 and exports its symbols, which clash with the
+    # system's libprotobuf (the process aborts at start-up).
+    r = _pkg_config(ctx, ["sentencepiece"])
+    if r == None:
+        return _missing("sentencepiece", "SentencePiece not found by pkg-config (sentencepiece). " + _APT.format("libsentencepiece-dev"))
+    return _lib("sentencepiece", linkopts = [f for f in r[1] if f != "-lsentencepiece_train"], copts = r[0], doc = "SentencePiece (loaded by //train/data's shim, never linked)")
+
 def _detect_mpi(ctx):
     compile = _run(ctx, ["mpicc", "--showme:incdirs"])
     link = _run(ctx, ["mpicc", "--showme:link"])
@@ -193,6 +203,7 @@ def _system_libs_impl(ctx):
         _detect_openblas(ctx),
         _detect_re2(ctx),
         _detect_json(ctx),
+        _detect_sentencepiece(ctx),
         _detect_mpi(ctx),
         _detect_ucx(ctx),
     ] + _detect_cuda(ctx, cuda_root)

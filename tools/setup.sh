@@ -17,6 +17,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin          # MPI backend
   libucx-dev               # UCX backend
   libre2-dev nlohmann-json3-dev       # tokenizers (GPT-2 pre-tokenizer, vocab.json)
+  libsentencepiece-dev     # --tokenizer-type SentencePieceTokenizer (Llama 2-style models)
   fortunes                 # default English training corpus
   iproute2 procps          # network namespaces and process tools for tests
 )

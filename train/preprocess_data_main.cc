@@ -1,5 +1,7 @@
 // bazel run //train:preprocess_data -- --input=a.jsonl,b.txt --output-prefix=data/my
 //     --tokenizer-type=GPT2BPETokenizer --vocab-file=vocab.json --merge-file=merges.txt
+// (or --tokenizer-type=HuggingFaceTokenizer --tokenizer-model=DIR_WITH_TOKENIZER_JSON,
+//  or --tokenizer-type=SentencePieceTokenizer --tokenizer-model=tokenizer.model)
 // Tokenizes text or JSON-lines files into a Megatron indexed dataset
 // (<prefix>.bin/.idx) that //train:gpt reads with --data-path=<prefix>.
 #include <chrono>
@@ -19,9 +21,13 @@
 ABSL_FLAG(std::string, input, "", "Comma-separated input files (text, or JSON lines)");
 ABSL_FLAG(std::string, output_prefix, "", "Output path prefix: writes <prefix>.bin and <prefix>.idx");
 ABSL_FLAG(std::string, tokenizer_type, "GPT2BPETokenizer",
-          "ByteLevelTokenizer (256 byte ids) or GPT2BPETokenizer");
+          "ByteLevelTokenizer (256 byte ids), GPT2BPETokenizer, HuggingFaceTokenizer or "
+          "SentencePieceTokenizer");
 ABSL_FLAG(std::string, vocab_file, "", "GPT-2 vocab.json (GPT2BPETokenizer)");
 ABSL_FLAG(std::string, merge_file, "", "GPT-2 merges.txt (GPT2BPETokenizer)");
+ABSL_FLAG(std::string, tokenizer_model, "",
+          "HuggingFaceTokenizer: folder holding tokenizer.json (or the file); "
+          "SentencePieceTokenizer: the .model file");
 ABSL_FLAG(std::string, input_format, "auto", "auto (by extension), jsonl or text");
 ABSL_FLAG(std::string, json_keys, "text", "JSON field holding the document text");
 ABSL_FLAG(std::string, document_separator, "",
@@ -62,9 +68,11 @@ int main(int argc, char** argv) {
   options.document_separator = absl::GetFlag(FLAGS_document_separator);
   options.append_eod = absl::GetFlag(FLAGS_append_eod);
 
-  auto tokenizer = loom::train::MakeTokenizer(absl::GetFlag(FLAGS_tokenizer_type),
-                                              ResolveUserPath(absl::GetFlag(FLAGS_vocab_file)),
-                                              ResolveUserPath(absl::GetFlag(FLAGS_merge_file)));
+  loom::train::TokenizerFiles files;
+  files.vocab_file = ResolveUserPath(absl::GetFlag(FLAGS_vocab_file));
+  files.merge_file = ResolveUserPath(absl::GetFlag(FLAGS_merge_file));
+  files.tokenizer_model = ResolveUserPath(absl::GetFlag(FLAGS_tokenizer_model));
+  auto tokenizer = loom::train::MakeTokenizer(absl::GetFlag(FLAGS_tokenizer_type), files);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "preprocess_data: %s\n", std::string(tokenizer.status().message()).c_str());
     return 2;

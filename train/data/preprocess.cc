@@ -61,8 +61,9 @@ absl::StatusOr<PreprocessStats> Preprocess(const PreprocessOptions& options,
   }
   if (options.append_eod && tokenizer.eod_id() < 0) {
     return absl::InvalidArgumentError(
-        "--append-eod: the tokenizer has no end-of-document token (<|endoftext|> missing from "
-        "--vocab-file)");
+        "--append-eod: the tokenizer has no end-of-document token (GPT-2: <|endoftext|> missing "
+        "from --vocab-file; Hugging Face: no eos_token in tokenizer_config.json and none of "
+        "<|endoftext|>, <|end_of_text|>, </s>, <eos>; SentencePiece: the model has no eos)");
   }
   int64_t total_bytes = 0;
   for (const std::string& path : options.inputs) {

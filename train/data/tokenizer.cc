@@ -3,28 +3,54 @@
 #include "absl/strings/str_cat.h"
 #include "train/data/byte_tokenizer.h"
 #include "train/data/gpt2_bpe_tokenizer.h"
+#include "train/data/hf_tokenizer.h"
+#include "train/data/sentencepiece_tokenizer.h"
 
 namespace loom::train {
+namespace {
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<Tokenizer>> Upcast(absl::StatusOr<std::unique_ptr<T>> t) {
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<Tokenizer>(std::move(*t));
+}
+
+absl::Status NeedsModel(const std::string& type, const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat("--tokenizer-type=", type,
+                                                 " needs --tokenizer-model: ", what));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::string& type,
-                                                         const std::string& vocab_file,
-                                                         const std::string& merge_file) {
+                                                         const TokenizerFiles& files) {
   if (type == "ByteLevelTokenizer" || type == "byte") {
     return std::unique_ptr<Tokenizer>(new ByteTokenizer());
   }
   if (type == "GPT2BPETokenizer") {
-    if (vocab_file.empty() || merge_file.empty()) {
+    if (files.vocab_file.empty() || files.merge_file.empty()) {
       return absl::InvalidArgumentError(
           "--tokenizer-type=GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file "
           "(merges.txt)");
     }
-    absl::StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> t =
-        Gpt2BpeTokenizer::Load(vocab_file, merge_file);
-    if (!t.ok()) return t.status();
-    return std::unique_ptr<Tokenizer>(std::move(*t));
+    return Upcast(Gpt2BpeTokenizer::Load(files.vocab_file, files.merge_file));
+  }
+  if (type == "HuggingFaceTokenizer") {
+    if (files.tokenizer_model.empty()) {
+      return NeedsModel(type, "a folder holding tokenizer.json (or the tokenizer.json file)");
+    }
+    return Upcast(HuggingFaceTokenizer::Load(files.tokenizer_model));
+  }
+  if (type == "SentencePieceTokenizer") {
+    if (files.tokenizer_model.empty()) {
+      return NeedsModel(type, "a SentencePiece model file (tokenizer.model)");
+    }
+    return Upcast(SentencePieceTokenizer::Load(files.tokenizer_model));
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--tokenizer-type=", type, " is unknown: expected ByteLevelTokenizer or GPT2BPETokenizer"));
+      "--tokenizer-type=", type,
+      " is unknown: expected ByteLevelTokenizer, GPT2BPETokenizer (with --vocab-file and "
+      "--merge-file), HuggingFaceTokenizer or SentencePieceTokenizer (with --tokenizer-model)"));
 }
 
 }  // namespace loom::train

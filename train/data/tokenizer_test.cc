@@ -113,13 +113,34 @@ TEST(Gpt2BpeTokenizerTest, BadFilesAreClearErrors) {
 }
 
 TEST(MakeTokenizerTest, NamesTheFlag) {
-  EXPECT_TRUE(MakeTokenizer("ByteLevelTokenizer", "", "").ok());
-  auto unknown = MakeTokenizer("Sentencepiece", "", "");
+  EXPECT_TRUE(MakeTokenizer("ByteLevelTokenizer", {}).ok());
+  EXPECT_TRUE(MakeTokenizer("byte", {}).ok());
+  auto unknown = MakeTokenizer("Sentencepiece", {});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("--tokenizer-type=Sentencepiece"), std::string::npos);
-  auto no_files = MakeTokenizer("GPT2BPETokenizer", "", "");
+  for (const char* expected : {"ByteLevelTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer",
+                               "SentencePieceTokenizer"}) {
+    EXPECT_NE(unknown.status().message().find(expected), std::string::npos) << expected;
+  }
+  auto no_files = MakeTokenizer("GPT2BPETokenizer", {});
   ASSERT_FALSE(no_files.ok());
   EXPECT_NE(no_files.status().message().find("--vocab-file"), std::string::npos);
+  for (const char* type : {"HuggingFaceTokenizer", "SentencePieceTokenizer"}) {
+    auto no_model = MakeTokenizer(type, {});
+    ASSERT_FALSE(no_model.ok()) << type;
+    EXPECT_NE(no_model.status().message().find(std::string("--tokenizer-type=") + type),
+              std::string::npos)
+        << no_model.status();
+    EXPECT_NE(no_model.status().message().find("needs --tokenizer-model"), std::string::npos)
+        << no_model.status();
+  }
+  TokenizerFiles missing;
+  missing.tokenizer_model = TmpPath("no_such_tokenizer");
+  auto not_there = MakeTokenizer("HuggingFaceTokenizer", missing);
+  ASSERT_FALSE(not_there.ok());
+  EXPECT_NE(not_there.status().message().find("--tokenizer-model=" + missing.tokenizer_model),
+            std::string::npos)
+      << not_there.status();
 }
 
 }  // namespace
