@@ -52,8 +52,10 @@ absl::Status GradientSync::Layout() {
   const layers::ParamBuffer& params = model_->params();
   const std::vector<layers::ParamUnit>& units = model_->units();
   const int n = static_cast<int>(params.params().size());
+  // Untied (--untie-embeddings-and-output-weights), the first stage's word
+  // embedding and the last stage's output layer are ordinary parameters.
   const bool tied = groups_.embedding != nullptr && groups_.embedding->size() > 1 &&
-                    model_->word_embedding().valid();
+                    model_->word_embedding().valid() && model_->tied_word_embedding();
 
   // Each parameter is completed by the first unit (in forward order) that
   // lists it: the word embedding by the embedding, whose backward runs after

@@ -61,7 +61,8 @@ struct GradientSyncOptions {
 struct GradientSyncGroups {
   comm::Communicator* dp = nullptr;  // null or size 1: no data parallelism
   // The first and last pipeline stage (PP > 1, on those stages): the tied word
-  // embedding's two copies are summed over it. Null otherwise.
+  // embedding's two copies are summed over it (unused when the model's output
+  // layer is untied). Null otherwise.
   comm::Communicator* embedding = nullptr;
 };
 

@@ -32,15 +32,102 @@ core::ops::AttentionDropout ParallelAttention::KernelDropout(const DropoutStream
   return d;
 }
 
+absl::Status ParallelAttention::MakeIds(int64_t rows, const Tensor& like, Saved* saved) const {
+  // Rows of d elements. Projection row of token t, group g, slot j (j < n: a
+  // query head, n: k, n+1: v): t·width + g·(n+2) + j.
+  const int64_t hl = heads_ / tp_.size(), gl = groups_ / tp_.size(), n = hl / gl;
+  const int64_t width = gl * (n + 2);
+  auto proj_row = [&](int64_t t, int64_t g, int64_t j) { return t * width + g * (n + 2) + j; };
+  LOOM_ASSIGN_OR_RETURN(Tensor gather, Tensor::Empty(Shape{rows * hl * 3}, core::DType::kI32));
+  int32_t* out = gather.data<int32_t>();
+  if (options_.rope) {
+    // The table: [rows, hl + gl] rotated rows (query heads, then k heads),
+    // then [rows, gl] v rows.
+    const int64_t qk = hl + gl, v_base = rows * qk;
+    LOOM_ASSIGN_OR_RETURN(Tensor table, Tensor::Empty(Shape{rows * (qk + gl)}, core::DType::kI32));
+    int32_t* tab = table.data<int32_t>();
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t m = 0; m < hl; ++m) tab[t * qk + m] = static_cast<int32_t>(proj_row(t, m / n, m % n));
+      for (int64_t g = 0; g < gl; ++g) {
+        tab[t * qk + hl + g] = static_cast<int32_t>(proj_row(t, g, n));
+        tab[v_base + t * gl + g] = static_cast<int32_t>(proj_row(t, g, n + 1));
+      }
+      for (int64_t m = 0; m < hl; ++m) {
+        int32_t* o = out + (t * hl + m) * 3;
+        o[0] = static_cast<int32_t>(t * qk + m);
+        o[1] = static_cast<int32_t>(t * qk + hl + m / n);
+        o[2] = static_cast<int32_t>(v_base + t * gl + m / n);
+      }
+    }
+    saved->table_ids = table;
+  } else {
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t m = 0; m < hl; ++m) {
+        int32_t* o = out + (t * hl + m) * 3;
+        o[0] = static_cast<int32_t>(proj_row(t, m / n, m % n));
+        o[1] = static_cast<int32_t>(proj_row(t, m / n, n));
+        o[2] = static_cast<int32_t>(proj_row(t, m / n, n + 1));
+      }
+    }
+  }
+  saved->gather_ids = gather;
+  if (!like.device().is_cpu()) {
+    LOOM_ASSIGN_OR_RETURN(saved->gather_ids, gather.To(like.device()));
+    if (saved->table_ids.defined()) {
+      LOOM_ASSIGN_OR_RETURN(saved->table_ids, saved->table_ids.To(like.device()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The ids are in range by construction: skip the kernels' host-side check.
+core::ops::EmbeddingOptions RowGather() {
+  core::ops::EmbeddingOptions o;
+  o.zero_out_of_range = true;
+  return o;
+}
+
+// The rotated rows of a RoPE table [rows · (heads + 2·groups), d]: its first
+// rows · (heads + groups) rows as [s, b, heads + groups, d].
+absl::StatusOr<Tensor> RotatedRows(const Tensor& table, int64_t s, int64_t b, int64_t qk_heads) {
+  const int64_t d = table.dim(1);
+  LOOM_ASSIGN_OR_RETURN(Tensor head, table.Narrow(0, s * b * qk_heads));
+  return head.Reshape(Shape{s, b, qk_heads, d});
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const DropoutStream& dropout,
                                                   Saved* saved) const {
-  const int64_t local_heads = heads_ / tp_.size();
-  LOOM_ASSIGN_OR_RETURN(saved->qkv, qkv_.Forward(x, &saved->qkv_in));  // [s, b, 3h/p]
-  const int64_t s = saved->qkv.dim(0), b = saved->qkv.dim(1);
-  const int64_t d = saved->qkv.dim(2) / (3 * local_heads);
-  LOOM_ASSIGN_OR_RETURN(Tensor ctx, Tensor::Empty(Shape{s, b, local_heads * d}, saved->qkv.dtype(), saved->qkv.device()));
+  const int64_t local_heads = heads_ / tp_.size(), local_groups = groups_ / tp_.size();
+  // [s, b, (heads + 2·groups)/p · d]
+  LOOM_ASSIGN_OR_RETURN(Tensor proj, qkv_.Forward(x, &saved->qkv_in));
+  const int64_t s = proj.dim(0), b = proj.dim(1);
+  const int64_t d = proj.dim(2) / (local_heads + 2 * local_groups);
+  if (!Rearranged()) {
+    saved->qkv = proj;  // already [s, b, heads/p, {q, k, v}, d]
+  } else {
+    LOOM_RETURN_IF_ERROR(MakeIds(s * b, proj, saved));
+    LOOM_ASSIGN_OR_RETURN(Tensor table, proj.Reshape(Shape{proj.numel() / d, d}));
+    if (options_.rope) {
+      LOOM_ASSIGN_OR_RETURN(Tensor rotated, Tensor::Empty(table.shape(), proj.dtype(), proj.device()));
+      LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(saved->table_ids, table, &rotated, RowGather()));
+      LOOM_ASSIGN_OR_RETURN(Tensor qk, RotatedRows(rotated, s, b, local_heads + local_groups));
+      core::ops::RopeOptions rope = options_.rope_options;
+      rope.position_offset = 0;  // the whole sequence: row i is position i
+      LOOM_RETURN_IF_ERROR(core::ops::RopeForward(qk, rope, &qk));
+      table = rotated;
+    }
+    LOOM_ASSIGN_OR_RETURN(saved->qkv, Tensor::Empty(Shape{s, b, local_heads * 3 * d}, proj.dtype(),
+                                                    proj.device()));
+    LOOM_ASSIGN_OR_RETURN(Tensor rows, saved->qkv.Reshape(Shape{s * b * local_heads * 3, d}));
+    LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(saved->gather_ids, table, &rows, RowGather()));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor ctx, Tensor::Empty(Shape{s, b, local_heads * d}, proj.dtype(), proj.device()));
   LOOM_ASSIGN_OR_RETURN(saved->probs,
-                        Tensor::Empty(Shape{b, local_heads, s, s}, saved->qkv.dtype(), saved->qkv.device()));
+                        Tensor::Empty(Shape{b, local_heads, s, s}, proj.dtype(), proj.device()));
   LOOM_RETURN_IF_ERROR(core::ops::AttentionForward(saved->qkv, local_heads, &ctx, &saved->probs,
                                                    KernelDropout(dropout)));
   return proj_.Forward(ctx, &saved->proj_in);
@@ -48,24 +135,65 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
 
 absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const DropoutStream& dropout,
                                                    const Saved& saved) const {
-  const int64_t local_heads = heads_ / tp_.size();
+  const int64_t local_heads = heads_ / tp_.size(), local_groups = groups_ / tp_.size();
   LOOM_ASSIGN_OR_RETURN(Tensor dctx, proj_.Backward(dy, saved.proj_in));
   LOOM_ASSIGN_OR_RETURN(Tensor dqkv, Tensor::Empty(saved.qkv.shape(), saved.qkv.dtype(), saved.qkv.device()));
   LOOM_RETURN_IF_ERROR(
       core::ops::AttentionBackward(dctx, saved.qkv, saved.probs, local_heads, &dqkv,
                                    KernelDropout(dropout)));
-  return qkv_.Backward(dqkv, saved.qkv_in);
+  if (!Rearranged()) return qkv_.Backward(dqkv, saved.qkv_in);
+
+  // Back to the projection's layout: scatter-add (a group's k and v
+  // gradients sum over its query heads), un-rotate q and k. Sums run in f32.
+  const int64_t s = dqkv.dim(0), b = dqkv.dim(1), d = dqkv.dim(2) / (3 * local_heads);
+  const int64_t proj_rows = s * b * (local_heads + 2 * local_groups);
+  const core::Device device = dqkv.device();
+  LOOM_ASSIGN_OR_RETURN(Tensor rows, dqkv.Reshape(Shape{s * b * local_heads * 3, d}));
+  LOOM_ASSIGN_OR_RETURN(Tensor dproj, Tensor::Empty(Shape{proj_rows, d}, core::DType::kF32, device));
+  LOOM_RETURN_IF_ERROR(core::ops::Zero(&dproj));
+  if (options_.rope) {
+    LOOM_ASSIGN_OR_RETURN(Tensor dtable, Tensor::Empty(Shape{proj_rows, d}, core::DType::kF32, device));
+    LOOM_RETURN_IF_ERROR(core::ops::Zero(&dtable));
+    LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.gather_ids, rows, &dtable, RowGather()));
+    LOOM_ASSIGN_OR_RETURN(Tensor dqk, RotatedRows(dtable, s, b, local_heads + local_groups));
+    core::ops::RopeOptions rope = options_.rope_options;
+    rope.position_offset = 0;
+    LOOM_RETURN_IF_ERROR(core::ops::RopeBackward(dqk, rope, &dqk));
+    LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.table_ids, dtable, &dproj, RowGather()));
+  } else {
+    LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.gather_ids, rows, &dproj, RowGather()));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor dproj3, dproj.Reshape(Shape{s, b, proj_rows / (s * b) * d}));
+  if (dqkv.dtype() != core::DType::kF32) {
+    LOOM_ASSIGN_OR_RETURN(Tensor converted, Tensor::Empty(dproj3.shape(), dqkv.dtype(), device));
+    LOOM_RETURN_IF_ERROR(core::ops::Convert(dproj3, &converted));
+    dproj3 = converted;
+  }
+  return qkv_.Backward(dproj3, saved.qkv_in);
 }
 
 absl::StatusOr<Tensor> ParallelMlp::Forward(const Tensor& x, Saved* saved) const {
   LOOM_ASSIGN_OR_RETURN(saved->pre_gelu, up_.Forward(x, &saved->up_in));
-  LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(saved->pre_gelu.shape(), saved->pre_gelu.dtype(), saved->pre_gelu.device()));
-  LOOM_RETURN_IF_ERROR(core::ops::GeluForward(saved->pre_gelu, &act));
+  const Tensor& pre = saved->pre_gelu;
+  if (swiglu_) {
+    LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(core::Shape{pre.dim(0), pre.dim(1), pre.dim(2) / 2},
+                                                    pre.dtype(), pre.device()));
+    LOOM_RETURN_IF_ERROR(core::ops::SwigluForward(pre, &act));
+    return down_.Forward(act, &saved->down_in);
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(pre.shape(), pre.dtype(), pre.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::GeluForward(pre, &act));
   return down_.Forward(act, &saved->down_in);
 }
 
 absl::StatusOr<Tensor> ParallelMlp::Backward(const Tensor& dy, const Saved& saved) const {
   LOOM_ASSIGN_OR_RETURN(Tensor dact, down_.Backward(dy, saved.down_in));
+  if (swiglu_) {
+    LOOM_ASSIGN_OR_RETURN(Tensor dpre, Tensor::Empty(saved.pre_gelu.shape(), saved.pre_gelu.dtype(),
+                                                     saved.pre_gelu.device()));
+    LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, saved.pre_gelu, &dpre));
+    return up_.Backward(dpre, saved.up_in);
+  }
   LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(saved.pre_gelu, dact, &dact));
   return up_.Backward(dact, saved.up_in);
 }

@@ -25,21 +25,48 @@ struct DropoutStream {
 // The stream id of one dropout site of one layer.
 uint64_t DropoutSite(uint64_t stream, int64_t layer, int site);
 
+// The attention variant: heads, K/V groups (GQA) and rotary embeddings.
+struct AttentionOptions {
+  int64_t heads = 1;         // global query heads
+  int64_t query_groups = 0;  // global K/V heads (--num-query-groups); 0: one per head
+  bool rope = false;         // rotate q and k (--position-embedding-type=rope)
+  core::ops::RopeOptions rope_options;  // base and rotary dim (position_offset unused)
+};
+
 // Self-attention with heads split over TP: a fused column-parallel QKV
-// projection (each rank owns heads/p whole heads: the QKV weight rows are
-// ordered [head, {q,k,v}, d]), causal softmax attention, and a row-parallel
-// output projection.
+// projection, causal softmax attention, and a row-parallel output projection.
+// The projection's rows are ordered [group, {q x heads/groups, k, v}, d]
+// (gpt_config.h): each rank owns groups/p whole query groups, i.e. heads/p
+// query heads and their K/V heads. Without GQA and RoPE that is GPT-2's
+// [head, {q, k, v}, d] and the projection feeds the attention kernel as is.
+// With GQA and/or RoPE the projection's [s, b, (heads + 2·groups)/p · d] is
+// rearranged into the kernel's [s, b, heads/p, {q, k, v}, d] by row gathers
+// (EmbeddingForward over d-wide rows: each query head gets its group's k and
+// v; q and k are rotated on the way) and the backward scatter-adds (sums the
+// k/v gradients of a group's heads) and rotates back. The attention always
+// sees the whole sequence (SP gathers it in the projection), so the RoPE
+// position of row i is i on every layout and pipeline stage.
 class ParallelAttention {
  public:
   struct Saved {
     ColumnParallelLinear::Saved qkv_in;
-    core::Tensor qkv;    // [s, b, 3h/p]
+    core::Tensor qkv;    // [s, b, heads/p · 3 · d]: the attention kernel's input
     core::Tensor probs;  // [b, heads/p, s, s], softmax before attention dropout
+    // Row indices of the rearrangement (undefined for GPT-2): `gather` picks
+    // the kernel's rows from the table, `table` the table's rows (RoPE: q and
+    // k heads, then v heads) from the projection's rows.
+    core::Tensor gather_ids, table_ids;
     RowParallelLinear::Saved proj_in;
   };
-  ParallelAttention(Param* qkv_w, Param* qkv_b, Param* proj_w, Param* proj_b, int64_t heads,
-                    TpGroup tp, int64_t layer)
-      : qkv_(qkv_w, qkv_b, tp), proj_(proj_w, proj_b, tp), heads_(heads), tp_(tp), layer_(layer) {}
+  ParallelAttention(Param* qkv_w, Param* qkv_b, Param* proj_w, Param* proj_b,
+                    const AttentionOptions& options, TpGroup tp, int64_t layer)
+      : qkv_(qkv_w, qkv_b, tp),
+        proj_(proj_w, proj_b, tp),
+        options_(options),
+        heads_(options.heads),
+        groups_(options.query_groups > 0 ? options.query_groups : options.heads),
+        tp_(tp),
+        layer_(layer) {}
 
   // x: [s(/p), b, h] -> [s(/p), b, h] (before the residual's dropout).
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, const DropoutStream& dropout,
@@ -50,24 +77,35 @@ class ParallelAttention {
  private:
   // The attention-dropout options of this layer and rank (p = 0 when not training).
   core::ops::AttentionDropout KernelDropout(const DropoutStream& dropout) const;
+  // True when the projection is not the kernel's layout (GQA or RoPE).
+  bool Rearranged() const { return groups_ != heads_ || options_.rope; }
+  // Fills saved->gather_ids / table_ids for `rows` = s·b token rows.
+  absl::Status MakeIds(int64_t rows, const core::Tensor& like, Saved* saved) const;
 
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
-  int64_t heads_;  // global head count
+  AttentionOptions options_;
+  int64_t heads_;   // global head count
+  int64_t groups_;  // global K/V head count
   TpGroup tp_;
   int64_t layer_;
 };
 
 // Column-parallel up-projection to ffn/p, GELU, row-parallel down-projection.
+// `swiglu`: the up-projection gives [gate_shard; up_shard] (2·ffn/p, its
+// weight stored [2, ffn·h/p], see gpt_config.h), then silu(gate) · up.
 class ParallelMlp {
  public:
   struct Saved {
     ColumnParallelLinear::Saved up_in;
-    core::Tensor pre_gelu;  // [s, b, ffn/p]
+    core::Tensor pre_gelu;  // [s, b, ffn/p] (SwiGLU: [s, b, 2·ffn/p]), before the activation
     RowParallelLinear::Saved down_in;
   };
-  ParallelMlp(Param* up_w, Param* up_b, Param* down_w, Param* down_b, TpGroup tp)
-      : up_(up_w, up_b, tp), down_(down_w, down_b, tp) {}
+  ParallelMlp(Param* up_w, Param* up_b, Param* down_w, Param* down_b, TpGroup tp,
+              bool swiglu = false)
+      : up_(up_w, up_b, tp, swiglu ? down_w->value.dim(0) : 0),
+        down_(down_w, down_b, tp),
+        swiglu_(swiglu) {}
 
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
   absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved) const;
@@ -75,6 +113,7 @@ class ParallelMlp {
  private:
   ColumnParallelLinear up_;
   RowParallelLinear down_;
+  bool swiglu_;
 };
 
 }  // namespace loom::layers

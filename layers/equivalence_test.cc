@@ -2,7 +2,9 @@
 // parallelism) reproduces the single-rank model: loss, logits and every
 // parameter gradient (gathered to full size) over several SGD steps, with
 // hidden and attention dropout on (each rank draws its slice of the global
-// masks). Ranks are threads on the `local` backend.
+// masks). Both architectures: GPT-2 and Llama-style (RMSNorm, RoPE, SwiGLU,
+// grouped-query attention, untied output layer, no linear biases). Ranks are
+// threads on the `local` backend.
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +37,25 @@ GptConfig TestConfig() {
   c.vocab_size = 100;
   c.make_vocab_size_divisible_by = 8;  // padded vocab differs for every TP
   c.seed = 42;
+  return c;
+}
+
+// Llama-style. TP splits K/V groups: 4 heads in 2 groups for TP 1 and 2;
+// TP 3 and 4 need 3 and 4 groups (6 and 8 heads, two per group; TP 3 also
+// rotates only half of each head).
+GptConfig LlamaConfig(int tp) {
+  GptConfig c = TestConfig();
+  c.normalization = "RMSNorm";
+  c.layernorm_epsilon = 1e-6f;
+  c.position_embedding_type = "rope";
+  c.swiglu = true;
+  c.ffn_hidden_size = 96;  // divisible by 1, 2, 3, 4
+  c.group_query_attention = true;
+  c.num_attention_heads = tp <= 2 ? 4 : 2 * tp;
+  c.num_query_groups = tp <= 2 ? 2 : tp;
+  c.rotary_percent = tp == 3 ? 0.5f : 1.0f;
+  c.untie_embeddings_and_output_weights = true;
+  c.add_bias_linear = false;
   return c;
 }
 
@@ -81,11 +102,11 @@ Reference RunReference(const GptConfig& config) {
   return ref;
 }
 
-class EquivalenceTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+class EquivalenceTest : public ::testing::TestWithParam<std::tuple<int, bool, bool>> {};
 
 TEST_P(EquivalenceTest, MatchesSingleRank) {
-  const auto [tp_size, sp] = GetParam();
-  const GptConfig config = TestConfig();
+  const auto [tp_size, sp, llama] = GetParam();
+  const GptConfig config = llama ? LlamaConfig(tp_size) : TestConfig();
   const Reference ref = RunReference(config);
   absl::Status s = testing::RunRanks(tp_size, [&](int rank, comm::Communicator* comm) -> absl::Status {
     TpGroup tp{comm, sp};
@@ -132,11 +153,35 @@ TEST_P(EquivalenceTest, MatchesSingleRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, EquivalenceTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()),
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool(),
+                                            ::testing::Bool()),
                          [](const auto& info) {
                            return "tp" + std::to_string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param) ? "_sp" : "");
+                                  (std::get<1>(info.param) ? "_sp" : "") +
+                                  (std::get<2>(info.param) ? "_llama" : "");
                          });
+
+// The Llama-style model really is one: no position table or biases, RMSNorm
+// weights only, a separate output layer, K/V projections for 2 groups.
+TEST(EquivalenceSanityTest, LlamaParametersAreTheLlamaLayout) {
+  const GptConfig config = LlamaConfig(2);
+  auto model = GptModel::Create(config, TpGroup{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ParamBuffer& p = (*model)->params();
+  EXPECT_FALSE(p.contains(kPositionEmbeddingName));
+  EXPECT_FALSE(p.contains(kFinalNormBiasName));
+  EXPECT_FALSE(p.contains("layers.0.input_layernorm.bias"));
+  EXPECT_FALSE(p.contains("layers.0.attention.qkv.bias"));
+  EXPECT_FALSE(p.contains("layers.1.mlp.dense_4h_to_h.bias"));
+  EXPECT_TRUE(p.contains(kOutputLayerName));
+  EXPECT_TRUE((*model)->output_layer().valid());
+  // (4 + 2 x 2) heads of d = 12 rows; [gate; up] of 96 x 48 each.
+  EXPECT_EQ(p.at("layers.0.attention.qkv.weight").value.shape(), (core::Shape{96, 48}));
+  EXPECT_EQ(p.at("layers.0.mlp.dense_h_to_4h.weight").value.shape(), (core::Shape{2, 96 * 48}));
+  EXPECT_EQ(p.at("layers.0.mlp.dense_4h_to_h.weight").value.shape(), (core::Shape{48, 96}));
+  // ParameterCount counts the unpadded vocabulary (100; 104 rows held) twice.
+  EXPECT_EQ(p.numel(), ParameterCount(config) + 2 * 4 * 48);
+}
 
 // Sanity: the test can fail. A model whose TP ranks initialise differently
 // (another seed on one rank) must not match.

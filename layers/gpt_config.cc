@@ -44,6 +44,54 @@ absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp)
     return NotDivisible("--hidden-size", c.hidden_size, "--num-attention-heads",
                         c.num_attention_heads);
   }
+  if (c.normalization != "LayerNorm" && c.normalization != "RMSNorm") {
+    return absl::InvalidArgumentError(absl::StrCat("--normalization=", c.normalization,
+                                                   ": expected LayerNorm or RMSNorm"));
+  }
+  if (!(c.layernorm_epsilon > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--norm-epsilon (", c.layernorm_epsilon, ") must be > 0"));
+  }
+  if (c.position_embedding_type != "learned_absolute" && c.position_embedding_type != "rope") {
+    return absl::InvalidArgumentError(absl::StrCat("--position-embedding-type=",
+                                                   c.position_embedding_type,
+                                                   ": expected learned_absolute or rope"));
+  }
+  if (c.rope()) {
+    if (!(c.rotary_base > 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rotary-base (", c.rotary_base, ") must be > 1"));
+    }
+    if (!(c.rotary_percent > 0 && c.rotary_percent <= 1) || c.rotary_dim() < 2 ||
+        c.rotary_dim() % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rotary-percent (", c.rotary_percent, ") x head dim (--hidden-size / "
+          "--num-attention-heads = ", c.head_dim(), ") must give an even number of rotated "
+          "dims >= 2 (got ", c.rotary_dim(), ")"));
+    }
+  }
+  if (c.group_query_attention) {
+    if (c.num_query_groups < 1 || c.num_query_groups > c.num_attention_heads) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--num-query-groups (", c.num_query_groups, ") must lie in [1, --num-attention-heads (",
+          c.num_attention_heads, ")]"));
+    }
+    if (c.num_attention_heads % c.num_query_groups != 0) {
+      return NotDivisible("--num-attention-heads", c.num_attention_heads, "--num-query-groups",
+                          c.num_query_groups);
+    }
+    // TP splits query groups (each with its query heads): checked before the
+    // head count, which it implies.
+    if (c.num_query_groups % tp != 0) {
+      return NotDivisible("--num-query-groups", c.num_query_groups,
+                          "--tensor-model-parallel-size", tp);
+    }
+  }
+  if (c.ffn() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ffn-hidden-size is 0 and --swiglu's default int(4 x --hidden-size (", c.hidden_size,
+        ") x 2/3 / 64) x 64 is 0: set --ffn-hidden-size"));
+  }
   if (c.num_attention_heads % tp != 0) {
     return NotDivisible("--num-attention-heads", c.num_attention_heads,
                         "--tensor-model-parallel-size", tp);
@@ -78,26 +126,59 @@ absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp)
 std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer) {
   const std::string p = absl::StrCat("layers.", layer, ".");
   const int64_t h = c.hidden_size, f = c.ffn();
+  const int64_t qkv_rows = (c.num_attention_heads + 2 * c.query_groups()) * c.head_dim();
   const float std = c.init_method_std;
   // Megatron scales the init of the projections that feed the residual stream.
   const float scaled = std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
-  return {
-      Spec(p + "input_layernorm.weight", {h}, TpSplit::kReplicated, Init::kOnes, 0, false, true),
-      Spec(p + "input_layernorm.bias", {h}, TpSplit::kReplicated, Init::kZeros, 0, false, true),
-      // Rows ordered [head, {q, k, v}, head_dim]: a TP rank's row block is whole heads.
-      Spec(p + "attention.qkv.weight", {3 * h, h}, TpSplit::kRows, Init::kNormal, std, true),
-      Spec(p + "attention.qkv.bias", {3 * h}, TpSplit::kRows, Init::kZeros, 0, false),
-      Spec(p + "attention.dense.weight", {h, h}, TpSplit::kCols, Init::kScaledNormal, scaled, true),
-      Spec(p + "attention.dense.bias", {h}, TpSplit::kReplicated, Init::kZeros, 0, false, true),
-      Spec(p + "post_attention_layernorm.weight", {h}, TpSplit::kReplicated, Init::kOnes, 0, false,
-           true),
-      Spec(p + "post_attention_layernorm.bias", {h}, TpSplit::kReplicated, Init::kZeros, 0, false,
-           true),
-      Spec(p + "mlp.dense_h_to_4h.weight", {f, h}, TpSplit::kRows, Init::kNormal, std, true),
-      Spec(p + "mlp.dense_h_to_4h.bias", {f}, TpSplit::kRows, Init::kZeros, 0, false),
-      Spec(p + "mlp.dense_4h_to_h.weight", {h, f}, TpSplit::kCols, Init::kScaledNormal, scaled, true),
-      Spec(p + "mlp.dense_4h_to_h.bias", {h}, TpSplit::kReplicated, Init::kZeros, 0, false, true),
+  const bool bias = c.add_bias_linear, ln = !c.rms_norm();
+  std::vector<ParamSpec> specs;
+  auto norm = [&](const std::string& name) {
+    specs.push_back(
+        Spec(p + name + ".weight", {h}, TpSplit::kReplicated, Init::kOnes, 0, false, true));
+    if (ln) {
+      specs.push_back(
+          Spec(p + name + ".bias", {h}, TpSplit::kReplicated, Init::kZeros, 0, false, true));
+    }
   };
+  norm("input_layernorm");
+  // Rows ordered [group, {q x heads/groups, k, v}, head_dim]: a TP rank's row
+  // block is whole query groups (whole heads without GQA). See gpt_config.h.
+  specs.push_back(
+      Spec(p + "attention.qkv.weight", {qkv_rows, h}, TpSplit::kRows, Init::kNormal, std, true));
+  if (bias) {
+    specs.push_back(
+        Spec(p + "attention.qkv.bias", {qkv_rows}, TpSplit::kRows, Init::kZeros, 0, false));
+  }
+  specs.push_back(Spec(p + "attention.dense.weight", {h, h}, TpSplit::kCols, Init::kScaledNormal,
+                       scaled, true));
+  if (bias) {
+    specs.push_back(Spec(p + "attention.dense.bias", {h}, TpSplit::kReplicated, Init::kZeros, 0,
+                         false, true));
+  }
+  norm("post_attention_layernorm");
+  if (c.swiglu) {
+    // [gate; up], each [f, h] flattened: a column block is a rank's slice of both.
+    specs.push_back(Spec(p + "mlp.dense_h_to_4h.weight", {2, f * h}, TpSplit::kCols,
+                         Init::kNormal, std, true));
+    if (bias) {
+      specs.push_back(
+          Spec(p + "mlp.dense_h_to_4h.bias", {2, f}, TpSplit::kCols, Init::kZeros, 0, false));
+    }
+  } else {
+    specs.push_back(
+        Spec(p + "mlp.dense_h_to_4h.weight", {f, h}, TpSplit::kRows, Init::kNormal, std, true));
+    if (bias) {
+      specs.push_back(
+          Spec(p + "mlp.dense_h_to_4h.bias", {f}, TpSplit::kRows, Init::kZeros, 0, false));
+    }
+  }
+  specs.push_back(Spec(p + "mlp.dense_4h_to_h.weight", {h, f}, TpSplit::kCols,
+                       Init::kScaledNormal, scaled, true));
+  if (bias) {
+    specs.push_back(Spec(p + "mlp.dense_4h_to_h.bias", {h}, TpSplit::kReplicated, Init::kZeros, 0,
+                         false, true));
+  }
+  return specs;
 }
 
 std::vector<ParamSpec> EmbeddingParamSpecs(const GptConfig& c, int tp) {
@@ -105,26 +186,43 @@ std::vector<ParamSpec> EmbeddingParamSpecs(const GptConfig& c, int tp) {
   ParamSpec word = Spec(kWordEmbeddingName, {vocab, c.hidden_size}, TpSplit::kRows, Init::kNormal,
                         c.init_method_std, true);
   word.unpadded_rows = c.vocab_size;
-  return {
-      word,
-      Spec(kPositionEmbeddingName, {c.max_positions(), c.hidden_size}, TpSplit::kReplicated,
-           Init::kNormal, c.init_method_std, true, true),
-  };
+  std::vector<ParamSpec> specs = {word};
+  if (c.learned_positions()) {
+    specs.push_back(Spec(kPositionEmbeddingName, {c.max_positions(), c.hidden_size},
+                         TpSplit::kReplicated, Init::kNormal, c.init_method_std, true, true));
+  }
+  return specs;
 }
 
 std::vector<ParamSpec> FinalNormParamSpecs(const GptConfig& c) {
-  return {
-      Spec(kFinalNormWeightName, {c.hidden_size}, TpSplit::kReplicated, Init::kOnes, 0, false,
-           true),
-      Spec(kFinalNormBiasName, {c.hidden_size}, TpSplit::kReplicated, Init::kZeros, 0, false,
-           true),
-  };
+  std::vector<ParamSpec> specs = {Spec(kFinalNormWeightName, {c.hidden_size},
+                                       TpSplit::kReplicated, Init::kOnes, 0, false, true)};
+  if (!c.rms_norm()) {
+    specs.push_back(Spec(kFinalNormBiasName, {c.hidden_size}, TpSplit::kReplicated, Init::kZeros,
+                         0, false, true));
+  }
+  return specs;
+}
+
+std::vector<ParamSpec> OutputLayerParamSpecs(const GptConfig& c, int tp) {
+  if (c.tied_output_layer()) return {};
+  const int64_t vocab = PaddedVocabSize(c.vocab_size, c.make_vocab_size_divisible_by, tp);
+  ParamSpec out = Spec(kOutputLayerName, {vocab, c.hidden_size}, TpSplit::kRows, Init::kNormal,
+                       c.init_method_std, true);
+  out.unpadded_rows = c.vocab_size;
+  return {out};
 }
 
 int64_t ParameterCount(const GptConfig& c) {
   const int64_t h = c.hidden_size, f = c.ffn();
-  const int64_t block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (f * h + f) + (h * f + h);
-  return c.num_layers * block + c.vocab_size * h + c.max_positions() * h + 2 * h;
+  const int64_t qkv = (c.num_attention_heads + 2 * c.query_groups()) * c.head_dim();
+  const int64_t up = c.swiglu ? 2 * f : f;
+  const int64_t norm = c.rms_norm() ? h : 2 * h;
+  const int64_t biases = c.add_bias_linear ? qkv + h + up + h : 0;
+  const int64_t block = 2 * norm + qkv * h + h * h + up * h + h * f + biases;
+  const int64_t embeddings = c.vocab_size * h * (c.tied_output_layer() ? 1 : 2) +
+                             (c.learned_positions() ? c.max_positions() * h : 0);
+  return c.num_layers * block + embeddings + norm;
 }
 
 }  // namespace loom::layers

@@ -2,6 +2,7 @@
 #define LOOM_LAYERS_GPT_CONFIG_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -20,7 +21,7 @@ struct GptConfig {
   int64_t vocab_size = 256;                // from the tokenizer
   int64_t make_vocab_size_divisible_by = 128;  // --make-vocab-size-divisible-by
   float init_method_std = 0.02f;           // --init-method-std
-  float layernorm_epsilon = 1e-5f;
+  float layernorm_epsilon = 1e-5f;         // --norm-epsilon (or --layernorm-epsilon)
   uint64_t seed = 1234;                    // --seed
   // Where the parameters and activations live (--device) and the dtype the
   // layers compute in (--bf16: bf16 weights and activations; the optimizer
@@ -28,9 +29,40 @@ struct GptConfig {
   core::Device device = core::Device::CPU();
   core::DType compute_dtype = core::DType::kF32;
 
-  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  // Llama-style architecture, Megatron's flags; the defaults are GPT-2's.
+  std::string normalization = "LayerNorm";  // --normalization: LayerNorm | RMSNorm (weight only)
+  // --position-embedding-type: learned_absolute (a position table added to the
+  // token embedding) | rope (no table; q and k rotated in every layer).
+  std::string position_embedding_type = "learned_absolute";
+  float rotary_base = 10000.0f;            // --rotary-base
+  float rotary_percent = 1.0f;             // --rotary-percent: rotated share of each head
+  bool swiglu = false;                     // --swiglu: silu(gate) * up MLP
+  bool group_query_attention = false;      // --group-query-attention
+  int64_t num_query_groups = 1;            // --num-query-groups (with the flag above)
+  bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
+  bool add_bias_linear = true;             // false: --disable-bias-linear
+
+  // Megatron's default with --swiglu keeps the MLP's parameter count near 8h²:
+  // int(4h · 2/3 / 64) · 64.
+  int64_t ffn() const {
+    if (ffn_hidden_size > 0) return ffn_hidden_size;
+    return swiglu ? (4 * hidden_size * 2 / 3) / 64 * 64 : 4 * hidden_size;
+  }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
+  }
+  bool rms_norm() const { return normalization == "RMSNorm"; }
+  bool rope() const { return position_embedding_type == "rope"; }
+  bool learned_positions() const { return !rope(); }
+  bool tied_output_layer() const { return !untie_embeddings_and_output_weights; }
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // K/V heads: --num-query-groups with --group-query-attention, else one per head.
+  int64_t query_groups() const {
+    return group_query_attention ? num_query_groups : num_attention_heads;
+  }
+  // Leading dims of each head that RoPE rotates: int(head_dim · --rotary-percent).
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);
   }
 };
 
@@ -47,12 +79,53 @@ inline constexpr char kWordEmbeddingName[] = "embedding.word_embeddings.weight";
 inline constexpr char kPositionEmbeddingName[] = "embedding.position_embeddings.weight";
 inline constexpr char kFinalNormWeightName[] = "final_layernorm.weight";
 inline constexpr char kFinalNormBiasName[] = "final_layernorm.bias";
+inline constexpr char kOutputLayerName[] = "output_layer.weight";
 
-// Global parameter specs of layer `layer` (pre-LN transformer block).
+// Every parameter's global name, shape and layout (h hidden, H heads, G query
+// groups (H without GQA), n = H/G, d = h/H head dim, F = ffn(), V vocabulary,
+// P max positions). A tensor split over TP is cut into p contiguous blocks of
+// its split dim (TpSplit); checkpoints store and reshard exactly these.
+//
+//   embedding.word_embeddings.weight     [V, h]  rows split (vocab-parallel)
+//   embedding.position_embeddings.weight [P, h]  replicated; learned_absolute only
+//   layers.i.input_layernorm.weight      [h]     replicated (LayerNorm and RMSNorm)
+//   layers.i.input_layernorm.bias        [h]     LayerNorm only
+//   layers.i.attention.qkv.weight        [(H + 2G)·d, h]  rows split; rows ordered
+//       [group g, {q of heads g·n … g·n+n-1, k, v}, d]: a TP rank's block is whole
+//       query groups with their query heads. Without GQA (G = H) that is
+//       [head, {q, k, v}, d], GPT-2's layout. HF Llama: q_proj row (j·d + e) is
+//       row ((j/n)·(n+2) + j%n)·d + e; k_proj / v_proj row (g·d + e) is row
+//       (g·(n+2) + n)·d + e / (g·(n+2) + n+1)·d + e (rotate-half RoPE, HF's
+//       convention, so no permutation of q/k rows).
+//   layers.i.attention.qkv.bias          [(H + 2G)·d]  same order; unless --disable-bias-linear
+//   layers.i.attention.dense.weight      [h, H·d]  columns split (o_proj)
+//   layers.i.attention.dense.bias        [h]     replicated; unless --disable-bias-linear
+//   layers.i.post_attention_layernorm.*  as input_layernorm
+//   layers.i.mlp.dense_h_to_4h.weight    GELU: [F, h] rows split (c_fc).
+//       --swiglu: [2, F·h] columns split: row 0 is the gate projection [F, h]
+//       (gate_proj), row 1 the up projection [F, h] (up_proj), each flattened
+//       row-major. A TP rank's column block is rows [r·F/p, (r+1)·F/p) of both,
+//       which it holds as the [2F/p, h] matrix [gate_shard; up_shard]
+//       (Megatron's split of the fused gate/up weight).
+//   layers.i.mlp.dense_h_to_4h.bias      GELU: [F] rows split; --swiglu: [2, F]
+//       columns split (gate bias, up bias); unless --disable-bias-linear
+//   layers.i.mlp.dense_4h_to_h.weight    [h, F]  columns split (down_proj)
+//   layers.i.mlp.dense_4h_to_h.bias      [h]     replicated; unless --disable-bias-linear
+//   final_layernorm.weight / .bias       [h]     as input_layernorm (HF Llama: norm)
+//   output_layer.weight                  [V, h]  rows split (vocab-parallel), on the
+//       last stage; only with --untie-embeddings-and-output-weights (HF: lm_head),
+//       else the output layer is the word embedding (tied)
+// V rows are padded for TP (make_vocab_size_divisible_by · p) in memory,
+// stored unpadded (ParamSpec::unpadded_rows).
+
+// Global parameter specs of layer `layer` (pre-norm transformer block).
 std::vector<ParamSpec> BlockParamSpecs(const GptConfig& config, int64_t layer);
-// Token + position embedding (the token table is also the tied output layer).
+// Token embedding, and the position table with learned_absolute positions
+// (the token table is also the output layer unless untied).
 std::vector<ParamSpec> EmbeddingParamSpecs(const GptConfig& config, int tp);
 std::vector<ParamSpec> FinalNormParamSpecs(const GptConfig& config);
+// The untied output layer (empty when it is tied to the word embedding).
+std::vector<ParamSpec> OutputLayerParamSpecs(const GptConfig& config, int tp);
 
 // Global parameter count of the model (unpadded vocabulary), for MFU.
 int64_t ParameterCount(const GptConfig& config);

@@ -42,7 +42,8 @@ int64_t GptModel::Saved::ActivationBytes() const {
     n += Bytes(b.ln1.input) + Bytes(b.ln1.mean) + Bytes(b.ln1.rstd) + Bytes(b.ln2.input) +
          Bytes(b.ln2.mean) + Bytes(b.ln2.rstd) + Bytes(b.attention.qkv_in.input) +
          Bytes(b.attention.qkv) + Bytes(b.attention.probs) + Bytes(b.attention.proj_in.input) +
-         Bytes(b.mlp.up_in.input) + Bytes(b.mlp.pre_gelu) + Bytes(b.mlp.down_in.input);
+         Bytes(b.mlp.up_in.input) + Bytes(b.mlp.pre_gelu) + Bytes(b.mlp.down_in.input) +
+         Bytes(b.attention.gather_ids) + Bytes(b.attention.table_ids);
   }
   return n + Bytes(final_norm.input) + Bytes(output.input) + Bytes(loss.logits);
 }
@@ -69,10 +70,12 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
     has_pre |= c.pre_process;
     has_post |= c.post_process;
   }
-  // Flat-buffer order: embedding, the layers in chunk order, final norm. The
-  // tied output layer needs the token table too: a last stage holds its own
-  // copy (same name, same initial values) and no position table.
-  if (has_pre || has_post) {
+  // Flat-buffer order: embedding, the layers in chunk order, final norm,
+  // untied output layer. The tied output layer needs the token table too: a
+  // last stage holds its own copy (same name, same initial values) and no
+  // position table.
+  const bool tied = config.tied_output_layer();
+  if (has_pre || (has_post && tied)) {
     for (ParamSpec& s : EmbeddingParamSpecs(config, tp.size())) {
       if (has_pre || s.name == kWordEmbeddingName) specs.push_back(s);
     }
@@ -84,13 +87,16 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   }
   if (has_post) {
     for (ParamSpec& s : FinalNormParamSpecs(config)) specs.push_back(s);
+    for (ParamSpec& s : OutputLayerParamSpecs(config, tp.size())) specs.push_back(s);
   }
   LOOM_ASSIGN_OR_RETURN(m->params_,
                         ParamBuffer::Create(std::move(specs), tp.rank(), tp.size(), config.seed,
                                             buffer_multiple, config.device, config.compute_dtype));
   m->word_embedding_ = m->params_.Find(kWordEmbeddingName);
   m->position_embedding_ = m->params_.Find(kPositionEmbeddingName);
-  if (has_post && !has_pre) m->params_.at(m->word_embedding_).tied_copy = true;
+  m->output_layer_weight_ = m->params_.Find(kOutputLayerName);
+  m->has_pre_ = has_pre;
+  if (has_post && !has_pre && tied) m->params_.at(m->word_embedding_).tied_copy = true;
   LOOM_RETURN_IF_ERROR(m->BuildLayers());
   return m;
 }
@@ -104,9 +110,11 @@ absl::Status GptModel::BuildLayers() {
     }
     return out;
   };
-  if (word_embedding_.valid() && position_embedding_.valid()) {
+  if (has_pre_) {
     embedding_.emplace(&params_.at(word_embedding_), tp_);
-    units_.push_back({kEmbeddingUnit, {word_embedding_, position_embedding_}});
+    std::vector<ParamHandle> unit = {word_embedding_};
+    if (position_embedding_.valid()) unit.push_back(position_embedding_);
+    units_.push_back({kEmbeddingUnit, unit});
   }
   for (const ChunkSpec& c : chunks_) {
     std::vector<std::unique_ptr<TransformerBlock>> blocks;
@@ -119,10 +127,19 @@ absl::Status GptModel::BuildLayers() {
   const ParamHandle norm_w = params_.Find(kFinalNormWeightName);
   const ParamHandle norm_b = params_.Find(kFinalNormBiasName);
   if (norm_w.valid()) {
-    final_norm_.emplace(&params_.at(norm_w), &params_.at(norm_b), config_.layernorm_epsilon);
-    // Tied output layer: logits = X·Eᵀ, column-parallel over the vocabulary.
-    output_layer_.emplace(&params_.at(word_embedding_), nullptr, tp_);
-    units_.push_back({head_unit(), {norm_w, norm_b, word_embedding_}});
+    if (config_.rms_norm()) {
+      final_norm_.emplace(LayerNorm::Rms(&params_.at(norm_w), config_.layernorm_epsilon));
+    } else {
+      final_norm_.emplace(&params_.at(norm_w), &params_.at(norm_b), config_.layernorm_epsilon);
+    }
+    // Output layer: logits = X·Eᵀ, column-parallel over the vocabulary, E the
+    // word embedding (tied) or output_layer.weight.
+    const ParamHandle out = config_.tied_output_layer() ? word_embedding_ : output_layer_weight_;
+    output_layer_.emplace(&params_.at(out), nullptr, tp_);
+    std::vector<ParamHandle> unit = {norm_w};
+    if (norm_b.valid()) unit.push_back(norm_b);
+    unit.push_back(out);
+    units_.push_back({head_unit(), unit});
   }
   return absl::OkStatus();
 }
@@ -151,13 +168,16 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
     }
     LOOM_RETURN_IF_ERROR(Before(kEmbeddingUnit));
     LOOM_ASSIGN_OR_RETURN(x, embedding_->Forward(input, &saved->embedding));  // [s(/p), b, h]
-    // Position embeddings of this rank's rows of the sequence: a lookup of
-    // the position table at ids s0 + i, added (runs on x's device).
-    LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, x));
-    LOOM_ASSIGN_OR_RETURN(Tensor pos_rows, Tensor::Empty(x.shape(), x.dtype(), x.device()));
-    LOOM_RETURN_IF_ERROR(
-        core::ops::EmbeddingForward(positions, params_.at(position_embedding_).value, &pos_rows));
-    LOOM_RETURN_IF_ERROR(core::ops::Add(x, pos_rows, &x));
+    if (position_embedding_.valid()) {
+      // Position embeddings of this rank's rows of the sequence: a lookup of
+      // the position table at ids s0 + i, added (runs on x's device). RoPE
+      // has no table: the attention rotates q and k instead.
+      LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, x));
+      LOOM_ASSIGN_OR_RETURN(Tensor pos_rows, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+      LOOM_RETURN_IF_ERROR(
+          core::ops::EmbeddingForward(positions, params_.at(position_embedding_).value, &pos_rows));
+      LOOM_RETURN_IF_ERROR(core::ops::Add(x, pos_rows, &x));
+    }
     LOOM_RETURN_IF_ERROR(
         HiddenDropout(&x, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, false));
   }
@@ -207,9 +227,11 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
 
   LOOM_RETURN_IF_ERROR(
       HiddenDropout(&d, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, true));
-  LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, d));
-  LOOM_RETURN_IF_ERROR(
-      core::ops::EmbeddingBackward(positions, d, &params_.at(position_embedding_).grad));
+  if (position_embedding_.valid()) {
+    LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, d));
+    LOOM_RETURN_IF_ERROR(
+        core::ops::EmbeddingBackward(positions, d, &params_.at(position_embedding_).grad));
+  }
   LOOM_RETURN_IF_ERROR(embedding_->Backward(d, saved.embedding));
   LOOM_RETURN_IF_ERROR(After(kEmbeddingUnit));
   return Tensor();

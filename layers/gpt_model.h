@@ -26,15 +26,16 @@ namespace loom::layers {
 struct ChunkSpec {
   int64_t first_layer = 0;
   int64_t num_layers = 0;
-  bool pre_process = true;   // token + position embedding
-  bool post_process = true;  // final LayerNorm, tied output layer, cross-entropy
+  bool pre_process = true;   // token (+ learned position) embedding
+  bool post_process = true;  // final norm, output layer (tied or not), cross-entropy
 };
 
 // Parameter units, in the order a forward reads them: what data parallelism
 // buckets and waits on (//distributed:gradient_sync). Unit ids:
-//   kEmbeddingUnit        token + position embedding (a pre_process chunk)
+//   kEmbeddingUnit        token (+ position) embedding (a pre_process chunk)
 //   0 .. num_layers - 1   transformer layer l (global index)
-//   num_layers            the head: final LayerNorm + the tied output layer
+//   num_layers            the head: final norm + the output layer (the word
+//                         embedding when tied, else output_layer.weight)
 inline constexpr int64_t kEmbeddingUnit = -1;
 struct ParamUnit {
   int64_t id = 0;
@@ -51,8 +52,10 @@ struct ModelHooks {
 };
 
 // A GPT-2-style model (token + learned position embeddings, pre-LN blocks,
-// final LayerNorm, output layer tied to the token embedding), as the chunks
-// one rank holds, tensor-parallel over `tp`. All of the rank's parameters
+// final LayerNorm, output layer tied to the token embedding), or as the
+// config says a Llama-style one (RMSNorm, RoPE and no position table, SwiGLU,
+// grouped K/V heads, no linear biases, a separate output layer), as the
+// chunks one rank holds, tensor-parallel over `tp`. All of the rank's parameters
 // live in one ParamBuffer. The whole model on one rank (TP = 1, one chunk)
 // is the reference every parallel layout is tested against.
 //
@@ -110,10 +113,16 @@ class GptModel {
   int64_t head_unit() const { return config_.num_layers; }
 
   // Handles of the parameters outside the blocks (invalid where this rank
-  // does not hold them). The word embedding of a last stage that does not
-  // also hold the first is a tied copy (Param::tied_copy).
+  // does not hold them). With a tied output layer the word embedding of a
+  // last stage that does not also hold the first is a tied copy
+  // (Param::tied_copy); untied, a last stage holds output_layer() instead and
+  // a first stage's word embedding is an ordinary parameter.
   ParamHandle word_embedding() const { return word_embedding_; }
-  ParamHandle position_embedding() const { return position_embedding_; }
+  ParamHandle position_embedding() const { return position_embedding_; }  // learned_absolute
+  ParamHandle output_layer() const { return output_layer_weight_; }      // untied
+  // True when the word embedding is also the output layer: its copies on the
+  // first and last stage must be summed (GradientSync).
+  bool tied_word_embedding() const { return config_.tied_output_layer(); }
 
   const GptConfig& config() const { return config_; }
   const TpGroup& tp() const { return tp_; }
@@ -134,12 +143,13 @@ class GptModel {
   std::vector<ChunkSpec> chunks_;
   int64_t padded_vocab_ = 0;
   ParamBuffer params_;
-  ParamHandle word_embedding_, position_embedding_;
+  ParamHandle word_embedding_, position_embedding_, output_layer_weight_;
+  bool has_pre_ = false;
   // The layers hold pointers into params_; they exist where a chunk needs them.
   std::optional<VocabParallelEmbedding> embedding_;       // pre_process
   std::vector<std::vector<std::unique_ptr<TransformerBlock>>> blocks_;  // per chunk
   std::optional<LayerNorm> final_norm_;                    // post_process
-  std::optional<ColumnParallelLinear> output_layer_;       // post_process, tied to the embedding
+  std::optional<ColumnParallelLinear> output_layer_;       // post_process
   VocabParallelCrossEntropy loss_;
   std::vector<ParamUnit> units_;
   ModelHooks hooks_;

@@ -3,7 +3,9 @@
 // attention, projections, MLP, tied output layer, cross-entropy) and for the
 // hidden input of a middle pipeline chunk, the analytic directional
 // derivative g·v along a random direction v matches
-// (L(p + εv) − L(p − εv)) / 2ε. Hidden dropout is on (fixed masks).
+// (L(p + εv) − L(p − εv)) / 2ε. Hidden dropout is on (fixed masks). The same
+// for a Llama-style GPT (RMSNorm, RoPE on half of each head's dims, SwiGLU,
+// 4 heads in 2 K/V groups, untied output layer, no biases).
 #include <cmath>
 #include <random>
 
@@ -22,7 +24,7 @@ using core::Tensor;
 constexpr double kEps = 1e-2;
 constexpr double kTolerance = 1e-2;
 
-GptConfig SmallConfig() {
+GptConfig SmallConfig(bool llama = false) {
   GptConfig c;
   c.num_layers = 2;
   c.hidden_size = 16;
@@ -32,8 +34,23 @@ GptConfig SmallConfig() {
   c.make_vocab_size_divisible_by = 4;
   c.init_method_std = 0.2f;  // larger weights: gradients well above f32 noise
   c.seed = 3;
+  if (llama) {
+    c.normalization = "RMSNorm";
+    c.position_embedding_type = "rope";
+    c.rotary_base = 100.0f;  // faster rotations over 6 positions
+    c.rotary_percent = 0.5f;  // head dim 4: dims 0..1 rotated, 2..3 not
+    c.swiglu = true;
+    c.ffn_hidden_size = 24;
+    c.num_attention_heads = 4;
+    c.group_query_attention = true;
+    c.num_query_groups = 2;
+    c.untie_embeddings_and_output_weights = true;
+    c.add_bias_linear = false;
+  }
   return c;
 }
+
+class GradientCheckTest : public ::testing::TestWithParam<bool> {};
 
 DropoutStream Dropout() {
   DropoutStream d;
@@ -50,8 +67,8 @@ double Loss(GptModel& model, const Tensor& ids, const Tensor& targets) {
   return loss;
 }
 
-TEST(GradientCheckTest, EveryParameterTensorMatchesFiniteDifferences) {
-  const GptConfig config = SmallConfig();
+TEST_P(GradientCheckTest, EveryParameterTensorMatchesFiniteDifferences) {
+  const GptConfig config = SmallConfig(GetParam());
   auto model = GptModel::Create(config, TpGroup{});
   ASSERT_TRUE(model.ok()) << model.status();
   Tensor ids = testing::RandomIds(config.seq_length, 2, config.vocab_size, 1);
@@ -87,10 +104,10 @@ TEST(GradientCheckTest, EveryParameterTensorMatchesFiniteDifferences) {
   }
 }
 
-TEST(GradientCheckTest, HiddenInputGradientOfAMiddleChunk) {
+TEST_P(GradientCheckTest, HiddenInputGradientOfAMiddleChunk) {
   // A chunk with layer 1 and the head, fed a hidden state (as a later
   // pipeline stage is): its input gradient must match finite differences.
-  const GptConfig config = SmallConfig();
+  const GptConfig config = SmallConfig(GetParam());
   auto model = GptModel::Create(config, TpGroup{}, {ChunkSpec{1, 1, false, true}});
   ASSERT_TRUE(model.ok()) << model.status();
   Tensor x = testing::RandomTensor(core::Shape{config.seq_length, 2, config.hidden_size}, 4);
@@ -128,9 +145,9 @@ TEST(GradientCheckTest, HiddenInputGradientOfAMiddleChunk) {
   }
 }
 
-TEST(GradientCheckTest, WrongGradientIsCaught) {
+TEST_P(GradientCheckTest, WrongGradientIsCaught) {
   // The check can fail: scale one gradient and it must disagree.
-  const GptConfig config = SmallConfig();
+  const GptConfig config = SmallConfig(GetParam());
   auto model = GptModel::Create(config, TpGroup{});
   ASSERT_TRUE(model.ok());
   Tensor ids = testing::RandomIds(config.seq_length, 2, config.vocab_size, 1);
@@ -151,6 +168,9 @@ TEST(GradientCheckTest, WrongGradientIsCaught) {
   const double numeric = (plus - minus) / (2 * kEps);
   EXPECT_GT(std::fabs(analytic - numeric), kTolerance * std::fabs(numeric));
 }
+
+INSTANTIATE_TEST_SUITE_P(Architectures, GradientCheckTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Llama" : "Gpt2"; });
 
 }  // namespace
 }  // namespace loom::layers

@@ -37,6 +37,39 @@ TEST(LayoutTest, RejectsIndivisibleLayouts) {
   ExpectError(ValidateLayout(c, 1, false), {"--max-position-embeddings (16)", "--seq-length (30)"});
 }
 
+TEST(LayoutTest, RejectsLlamaOptionsThatCannotWork) {
+  GptConfig c;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.group_query_attention = true;
+  c.num_query_groups = 2;
+  EXPECT_TRUE(ValidateLayout(c, 2, true).ok());
+  ExpectError(ValidateLayout(c, 4, false),
+              {"--num-query-groups (2)", "--tensor-model-parallel-size (4)"});
+  c.num_query_groups = 3;
+  ExpectError(ValidateLayout(c, 1, false), {"--num-attention-heads (4)", "--num-query-groups (3)"});
+  c.num_query_groups = 8;
+  ExpectError(ValidateLayout(c, 1, false), {"--num-query-groups (8)", "--num-attention-heads (4)"});
+  c.num_query_groups = 2;
+  c.normalization = "rmsnorm";
+  ExpectError(ValidateLayout(c, 1, false), {"--normalization=rmsnorm", "LayerNorm or RMSNorm"});
+  c.normalization = "RMSNorm";
+  c.position_embedding_type = "alibi";
+  ExpectError(ValidateLayout(c, 1, false), {"--position-embedding-type=alibi"});
+  c.position_embedding_type = "rope";
+  c.rotary_percent = 0.1f;  // 16 x 0.1 -> 1 dim
+  ExpectError(ValidateLayout(c, 1, false), {"--rotary-percent (0.1)", "head dim", "= 16)"});
+  c.rotary_percent = 0.25f;  // 4 dims
+  EXPECT_TRUE(ValidateLayout(c, 2, false).ok());
+  // Megatron's --swiglu default ffn: int(4 x 64 x 2/3 / 64) x 64 = 128.
+  c.swiglu = true;
+  EXPECT_EQ(c.ffn(), 128);
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;
+  c.rotary_percent = 1.0f;
+  ExpectError(ValidateLayout(c, 1, false), {"--ffn-hidden-size", "--swiglu"});
+}
+
 TEST(LayoutTest, ModelCreationValidatesBeforeAnyWork) {
   GptConfig c;
   c.num_attention_heads = 3;

@@ -31,10 +31,10 @@ absl::Status CheckInput(const char* op, const Tensor& x, const Tensor& weight) {
   return absl::OkStatus();
 }
 
-// dW += dYᵀ·X and db += Σ dY over rows.
-absl::Status WeightGrads(const Tensor& dy2, const Tensor& x2, Param* w, Param* b) {
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, x2, &w->grad, MatmulOptions{true, false, 1.0f, 1.0f}));
-  if (b != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddBackward(dy2, &b->grad));
+// dW += dYᵀ·X and db += Σ dY over rows (db may be null).
+absl::Status WeightGrads(const Tensor& dy2, const Tensor& x2, Tensor dw, Tensor* db) {
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, x2, &dw, MatmulOptions{true, false, 1.0f, 1.0f}));
+  if (db != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddBackward(dy2, db));
   return absl::OkStatus();
 }
 
@@ -46,9 +46,20 @@ absl::StatusOr<Tensor> As2D(const Tensor& x) {
 
 // ------------------------------------------------------------ column parallel
 
+absl::StatusOr<Tensor> ColumnParallelLinear::Matrix(const Tensor& t) const {
+  if (in_features_ <= 0) return t;
+  return t.Reshape(Shape{t.numel() / in_features_, in_features_});
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Vector(const Tensor& t) const {
+  if (t.rank() == 1) return t;
+  return t.Reshape(Shape{t.numel()});
+}
+
 absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* saved) const {
-  const int64_t out = w_->value.dim(0);
-  LOOM_RETURN_IF_ERROR(CheckInput("ColumnParallelLinear", x, w_->value));
+  LOOM_ASSIGN_OR_RETURN(const Tensor w, Matrix(w_->value));
+  const int64_t out = w.dim(0);
+  LOOM_RETURN_IF_ERROR(CheckInput("ColumnParallelLinear", x, w));
   Tensor full = x;
   if (tp_.sequence_parallel) {
     absl::StatusOr<Tensor> g = AllGatherSeq(tp_, x);  // [s/p, b, in] -> [s, b, in]
@@ -59,13 +70,17 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* sav
   absl::StatusOr<Tensor> y = NewActivation(full.dim(0), full.dim(1), out, full);
   if (!y.ok()) return y.status();
   Tensor y2 = *As2D(*y);
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(full), w_->value, &y2, MatmulOptions{false, true}));
-  if (b_ != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddForward(y2, b_->value, &y2));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(full), w, &y2, MatmulOptions{false, true}));
+  if (b_ != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(const Tensor bias, Vector(b_->value));
+    LOOM_RETURN_IF_ERROR(core::ops::BiasAddForward(y2, bias, &y2));
+  }
   return y;
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Saved& saved) const {
-  const int64_t in = w_->value.dim(1);
+  LOOM_ASSIGN_OR_RETURN(const Tensor w, Matrix(w_->value));
+  const int64_t in = w.dim(1);
   // SP: start re-gathering the input shard now; it is needed only for dW.
   Tensor full;
   comm::WorkPtr gather = tp_.sequence_parallel ? AllGatherSeqAsync(tp_, saved.input, &full)
@@ -74,7 +89,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
   absl::StatusOr<Tensor> dx = NewActivation(dy.dim(0), dy.dim(1), in, dy);
   if (!dx.ok()) return dx.status();
   Tensor dy2 = *As2D(dy), dx2 = *As2D(*dx);
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w_->value, &dx2, MatmulOptions{}));  // dX = dY·A
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w, &dx2, MatmulOptions{}));  // dX = dY·A
   if (gather) LOOM_RETURN_IF_ERROR(gather->WaitOnStream());
   // Reduce dX over TP (all-reduce, or reduce-scatter along s with SP) while
   // the weight-gradient GEMM runs.
@@ -82,7 +97,12 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
   comm::WorkPtr reduce = tp_.sequence_parallel ? ReduceScatterSeqAsync(tp_, *dx, &dx_out)
                                                : AllReduceTpAsync(tp_, *dx);
   if (!tp_.sequence_parallel) dx_out = *dx;
-  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), w_, b_));
+  LOOM_ASSIGN_OR_RETURN(const Tensor dw, Matrix(w_->grad));
+  Tensor db;
+  if (b_ != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(db, Vector(b_->grad));
+  }
+  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), dw, b_ != nullptr ? &db : nullptr));
   LOOM_RETURN_IF_ERROR(reduce->WaitOnStream());
   return dx_out;
 }
@@ -129,7 +149,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved
   if (!dx.ok()) return dx.status();
   Tensor dy2 = *As2D(full), dx2 = *As2D(*dx);
   LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w_->value, &dx2, MatmulOptions{}));
-  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(saved.input), w_, nullptr));
+  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(saved.input), w_->grad, nullptr));
   return dx;
 }
 

@@ -21,20 +21,30 @@ namespace loom::layers {
 // backward re-gathers it asynchronously and reduce-scatters dX while the
 // weight gradient is computed.
 // Output: [s, b, out/p] (stays split).
+// `in_features` > 0: the weight (and bias) are stored in another shape with
+// the same elements (the --swiglu projection's [2, F·in/p]) and viewed as the
+// row-major [numel / in_features, in_features] matrix (bias as a vector).
 class ColumnParallelLinear {
  public:
   struct Saved {
     core::Tensor input;  // [s, b, in] or, with SP, the shard [s/p, b, in]
   };
-  ColumnParallelLinear(Param* weight, Param* bias, TpGroup tp) : w_(weight), b_(bias), tp_(tp) {}
+  ColumnParallelLinear(Param* weight, Param* bias, TpGroup tp, int64_t in_features = 0)
+      : w_(weight), b_(bias), tp_(tp), in_features_(in_features) {}
 
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
   absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved) const;
 
  private:
+  // The weight's value or gradient as the [out/p, in] GEMM operand, the
+  // bias's as [out/p] (views of the parameter's storage).
+  absl::StatusOr<core::Tensor> Matrix(const core::Tensor& t) const;
+  absl::StatusOr<core::Tensor> Vector(const core::Tensor& t) const;
+
   Param* w_;
   Param* b_;  // may be null
   TpGroup tp_;
+  int64_t in_features_;  // 0: the weight's dim 1
 };
 
 // Y = X·Aᵀ + b with A split by input columns: weight [out, in/p], bias [out]

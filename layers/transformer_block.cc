@@ -10,7 +10,30 @@ using core::Tensor;
 
 namespace {
 std::string Name(int64_t layer, const char* rest) { return absl::StrCat("layers.", layer, ".", rest); }
+
+// The parameter, or null where the config has none (biases, LayerNorm's beta).
+Param* Optional(ParamBuffer* p, const std::string& name) {
+  return p->contains(name) ? &p->at(name) : nullptr;
+}
+
+LayerNorm Norm(ParamBuffer* p, const GptConfig& c, int64_t layer, const char* which) {
+  Param* gamma = &p->at(Name(layer, absl::StrCat(which, ".weight").c_str()));
+  if (c.rms_norm()) return LayerNorm::Rms(gamma, c.layernorm_epsilon);
+  return LayerNorm(gamma, &p->at(Name(layer, absl::StrCat(which, ".bias").c_str())),
+                   c.layernorm_epsilon);
+}
+
 }  // namespace
+
+AttentionOptions AttentionOptionsOf(const GptConfig& c) {
+  AttentionOptions o;
+  o.heads = c.num_attention_heads;
+  o.query_groups = c.query_groups();
+  o.rope = c.rope();
+  o.rope_options.base = c.rotary_base;
+  o.rope_options.rotary_dim = c.rotary_dim();
+  return o;
+}
 
 absl::Status HiddenDropout(Tensor* x, const DropoutStream& d, uint64_t site_stream,
                            const TpGroup& tp, bool backward) {
@@ -31,16 +54,16 @@ absl::Status HiddenDropout(Tensor* x, const DropoutStream& d, uint64_t site_stre
 TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t layer, TpGroup tp)
     : layer_(layer),
       tp_(tp),
-      ln1_(&p->at(Name(layer, "input_layernorm.weight")), &p->at(Name(layer, "input_layernorm.bias")),
-           c.layernorm_epsilon),
-      ln2_(&p->at(Name(layer, "post_attention_layernorm.weight")),
-           &p->at(Name(layer, "post_attention_layernorm.bias")), c.layernorm_epsilon),
-      attention_(&p->at(Name(layer, "attention.qkv.weight")), &p->at(Name(layer, "attention.qkv.bias")),
+      ln1_(Norm(p, c, layer, "input_layernorm")),
+      ln2_(Norm(p, c, layer, "post_attention_layernorm")),
+      attention_(&p->at(Name(layer, "attention.qkv.weight")),
+                 Optional(p, Name(layer, "attention.qkv.bias")),
                  &p->at(Name(layer, "attention.dense.weight")),
-                 &p->at(Name(layer, "attention.dense.bias")), c.num_attention_heads, tp, layer),
-      mlp_(&p->at(Name(layer, "mlp.dense_h_to_4h.weight")), &p->at(Name(layer, "mlp.dense_h_to_4h.bias")),
+                 Optional(p, Name(layer, "attention.dense.bias")), AttentionOptionsOf(c), tp, layer),
+      mlp_(&p->at(Name(layer, "mlp.dense_h_to_4h.weight")),
+           Optional(p, Name(layer, "mlp.dense_h_to_4h.bias")),
            &p->at(Name(layer, "mlp.dense_4h_to_h.weight")),
-           &p->at(Name(layer, "mlp.dense_4h_to_h.bias")), tp) {}
+           Optional(p, Name(layer, "mlp.dense_4h_to_h.bias")), tp, c.swiglu) {}
 
 absl::Status TransformerBlock::Dropout(Tensor* x, const DropoutStream& d, int site,
                                        bool backward) const {

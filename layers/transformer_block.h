@@ -11,7 +11,8 @@
 
 namespace loom::layers {
 
-// A pre-LN GPT block:
+// A pre-norm block (GPT-2, or Llama-style with RMSNorm, RoPE, SwiGLU, GQA
+// and no biases, as the config says):
 //   h1  = x + dropout(attention(LN1(x)))
 //   out = h1 + dropout(mlp(LN2(h1)))
 // on activations [s, b, h] ([s/p, b, h] under sequence parallelism).
@@ -39,6 +40,9 @@ class TransformerBlock {
   ParallelAttention attention_;
   ParallelMlp mlp_;
 };
+
+// The attention variant the config asks for.
+AttentionOptions AttentionOptionsOf(const GptConfig& config);
 
 // Hidden dropout on an activation [s(/p), b, h] in place, its mask taken at the
 // tensor's place in the global [s, b, h] (SP: this rank's block of rows).

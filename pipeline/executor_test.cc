@@ -1,6 +1,7 @@
 // The pipeline executor reproduces the single-stage model: for every schedule
 // (GPipe, 1F1B, interleaved 1F1B), P in {2, 4} and TP in {1, 2} (with and
-// without sequence parallelism), one step's loss and every parameter gradient
+// without sequence parallelism), for GPT-2 and a Llama-style model (RMSNorm,
+// RoPE, SwiGLU, GQA, untied output layer), one step's loss and every parameter gradient
 // (gathered over TP, compared by global name) match the whole model on one
 // rank accumulating the same micro-batches with the same loss scale. Also:
 // peak live activations, and errors (not hangs) for bad layouts and dead peers.
@@ -41,7 +42,7 @@ using layers::testing::ToVector;
 constexpr double kTolerance = 1e-5;  // max |diff| / max |ref| per tensor
 constexpr int64_t kMicroBatchSize = 2;
 
-GptConfig TestConfig() {
+GptConfig TestConfig(bool llama = false) {
   GptConfig c;
   c.num_layers = 8;
   c.hidden_size = 32;
@@ -50,6 +51,16 @@ GptConfig TestConfig() {
   c.vocab_size = 50;
   c.make_vocab_size_divisible_by = 8;
   c.seed = 42;
+  if (llama) {  // RMSNorm, RoPE, SwiGLU, 2 K/V groups, untied output layer, no biases
+    c.normalization = "RMSNorm";
+    c.position_embedding_type = "rope";
+    c.swiglu = true;
+    c.ffn_hidden_size = 64;
+    c.group_query_attention = true;
+    c.num_query_groups = 2;
+    c.untie_embeddings_and_output_weights = true;
+    c.add_bias_linear = false;
+  }
   return c;
 }
 
@@ -72,14 +83,14 @@ struct Reference {
 
 // The whole model on one rank, micro-batches accumulated with dloss = 1/M,
 // without the executor.
-const Reference& GetReference(int micro_batches) {
+const Reference& GetReference(int micro_batches, bool llama = false) {
   static absl::Mutex mu;
-  static auto* cache = new std::map<int, Reference>();
+  static auto* cache = new std::map<std::pair<int, bool>, Reference>();
   absl::MutexLock lock(&mu);
-  auto it = cache->find(micro_batches);
+  auto it = cache->find({micro_batches, llama});
   if (it != cache->end()) return it->second;
-  Reference& ref = (*cache)[micro_batches];
-  const GptConfig config = TestConfig();
+  Reference& ref = (*cache)[{micro_batches, llama}];
+  const GptConfig config = TestConfig(llama);
   auto model = GptModel::Create(config, layers::TpGroup{});
   EXPECT_TRUE(model.ok()) << model.status();
   EXPECT_TRUE((*model)->params().ZeroGrads().ok());
@@ -105,6 +116,7 @@ struct Layout {
   bool sp = false;
   int micro_batches = 8;
   int group_size = 0;  // interleaved G (0: P)
+  bool llama = false;  // the Llama-style TestConfig
 };
 
 std::string Name(const Layout& l) {
@@ -112,6 +124,7 @@ std::string Name(const Layout& l) {
   if (l.vp > 1) absl::StrAppend(&s, "_vp", l.vp);
   if (l.group_size) absl::StrAppend(&s, "_g", l.group_size);
   absl::StrAppend(&s, "_tp", l.tp, l.sp ? "_sp" : "", "_m", l.micro_batches);
+  if (l.llama) absl::StrAppend(&s, "_llama");
   return s;
 }
 
@@ -129,9 +142,9 @@ class ExecutorEquivalenceTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
   const Layout l = GetParam();
-  const GptConfig config = TestConfig();
+  const GptConfig config = TestConfig(l.llama);
   const int M = l.micro_batches;
-  const Reference& ref = GetReference(M);
+  const Reference& ref = GetReference(M, l.llama);
   absl::Mutex mu;
   std::set<std::string> covered;
   std::vector<int> stage0_peak, last_peak;
@@ -242,6 +255,16 @@ std::vector<Layout> Layouts() {
   out.push_back({ScheduleKind::kGPipe, 1, 1, 1, false, 4});
   out.push_back({ScheduleKind::k1F1B, 1, 1, 1, false, 4});
   out.push_back({ScheduleKind::k1F1B, 1, 1, 2, true, 4});
+  // Llama-style: every schedule, with TP (and SP) splitting the K/V groups;
+  // the untied output layer needs no sum across the end stages.
+  for (int tp : {1, 2}) {
+    for (bool sp : {false, true}) {
+      if (tp == 1 && sp) continue;
+      out.push_back({ScheduleKind::kGPipe, 2, 1, tp, sp, 4, 0, true});
+      out.push_back({ScheduleKind::k1F1B, tp == 1 ? 4 : 2, 1, tp, sp, 8, 0, true});
+      out.push_back({ScheduleKind::kInterleaved, 2, 2, tp, sp, 4, 0, true});
+    }
+  }
   return out;
 }
 
@@ -254,9 +277,9 @@ class ForwardOnlyTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ForwardOnlyTest, LossesMatchAndNothingIsKept) {
   const Layout l = GetParam();
-  const GptConfig config = TestConfig();
+  const GptConfig config = TestConfig(l.llama);
   const int M = l.micro_batches;
-  const Reference& ref = GetReference(M);
+  const Reference& ref = GetReference(M, l.llama);
   auto rank_fn = [&](int global_rank, comm::Communicator* world) -> absl::Status {
     auto grid = comm::Grid::Make(world->size(), l.tp, l.pp);
     if (!grid.ok()) return grid.status();
@@ -305,7 +328,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{ScheduleKind::k1F1B, 4, 1, 1, false, 2},
                       Layout{ScheduleKind::kInterleaved, 2, 2, 1, false, 4},
                       Layout{ScheduleKind::kInterleaved, 2, 2, 2, true, 4},
-                      Layout{ScheduleKind::k1F1B, 1, 1, 2, true, 4}),
+                      Layout{ScheduleKind::k1F1B, 1, 1, 2, true, 4},
+                      Layout{ScheduleKind::kInterleaved, 2, 2, 2, true, 4, 0, true}),
     [](const auto& info) { return Name(info.param); });
 
 TEST(ExecutorErrorTest, ForwardOnlyNeedsAForwardOnlySchedule) {

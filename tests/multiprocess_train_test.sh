@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # //train:gpt end to end over real processes: each parallel layout, run as
 # separate processes on a real backend, must give the single-rank loss
-# curve (every step logged to --metrics-file) within 1e-5 relative.
+# curve (every step logged to --metrics-file) within 1e-5 relative (GPT-2,
+# and a Llama-style model).
 #   multiprocess_train_test.sh GPT PREPROCESS [MPIRUN]
 set -euo pipefail
 GPT="$(readlink -f "$1")"; PREPROCESS="$(readlink -f "$2")"
@@ -89,6 +90,20 @@ for name in ucx_tp2 ucx_pp2 ucx_dp2 ucx_tp2_pp2 ucx_pp2_dp2; do compare "$name";
 compare ucx_dp2_overlap ucx_dp2
 compare ucx_pp2_dp2_overlap ucx_pp2_dp2
 ls "$CACHE"/*.gptidx > /dev/null || { echo "FAILED: no sample index cache in $CACHE"; exit 1; }
+
+# Llama-style (RMSNorm, RoPE, SwiGLU, 2 query groups, untied output layer, no
+# biases): TP + SP splitting the groups, and PP (no tied-embedding sum) x DP
+# with ZeRO-1, each against its own single-rank curve.
+LLAMA=(--normalization=RMSNorm --norm-epsilon=1e-6 --position-embedding-type=rope --swiglu
+       --group-query-attention --num-query-groups=2 --untie-embeddings-and-output-weights
+       --disable-bias-linear)
+run llama_reference "$GPT" --distributed-backend=local --nproc-per-node=1 "${LLAMA[@]}"
+run llama_ucx_tp2 "$GPT" --distributed-backend=ucx --nproc-per-node=2 --tensor-model-parallel-size=2 \
+  --sequence-parallel "${LLAMA[@]}"
+run llama_ucx_pp2_dp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --pipeline-model-parallel-size=2 --use-distributed-optimizer "${LLAMA[@]}"
+compare llama_ucx_tp2 llama_reference
+compare llama_ucx_pp2_dp2 llama_reference
 
 if [ -n "$MPIRUN" ]; then
   export TMPDIR="$TEST_TMPDIR" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -97,6 +97,7 @@ struct TrainConfig {
   std::string split = "969,30,1";
   std::string tokenizer_type = "ByteLevelTokenizer";
   std::string vocab_file, merge_file;
+  std::string tokenizer_model;  // HuggingFaceTokenizer (tokenizer.json or its folder), SentencePieceTokenizer
   std::string data_cache_dir;  // where the default corpus and sample indices go ("" = ~/.cache/loom)
 
   // Logging, evaluation, checkpoints.

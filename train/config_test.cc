@@ -116,6 +116,38 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   ExpectError(c, 1, {"--overlap-param-gather needs --use-distributed-optimizer"});
 }
 
+TEST(ConfigTest, RejectsLlamaFlagsThatCannotWork) {
+  TrainConfig c = Base();  // 4 heads
+  c.model.group_query_attention = true;
+  c.model.num_query_groups = 2;
+  c.tensor_model_parallel_size = 4;
+  ExpectError(c, 4, {"--num-query-groups (2)", "is not divisible by",
+                     "--tensor-model-parallel-size (4)"});
+  c = Base();
+  c.model.group_query_attention = true;
+  c.model.num_query_groups = 3;
+  ExpectError(c, 1, {"--num-attention-heads (4)", "is not divisible by", "--num-query-groups (3)"});
+  c = Base();
+  c.model.normalization = "BatchNorm";
+  ExpectError(c, 1, {"--normalization=BatchNorm", "expected LayerNorm or RMSNorm"});
+  c = Base();
+  c.model.position_embedding_type = "relative";
+  ExpectError(c, 1, {"--position-embedding-type=relative", "learned_absolute or rope"});
+  // The whole Llama-style set is accepted, with TP splitting the groups.
+  c = Base();
+  c.model.normalization = "RMSNorm";
+  c.model.position_embedding_type = "rope";
+  c.model.swiglu = true;
+  c.model.group_query_attention = true;
+  c.model.num_query_groups = 2;
+  c.model.untie_embeddings_and_output_weights = true;
+  c.model.add_bias_linear = false;
+  c.tensor_model_parallel_size = 2;
+  c.sequence_parallel = true;
+  c.pipeline_model_parallel_size = 2;
+  EXPECT_TRUE(Finalize(&c, 4).ok());
+}
+
 TEST(ConfigTest, DefaultsAreTheDefaultJob) {
   TrainConfig c;  // what `bazel run //train:gpt` runs with no flags (2 ranks)
   ASSERT_TRUE(Finalize(&c, 2).ok());

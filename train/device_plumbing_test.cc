@@ -15,15 +15,18 @@ namespace {
 
 using testing::Layout;
 
-TEST(DevicePlumbingTest, TrainingOnTheDeviceReproducesTheCpuRunExactly) {
+void ExpectDeviceRunReproducesCpuRun(bool llama) {
   constexpr int kIters = 6;
   const Layout one{1, 1, 1};
-  testing::RunResult cpu = testing::Run(testing::TinyConfig(one, kIters), one);
+  auto make = [&] {
+    return llama ? testing::TinyLlamaConfig(one, kIters) : testing::TinyConfig(one, kIters);
+  };
+  testing::RunResult cpu = testing::Run(make(), one);
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
   ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kIters));
 
   core::ops::testing::ScopedFakeDevice device;
-  TrainConfig config = testing::TinyConfig(one, kIters);
+  TrainConfig config = make();
   config.device = "cuda";
   const long calls = core::ops::testing::ScopedFakeDevice::kernel_calls();
   testing::RunResult gpu = testing::Run(config, one);
@@ -35,6 +38,16 @@ TEST(DevicePlumbingTest, TrainingOnTheDeviceReproducesTheCpuRunExactly) {
   for (size_t i = 0; i < cpu.losses.size(); ++i) {
     EXPECT_EQ(gpu.losses[i], cpu.losses[i]) << "iteration " << i + 1;
   }
+}
+
+TEST(DevicePlumbingTest, TrainingOnTheDeviceReproducesTheCpuRunExactly) {
+  ExpectDeviceRunReproducesCpuRun(false);
+}
+
+// RMSNorm, RoPE, SwiGLU and the GQA row gathers (their index tensors are
+// made on the host and moved to the device) through the device table.
+TEST(DevicePlumbingTest, LlamaStyleTrainingOnTheDeviceReproducesTheCpuRunExactly) {
+  ExpectDeviceRunReproducesCpuRun(true);
 }
 
 }  // namespace

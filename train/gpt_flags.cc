@@ -24,6 +24,25 @@ ABSL_FLAG(int64_t, make_vocab_size_divisible_by, D().model.make_vocab_size_divis
           "Pad the vocabulary to a multiple of this x TP");
 ABSL_FLAG(float, init_method_std, D().model.init_method_std, "Std of the normal weight init");
 ABSL_FLAG(float, layernorm_epsilon, D().model.layernorm_epsilon, "LayerNorm epsilon");
+// Llama-style architecture (Megatron's names; the defaults are GPT-2's).
+ABSL_FLAG(std::string, normalization, D().model.normalization, "LayerNorm | RMSNorm");
+ABSL_FLAG(float, norm_epsilon, D().model.layernorm_epsilon,
+          "Epsilon of LayerNorm / RMSNorm (Megatron's newer name of --layernorm-epsilon; "
+          "wins when set to other than its default)");
+ABSL_FLAG(std::string, position_embedding_type, D().model.position_embedding_type,
+          "learned_absolute | rope (rotary q and k, no position table)");
+ABSL_FLAG(float, rotary_base, D().model.rotary_base, "RoPE base (theta)");
+ABSL_FLAG(float, rotary_percent, D().model.rotary_percent, "Share of each head's dims RoPE rotates");
+ABSL_FLAG(bool, swiglu, D().model.swiglu,
+          "SwiGLU MLP: silu(gate) * up (--ffn-hidden-size 0: int(8 x hidden / 3 / 64) x 64)");
+ABSL_FLAG(bool, group_query_attention, D().model.group_query_attention,
+          "Grouped-query attention: --num-query-groups K/V heads");
+ABSL_FLAG(int64_t, num_query_groups, D().model.num_query_groups,
+          "K/V heads with --group-query-attention (divides --num-attention-heads; TP divides it)");
+ABSL_FLAG(bool, untie_embeddings_and_output_weights, D().model.untie_embeddings_and_output_weights,
+          "A separate output-layer weight instead of the word embedding");
+ABSL_FLAG(bool, disable_bias_linear, !D().model.add_bias_linear,
+          "No biases in the attention and MLP linear layers");
 ABSL_FLAG(float, hidden_dropout, D().hidden_dropout, "Dropout after attention/MLP and on embeddings");
 ABSL_FLAG(float, attention_dropout, D().attention_dropout, "Dropout on attention probabilities");
 ABSL_FLAG(int64_t, seed, static_cast<int64_t>(D().model.seed),
@@ -74,9 +93,12 @@ ABSL_FLAG(std::string, data_path, D().data_path,
           "Dataset prefix (.bin/.idx); empty: the fortunes corpus");
 ABSL_FLAG(std::string, split, D().split, "Train/valid/test document split weights");
 ABSL_FLAG(std::string, tokenizer_type, D().tokenizer_type,
-          "ByteLevelTokenizer | GPT2BPETokenizer");
+          "ByteLevelTokenizer | GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer");
 ABSL_FLAG(std::string, vocab_file, D().vocab_file, "GPT-2 vocab.json (GPT2BPETokenizer)");
 ABSL_FLAG(std::string, merge_file, D().merge_file, "GPT-2 merges.txt (GPT2BPETokenizer)");
+ABSL_FLAG(std::string, tokenizer_model, D().tokenizer_model,
+          "HuggingFaceTokenizer: folder holding tokenizer.json (or the file); "
+          "SentencePieceTokenizer: the .model file");
 ABSL_FLAG(std::string, data_cache_dir, D().data_cache_dir,
           "Preprocessed corpus and sample indices, created if missing (empty: ~/.cache/loom)");
 // Logging and checkpoints.
@@ -118,6 +140,19 @@ TrainConfig ConfigFromFlags() {
   c.model.make_vocab_size_divisible_by = absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
   c.model.init_method_std = absl::GetFlag(FLAGS_init_method_std);
   c.model.layernorm_epsilon = absl::GetFlag(FLAGS_layernorm_epsilon);
+  if (absl::GetFlag(FLAGS_norm_epsilon) != D().model.layernorm_epsilon) {
+    c.model.layernorm_epsilon = absl::GetFlag(FLAGS_norm_epsilon);
+  }
+  c.model.normalization = absl::GetFlag(FLAGS_normalization);
+  c.model.position_embedding_type = absl::GetFlag(FLAGS_position_embedding_type);
+  c.model.rotary_base = absl::GetFlag(FLAGS_rotary_base);
+  c.model.rotary_percent = absl::GetFlag(FLAGS_rotary_percent);
+  c.model.swiglu = absl::GetFlag(FLAGS_swiglu);
+  c.model.group_query_attention = absl::GetFlag(FLAGS_group_query_attention);
+  c.model.num_query_groups = absl::GetFlag(FLAGS_num_query_groups);
+  c.model.untie_embeddings_and_output_weights =
+      absl::GetFlag(FLAGS_untie_embeddings_and_output_weights);
+  c.model.add_bias_linear = !absl::GetFlag(FLAGS_disable_bias_linear);
   c.model.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   c.device = absl::GetFlag(FLAGS_device);
   c.bf16 = absl::GetFlag(FLAGS_bf16);
@@ -157,6 +192,7 @@ TrainConfig ConfigFromFlags() {
   c.tokenizer_type = absl::GetFlag(FLAGS_tokenizer_type);
   c.vocab_file = ResolveUserPath(absl::GetFlag(FLAGS_vocab_file));
   c.merge_file = ResolveUserPath(absl::GetFlag(FLAGS_merge_file));
+  c.tokenizer_model = ResolveUserPath(absl::GetFlag(FLAGS_tokenizer_model));
   c.data_cache_dir = ResolveUserPath(absl::GetFlag(FLAGS_data_cache_dir));
   c.log_interval = absl::GetFlag(FLAGS_log_interval);
   c.eval_interval = absl::GetFlag(FLAGS_eval_interval);

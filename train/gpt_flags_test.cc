@@ -34,6 +34,15 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   SAME(model.make_vocab_size_divisible_by);
   SAME(model.init_method_std);
   SAME(model.layernorm_epsilon);
+  SAME(model.normalization);
+  SAME(model.position_embedding_type);
+  SAME(model.rotary_base);
+  SAME(model.rotary_percent);
+  SAME(model.swiglu);
+  SAME(model.group_query_attention);
+  SAME(model.num_query_groups);
+  SAME(model.untie_embeddings_and_output_weights);
+  SAME(model.add_bias_linear);
   SAME(model.seed);
   SAME(tensor_model_parallel_size);
   SAME(pipeline_model_parallel_size);
@@ -129,6 +138,65 @@ TEST(GptFlagsTest, MegatronNamesWithDashesOrUnderscores) {
   const comm::launch::CommFlags comm = CommFlagsFor(c);
   EXPECT_TRUE(comm.nproc_per_node_given);
   EXPECT_EQ(comm.nproc_per_node, 4);
+}
+
+TEST(GptFlagsTest, LlamaStyleModelFlags) {
+  {
+    absl::FlagSaver saver;
+    Parse({"--normalization=RMSNorm", "--norm-epsilon=1e-6", "--position-embedding-type=rope",
+           "--rotary-base=500000", "--rotary-percent=0.5", "--swiglu", "--group-query-attention",
+           "--num-query-groups=2", "--untie-embeddings-and-output-weights",
+           "--disable-bias-linear"});
+    const TrainConfig c = ConfigFromFlags();
+    EXPECT_EQ(c.model.normalization, "RMSNorm");
+    EXPECT_EQ(c.model.layernorm_epsilon, 1e-6f);
+    EXPECT_TRUE(c.model.rope());
+    EXPECT_EQ(c.model.rotary_base, 500000.0f);
+    EXPECT_EQ(c.model.rotary_percent, 0.5f);
+    EXPECT_TRUE(c.model.swiglu);
+    EXPECT_TRUE(c.model.group_query_attention);
+    EXPECT_EQ(c.model.query_groups(), 2);
+    EXPECT_TRUE(c.model.untie_embeddings_and_output_weights);
+    EXPECT_FALSE(c.model.add_bias_linear);
+    TrainConfig f = c;
+    EXPECT_TRUE(Finalize(&f, 1).ok());
+  }
+  {
+    absl::FlagSaver saver;
+    Parse({"--layernorm-epsilon=1e-3"});  // the older name still works
+    EXPECT_EQ(ConfigFromFlags().model.layernorm_epsilon, 1e-3f);
+  }
+  {
+    absl::FlagSaver saver;
+    // As typed, the value named: checked before any rank starts.
+    Parse({"--normalization=RMSnorm"});
+    TrainConfig c = ConfigFromFlags();
+    absl::Status s = Finalize(&c, 1);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("--normalization=RMSnorm"), std::string::npos) << s;
+  }
+  {
+    absl::FlagSaver saver;
+    Parse({"--group-query-attention", "--num-query-groups=3", "--num-attention-heads=8",
+           "--hidden-size=64"});
+    TrainConfig c = ConfigFromFlags();
+    absl::Status s = Finalize(&c, 1);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("--num-attention-heads (8) is not divisible by --num-query-groups (3)"),
+              std::string::npos)
+        << s;
+  }
+  {
+    absl::FlagSaver saver;
+    Parse({"--group-query-attention", "--num-query-groups=2", "--tensor-model-parallel-size=4"});
+    TrainConfig c = ConfigFromFlags();
+    absl::Status s = Finalize(&c, 4);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("--num-query-groups (2) is not divisible by "
+                               "--tensor-model-parallel-size (4)"),
+              std::string::npos)
+        << s;
+  }
 }
 
 TEST(GptFlagsTest, BackendAndTimeoutInOnePlace) {

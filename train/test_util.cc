@@ -67,6 +67,19 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   return c;
 }
 
+train::TrainConfig TinyLlamaConfig(const Layout& l, int64_t train_iters) {
+  train::TrainConfig c = TinyConfig(l, train_iters);
+  c.model.normalization = "RMSNorm";
+  c.model.layernorm_epsilon = 1e-6f;
+  c.model.position_embedding_type = "rope";
+  c.model.swiglu = true;  // ffn: int(4 x 32 x 2/3 / 64) x 64 = 64
+  c.model.group_query_attention = true;
+  c.model.num_query_groups = 2;
+  c.model.untie_embeddings_and_output_weights = true;
+  c.model.add_bias_linear = false;
+  return c;
+}
+
 RunResult Run(const train::TrainConfig& config, const Layout& l) {
   RunResult result;
   const int world = l.tp * l.pp * l.dp;

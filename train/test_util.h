@@ -29,6 +29,9 @@ std::string Dataset();
 
 // The tiny model every checkpoint test trains: 4 layers, hidden 32, 4 heads.
 train::TrainConfig TinyConfig(const Layout& layout, int64_t train_iters);
+// TinyConfig made Llama-style: RMSNorm, RoPE, SwiGLU (ffn 64), 2 query groups
+// of the 4 heads, untied output layer, no linear biases.
+train::TrainConfig TinyLlamaConfig(const Layout& layout, int64_t train_iters);
 
 struct RunResult {
   absl::Status status;          // the lowest failing rank's ("rank r: ...")

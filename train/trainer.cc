@@ -135,12 +135,21 @@ absl::Status Trainer::Setup() {
                           MeasureGemmFlops(config_.model.device, config_.model.compute_dtype));
   }
 
+  const layers::GptConfig& m = config_.model;
+  std::string variant;  // what differs from GPT-2
+  if (m.rms_norm()) variant += ", RMSNorm";
+  if (m.rope()) variant += ", RoPE";
+  if (m.swiglu) absl::StrAppend(&variant, ", SwiGLU (ffn ", m.ffn(), ")");
+  if (m.query_groups() != m.num_attention_heads) {
+    absl::StrAppend(&variant, ", ", m.query_groups(), " query groups");
+  }
+  if (!m.tied_output_layer()) variant += ", untied output layer";
+  if (!m.add_bias_linear) variant += ", no linear biases";
   Log(absl::StrFormat(
-      "loom: GPT with %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM "
+      "loom: GPT with %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d)%s: %.2fM "
       "parameters",
-      config_.model.num_layers, config_.model.hidden_size, config_.model.num_attention_heads,
-      config_.model.seq_length, config_.model.vocab_size, model_->padded_vocab_size(),
-      layers::ParameterCount(config_.model) / 1e6));
+      m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
+      model_->padded_vocab_size(), variant, layers::ParameterCount(m) / 1e6));
   Log(absl::StrFormat(
       "loom: %d ranks = TP %d x PP %d x DP %d%s, schedule %s (vp %d), %d micro-batches of %d "
       "per step, global batch %d, backend %s, peak %.1f GFLOP/s per rank (%s)",
@@ -167,8 +176,9 @@ absl::Status Trainer::Setup() {
 }
 
 absl::Status Trainer::SetupData() {
-  LOOM_ASSIGN_OR_RETURN(tokenizer_, MakeTokenizer(config_.tokenizer_type, config_.vocab_file,
-                                                  config_.merge_file));
+  LOOM_ASSIGN_OR_RETURN(tokenizer_, MakeTokenizer(config_.tokenizer_type,
+                                                  {config_.vocab_file, config_.merge_file,
+                                                   config_.tokenizer_model}));
   config_.model.vocab_size = tokenizer_->vocab_size();
   std::string prefix = config_.data_path;
   const std::string cache = config_.data_cache_dir.empty()

@@ -2,7 +2,10 @@
 // (TP, PP, DP) = (1,1,1), (2,1,1), (1,2,1), (1,1,2), (2,2,1), interleaved
 // PP, sequence parallelism, the distributed optimizer, and the overlap of the
 // data-parallel reductions and gathers with the computation — gives the same
-// loss curve, with dropout on (counter-based masks make it layout-free).
+// loss curve, with dropout on (counter-based masks make it layout-free). For
+// GPT-2 and for a Llama-style model.
+
+#include <string>
 
 #include "gtest/gtest.h"
 #include "train/test_util.h"
@@ -18,14 +21,15 @@ constexpr int kIters = 20;
 
 using testing::Layout;
 
-std::vector<double> Train(const Layout& l) {
-  testing::RunResult r = testing::Run(testing::TinyConfig(l, kIters), l);
+std::vector<double> Train(const Layout& l, bool llama) {
+  testing::RunResult r = testing::Run(
+      llama ? testing::TinyLlamaConfig(l, kIters) : testing::TinyConfig(l, kIters), l);
   EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
   return r.losses;
 }
 
-TEST(TrainerEquivalenceTest, EveryLayoutGivesTheSameLossCurve) {
-  const std::vector<double> ref = Train({1, 1, 1});
+void ExpectEveryLayoutMatches(bool llama) {
+  const std::vector<double> ref = Train({1, 1, 1}, llama);
   ASSERT_EQ(ref.size(), static_cast<size_t>(kIters));
   EXPECT_LT(ref.back(), ref.front() - 0.5) << "the reference run must learn";
   const std::vector<Layout> layouts = {
@@ -43,15 +47,51 @@ TEST(TrainerEquivalenceTest, EveryLayoutGivesTheSameLossCurve) {
       // also its parameter all-gathers with the next forward.
       {1, 1, 2, 0, false, true, "1f1b", true},
       {1, 1, 2, 0, false, true, "1f1b", true, true},
-      {1, 2, 2, 1, false, true, "interleaved", true, true},  // tied embedding over PP
+      {1, 2, 2, 1, false, true, "interleaved", true, true},  // tied embedding over PP (GPT-2)
       {2, 2, 2, 0, true, true, "1f1b", true, true},
   };
   for (const Layout& l : layouts) {
-    const std::vector<double> got = Train(l);
+    const std::vector<double> got = Train(l, llama);
     ASSERT_EQ(got.size(), ref.size());
     for (int i = 0; i < kIters; ++i) {
       EXPECT_NEAR(got[i], ref[i], kTolerance * ref[i])
-          << l.Describe() << ", iteration " << i + 1;
+          << (llama ? "Llama-style " : "") << l.Describe() << ", iteration " << i + 1;
+    }
+  }
+}
+
+TEST(TrainerEquivalenceTest, EveryLayoutGivesTheSameLossCurve) { ExpectEveryLayoutMatches(false); }
+
+// RMSNorm, RoPE, SwiGLU, 2 query groups, untied output layer (no tied sum
+// over PP: each end stage owns its own table), no biases.
+TEST(TrainerEquivalenceTest, EveryLayoutGivesTheSameLossCurveLlamaStyle) {
+  ExpectEveryLayoutMatches(true);
+}
+
+// A Llama-style checkpoint (RoPE: no position table; [2, F·h] SwiGLU weights
+// split by columns; GQA rows by whole groups; the untied output layer) saved
+// at TP2 x PP2 loads into other layouts and continues the curve.
+TEST(TrainerEquivalenceTest, LlamaStyleCheckpointLoadsIntoOtherLayouts) {
+  constexpr int kTotal = 12, kSaved = 6;
+  const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/llama_ckpt";
+  const Layout a{2, 2, 1};
+  TrainConfig c = testing::TinyLlamaConfig(a, kTotal);
+  c.save = dir;
+  c.save_interval = kSaved;
+  testing::RunResult ref = testing::Run(c, a);
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kTotal));
+  for (const Layout& l : {Layout{1, 1, 1}, Layout{1, 1, 2, 0, false, true},
+                          Layout{2, 1, 1, 0, true}, Layout{1, 4, 1}}) {
+    TrainConfig r = testing::TinyLlamaConfig(l, kTotal);
+    r.load = dir;
+    r.checkpoint.load_iteration = kSaved;
+    testing::RunResult got = testing::Run(r, l);
+    ASSERT_TRUE(got.status.ok()) << l.Describe() << ": " << got.status;
+    ASSERT_EQ(got.losses.size(), static_cast<size_t>(kTotal - kSaved));
+    for (int i = 0; i < kTotal - kSaved; ++i) {
+      EXPECT_NEAR(got.losses[i], ref.losses[kSaved + i], kTolerance * ref.losses[kSaved + i])
+          << l.Describe() << ", iteration " << kSaved + i + 1;
     }
   }
 }
