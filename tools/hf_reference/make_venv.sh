@@ -13,31 +13,10 @@
 set -euo pipefail
 
 VENV="${LOOM_HF_VENV:-$HOME/.cache/loom/hf-venv}"
-PACKAGES=(torch transformers safetensors numpy)
-
-upgrade=()
-pins=()
-for a in "$@"; do
-  case "$a" in
-    --upgrade) upgrade=(--upgrade) ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) pins+=("$a") ;;
-  esac
-done
-
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "make_venv.sh: creating $VENV"
-  mkdir -p "$(dirname "$VENV")"
-  python3 -m venv "$VENV"
-fi
-
-if [ ${#upgrade[@]} -eq 0 ] && [ ${#pins[@]} -eq 0 ] &&
-   "$VENV/bin/python" -c 'import torch, transformers, safetensors, numpy' 2>/dev/null; then
-  echo "make_venv.sh: $VENV already has ${PACKAGES[*]}; nothing to do."
-else
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install ${upgrade[@]+"${upgrade[@]}"} "${PACKAGES[@]}" ${pins[@]+"${pins[@]}"}
-fi
+case "${1:-}" in -h|--help) sed -n '2,12p' "$0"; exit 0 ;; esac
+source "$(dirname "${BASH_SOURCE[0]}")/../reference_venv.sh"
+ensure_reference_venv "$VENV" "torch transformers safetensors numpy" \
+  "torch transformers safetensors numpy" "$@"
 
 "$VENV/bin/python" - <<'PY'
 import numpy, safetensors, torch, transformers

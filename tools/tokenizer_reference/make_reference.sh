@@ -13,31 +13,9 @@
 set -euo pipefail
 
 VENV="${LOOM_TOKENIZER_VENV:-$HOME/.cache/loom/tokenizer-venv}"
-PACKAGES=(tokenizers sentencepiece)
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-
-upgrade=()
-pins=()
-for a in "$@"; do
-  case "$a" in
-    --upgrade) upgrade=(--upgrade) ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) pins+=("$a") ;;
-  esac
-done
-
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "make_reference.sh: creating $VENV"
-  mkdir -p "$(dirname "$VENV")"
-  python3 -m venv "$VENV"
-fi
-
-if [ ${#upgrade[@]} -eq 0 ] && [ ${#pins[@]} -eq 0 ] &&
-   "$VENV/bin/python" -c 'import tokenizers, sentencepiece' 2>/dev/null; then
-  echo "make_reference.sh: $VENV already has ${PACKAGES[*]}"
-else
-  "$VENV/bin/python" -m pip install --quiet ${upgrade[@]+"${upgrade[@]}"} "${PACKAGES[@]}" \
-    ${pins[@]+"${pins[@]}"}
-fi
+case "${1:-}" in -h|--help) sed -n '2,12p' "$0"; exit 0 ;; esac
+source "$HERE/../reference_venv.sh"
+ensure_reference_venv "$VENV" "tokenizers sentencepiece" "tokenizers sentencepiece" "$@"
 
 "$VENV/bin/python" "$HERE/make_reference.py"
