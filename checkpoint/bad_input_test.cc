@@ -165,6 +165,58 @@ TEST(BadInputTest, ModelConfigMismatchNamesTheFieldAndBothValues) {
   EXPECT_HAS(s, "--hidden-size is 32 in checkpoint " + Pristine() + "/iter_0000010 but 64");
 }
 
+absl::Status LoadWith(const std::string& dir, void (*edit)(train::TrainConfig*)) {
+  train::TrainConfig c = testing::TinyConfig(kLayout, 10);
+  edit(&c);
+  c.load = dir;
+  c.save = dir;
+  return testing::Run(c, kLayout).status;
+}
+
+TEST(BadInputTest, LlamaFieldMismatchNamesTheFlagAndBothValues) {
+  absl::Status s = LoadWith(Pristine(), [](train::TrainConfig* c) {
+    c->model.normalization = "RMSNorm";
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_HAS(s, "--normalization is LayerNorm in checkpoint " + Pristine() +
+                    "/iter_0000010 but RMSNorm");
+  absl::Status g = LoadWith(Pristine(), [](train::TrainConfig* c) {
+    c->model.add_bias_linear = false;
+  });
+  EXPECT_HAS(g, "--disable-bias-linear is false in checkpoint " + Pristine() +
+                    "/iter_0000010 but true");
+}
+
+// A manifest written before the Llama-style fields existed (all absent)
+// reads back as GPT-2.
+TEST(BadInputTest, OldStyleManifestLoadsAsGpt2) {
+  const std::string d = FreshCopy("old_style");
+  for (const char* iter : {"/iter_0000005", "/iter_0000010"}) {
+    const std::string path = d + iter + "/manifest.pb";
+    auto m = DecodeManifest(*ReadFile(path), path);
+    ASSERT_TRUE(m.ok());
+    Manifest old = *m;
+    ModelConfig* model = old.mutable_model();
+    EXPECT_EQ(model->normalization(), "LayerNorm");
+    model->clear_normalization();
+    model->clear_position_embedding_type();
+    model->clear_rotary_base();
+    model->clear_rotary_percent();
+    model->clear_swiglu();
+    model->clear_group_query_attention();
+    model->clear_num_query_groups();
+    model->clear_untie_embeddings_and_output_weights();
+    model->clear_disable_bias_linear();
+    ASSERT_TRUE(WriteFileDurably(path, EncodeManifest(old)).ok());
+  }
+  EXPECT_TRUE(Load(d).ok());
+  absl::Status s = LoadWith(d, [](train::TrainConfig* c) {
+    c->model.swiglu = true;
+    c->model.ffn_hidden_size = 128;  // as saved
+  });
+  EXPECT_HAS(s, "--swiglu is false in checkpoint");
+}
+
 TEST(BadInputTest, NoLatestFile) {
   const std::string d = FreshCopy("no_latest");
   ASSERT_EQ(::unlink((d + "/latest").c_str()), 0);

@@ -62,6 +62,7 @@ absl::Status ConvertCheckpoint(const std::string& src_iter_dir, const std::strin
     }
     if (pp_rank == pp - 1) {
       for (auto& s : layers::FinalNormParamSpecs(model)) specs.push_back(s);
+      for (auto& s : layers::OutputLayerParamSpecs(model, tp)) specs.push_back(s);
     }
     for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
       const int rank = pp_rank * tp + tp_rank;  // DP 1: global rank order of comm::Grid
@@ -86,7 +87,8 @@ absl::Status ConvertCheckpoint(const std::string& src_iter_dir, const std::strin
     }
   }
   Manifest out = src;
-  out.set_created_by(absl::StrCat("loom //checkpoint:convert from ", src_iter_dir));
+  out.set_created_by(absl::StrCat(src.created_by(), src.created_by().empty() ? "" : "; ",
+                                  "resharded by loom //checkpoint:convert from ", src_iter_dir));
   Layout* l = out.mutable_layout();
   l->set_tensor_parallel(tp);
   l->set_pipeline_parallel(pp);

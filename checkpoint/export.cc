@@ -1,5 +1,7 @@
 #include "checkpoint/export.h"
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,10 @@ struct Out {
   std::vector<float> data;
 };
 
+// A float as the shortest decimal that reads back as it (1e-05, not
+// 9.999999747378752e-06), for config.json.
+double Decimal(float x) { return std::stod(absl::StrCat(x)); }
+
 // [rows, cols] -> [cols, rows].
 std::vector<float> Transpose(const std::vector<float>& x, int64_t rows, int64_t cols) {
   std::vector<float> y(x.size());
@@ -35,11 +41,108 @@ int64_t QkvRow(int64_t j, int64_t h, int64_t heads) {
   return (within / d) * 3 * d + part * d + within % d;
 }
 
+absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, hf::Dtype dtype) {
+  const layers::GptConfig c = GptConfigFromProto(reader.manifest().model());
+  const int64_t h = c.hidden_size, f = c.ffn(), V = c.vocab_size, H = c.num_attention_heads,
+                G = c.query_groups(), d = c.head_dim(), n = H / G;
+  std::vector<hf::NamedTensor> tensors;
+  auto get = [&](const std::string& name) { return reader.ReadGlobal(name, PARAM); };
+  auto put = [&](const std::string& name, std::vector<int64_t> shape,
+                 const std::vector<float>& x) {
+    tensors.push_back(hf::NamedTensor::FromF32(name, std::move(shape), x));
+  };
+  auto copy = [&](const std::string& ours, const std::string& hf_name,
+                  std::vector<int64_t> shape) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> x, get(ours));
+    put(hf_name, std::move(shape), x);
+    return absl::OkStatus();
+  };
+  if (!c.tied_output_layer()) {
+    LOOM_RETURN_IF_ERROR(copy(layers::kOutputLayerName, "lm_head.weight", {V, h}));
+  }
+  LOOM_RETURN_IF_ERROR(copy(layers::kWordEmbeddingName, "model.embed_tokens.weight", {V, h}));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("layers.", i, "."),
+                      q = absl::StrCat("model.layers.", i, ".");
+    LOOM_RETURN_IF_ERROR(copy(p + "input_layernorm.weight", q + "input_layernorm.weight", {h}));
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> w, get(p + "attention.qkv.weight"));
+    std::vector<float> wq(H * d * h), wk(G * d * h), wv(G * d * h);
+    auto row = [&](std::vector<float>& to, int64_t r_to, int64_t r_from) {
+      std::copy(w.begin() + r_from * h, w.begin() + (r_from + 1) * h, to.begin() + r_to * h);
+    };
+    for (int64_t j = 0; j < H; ++j) {
+      for (int64_t e = 0; e < d; ++e) row(wq, j * d + e, ((j / n) * (n + 2) + j % n) * d + e);
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      for (int64_t e = 0; e < d; ++e) {
+        row(wk, g * d + e, (g * (n + 2) + n) * d + e);
+        row(wv, g * d + e, (g * (n + 2) + n + 1) * d + e);
+      }
+    }
+    put(q + "self_attn.q_proj.weight", {H * d, h}, wq);
+    put(q + "self_attn.k_proj.weight", {G * d, h}, wk);
+    put(q + "self_attn.v_proj.weight", {G * d, h}, wv);
+    LOOM_RETURN_IF_ERROR(
+        copy(p + "attention.dense.weight", q + "self_attn.o_proj.weight", {h, H * d}));
+    LOOM_RETURN_IF_ERROR(copy(p + "post_attention_layernorm.weight",
+                              q + "post_attention_layernorm.weight", {h}));
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> gu, get(p + "mlp.dense_h_to_4h.weight"));
+    put(q + "mlp.gate_proj.weight", {f, h}, std::vector<float>(gu.begin(), gu.begin() + f * h));
+    put(q + "mlp.up_proj.weight", {f, h}, std::vector<float>(gu.begin() + f * h, gu.end()));
+    LOOM_RETURN_IF_ERROR(copy(p + "mlp.dense_4h_to_h.weight", q + "mlp.down_proj.weight", {h, f}));
+  }
+  LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormWeightName, "model.norm.weight", {h}));
+  LOOM_RETURN_IF_ERROR(MakeDirs(out_dir));
+  hf::WriteOptions options;
+  options.float_dtype = dtype;
+  LOOM_RETURN_IF_ERROR(
+      hf::WriteSafetensors(JoinPath(out_dir, "model.safetensors"), tensors, options));
+  nlohmann::ordered_json config = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", V},
+      {"hidden_size", h},
+      {"intermediate_size", f},
+      {"num_hidden_layers", c.num_layers},
+      {"num_attention_heads", H},
+      {"num_key_value_heads", G},
+      {"head_dim", d},
+      {"max_position_embeddings", c.max_positions()},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", Decimal(c.layernorm_epsilon)},
+      {"rope_theta", Decimal(c.rotary_base)},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"attention_dropout", 0.0},
+      {"initializer_range", Decimal(c.init_method_std)},
+      {"tie_word_embeddings", c.tied_output_layer()},
+      {"torch_dtype", dtype == hf::Dtype::kBF16 ? "bfloat16" : "float32"},
+  };
+  return WriteFileAtomically(JoinPath(out_dir, "config.json"), config.dump(2) + "\n");
+}
+
 }  // namespace
 
-absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& out_dir) {
+absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& out_dir,
+                               hf::Dtype dtype) {
+  if (dtype != hf::Dtype::kF32 && dtype != hf::Dtype::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype=", hf::DtypeName(dtype), ": only f32 and bf16 are written"));
+  }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(iter_dir));
   const ModelConfig& m = reader->manifest().model();
+  const layers::GptConfig c = GptConfigFromProto(m);
+  const bool llama = c.rms_norm() && c.rope() && c.swiglu && !c.add_bias_linear &&
+                     c.rotary_percent == 1.0f;
+  const bool gpt2 = !c.rms_norm() && !c.rope() && !c.swiglu && c.add_bias_linear &&
+                    c.tied_output_layer() && !c.group_query_attention;
+  if (llama) return ExportLlama(*reader, out_dir, dtype);
+  if (!gpt2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", iter_dir, " is neither GPT-2 (LayerNorm, learned_absolute, GELU, biases, "
+        "tied) nor Llama (RMSNorm, rope with --rotary-percent=1, --swiglu, "
+        "--disable-bias-linear): no Hugging Face architecture to export it as"));
+  }
   const int64_t h = m.hidden_size(), f = m.ffn_hidden_size(), heads = m.num_attention_heads();
   std::vector<Out> outs;
   auto get = [&](const std::string& name) { return reader->ReadGlobal(name, PARAM); };
@@ -89,7 +192,10 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
   tensors.reserve(outs.size());
   for (const Out& o : outs) tensors.push_back(hf::NamedTensor::FromF32(o.name, o.shape, o.data));
   LOOM_RETURN_IF_ERROR(MakeDirs(out_dir));
-  LOOM_RETURN_IF_ERROR(hf::WriteSafetensors(JoinPath(out_dir, "model.safetensors"), tensors));
+  hf::WriteOptions options;
+  options.float_dtype = dtype;
+  LOOM_RETURN_IF_ERROR(
+      hf::WriteSafetensors(JoinPath(out_dir, "model.safetensors"), tensors, options));
 
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},
@@ -102,13 +208,13 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
       {"n_head", heads},
       {"n_inner", f},
       {"activation_function", "gelu_new"},  // tanh approximation, as core/cpu computes it
-      {"layer_norm_epsilon", m.layernorm_epsilon()},
-      {"initializer_range", m.init_method_std()},
+      {"layer_norm_epsilon", Decimal(m.layernorm_epsilon())},
+      {"initializer_range", Decimal(m.init_method_std())},
       {"resid_pdrop", 0.0},
       {"embd_pdrop", 0.0},
       {"attn_pdrop", 0.0},
       {"tie_word_embeddings", true},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", dtype == hf::Dtype::kBF16 ? "bfloat16" : "float32"},
   };
   return WriteFileAtomically(JoinPath(out_dir, "config.json"), config.dump(2) + "\n");
 }

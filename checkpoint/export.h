@@ -18,15 +18,25 @@
 //   layers.i.mlp.dense_4h_to_h.weight [h, f]     -> h.i.mlp.c_proj.weight [f, h] (transposed)
 //   final_layernorm.*                            -> ln_f.*
 
+//
+// Llama-family checkpoints (--normalization RMSNorm, --position-embedding-type
+// rope, --swiglu, --disable-bias-linear) export as LlamaForCausalLM ("model."
+// prefix): the inverse of checkpoint/hf/import.h's mapping (q/k/v_proj from
+// the grouped qkv rows, gate_proj/up_proj from dense_h_to_4h's two rows,
+// lm_head from output_layer.weight when untied).
+
 #include <string>
 
 #include "absl/status/status.h"
+#include "checkpoint/hf/safetensors.h"
 
 namespace loom::checkpoint {
 
 // Writes `out_dir`/model.safetensors and `out_dir`/config.json from the
 // checkpoint folder `iter_dir` (DIR/iter_N).
-absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& out_dir);
+// `dtype`: hf::Dtype::kF32 or kBF16 (rounded to nearest even).
+absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& out_dir,
+                               hf::Dtype dtype = hf::Dtype::kF32);
 
 }  // namespace loom::checkpoint
 

@@ -1,7 +1,9 @@
 // bazel run //checkpoint:export -- --load=DIR [--load-iteration=N] --format=safetensors --out=OUT
 //
-// Writes OUT/model.safetensors (Hugging Face GPT-2 tensor names) and
-// OUT/config.json: transformers.GPT2LMHeadModel.from_pretrained(OUT) loads it.
+//     [--dtype=f32|bf16]
+// Writes OUT/model.safetensors (Hugging Face GPT-2 or Llama tensor names) and
+// OUT/config.json: transformers' GPT2LMHeadModel / LlamaForCausalLM
+// .from_pretrained(OUT) loads it.
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -17,6 +19,7 @@ ABSL_FLAG(std::string, load, "", "Checkpoint folder (uses its `latest`)");
 ABSL_FLAG(int64_t, load_iteration, -1, "Iteration to export (-1: the one `latest` names)");
 ABSL_FLAG(std::string, format, "safetensors", "Output format (safetensors)");
 ABSL_FLAG(std::string, out, "", "Output folder");
+ABSL_FLAG(std::string, dtype, "f32", "Stored dtype of the safetensors: f32 | bf16");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Exports a Loom checkpoint: --load=DIR --format=safetensors --out=OUT");
@@ -31,10 +34,20 @@ int main(int argc, char** argv) {
                  absl::GetFlag(FLAGS_format).c_str());
     return 2;
   }
+  loom::checkpoint::hf::Dtype dtype;
+  if (absl::GetFlag(FLAGS_dtype) == "f32") {
+    dtype = loom::checkpoint::hf::Dtype::kF32;
+  } else if (absl::GetFlag(FLAGS_dtype) == "bf16") {
+    dtype = loom::checkpoint::hf::Dtype::kBF16;
+  } else {
+    std::fprintf(stderr, "export: --dtype=%s: only f32 and bf16 are supported\n",
+                 absl::GetFlag(FLAGS_dtype).c_str());
+    return 2;
+  }
   std::optional<int64_t> it;
   if (absl::GetFlag(FLAGS_load_iteration) >= 0) it = absl::GetFlag(FLAGS_load_iteration);
   auto path = loom::checkpoint::ResolveCheckpoint(absl::GetFlag(FLAGS_load), it);
-  absl::Status s = path.ok() ? loom::checkpoint::ExportSafetensors(*path, absl::GetFlag(FLAGS_out))
+  absl::Status s = path.ok() ? loom::checkpoint::ExportSafetensors(*path, absl::GetFlag(FLAGS_out), dtype)
                              : path.status();
   if (!s.ok()) {
     std::fprintf(stderr, "export: %s\n", std::string(s.message()).c_str());

@@ -178,6 +178,15 @@ ModelConfig ModelConfigProto(const layers::GptConfig& c) {
   m.set_init_method_std(c.init_method_std);
   m.set_layernorm_epsilon(c.layernorm_epsilon);
   m.set_seed(c.seed);
+  m.set_normalization(c.normalization);
+  m.set_position_embedding_type(c.position_embedding_type);
+  m.set_rotary_base(c.rotary_base);
+  m.set_rotary_percent(c.rotary_percent);
+  m.set_swiglu(c.swiglu);
+  m.set_group_query_attention(c.group_query_attention);
+  m.set_num_query_groups(c.num_query_groups);
+  m.set_untie_embeddings_and_output_weights(c.untie_embeddings_and_output_weights);
+  m.set_disable_bias_linear(!c.add_bias_linear);
   return m;
 }
 
@@ -194,6 +203,16 @@ layers::GptConfig GptConfigFromProto(const ModelConfig& m) {
   c.init_method_std = m.init_method_std();
   c.layernorm_epsilon = m.layernorm_epsilon();
   c.seed = m.seed();
+  // Absent fields (older checkpoints) keep GptConfig's defaults: GPT-2.
+  if (!m.normalization().empty()) c.normalization = m.normalization();
+  if (!m.position_embedding_type().empty()) c.position_embedding_type = m.position_embedding_type();
+  if (m.rotary_base() != 0.0f) c.rotary_base = m.rotary_base();
+  if (m.rotary_percent() != 0.0f) c.rotary_percent = m.rotary_percent();
+  c.swiglu = m.swiglu();
+  c.group_query_attention = m.group_query_attention();
+  if (m.num_query_groups() != 0) c.num_query_groups = m.num_query_groups();
+  c.untie_embeddings_and_output_weights = m.untie_embeddings_and_output_weights();
+  c.add_bias_linear = !m.disable_bias_linear();
   return c;
 }
 
@@ -215,13 +234,50 @@ absl::Status CheckModelConfig(const ModelConfig& saved, const layers::GptConfig&
       {"vocabulary size (--tokenizer-type / --vocab-file)", saved.vocab_size(),
        want.vocab_size()},
   };
+  auto mismatch = [&](const char* flag, const std::string& s, const std::string& f) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model config mismatch: ", flag, " is ", s, " in checkpoint ", path, " but ", f,
+        " from the flags (resume with the flags the checkpoint was saved with, see ", path,
+        "/manifest.txt)"));
+  };
   for (const Field& f : fields) {
     if (f.saved != f.flags) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "model config mismatch: ", f.flag, " is ", f.saved, " in checkpoint ", path, " but ",
-          f.flags, " from the flags (resume with the flags the checkpoint was saved with, see ",
-          path, "/manifest.txt)"));
+      return mismatch(f.flag, absl::StrCat(f.saved), absl::StrCat(f.flags));
     }
+  }
+  // The Llama-style fields, compared as GptConfig reads them (absent = GPT-2).
+  const layers::GptConfig s = GptConfigFromProto(saved);
+  const layers::GptConfig& w = flags;
+  struct Text {
+    const char* flag;
+    std::string saved, flags;
+  };
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  const Text texts[] = {
+      {"--normalization", s.normalization, w.normalization},
+      {"--position-embedding-type", s.position_embedding_type, w.position_embedding_type},
+      {"--swiglu", b(s.swiglu), b(w.swiglu)},
+      {"--group-query-attention", b(s.group_query_attention), b(w.group_query_attention)},
+      {"--num-query-groups", absl::StrCat(s.query_groups()), absl::StrCat(w.query_groups())},
+      {"--untie-embeddings-and-output-weights", b(s.untie_embeddings_and_output_weights),
+       b(w.untie_embeddings_and_output_weights)},
+      {"--disable-bias-linear", b(!s.add_bias_linear), b(!w.add_bias_linear)},
+  };
+  for (const Text& t : texts) {
+    if (t.saved != t.flags) return mismatch(t.flag, t.saved, t.flags);
+  }
+  struct Real {
+    const char* flag;
+    float saved, flags;
+  };
+  const Real reals[] = {
+      {"--norm-epsilon", s.layernorm_epsilon, w.layernorm_epsilon},
+      {"--rotary-base", s.rope() ? s.rotary_base : 0.0f, w.rope() ? w.rotary_base : 0.0f},
+      {"--rotary-percent", s.rope() ? s.rotary_percent : 0.0f,
+       w.rope() ? w.rotary_percent : 0.0f},
+  };
+  for (const Real& r : reals) {
+    if (r.saved != r.flags) return mismatch(r.flag, absl::StrCat(r.saved), absl::StrCat(r.flags));
   }
   return absl::OkStatus();
 }

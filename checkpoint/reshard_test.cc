@@ -102,5 +102,50 @@ TEST(ReshardTest, OfflineConverterWritesTheTargetLayout) {
   EXPECT_NE(bad.message().find("--target-tensor-parallel-size=3"), std::string::npos) << bad;
 }
 
+// The Llama-style model (RMSNorm, RoPE, SwiGLU, GQA, untied output layer, no
+// biases): the manifest records the architecture, and the offline converter
+// reshards it (output_layer.weight included) with the loss curve kept.
+TEST(ReshardTest, OfflineConverterReshardsLlama) {
+  const Layout a{2, 1, 1};
+  const std::string src = Dir("llama_src"), dst = Dir("llama_dst");
+  train::TrainConfig c = testing::TinyLlamaConfig(a, 20);
+  c.save = src;
+  c.save_interval = 10;
+  testing::RunResult ref = testing::Run(c, a);
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+
+  ASSERT_TRUE(ConvertCheckpoint(src + "/iter_0000010", dst, 1, 2).ok());
+  auto reader = CheckpointReader::Open(dst + "/iter_0000010");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*reader)->VerifyAll().ok());
+  const ModelConfig& m = (*reader)->manifest().model();
+  EXPECT_EQ(m.normalization(), "RMSNorm");
+  EXPECT_EQ(m.position_embedding_type(), "rope");
+  EXPECT_TRUE(m.swiglu());
+  EXPECT_TRUE(m.group_query_attention());
+  EXPECT_EQ(m.num_query_groups(), 2);
+  EXPECT_TRUE(m.untie_embeddings_and_output_weights());
+  EXPECT_TRUE(m.disable_bias_linear());
+  auto original = CheckpointReader::Open(src + "/iter_0000010");
+  ASSERT_TRUE(original.ok());
+  EXPECT_NE((*original)->Find("output_layer.weight", PARAM), nullptr);
+  EXPECT_EQ((*original)->manifest().tensors_size(), (*reader)->manifest().tensors_size());
+  for (const TensorInfo& t : (*original)->manifest().tensors()) {
+    auto x = (*original)->ReadGlobal(t.name(), t.state());
+    auto y = (*reader)->ReadGlobal(t.name(), t.state());
+    ASSERT_TRUE(x.ok() && y.ok()) << t.name();
+    EXPECT_EQ(*x, *y) << t.name() << " " << StateName(t.state());
+  }
+  const Layout b{1, 2, 1};
+  train::TrainConfig r = testing::TinyLlamaConfig(b, 20);
+  r.load = dst;
+  testing::RunResult cont = testing::Run(r, b);
+  ASSERT_TRUE(cont.status.ok()) << cont.status;
+  ASSERT_EQ(cont.losses.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_NEAR(cont.losses[i], ref.losses[10 + i], kTolerance * ref.losses[10 + i]) << i;
+  }
+}
+
 }  // namespace
 }  // namespace loom::checkpoint
