@@ -46,8 +46,11 @@ int main(int argc, char** argv) {
   }
   std::optional<int64_t> it;
   if (absl::GetFlag(FLAGS_load_iteration) >= 0) it = absl::GetFlag(FLAGS_load_iteration);
-  auto path = loom::checkpoint::ResolveCheckpoint(absl::GetFlag(FLAGS_load), it);
-  absl::Status s = path.ok() ? loom::checkpoint::ExportSafetensors(*path, absl::GetFlag(FLAGS_out), dtype)
+  // Relative paths are the user's, also under `bazel run`.
+  const std::string load = loom::core::ResolveUserPath(absl::GetFlag(FLAGS_load));
+  const std::string out = loom::core::ResolveUserPath(absl::GetFlag(FLAGS_out));
+  auto path = loom::checkpoint::ResolveCheckpoint(load, it);
+  absl::Status s = path.ok() ? loom::checkpoint::ExportSafetensors(*path, out, dtype)
                              : path.status();
   if (!s.ok()) {
     std::fprintf(stderr, "export: %s\n", std::string(s.message()).c_str());

@@ -61,8 +61,11 @@ void MatrixDims(const std::vector<int64_t>& shape, int64_t* rows, int64_t* cols)
 }
 
 bool RegionInside(const Region& r, int64_t rows, int64_t cols) {
+  // An empty region may start past the end: under TP a rank of a small
+  // vocabulary can hold only padding rows, and reads nothing.
   return r.row_start >= 0 && r.num_rows >= 0 && r.col_start >= 0 && r.num_cols >= 0 &&
-         r.row_start + r.num_rows <= rows && r.col_start + r.num_cols <= cols &&
+         (r.num_rows == 0 || r.row_start + r.num_rows <= rows) &&
+         (r.num_cols == 0 || r.col_start + r.num_cols <= cols) &&
          r.flat_begin >= 0 && r.flat_begin <= r.flat_end &&
          r.flat_end <= r.num_rows * r.num_cols;
 }

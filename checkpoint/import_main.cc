@@ -30,8 +30,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(args.argc(), args.argv());
   namespace hf = loom::checkpoint::hf;
   hf::ImportOptions o;
-  o.hf_dir = absl::GetFlag(FLAGS_hf_dir);
-  o.save_dir = absl::GetFlag(FLAGS_save);
+  o.hf_dir = loom::core::ResolveUserPath(absl::GetFlag(FLAGS_hf_dir));
+  o.save_dir = loom::core::ResolveUserPath(absl::GetFlag(FLAGS_save));
   o.target_tp = absl::GetFlag(FLAGS_target_tensor_parallel_size);
   o.target_pp = absl::GetFlag(FLAGS_target_pipeline_parallel_size);
   o.seq_length = absl::GetFlag(FLAGS_seq_length);

@@ -150,6 +150,13 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
   if (c->save_interval > 0 && c->save.empty()) {
     return absl::InvalidArgumentError("--save-interval needs --save=<directory>");
   }
+  if (c->checkpoint.finetune && c->load.empty()) {
+    return absl::InvalidArgumentError("--finetune needs --load=<checkpoint directory>");
+  }
+  if (c->skip_train && c->eval_iters < 1) {
+    return absl::InvalidArgumentError(
+        "--skip-train evaluates only: it needs --eval-iters >= 1 (validation batches)");
+  }
   return absl::OkStatus();
 }
 

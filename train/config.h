@@ -19,6 +19,9 @@ struct CheckpointFlags {
   bool async_save = false;                // --async-save
   bool save_optim = true;                 // false: --no-save-optim
   bool load_optim = true;                 // false: fresh Adam state after --load
+  // --finetune: with --load, the checkpoint's weights only; iteration 0,
+  // fresh Adam state, LR schedule and data position (Megatron's meaning).
+  bool finetune = false;
 };
 
 // The model of the default job (README: 4 layers, hidden 256, 8 heads,
@@ -108,6 +111,9 @@ struct TrainConfig {
   std::string save, load;
   int64_t save_interval = 0;
   CheckpointFlags checkpoint;
+  // --skip-train: evaluate the (loaded) model on --eval-iters validation
+  // batches, print the loss and stop (no step, nothing saved).
+  bool skip_train = false;
   double peak_flops = 0;     // --peak-flops per rank for MFU (0: measure a GEMM at start)
   int64_t sample_tokens = 200;  // generated at the end (0: none)
 

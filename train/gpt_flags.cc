@@ -2,7 +2,18 @@
 // are TrainConfig{}'s: change them in train/config.h.
 #include "train/gpt_flags.h"
 
+#include <functional>
+#include <vector>
+
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "core/status_macros.h"
+#include "checkpoint/file_util.h"
+#include "checkpoint/format.h"
+#include "checkpoint/rank_state.h"
+#include "checkpoint/reader.h"
 #include "core/cli.h"
 
 namespace {
@@ -122,6 +133,12 @@ ABSL_FLAG(bool, async_save, D().checkpoint.async_save,
           "Write checkpoints on a background thread from a snapshot");
 ABSL_FLAG(bool, no_save_optim, !D().checkpoint.save_optim,
           "Leave the optimizer state (Adam moments) out of checkpoints");
+ABSL_FLAG(bool, finetune, D().checkpoint.finetune,
+          "With --load: the checkpoint's weights only; start at iteration 0 with fresh optimizer "
+          "state, LR schedule and data position (e.g. an imported Hugging Face model)");
+ABSL_FLAG(bool, skip_train, D().skip_train,
+          "Only evaluate the (--load'ed) model on --eval-iters validation batches and print the "
+          "loss: no training step, nothing saved");
 ABSL_FLAG(bool, no_load_optim, !D().checkpoint.load_optim,
           "With --load: fresh Adam state instead of the checkpoint's");
 
@@ -210,7 +227,78 @@ TrainConfig ConfigFromFlags() {
   c.checkpoint.async_save = absl::GetFlag(FLAGS_async_save);
   c.checkpoint.save_optim = !absl::GetFlag(FLAGS_no_save_optim);
   c.checkpoint.load_optim = !absl::GetFlag(FLAGS_no_load_optim);
+  c.checkpoint.finetune = absl::GetFlag(FLAGS_finetune);
+  c.skip_train = absl::GetFlag(FLAGS_skip_train);
   return c;
+}
+
+absl::StatusOr<std::string> ApplyCheckpointModelArgs(TrainConfig* config,
+                                                     const std::set<std::string>& typed) {
+  if (config->load.empty()) return std::string();
+  absl::StatusOr<std::string> path =
+      checkpoint::ResolveCheckpoint(config->load, config->checkpoint.load_iteration);
+  if (!path.ok()) return std::string();  // the load itself reports it
+  const std::string file = checkpoint::JoinPath(*path, "manifest.pb");
+  absl::StatusOr<std::string> bytes = checkpoint::ReadFile(file);
+  if (!bytes.ok()) return std::string();  // the load itself reports it (with its hints)
+  absl::StatusOr<checkpoint::Manifest> manifest = checkpoint::DecodeManifest(*bytes, file);
+  if (!manifest.ok()) return std::string();
+  const layers::GptConfig saved = checkpoint::GptConfigFromProto(manifest->model());
+  layers::GptConfig& m = config->model;
+  auto given = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+      if (typed.count(n) || typed.count(absl::StrCat("no", n))) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> taken;
+  auto take = [&](std::initializer_list<const char*> names, auto* field, auto value,
+                  const std::string& shown) {
+    if (given(names)) return;
+    if (*field != value) {
+      *field = value;
+      taken.push_back(absl::StrCat("--", absl::StrReplaceAll(*names.begin(), {{"_", "-"}}), "=",
+                                   shown));
+    }
+  };
+  auto num = [](auto v) { return absl::StrCat(v); };
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  take({"num_layers"}, &m.num_layers, saved.num_layers, num(saved.num_layers));
+  take({"hidden_size"}, &m.hidden_size, saved.hidden_size, num(saved.hidden_size));
+  take({"num_attention_heads"}, &m.num_attention_heads, saved.num_attention_heads,
+       num(saved.num_attention_heads));
+  take({"ffn_hidden_size"}, &m.ffn_hidden_size, saved.ffn_hidden_size,
+       num(saved.ffn_hidden_size));
+  take({"seq_length"}, &m.seq_length, saved.seq_length, num(saved.seq_length));
+  take({"max_position_embeddings"}, &m.max_position_embeddings, saved.max_position_embeddings,
+       num(saved.max_position_embeddings));
+  take({"make_vocab_size_divisible_by"}, &m.make_vocab_size_divisible_by,
+       saved.make_vocab_size_divisible_by, num(saved.make_vocab_size_divisible_by));
+  take({"norm_epsilon", "layernorm_epsilon"}, &m.layernorm_epsilon, saved.layernorm_epsilon,
+       num(saved.layernorm_epsilon));
+  take({"normalization"}, &m.normalization, saved.normalization, saved.normalization);
+  take({"position_embedding_type"}, &m.position_embedding_type, saved.position_embedding_type,
+       saved.position_embedding_type);
+  take({"rotary_base"}, &m.rotary_base, saved.rotary_base, num(saved.rotary_base));
+  take({"rotary_percent"}, &m.rotary_percent, saved.rotary_percent, num(saved.rotary_percent));
+  take({"swiglu"}, &m.swiglu, saved.swiglu, b(saved.swiglu));
+  take({"group_query_attention"}, &m.group_query_attention, saved.group_query_attention,
+       b(saved.group_query_attention));
+  take({"num_query_groups"}, &m.num_query_groups, saved.num_query_groups,
+       num(saved.num_query_groups));
+  take({"untie_embeddings_and_output_weights"}, &m.untie_embeddings_and_output_weights,
+       saved.untie_embeddings_and_output_weights, b(saved.untie_embeddings_and_output_weights));
+  bool no_bias = !m.add_bias_linear;
+  take({"disable_bias_linear"}, &no_bias, !saved.add_bias_linear, b(!saved.add_bias_linear));
+  m.add_bias_linear = !no_bias;
+  // What the user typed must match: the checkpoint's comparison, naming the
+  // flag (the vocabulary is the tokenizer's, compared when the trainer loads).
+  layers::GptConfig check = m;
+  check.vocab_size = saved.vocab_size;
+  LOOM_RETURN_IF_ERROR(checkpoint::CheckModelConfig(manifest->model(), check, *path));
+  if (taken.empty()) return std::string();
+  return absl::StrCat("model flags from checkpoint ", *path, " (not given on the command line): ",
+                      absl::StrJoin(taken, " "));
 }
 
 comm::launch::CommFlags CommFlagsFor(const TrainConfig& config) {

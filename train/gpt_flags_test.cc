@@ -10,6 +10,7 @@
 #include "absl/flags/reflection.h"
 #include "comm/launch/flags.h"
 #include "gtest/gtest.h"
+#include "train/test_util.h"
 
 namespace loom::train {
 namespace {
@@ -89,6 +90,8 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   SAME(checkpoint.async_save);
   SAME(checkpoint.save_optim);
   SAME(checkpoint.load_optim);
+  SAME(checkpoint.finetune);
+  SAME(skip_train);
   SAME(peak_flops);
   SAME(sample_tokens);
   SAME(device);
@@ -126,14 +129,16 @@ TEST(GptFlagsTest, DefaultsAreTheStructsDefaults) {
 TEST(GptFlagsTest, MegatronNamesWithDashesOrUnderscores) {
   absl::FlagSaver saver;
   Parse({"--train-iters=5", "--adam_beta2=0.999", "--tensor-model-parallel-size", "2",
-         "--overlap-param-gather", "--no-load-optim", "--layernorm-epsilon=1e-6",
-         "--nproc-per-node=4"});
+         "--overlap-param-gather", "--no-load-optim", "--finetune", "--skip_train",
+         "--layernorm-epsilon=1e-6", "--nproc-per-node=4"});
   const TrainConfig c = ConfigFromFlags();
   EXPECT_EQ(c.train_iters, 5);
   EXPECT_EQ(c.optimizer.beta2, 0.999f);
   EXPECT_EQ(c.tensor_model_parallel_size, 2);
   EXPECT_TRUE(c.overlap_param_gather);
   EXPECT_FALSE(c.checkpoint.load_optim);
+  EXPECT_TRUE(c.checkpoint.finetune);
+  EXPECT_TRUE(c.skip_train);
   EXPECT_EQ(c.model.layernorm_epsilon, 1e-6f);
   const comm::launch::CommFlags comm = CommFlagsFor(c);
   EXPECT_TRUE(comm.nproc_per_node_given);
@@ -240,6 +245,64 @@ TEST(GptFlagsTest, PathsAreTakenFromWhereBazelRunStarted) {
   EXPECT_EQ(c.data_cache_dir, "/abs/cache");
   EXPECT_EQ(c.save, "/home/me/ckpt");
   EXPECT_EQ(c.metrics_file, "/home/me/m.jsonl");
+}
+
+}  // namespace
+}  // namespace loom::train
+
+// --load takes the model flags not typed from the checkpoint's manifest.
+namespace loom::train {
+namespace {
+
+TEST(CheckpointArgsTest, UntypedModelFlagsComeFromTheCheckpoint) {
+  const testing::Layout l{1, 1, 1};
+  const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/llama_args";
+  TrainConfig saver = testing::TinyLlamaConfig(l, 2);
+  saver.save = dir;
+  ASSERT_TRUE(testing::Run(saver, l).status.ok());
+
+  // A default GPT-2 model on the command line, nothing typed: the Llama-style
+  // checkpoint's architecture wins and the run continues from it.
+  TrainConfig c = testing::TinyConfig(l, 4);
+  c.model = TrainConfig{}.model;
+  c.load = dir;
+  absl::StatusOr<std::string> line = ApplyCheckpointModelArgs(&c, {"load", "train_iters"});
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_NE(line->find("model flags from checkpoint " + dir + "/iter_0000002"), std::string::npos)
+      << *line;
+  EXPECT_NE(line->find("--hidden-size=32"), std::string::npos) << *line;
+  EXPECT_NE(line->find("--normalization=RMSNorm"), std::string::npos) << *line;
+  EXPECT_NE(line->find("--disable-bias-linear=true"), std::string::npos) << *line;
+  EXPECT_EQ(c.model.normalization, "RMSNorm");
+  EXPECT_TRUE(c.model.swiglu);
+  EXPECT_EQ(c.model.num_query_groups, 2);
+  EXPECT_FALSE(c.model.add_bias_linear);
+  testing::RunResult r = testing::Run(c, l);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.losses.size(), 2u);
+
+  // Typed and equal: fine; typed and different: the error names the flag.
+  TrainConfig same = c;
+  EXPECT_TRUE(ApplyCheckpointModelArgs(&same, {"hidden_size", "swiglu"}).ok());
+  TrainConfig wrong = testing::TinyConfig(l, 4);
+  wrong.model = TrainConfig{}.model;
+  wrong.model.hidden_size = 64;
+  wrong.load = dir;
+  absl::StatusOr<std::string> bad = ApplyCheckpointModelArgs(&wrong, {"hidden_size"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--hidden-size is 32 in checkpoint"), std::string::npos)
+      << bad.status();
+  TrainConfig no_swiglu = c;
+  no_swiglu.model.swiglu = false;
+  bad = ApplyCheckpointModelArgs(&no_swiglu, {"noswiglu"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--swiglu is true in checkpoint"), std::string::npos)
+      << bad.status();
+
+  // No --load, or nothing there yet: unchanged.
+  TrainConfig none = testing::TinyConfig(l, 4);
+  none.load = std::string(getenv("TEST_TMPDIR")) + "/nothing_here";
+  EXPECT_EQ(*ApplyCheckpointModelArgs(&none, {}), "");
 }
 
 }  // namespace

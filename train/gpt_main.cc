@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "comm/launch/launcher.h"
 #include "comm/launch/plan.h"
 #include "comm/local/communicator.h"
+#include "core/cli.h"
 #include "train/config.h"
 #include "train/device_setup.h"
 #include "train/gpt_flags.h"
@@ -81,7 +83,8 @@ int RunRank(loom::comm::Communicator* world, TrainConfig config, int local_rank,
   }
   auto trainer = loom::train::Trainer::Create(config, world);
   absl::Status s = trainer.ok() ? (*trainer)->Train() : trainer.status();
-  if (s.ok() && config.sample_tokens > 0 && config.pipeline_model_parallel_size == 1) {
+  if (s.ok() && !config.skip_train && config.sample_tokens > 0 &&
+      config.pipeline_model_parallel_size == 1) {
     const std::string prompt = "The ";
     auto text = (*trainer)->Generate(prompt, config.sample_tokens);
     if (!text.ok()) {
@@ -133,7 +136,17 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage);
   const std::vector<std::string> typed(argv + 1, argv + argc);  // before names are rewritten
   launch::ParseFlags(argc, argv, kUsage);
-  const TrainConfig config = loom::train::ConfigFromFlags();
+  TrainConfig config = loom::train::ConfigFromFlags();
+  // With --load, the model flags not typed come from the checkpoint.
+  std::vector<std::string> with_program = typed;
+  with_program.insert(with_program.begin(), argv[0]);
+  const std::vector<std::string> names = loom::core::FlagNamesIn(with_program);
+  absl::StatusOr<std::string> from_checkpoint = loom::train::ApplyCheckpointModelArgs(
+      &config, std::set<std::string>(names.begin(), names.end()));
+  if (!from_checkpoint.ok()) {
+    PrintError(from_checkpoint.status());
+    return 2;
+  }
   const launch::CommFlags comm = loom::train::CommFlagsFor(config);
 
   // Every check happens here, before any rank starts, naming the flags.
@@ -158,6 +171,10 @@ int main(int argc, char** argv) {
   const bool is_rank = plan->role == launch::Role::kRank;
   // Ranks started by someone else all fail the same way: one message per node.
   const bool speaks = !is_rank || plan->rank.rank == 0 || plan->rank.local_rank == 0;
+  if (!from_checkpoint->empty() && (!is_rank || plan->rank.rank == 0)) {
+    std::printf("%s\n", from_checkpoint->c_str());
+    std::fflush(stdout);
+  }
   TrainConfig checked = config;
   s = loom::train::Finalize(&checked, plan->world_size);
   if (s.ok()) {

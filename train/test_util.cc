@@ -80,17 +80,25 @@ train::TrainConfig TinyLlamaConfig(const Layout& l, int64_t train_iters) {
   return c;
 }
 
-RunResult Run(const train::TrainConfig& config, const Layout& l) {
+RunResult Run(const train::TrainConfig& config, const Layout& l, TrainerHook after_create,
+              TrainerHook after_train) {
   RunResult result;
   const int world = l.tp * l.pp * l.dp;
   train::TrainConfig c = config;
   result.status = train::Finalize(&c, world);
   if (!result.status.ok()) return result;
   auto run = [&](int r, comm::Communicator* comm) -> absl::Status {
-    auto t = train::Trainer::Create(c, comm, [](const std::string&) {});
+    auto t = train::Trainer::Create(c, comm, [&result, r](const std::string& line) {
+      if (r == 0) result.log.push_back(line);
+    });
     if (!t.ok()) return t.status();
+    if (after_create) after_create(r, **t);
     absl::Status s = (*t)->Train();
-    if (r == 0 && s.ok()) result.losses = (*t)->losses();
+    if (r == 0 && s.ok()) {
+      result.losses = (*t)->losses();
+      result.eval_loss = (*t)->last_eval_loss();
+    }
+    if (s.ok() && after_train) after_train(r, **t);
     return s;
   };
   // By rank, not by time: rank 0's error when it has one (it may name a peer's).

@@ -4,6 +4,7 @@
 // Tiny training runs over the `local` backend (ranks are threads), shared by
 // the trainer's equivalence test and the checkpoint tests.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,16 @@ train::TrainConfig TinyLlamaConfig(const Layout& layout, int64_t train_iters);
 struct RunResult {
   absl::Status status;          // the lowest failing rank's ("rank r: ...")
   std::vector<double> losses;   // rank 0's (every step this run took)
+  std::vector<std::string> log;  // rank 0's log lines
+  double eval_loss = 0;          // rank 0's last validation loss (NaN: none)
 };
+// Called on every rank (from its thread) with its Trainer.
+using TrainerHook = std::function<void(int rank, train::Trainer&)>;
 // Creates a Trainer on every rank of a local world (ranks as threads,
-// //comm/testing:ranks_as_threads) and runs Train().
-RunResult Run(const train::TrainConfig& config, const Layout& layout);
+// //comm/testing:ranks_as_threads) and runs Train(). `after_create` runs
+// before Train(), `after_train` after a successful one.
+RunResult Run(const train::TrainConfig& config, const Layout& layout,
+              TrainerHook after_create = nullptr, TrainerHook after_train = nullptr);
 
 }  // namespace loom::train::testing
 

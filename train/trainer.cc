@@ -378,24 +378,62 @@ absl::Status Trainer::WaitForCheckpoint() {
 }
 
 absl::Status Trainer::LoadCheckpoint() {
+  const bool finetune = config_.checkpoint.finetune;
+  // --skip-train takes no step: the Adam moments are not needed either.
+  const bool want_optim = config_.checkpoint.load_optim && !finetune && !config_.skip_train;
   LOOM_RETURN_IF_ERROR(EnsureHostMirror());
   LOOM_ASSIGN_OR_RETURN(checkpoint::Manifest m,
                         checkpoint::LoadCheckpoint(world_, config_.load, config_.checkpoint.load_iteration,
-                                                   CheckpointView(), config_.checkpoint.load_optim));
+                                                   CheckpointView(), want_optim));
+  if (want_optim && !m.training().has_optimizer_state()) {
+    // Every rank reads the same manifest: every rank fails the same way.
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "checkpoint %s (iteration %d) has no optimizer state (saved with --no-save-optim, or "
+        "imported): to train from its weights starting at iteration 0 pass --finetune; to "
+        "resume at iteration %d with fresh Adam moments pass --no-load-optim",
+        config_.load, m.training().iteration(), m.training().iteration()));
+  }
   LOOM_RETURN_IF_ERROR(UnstageFromHost());
+  if (finetune) {
+    set_position(0, 0);  // fresh LR schedule, data position and dropout streams
+    Log(absl::StrFormat(
+        " loaded the weights of checkpoint %s (iteration %d; saved as TP %d x PP %d x DP %d) for "
+        "--finetune: starting at iteration 0 with fresh optimizer state",
+        config_.load, m.training().iteration(), m.layout().tensor_parallel(),
+        m.layout().pipeline_parallel(), m.layout().data_parallel()));
+    return absl::OkStatus();
+  }
   set_position(m.training().iteration(), m.training().consumed_samples());
-  const bool optim = config_.checkpoint.load_optim && m.training().has_optimizer_state();
+  const bool optim = want_optim && m.training().has_optimizer_state();
   if (optim) optimizer_->set_step_count(m.training().optimizer_step());
   Log(absl::StrFormat(
       " loaded checkpoint from %s at iteration %d (%d samples consumed; saved as TP %d x PP %d x "
       "DP %d)%s",
       config_.load, iteration_, consumed_samples_, m.layout().tensor_parallel(),
       m.layout().pipeline_parallel(), m.layout().data_parallel(),
-      optim ? "" : "; optimizer state not loaded (fresh Adam moments)"));
+      optim || config_.skip_train ? "" : "; optimizer state not loaded (fresh Adam moments)"));
   return absl::OkStatus();
 }
 
 absl::Status Trainer::Train() {
+  if (config_.skip_train) {
+    // --skip-train: evaluate what was loaded; no step, nothing saved.
+    if (!valid_data_) {
+      return absl::FailedPreconditionError(
+          "--skip-train evaluates on the validation split, which is empty: give it documents "
+          "with --split (e.g. 969,30,1)");
+    }
+    const auto start = std::chrono::steady_clock::now();
+    LOOM_ASSIGN_OR_RETURN(double valid, Evaluate());
+    const double eval_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Log(absl::StrFormat(" validation loss at iteration %d: %.6f (perplexity %.2f, %d batches "
+                        "in %.2f s; --skip-train: no training)",
+                        iteration_, valid, std::exp(valid), config_.eval_iters, eval_s));
+    if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
+    last_eval_loss_ = valid;
+    return absl::OkStatus();
+  }
   const double tokens_per_step =
       static_cast<double>(config_.global_batch_size) * config_.model.seq_length;
   const double flops_per_token = ModelFlopsPerToken(config_.model);
@@ -442,6 +480,7 @@ absl::Status Trainer::Train() {
                           "in %.2f s)",
                           iteration_, valid, std::exp(valid), config_.eval_iters, eval_s));
       if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
+      last_eval_loss_ = valid;
     }
     if (checkpointer_ && config_.save_interval > 0 && iteration_ % config_.save_interval == 0) {
       LOOM_RETURN_IF_ERROR(SaveCheckpoint());

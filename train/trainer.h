@@ -2,6 +2,7 @@
 #define LOOM_TRAIN_TRAINER_H_
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,7 +42,8 @@ class Trainer {
                                                          LogFn log = nullptr);
 
   // Runs iterations [iteration(), config.train_iters), logging every
-  // --log-interval and evaluating every --eval-interval.
+  // --log-interval and evaluating every --eval-interval. With --skip-train:
+  // one evaluation, logged, and nothing else.
   absl::Status Train();
   // One step; returns the mean loss of the global batch.
   absl::StatusOr<double> TrainStep();
@@ -61,6 +63,8 @@ class Trainer {
   // The loss of every step so far, in order (rank-independent).
   const std::vector<double>& losses() const { return losses_; }
   int64_t iteration() const { return iteration_; }
+  // The validation loss of the last Evaluate() Train() ran (NaN: none).
+  double last_eval_loss() const { return last_eval_loss_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   // The training state a checkpoint saves and restores.
   void set_position(int64_t iteration, int64_t consumed_samples) {
@@ -109,6 +113,7 @@ class Trainer {
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
   std::vector<double> losses_;
+  double last_eval_loss_ = std::numeric_limits<double>::quiet_NaN();
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t last_saved_iteration_ = -1;
   std::unique_ptr<layers::ParamBuffer> host_params_;  // device runs only
