@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -92,6 +93,14 @@ absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::Crea
     return absl::InvalidArgumentError(absl::StrCat(
         "IndexedDatasetWriter for ", prefix, ": token type code ", static_cast<int>(type),
         " is not an integer type (expected u8, u16, i32 or i64)"));
+  }
+  // A new --output-prefix folder (data/my_corpus) is made, as a user expects.
+  const std::filesystem::path folder = std::filesystem::path(prefix).parent_path();
+  std::error_code ec;
+  if (!folder.empty()) std::filesystem::create_directories(folder, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create the folder ", folder.string(),
+                                                    " (from --output-prefix): ", ec.message()));
   }
   std::string tmp = prefix + ".bin.tmp";
   std::FILE* bin = std::fopen(tmp.c_str(), "wb");

@@ -84,6 +84,20 @@ TEST(IndexedDatasetTest, RoundTrip) {
   }
 }
 
+// A user's --output-prefix=data/new_corpus/ft names a folder that does not
+// exist yet: the writer makes it.
+TEST(IndexedDatasetTest, NewOutputFolderIsCreated) {
+  const std::string prefix = TempPrefix("new_folder/nested/corpus");
+  auto w = IndexedDatasetWriter::Create(prefix, TokenType::kU16);
+  ASSERT_TRUE(w.ok()) << w.status();
+  int32_t t[2] = {3, 4};
+  ASSERT_TRUE((*w)->AddSequence(t, 2).ok());
+  ASSERT_TRUE((*w)->Finalize().ok());
+  auto ds = IndexedDataset::Open(prefix);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->total_tokens(), 2);
+}
+
 TEST(IndexedDatasetTest, TokenTooLargeForTypeIsAnError) {
   auto w = IndexedDatasetWriter::Create(TempPrefix("big"), TokenType::kU16);
   ASSERT_TRUE(w.ok());
