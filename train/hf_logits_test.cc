@@ -1,8 +1,8 @@
 // The logits of Hugging Face models imported with checkpoint::hf::
 // ImportHuggingFace (checkpoint/hf/testdata: a tiny GPT-2 and a tiny Llama,
 // made by transformers) match transformers' own logits on the committed
-// input ids, at TP 1, TP 2 (ranks as threads) and PP 2 (stage by stage), and a wrong weight mapping
-// does not.
+// input ids, at TP 1 and 2 x PP 1 and 2 (ranks as threads, stages run one
+// after the other), and a wrong weight mapping does not.
 
 #include <cmath>
 #include <cstdlib>
@@ -105,19 +105,24 @@ double MaxError(const Tensor& logits, const Reference& ref) {
   return layers::testing::MaxRelativeError(got, ref.logits);
 }
 
-// Something done to rank 0's loaded weights before the forward (TP 1 only):
-// a wrong mapping on purpose.
+// Something done to every rank's loaded weights before the forward (TP 1,
+// PP 1 only): a wrong mapping on purpose.
 using Corrupt = std::function<void(layers::GptModel&)>;
 
-// Imports `model` for TP `tp`, loads it on `tp` ranks, runs the forward on the
-// reference ids and returns the max relative error of the logits (rank 0's).
-double LogitsError(const std::string& model, int tp, const Corrupt& corrupt = nullptr) {
+// Imports `model` for TP `tp` x PP `pp` (pp is 1 or 2), loads it on tp x pp
+// ranks (rank = pp_rank * tp + tp_rank; the loader is collective over all),
+// runs the forward on the reference ids, stage by stage, with stage 0's
+// hidden state handed to stage 1's rank of the same TP rank (what the
+// pipeline's p2p carries), and returns the max relative error of the logits.
+double LogitsError(const std::string& model, int tp, int pp, const Corrupt& corrupt = nullptr) {
   const Reference ref = ReadReference(model);
-  const std::string dir = TmpDir(model + "_tp" + std::to_string(tp));
+  const std::string layout = "TP " + std::to_string(tp) + " x PP " + std::to_string(pp);
+  const std::string dir = TmpDir(model + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp));
   checkpoint::hf::ImportOptions o;
   o.hf_dir = TestData(model);
   o.save_dir = dir;
   o.target_tp = tp;
+  o.target_pp = pp;
   o.seq_length = ref.seq;
   absl::Status imported = checkpoint::hf::ImportHuggingFace(o);
   EXPECT_TRUE(imported.ok()) << imported;
@@ -129,19 +134,31 @@ double LogitsError(const std::string& model, int tp, const Corrupt& corrupt = nu
   EXPECT_EQ(config->seq_length, ref.seq);
   // The default padding (128 x TP): at TP 2 rank 1 holds only padding rows
   // of the 96-row vocabulary and reads nothing from the checkpoint.
+  const int64_t num_layers = config->num_layers;
 
   double error = INFINITY;
-  absl::Status s = layers::testing::RunRanks(tp, [&](int rank, comm::Communicator* comm)
-                                                     -> absl::Status {
-    layers::TpGroup group{tp > 1 ? comm : nullptr, false};
+  std::vector<Tensor> handoff(tp);  // stage 0's output, by TP rank
+  absl::Status s = layers::testing::RunRanks(tp * pp, [&](int rank, comm::Communicator* world)
+                                                          -> absl::Status {
+    const int pp_rank = rank / tp, tp_rank = rank % tp;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> tp_comm,
+                          world->Split(pp_rank, tp_rank, "tp"));
+    layers::ChunkSpec chunk;
+    chunk.first_layer = pp_rank == 0 ? 0 : num_layers / 2;
+    chunk.num_layers = pp == 1 ? num_layers : pp_rank == 0 ? num_layers / 2
+                                                           : num_layers - num_layers / 2;
+    chunk.pre_process = pp_rank == 0;
+    chunk.post_process = pp_rank == pp - 1;
+    layers::TpGroup group{tp > 1 ? tp_comm.get() : nullptr, false};
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<layers::GptModel> m,
-                          layers::GptModel::Create(*config, group));
+                          layers::GptModel::Create(*config, group, {chunk}));
     checkpoint::RankView view;
     view.model = *config;
     view.params = &m->params();
-    view.tp_rank = rank;
+    view.tp_rank = tp_rank;
+    view.pp_rank = pp_rank;
     LOOM_RETURN_IF_ERROR(
-        checkpoint::LoadCheckpoint(comm, dir, std::nullopt, view, /*load_optimizer=*/false)
+        checkpoint::LoadCheckpoint(world, dir, std::nullopt, view, /*load_optimizer=*/false)
             .status());
     if (corrupt) corrupt(*m);
     LOOM_RETURN_IF_ERROR(m->params().SyncComputeCopy());
@@ -154,92 +171,42 @@ double LogitsError(const std::string& model, int tp, const Corrupt& corrupt = nu
     eval.training = false;
     layers::GptModel::Saved saved;
     double loss = 0;
-    LOOM_RETURN_IF_ERROR(m->Forward(0, ids, ids, eval, &saved, &loss).status());
+    Tensor input = ids;
+    if (pp == 2) {
+      if (pp_rank == 0) {
+        LOOM_ASSIGN_OR_RETURN(handoff[tp_rank], m->Forward(0, ids, ids, eval, &saved, nullptr));
+      }
+      LOOM_RETURN_IF_ERROR(world->Barrier()->Wait());  // stage 0's outputs are in handoff
+      if (pp_rank == 0) return absl::OkStatus();
+      input = handoff[tp_rank];
+    }
+    LOOM_RETURN_IF_ERROR(m->Forward(0, input, ids, eval, &saved, &loss).status());
     LOOM_ASSIGN_OR_RETURN(Tensor logits, m->GatherLogits(saved));  // [s, b, V (padded)]
-    if (rank == 0) error = MaxError(logits, ref);
+    if (tp_rank == 0) error = MaxError(logits, ref);
     return absl::OkStatus();
   });
   EXPECT_TRUE(s.ok()) << s;
-  std::printf("%s TP %d%s: max |logits - transformers| / max |transformers| = %.3g\n",
-              model.c_str(), tp, corrupt ? " (wrong mapping)" : "", error);
-  return error;
-}
-
-// PP 2 (TP 1): the model imported for PP 2, each stage's chunk loaded on its
-// own rank (the loader is collective over the 2 ranks), then the forward run
-// stage by stage, stage 0's hidden state handed to stage 1 (what the
-// pipeline's p2p carries).
-double LogitsErrorPp2(const std::string& model) {
-  const Reference ref = ReadReference(model);
-  const std::string dir = TmpDir(model + "_pp2");
-  checkpoint::hf::ImportOptions o;
-  o.hf_dir = TestData(model);
-  o.save_dir = dir;
-  o.target_pp = 2;
-  o.seq_length = ref.seq;
-  absl::Status imported = checkpoint::hf::ImportHuggingFace(o);
-  EXPECT_TRUE(imported.ok()) << imported;
-  if (!imported.ok()) return INFINITY;
-  absl::StatusOr<layers::GptConfig> config = ManifestConfig(dir);
-  EXPECT_TRUE(config.ok()) << config.status();
-  if (!config.ok()) return INFINITY;
-  const int64_t num_layers = config->num_layers;
-  std::unique_ptr<layers::GptModel> stage[2];
-  absl::Status s = layers::testing::RunRanks(2, [&](int rank, comm::Communicator* comm)
-                                                    -> absl::Status {
-    layers::ChunkSpec chunk;
-    chunk.first_layer = rank == 0 ? 0 : num_layers / 2;
-    chunk.num_layers = rank == 0 ? num_layers / 2 : num_layers - num_layers / 2;
-    chunk.pre_process = rank == 0;
-    chunk.post_process = rank == 1;
-    LOOM_ASSIGN_OR_RETURN(stage[rank],
-                          layers::GptModel::Create(*config, layers::TpGroup{}, {chunk}));
-    checkpoint::RankView view;
-    view.model = *config;
-    view.params = &stage[rank]->params();
-    view.pp_rank = rank;
-    LOOM_RETURN_IF_ERROR(
-        checkpoint::LoadCheckpoint(comm, dir, std::nullopt, view, /*load_optimizer=*/false)
-            .status());
-    return stage[rank]->params().SyncComputeCopy();
-  });
-  EXPECT_TRUE(s.ok()) << s;
-  if (!s.ok()) return INFINITY;
-  absl::StatusOr<Tensor> ids = Tensor::Zeros(core::Shape{ref.seq, ref.batch}, core::DType::kI32);
-  for (int64_t t = 0; t < ref.seq; ++t) {
-    for (int64_t b = 0; b < ref.batch; ++b) ids->data<int32_t>()[t * ref.batch + b] = ref.ids[b][t];
-  }
-  layers::DropoutStream eval;
-  eval.training = false;
-  layers::GptModel::Saved first, last;
-  double loss = 0;
-  absl::StatusOr<Tensor> hidden = stage[0]->Forward(0, *ids, *ids, eval, &first, nullptr);
-  EXPECT_TRUE(hidden.ok()) << hidden.status();
-  if (!hidden.ok()) return INFINITY;
-  EXPECT_TRUE(stage[1]->Forward(0, *hidden, *ids, eval, &last, &loss).ok());
-  absl::StatusOr<Tensor> logits = stage[1]->GatherLogits(last);
-  EXPECT_TRUE(logits.ok()) << logits.status();
-  if (!logits.ok()) return INFINITY;
-  const double error = MaxError(*logits, ref);
-  std::printf("%s PP 2: max |logits - transformers| / max |transformers| = %.3g\n",
-              model.c_str(), error);
+  std::printf("%s %s%s: max |logits - transformers| / max |transformers| = %.3g\n",
+              model.c_str(), layout.c_str(), corrupt ? " (wrong mapping)" : "", error);
   return error;
 }
 
 TEST(HfLogitsTest, Gpt2MatchesTransformers) {
-  for (int tp : {1, 2}) EXPECT_LT(LogitsError("gpt2_tiny", tp), kTolerance) << "TP " << tp;
-  EXPECT_LT(LogitsErrorPp2("gpt2_tiny"), kTolerance) << "PP 2";
+  for (int tp : {1, 2}) {
+    for (int pp : {1, 2}) EXPECT_LT(LogitsError("gpt2_tiny", tp, pp), kTolerance);
+  }
 }
 
 TEST(HfLogitsTest, LlamaMatchesTransformers) {
-  for (int tp : {1, 2}) EXPECT_LT(LogitsError("llama_tiny", tp), kTolerance) << "TP " << tp;
-  EXPECT_LT(LogitsErrorPp2("llama_tiny"), kTolerance) << "PP 2";
+  for (int tp : {1, 2}) {
+    for (int pp : {1, 2}) EXPECT_LT(LogitsError("llama_tiny", tp, pp), kTolerance);
+  }
 }
 
 // A wrong mapping is caught: GPT-2's Conv1D attention output projection
 // left untransposed, and Llama's gate and up projections swapped.
 TEST(HfLogitsTest, WrongMappingFails) {
-  EXPECT_GT(LogitsError("gpt2_tiny", 1,
+  EXPECT_GT(LogitsError("gpt2_tiny", 1, 1,
                         [](layers::GptModel& m) {
                           layers::Param& p = m.params().at("layers.0.attention.dense.weight");
                           const int64_t h = p.value.dim(0);
@@ -249,7 +216,7 @@ TEST(HfLogitsTest, WrongMappingFails) {
                           }
                         }),
             100 * kTolerance);
-  EXPECT_GT(LogitsError("llama_tiny", 1,
+  EXPECT_GT(LogitsError("llama_tiny", 1, 1,
                         [](layers::GptModel& m) {
                           layers::Param& p = m.params().at("layers.0.mlp.dense_h_to_4h.weight");
                           const int64_t half = p.value.numel() / 2;
