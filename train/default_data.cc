@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "train/data/preprocess.h"
 
 namespace loom::train {
@@ -49,11 +50,35 @@ absl::StatusOr<std::vector<std::string>> FortuneFiles(const std::string& dir) {
   return files;
 }
 
+// Tells tokenizers of one type apart (another tokenizer.json, vocab.json or
+// .model under the same --tokenizer-type): the ids of a fixed text, the
+// vocabulary size and the end-of-document id, hashed (FNV-1a: the name of a
+// cache file must not change from run to run, as absl::Hash's may).
+std::string TokenizerFingerprint(const Tokenizer& tokenizer) {
+  static constexpr char kProbe[] =
+      "The quick brown fox jumps over the lazy dog. 0123456789 \n\t  spaces\n"
+      "Fortune: \"You will be hungry again in one hour.\" -- caf\xc3\xa9 na\xc3\xafve "
+      "\xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80 it's ISN'T we'll";
+  std::vector<int64_t> values;
+  for (int32_t id : tokenizer.Encode(kProbe)) values.push_back(id);
+  values.push_back(tokenizer.vocab_size());
+  values.push_back(tokenizer.eod_id());
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t v : values) {
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= static_cast<uint64_t>(v >> (8 * byte)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return absl::StrFormat("%016x", h).substr(0, 8);
+}
+
 absl::StatusOr<std::string> PrepareDefaultData(const std::string& cache_dir,
                                                const Tokenizer& tokenizer,
                                                const std::string& tokenizer_name,
                                                const std::string& fortunes_dir) {
-  const std::string prefix = absl::StrCat(cache_dir, "/fortunes_", tokenizer_name);
+  const std::string prefix =
+      absl::StrCat(cache_dir, "/fortunes_", tokenizer_name, "_", TokenizerFingerprint(tokenizer));
   if (std::ifstream(prefix + ".idx").good()) return prefix;  // done on an earlier run
   absl::Status made = MakeCacheDir(cache_dir);
   if (!made.ok()) return made;

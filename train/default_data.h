@@ -20,9 +20,14 @@ absl::Status MakeCacheDir(const std::string& dir);
 // The fortune text files in `dir` (no .dat/.u8 indexes, no sub-folders).
 absl::StatusOr<std::vector<std::string>> FortuneFiles(const std::string& dir);
 
+// 8 hex digits that differ between tokenizers of one type (another
+// tokenizer.json or vocabulary), stable from run to run.
+std::string TokenizerFingerprint(const Tokenizer& tokenizer);
+
 // Makes sure the default corpus is tokenized into `cache_dir` and returns
-// the dataset prefix. Preprocesses on first use only (the dataset writer is
-// atomic, so an interrupted run leaves no half-written files).
+// the dataset prefix (fortunes_<tokenizer name>_<fingerprint>). Preprocesses
+// on first use of that tokenizer only (the dataset writer is atomic, so an
+// interrupted run leaves no half-written files).
 absl::StatusOr<std::string> PrepareDefaultData(const std::string& cache_dir,
                                                const Tokenizer& tokenizer,
                                                const std::string& tokenizer_name,

@@ -42,6 +42,29 @@ TEST(DefaultDataTest, PreparesOnceFromFortuneFiles) {
   EXPECT_TRUE(PrepareDefaultData(cache, bytes, "byte", dir).ok());
 }
 
+// Two tokenizers of one --tokenizer-type (say two tokenizer.json files) must
+// not share a cached corpus: the ids of one are wrong for the other.
+TEST(DefaultDataTest, TokenizersOfOneTypeDoNotShareTheCache) {
+  const std::string dir = MakeFortunes("fortunes_two_tokenizers");
+  const std::string cache = Tmp("cache_two_tokenizers");
+  ByteTokenizer bytes;
+  // The same byte tokenizer with its ids shifted by one: another vocabulary.
+  class Shifted : public ByteTokenizer {
+   public:
+    std::vector<int32_t> Encode(const std::string& text) const override {
+      std::vector<int32_t> ids = ByteTokenizer::Encode(text);
+      for (int32_t& id : ids) id = (id + 1) % 256;
+      return ids;
+    }
+  } shifted;
+  EXPECT_EQ(TokenizerFingerprint(bytes), TokenizerFingerprint(bytes));
+  EXPECT_NE(TokenizerFingerprint(bytes), TokenizerFingerprint(shifted));
+  auto a = PrepareDefaultData(cache, bytes, "byte", dir);
+  auto b = PrepareDefaultData(cache, shifted, "byte", dir);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+}
+
 // A --data-cache-dir that does not exist yet, with a quote and a space in its
 // name and missing parents, is created (no shell is involved) by both users:
 // the default corpus and the sample-index cache of any --data-path.
@@ -53,7 +76,7 @@ TEST(DefaultDataTest, NewCacheFolderWithAQuoteAndASpaceIsCreated) {
   auto prefix = PrepareDefaultData(cache, bytes, "byte", dir);
   ASSERT_TRUE(prefix.ok()) << prefix.status();
   EXPECT_TRUE(std::filesystem::is_directory(cache));
-  EXPECT_EQ(*prefix, cache + "/fortunes_byte");
+  EXPECT_EQ(*prefix, cache + "/fortunes_byte_" + TokenizerFingerprint(bytes));
 
   auto ds = IndexedDataset::Open(*prefix);
   ASSERT_TRUE(ds.ok()) << ds.status();
