@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,7 +45,7 @@ int64_t QkvRow(int64_t j, int64_t h, int64_t heads) {
 absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, hf::Dtype dtype) {
   const layers::GptConfig c = GptConfigFromProto(reader.manifest().model());
   const int64_t h = c.hidden_size, f = c.ffn(), V = c.vocab_size, H = c.num_attention_heads,
-                G = c.query_groups(), d = c.head_dim(), n = H / G;
+                G = c.query_groups(), d = c.head_dim();
   std::vector<hf::NamedTensor> tensors;
   auto get = [&](const std::string& name) { return reader.ReadGlobal(name, PARAM); };
   auto put = [&](const std::string& name, std::vector<int64_t> shape,
@@ -67,16 +68,15 @@ absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, h
     LOOM_RETURN_IF_ERROR(copy(p + "input_layernorm.weight", q + "input_layernorm.weight", {h}));
     LOOM_ASSIGN_OR_RETURN(std::vector<float> w, get(p + "attention.qkv.weight"));
     std::vector<float> wq(H * d * h), wk(G * d * h), wv(G * d * h);
-    auto row = [&](std::vector<float>& to, int64_t r_to, int64_t r_from) {
-      std::copy(w.begin() + r_from * h, w.begin() + (r_from + 1) * h, to.begin() + r_to * h);
-    };
-    for (int64_t j = 0; j < H; ++j) {
-      for (int64_t e = 0; e < d; ++e) row(wq, j * d + e, ((j / n) * (n + 2) + j % n) * d + e);
-    }
-    for (int64_t g = 0; g < G; ++g) {
-      for (int64_t e = 0; e < d; ++e) {
-        row(wk, g * d + e, (g * (n + 2) + n) * d + e);
-        row(wv, g * d + e, (g * (n + 2) + n + 1) * d + e);
+    for (auto [part, to, count] : {std::tuple{layers::QkvPart::kQuery, &wq, H},
+                                   std::tuple{layers::QkvPart::kKey, &wk, G},
+                                   std::tuple{layers::QkvPart::kValue, &wv, G}}) {
+      for (int64_t j = 0; j < count; ++j) {
+        for (int64_t e = 0; e < d; ++e) {
+          const int64_t from = layers::QkvWeightRow(c, part, j, e);
+          std::copy(w.begin() + from * h, w.begin() + (from + 1) * h,
+                    to->begin() + (j * d + e) * h);
+        }
       }
     }
     put(q + "self_attn.q_proj.weight", {H * d, h}, wq);

@@ -123,6 +123,19 @@ absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp)
   return absl::OkStatus();
 }
 
+int64_t QkvWeightRow(const GptConfig& c, QkvPart part, int64_t head, int64_t e) {
+  const int64_t d = c.head_dim(), n = c.num_attention_heads / c.query_groups();
+  switch (part) {
+    case QkvPart::kQuery:
+      return ((head / n) * (n + 2) + head % n) * d + e;
+    case QkvPart::kKey:
+      return (head * (n + 2) + n) * d + e;
+    case QkvPart::kValue:
+      return (head * (n + 2) + n + 1) * d + e;
+  }
+  return -1;
+}
+
 std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer) {
   const std::string p = absl::StrCat("layers.", layer, ".");
   const int64_t h = c.hidden_size, f = c.ffn();

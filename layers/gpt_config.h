@@ -118,6 +118,15 @@ inline constexpr char kOutputLayerName[] = "output_layer.weight";
 // V rows are padded for TP (make_vocab_size_divisible_by · p) in memory,
 // stored unpadded (ParamSpec::unpadded_rows).
 
+// The three projections stacked in `attention.qkv.weight` (and its bias).
+enum class QkvPart { kQuery, kKey, kValue };
+// The global row of `attention.qkv.weight` that holds row `e` (< head_dim) of
+// query head `head` (kQuery) or of the key/value head of query group `head`:
+// the [group, {q of its heads, k, v}, d] order documented above (GPT-2's
+// [head, {q, k, v}, d] without GQA). Import and export map HF's q/k/v_proj
+// rows through it.
+int64_t QkvWeightRow(const GptConfig& c, QkvPart part, int64_t head, int64_t e);
+
 // Global parameter specs of layer `layer` (pre-norm transformer block).
 std::vector<ParamSpec> BlockParamSpecs(const GptConfig& config, int64_t layer);
 // Token embedding, and the position table with learned_absolute positions

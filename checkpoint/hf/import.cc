@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -151,7 +152,6 @@ absl::StatusOr<std::vector<LoomTensor>> LoomTensorsFromHf(const HfModelConfig& h
     LOOM_RETURN_IF_ERROR(copy(t + "ln_f.bias", layers::kFinalNormBiasName, {h}));
   } else {
     // Llama / Mistral: RMSNorm, RoPE, SwiGLU, no biases (hf_config refuses others).
-    const int64_t n = H / G;
     if (!c.tied_output_layer()) {
       LOOM_RETURN_IF_ERROR(copy("lm_head.weight", layers::kOutputLayerName, {V, h}));
     }
@@ -167,16 +167,15 @@ absl::StatusOr<std::vector<LoomTensor>> LoomTensorsFromHf(const HfModelConfig& h
       LOOM_ASSIGN_OR_RETURN(std::vector<float> wv,
                             src.Take(q + "self_attn.v_proj.weight", {G * d, h}));
       std::vector<float> w((H + 2 * G) * d * h);
-      auto row = [&](const std::vector<float>& from, int64_t r_from, int64_t r_to) {
-        std::copy(from.begin() + r_from * h, from.begin() + (r_from + 1) * h, w.begin() + r_to * h);
-      };
-      for (int64_t j = 0; j < H; ++j) {
-        for (int64_t e = 0; e < d; ++e) row(wq, j * d + e, ((j / n) * (n + 2) + j % n) * d + e);
-      }
-      for (int64_t g = 0; g < G; ++g) {
-        for (int64_t e = 0; e < d; ++e) {
-          row(wk, g * d + e, (g * (n + 2) + n) * d + e);
-          row(wv, g * d + e, (g * (n + 2) + n + 1) * d + e);
+      for (auto [part, from, count] : {std::tuple{layers::QkvPart::kQuery, &wq, H},
+                                       std::tuple{layers::QkvPart::kKey, &wk, G},
+                                       std::tuple{layers::QkvPart::kValue, &wv, G}}) {
+        for (int64_t j = 0; j < count; ++j) {
+          for (int64_t e = 0; e < d; ++e) {
+            const int64_t to = layers::QkvWeightRow(c, part, j, e);
+            std::copy(from->begin() + (j * d + e) * h, from->begin() + (j * d + e + 1) * h,
+                      w.begin() + to * h);
+          }
         }
       }
       put(p + "attention.qkv.weight", {(H + 2 * G) * d, h}, std::move(w));
