@@ -42,6 +42,19 @@ int64_t QkvRow(int64_t j, int64_t h, int64_t heads) {
   return (within / d) * 3 * d + part * d + within % d;
 }
 
+// Writes `out_dir`/model.safetensors (floats as `dtype`) and config.json
+// (`config` plus the torch_dtype that says which), both atomically.
+absl::Status WriteHfFolder(const std::string& out_dir, const std::vector<hf::NamedTensor>& tensors,
+                           hf::Dtype dtype, nlohmann::ordered_json config) {
+  LOOM_RETURN_IF_ERROR(MakeDirs(out_dir));
+  hf::WriteOptions options;
+  options.float_dtype = dtype;
+  LOOM_RETURN_IF_ERROR(
+      hf::WriteSafetensors(JoinPath(out_dir, "model.safetensors"), tensors, options));
+  config["torch_dtype"] = dtype == hf::Dtype::kBF16 ? "bfloat16" : "float32";
+  return WriteFileAtomically(JoinPath(out_dir, "config.json"), config.dump(2) + "\n");
+}
+
 absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, hf::Dtype dtype) {
   const layers::GptConfig c = GptConfigFromProto(reader.manifest().model());
   const int64_t h = c.hidden_size, f = c.ffn(), V = c.vocab_size, H = c.num_attention_heads,
@@ -92,11 +105,6 @@ absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, h
     LOOM_RETURN_IF_ERROR(copy(p + "mlp.dense_4h_to_h.weight", q + "mlp.down_proj.weight", {h, f}));
   }
   LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormWeightName, "model.norm.weight", {h}));
-  LOOM_RETURN_IF_ERROR(MakeDirs(out_dir));
-  hf::WriteOptions options;
-  options.float_dtype = dtype;
-  LOOM_RETURN_IF_ERROR(
-      hf::WriteSafetensors(JoinPath(out_dir, "model.safetensors"), tensors, options));
   nlohmann::ordered_json config = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},
@@ -116,9 +124,8 @@ absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, h
       {"attention_dropout", 0.0},
       {"initializer_range", Decimal(c.init_method_std)},
       {"tie_word_embeddings", c.tied_output_layer()},
-      {"torch_dtype", dtype == hf::Dtype::kBF16 ? "bfloat16" : "float32"},
   };
-  return WriteFileAtomically(JoinPath(out_dir, "config.json"), config.dump(2) + "\n");
+  return WriteHfFolder(out_dir, tensors, dtype, std::move(config));
 }
 
 }  // namespace
@@ -187,16 +194,9 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
   LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormWeightName, "ln_f.weight", {h}));
   LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormBiasName, "ln_f.bias", {h}));
 
-  // safetensors (F32): u64 header length, JSON header, then the raw data.
   std::vector<hf::NamedTensor> tensors;
   tensors.reserve(outs.size());
   for (const Out& o : outs) tensors.push_back(hf::NamedTensor::FromF32(o.name, o.shape, o.data));
-  LOOM_RETURN_IF_ERROR(MakeDirs(out_dir));
-  hf::WriteOptions options;
-  options.float_dtype = dtype;
-  LOOM_RETURN_IF_ERROR(
-      hf::WriteSafetensors(JoinPath(out_dir, "model.safetensors"), tensors, options));
-
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
@@ -214,9 +214,8 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
       {"embd_pdrop", 0.0},
       {"attn_pdrop", 0.0},
       {"tie_word_embeddings", true},
-      {"torch_dtype", dtype == hf::Dtype::kBF16 ? "bfloat16" : "float32"},
   };
-  return WriteFileAtomically(JoinPath(out_dir, "config.json"), config.dump(2) + "\n");
+  return WriteHfFolder(out_dir, tensors, dtype, std::move(config));
 }
 
 }  // namespace loom::checkpoint
