@@ -1,5 +1,6 @@
 #include "comm/launch/flags.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -27,6 +28,25 @@ ABSL_FLAG(std::string, store, loom::comm::launch::CommFlags{}.store,
           "Rendezvous store: tcp or file:<shared directory>.");
 ABSL_FLAG(double, comm_timeout_s, loom::comm::launch::CommFlags{}.timeout_s,
           "Per-operation timeout of collectives, seconds.");
+ABSL_FLAG(int, nnodes, 1,
+          "Nodes in the job: one agent per node (this binary with --nproc-per-node) starts that "
+          "node's ranks; the agents meet at --master-addr:--master-port (torchrun's flag).");
+ABSL_FLAG(int, node_rank, 0, "This node's index in [0, --nnodes) (torchrun's flag).");
+ABSL_FLAG(int, max_restarts, 0,
+          "Restarts of the whole job after a rank fails (exit, signal, hang, collective "
+          "timeout): every node's ranks are stopped and started again from the newest complete "
+          "checkpoint in --save.");
+ABSL_FLAG(double, heartbeat_timeout_s, 0,
+          "A rank that reports no progress for this long is declared hung and handled like a "
+          "failure (0: not checked).");
+ABSL_FLAG(std::string, rendezvous_secret, "",
+          "The job's secret, proven by every connection to the rendezvous store (else "
+          "LOOM_RENDEZVOUS_SECRET; one node: made by the launcher). Same on every node.");
+ABSL_FLAG(std::string, flight_recorder_dir, "",
+          "Folder where every rank writes its last collective operations on a timeout, an "
+          "abort or SIGUSR1; read them with `bazel run //comm:flight -- DIR`.");
+ABSL_FLAG(int, flight_recorder_entries, loom::comm::launch::CommFlags{}.flight_recorder_entries,
+          "Operations each communicator's flight recorder keeps.");
 
 namespace loom::comm::launch {
 namespace {
@@ -71,6 +91,18 @@ CommFlags GetCommFlags() {
   f.rank.master_port = absl::GetFlag(FLAGS_master_port);
   f.store = absl::GetFlag(FLAGS_store);
   f.timeout_s = absl::GetFlag(FLAGS_comm_timeout_s);
+  f.nnodes = absl::GetFlag(FLAGS_nnodes);
+  f.nnodes_given = Given("nnodes");
+  f.node_rank = absl::GetFlag(FLAGS_node_rank);
+  f.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  f.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
+  f.rendezvous_secret = absl::GetFlag(FLAGS_rendezvous_secret);
+  if (f.rendezvous_secret.empty()) {
+    const char* env = std::getenv("LOOM_RENDEZVOUS_SECRET");
+    if (env != nullptr) f.rendezvous_secret = env;
+  }
+  f.flight_recorder_dir = absl::GetFlag(FLAGS_flight_recorder_dir);
+  f.flight_recorder_entries = absl::GetFlag(FLAGS_flight_recorder_entries);
   return f;
 }
 

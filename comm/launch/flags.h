@@ -7,6 +7,10 @@
 //   --nproc-per-node=N            --rank --world-size --local-rank
 //   --master-addr --master-port   --store=tcp|file:<dir>
 //   --comm-timeout-s=300
+// The agent (launcher.h; torchrun's names where torchrun has one):
+//   --nnodes=N --node-rank=R      --max-restarts=M   --heartbeat-timeout-s=S
+//   --rendezvous-secret (else LOOM_RENDEZVOUS_SECRET)
+// The flight recorder (comm/flight): --flight-recorder-dir, --flight-recorder-entries
 
 #include <string>
 #include <vector>
@@ -24,6 +28,20 @@ struct CommFlags {
   ExplicitRank rank;
   std::string store = "tcp";
   double timeout_s = 300;
+  // The agent: nodes in the job, this node's index, how often a failed job is
+  // restarted, how long a rank may go without a heartbeat (0: unchecked).
+  int nnodes = 1;
+  bool nnodes_given = false;
+  int node_rank = 0;
+  int max_restarts = 0;
+  double heartbeat_timeout_s = 0;
+  // The per-job secret every store connection proves (--rendezvous-secret, else
+  // LOOM_RENDEZVOUS_SECRET; "": the launcher makes one for its own node's ranks).
+  std::string rendezvous_secret;
+  // Where each rank writes its flight recorder on a timeout, an abort or
+  // SIGUSR1 ("": not written), and how many operations each communicator keeps.
+  std::string flight_recorder_dir;
+  int flight_recorder_entries = 2048;
 };
 
 // Rewrites dashes in flag names to underscores in place (core/cli.h's

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "comm/launch/discovery.h"
@@ -43,6 +44,12 @@ std::string DescribeExit(int status) {
 bool IsLaunchedChild() {
   const char* v = std::getenv("LOOM_LAUNCHED");
   return v != nullptr && std::string(v) == "1";
+}
+
+int RestartCount() {
+  const char* v = std::getenv("LOOM_RESTART_COUNT");
+  int n = 0;
+  return v != nullptr && absl::SimpleAtoi(v, &n) && n > 0 ? n : 0;
 }
 
 absl::StatusOr<int> PickFreePort() {

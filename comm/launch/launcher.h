@@ -38,6 +38,11 @@ struct LaunchOptions {
 // True in a process started by LaunchAndWait (LOOM_LAUNCHED=1).
 bool IsLaunchedChild();
 
+// In a rank started by the agent: how many times the job was restarted before
+// this start (LOOM_RESTART_COUNT, torchelastic's TORCHELASTIC_RESTART_COUNT);
+// 0 on the first start and in a process no agent started.
+int RestartCount();
+
 // Runs argv[0..argc) (this very binary, /proc/self/exe) once per rank and
 // waits for all. Refuses (FailedPrecondition, before starting anything) in a
 // process that is already a rank: one it started, or one whose environment

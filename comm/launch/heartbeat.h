@@ -1,0 +1,62 @@
+#ifndef LOOM_COMM_LAUNCH_HEARTBEAT_H_
+#define LOOM_COMM_LAUNCH_HEARTBEAT_H_
+
+// Progress reports from a rank to the agent that started it (launcher.h), so
+// that a rank which stops making progress (SIGSTOP, a deadlock, a stuck file
+// system) is found and named even before a collective times out.
+//
+// The agent creates one small file per local rank and passes its path in
+// LOOM_HEARTBEAT_FILE; the rank maps it and a beat is three relaxed stores to
+// shared memory: no system call, no lock, nothing when no agent is watching.
+// The agent reads the page every few hundred milliseconds; a rank whose beat
+// counter has not moved for --heartbeat-timeout-s is hung.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace loom::comm::launch {
+
+// What the rank is doing (shown when it is declared hung).
+enum class Phase : uint32_t {
+  kStarting = 0,  // before the first beat (set by the agent)
+  kSetup,         // groups, model, data, checkpoint load
+  kTrain,         // a training step
+  kEval,          // evaluation
+  kSave,          // writing a checkpoint
+  kExiting,       // done, shutting down
+};
+const char* PhaseName(Phase phase);
+
+// Rank side: records progress in this process's heartbeat page, if an agent
+// gave it one (otherwise nothing). Thread-safe; any rank thread may beat.
+void Beat(int64_t iteration, Phase phase);
+
+// Agent side: one rank's page.
+struct HeartbeatReading {
+  uint64_t beats = 0;  // increases with every Beat
+  int64_t iteration = 0;
+  Phase phase = Phase::kStarting;
+};
+
+class HeartbeatPage {
+ public:
+  // Creates (truncates) `path` and maps it.
+  static absl::StatusOr<std::unique_ptr<HeartbeatPage>> Create(const std::string& path);
+  ~HeartbeatPage();
+  HeartbeatReading Read() const;
+  // Back to "no beat yet" (before the rank is started again).
+  void Reset();
+  const std::string& path() const { return path_; }
+
+ private:
+  HeartbeatPage() = default;
+  std::string path_;
+  void* page_ = nullptr;
+};
+
+}  // namespace loom::comm::launch
+
+#endif  // LOOM_COMM_LAUNCH_HEARTBEAT_H_
