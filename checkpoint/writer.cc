@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -96,6 +97,8 @@ std::string Basename(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+std::atomic<ShardWriteHook> g_shard_write_hook{nullptr};  // SetShardWriteHookForTesting
+
 }  // namespace
 
 std::string TmpDirFor(const std::string& dir, int64_t iteration) {
@@ -110,6 +113,10 @@ absl::Status BeginCheckpoint(const std::string& dir, int64_t iteration) {
   const std::string tmp = TmpDirFor(dir, iteration);
   LOOM_RETURN_IF_ERROR(RemoveTree(tmp));
   return MakeDirs(tmp);
+}
+
+void SetShardWriteHookForTesting(ShardWriteHook hook) {
+  g_shard_write_hook.store(hook, std::memory_order_release);
 }
 
 absl::StatusOr<ShardReport> WriteShardFile(const std::string& path, int global_rank,
@@ -129,7 +136,16 @@ absl::StatusOr<ShardReport> WriteShardFile(const std::string& path, int global_r
   std::memcpy(header + 12, &rank, 4);
   absl::Status s = out.Append(header, sizeof(header));
   if (!s.ok()) return fail(s);
-  for (const Piece& p : pieces) {
+  const ShardWriteHook hook = g_shard_write_hook.load(std::memory_order_acquire);
+  auto halfway = [&]() {
+    s = out.Flush();  // what was written so far is in the file when the hook runs
+    if (s.ok()) hook(path, global_rank);
+    return s;
+  };
+  if (hook != nullptr && pieces.empty() && !halfway().ok()) return fail(s);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    if (hook != nullptr && i == pieces.size() / 2 && !halfway().ok()) return fail(s);
     TensorInfo* t = report.add_tensors();
     t->set_name(p.name);
     t->set_state(p.state);

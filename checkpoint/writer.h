@@ -39,6 +39,15 @@ absl::Status BeginCheckpoint(const std::string& dir, int64_t iteration);
 absl::StatusOr<ShardReport> WriteShardFile(const std::string& path, int global_rank,
                                            const std::vector<Piece>& pieces);
 
+// Test only (train/fault_injection.h, LOOM_FAULT kind=save): when set,
+// WriteShardFile calls `hook` once per shard file after its first half of
+// pieces (or, with none, its header) is written to the file, before the
+// rest, the fsync and the commit,
+// so a fault injected there leaves a half-written shard in DIR/iter_N.tmp.
+// nullptr (the default): no call. Process-wide.
+using ShardWriteHook = void (*)(const std::string& path, int global_rank);
+void SetShardWriteHookForTesting(ShardWriteHook hook);
+
 // Fills manifest->files/tensors from every rank's report (in rank order).
 // Errors on a tensor whose pieces disagree about its global shape.
 absl::Status MergeReports(const std::vector<ShardReport>& reports, Manifest* manifest);

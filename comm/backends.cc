@@ -141,6 +141,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::Comm
   BackendOptions o;
   o.network = flags.network;
   o.comm.timeout = absl::Seconds(flags.timeout_s);
+  o.comm.flight_recorder_dir = flags.flight_recorder_dir;
+  o.comm.flight_recorder_entries = flags.flight_recorder_entries;
   if (flags.backend == "local") {
     return absl::InvalidArgumentError(
         "--backend=local runs ranks as threads of one process; multi-process binaries need "
@@ -154,9 +156,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::Comm
     o.store = std::make_shared<MemoryStore>();  // nobody to meet: no port to bind
   } else if (flags.store == "tcp") {
     TcpStoreOptions to;
-    to.host = info.master_addr;
+    to.host = info.master_addr;  // rank 0 binds this address, not every interface
     to.port = info.master_port;
     to.is_server = info.rank == 0;
+    to.secret = flags.rendezvous_secret;  // --rendezvous-secret / LOOM_RENDEZVOUS_SECRET
     to.connect_timeout = o.comm.timeout;
     auto st = TcpStore::Create(to);
     if (!st.ok()) return st.status();

@@ -90,6 +90,7 @@ TEST(Backends, UnreachableStoreAddress) {
   f.rank.world_size = 2;
   f.rank.master_addr = "127.0.0.1";
   f.rank.master_port = *port;
+  f.rendezvous_secret = "backends-test-secret";
   auto c = CreateFromFlags(f);
   EXPECT_TRUE(absl::IsUnavailable(c.status())) << c.status();
   EXPECT_TRUE(absl::StrContains(c.status().message(), "could not connect")) << c.status();

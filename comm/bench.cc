@@ -29,6 +29,7 @@
 #include "comm/launch/flags.h"
 #include "comm/launch/launcher.h"
 #include "comm/local/communicator.h"
+#include "comm/store/auth.h"
 #include "core/tensor.h"
 #ifdef LOOM_COMM_HAVE_MPI
 #include <mpi.h>
@@ -310,12 +311,18 @@ int Main(int argc, char** argv) {
       Check(port.status());
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", absl::StrCat(*port).c_str(), 1);
+      // mpirun's ranks meet in the TCP store (ucx, nccl): one secret for all.
+      absl::StatusOr<std::string> secret = flags.rendezvous_secret;
+      if (secret->empty()) secret = MakeRendezvousSecret();
+      Check(secret.status());
+      setenv("LOOM_RENDEZVOUS_SECRET", secret->c_str(), 1);
       setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
       setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
       std::vector<std::string> args = {"mpirun", "-np", absl::StrCat(flags.nproc_per_node),
                                         "--oversubscribe", "--bind-to", "none",
                                         "--mca", "plm_rsh_agent", "false",
                                         "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
+                                        "-x", "LOOM_RENDEZVOUS_SECRET",
                                         SelfPath()};
       // The comm flags are re-read from the original argv (without --nproc-per-node).
       for (size_t i = 1; i < original.size(); ++i) {

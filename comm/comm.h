@@ -120,6 +120,13 @@ struct CommOptions {
   absl::Duration timeout = absl::Minutes(5);
   // Used in error messages ("tp", "dp", ...). Split() sets it for children.
   std::string group_name = "world";
+  // The flight recorder (comm/flight/recorder.h; always on): how many of
+  // its last operations each communicator keeps, and the folder where each
+  // rank writes them on a timeout, an abort or SIGUSR1 ("": never written;
+  // --flight-recorder-dir, --flight-recorder-entries). Split() children
+  // inherit both.
+  int flight_recorder_entries = 2048;
+  std::string flight_recorder_dir;
 };
 
 // A handle on one asynchronous operation.

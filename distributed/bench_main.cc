@@ -180,10 +180,7 @@ int Main(int argc, char** argv) {
   comm::launch::ParseFlags(argc, argv, "bazel run //distributed:bench -- [--nproc-per-node=2]");
   comm::launch::CommFlags flags = comm::launch::GetCommFlags();
   if (!flags.backend_given) flags.backend = "ucx";
-  comm::launch::LaunchRequest request;
-  request.backend = flags.backend;
-  request.rank = flags.rank;
-  if (flags.nproc_per_node_given) request.nproc_per_node = flags.nproc_per_node;
+  comm::launch::LaunchRequest request = comm::launch::LaunchRequestFor(flags);
   request.default_nproc_per_node = 2;
   request.program = argv[0];
   absl::Status checked = comm::CheckCommFlags(flags);
@@ -196,9 +193,8 @@ int Main(int argc, char** argv) {
   absl::Status status;
   switch (plan->role) {
     case comm::launch::Role::kLauncher: {
-      comm::launch::LaunchOptions lo;
-      lo.nproc_per_node = plan->nproc_per_node;
-      status = comm::launch::LaunchAndWait(lo, argc, argv);
+      status = comm::launch::LaunchAndWait(comm::launch::LaunchOptionsFor(flags, *plan), argc,
+                                           argv);
       break;
     }
     case comm::launch::Role::kThreads: {

@@ -37,8 +37,10 @@ refused "world size (2 ranks) is not divisible by --tensor-model-parallel-size (
 refused "--nproc-per-node=2 .*RANK=1, WORLD_SIZE=2" env RANK=1 WORLD_SIZE=2 "$GPT" --nproc-per-node=2
 refused "RANK=1 is set but WORLD_SIZE is not" env RANK=1 "$GPT"
 # torchrun's variables and no master: this process is rank 1 and waits for
-# rank 0 (here up to 3 s), never starting ranks of its own.
+# rank 0 (here up to 3 s), never starting ranks of its own. Ranks started
+# without our launcher bring the job's secret (LOOM_RENDEZVOUS_SECRET).
 out=$(RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_PORT=$((20000 + RANDOM % 20000)) \
+  LOOM_RENDEZVOUS_SECRET=multiprocess-train-test \
   timeout -k 5 60 "$GPT" --comm-timeout-s=3 2>&1) && { echo "FAILED: rank 1 alone exited 0"; exit 1; }
 echo "$out"
 echo "$out" | grep -q "could not connect" || { echo "FAILED: no rendezvous error: $out"; exit 1; }

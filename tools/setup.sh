@@ -16,10 +16,14 @@ PACKAGES=(
   libopenblas-dev libblis-dev         # reference BLAS libraries for //core:bench
   libopenmpi-dev openmpi-bin          # MPI backend
   libucx-dev               # UCX backend
+  libssl-dev               # libcrypto: the TCP store's HMAC handshake (comm/store/auth.h)
   libre2-dev nlohmann-json3-dev       # tokenizers (GPT-2 pre-tokenizer, vocab.json)
   libsentencepiece-dev     # --tokenizer-type SentencePieceTokenizer (Llama 2-style models)
   fortunes                 # default English training corpus
   iproute2 procps          # network namespaces and process tools for tests
+  util-linux               # unshare: a host name per namespace (//tests:two_hosts_test)
+  slurm-wlm munge          # a one-node Slurm cluster for //tests:slurm_test (srun, sbatch, scancel)
+  openssl                  # docs/slurm/train.sbatch makes the job's rendezvous secret
 )
 
 missing=()

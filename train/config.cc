@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "train/fault_injection.h"
 
 namespace loom::train {
 
@@ -152,6 +153,27 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
   }
   if (c->checkpoint.finetune && c->load.empty()) {
     return absl::InvalidArgumentError("--finetune needs --load=<checkpoint directory>");
+  }
+  if (c->exit_signal_handler && c->save.empty()) {
+    return absl::InvalidArgumentError(
+        "--exit-signal-handler needs --save=<directory>: on SIGTERM the run saves a checkpoint "
+        "there, then exits 0");
+  }
+  if (c->exit_interval.has_value() && *c->exit_interval < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--exit-interval (", *c->exit_interval,
+        ") must be >= 1: the run saves and exits when the iteration is a multiple of it "
+        "(leave the flag out to run all --train-iters)"));
+  }
+  if (c->exit_duration_in_mins.has_value() && !(*c->exit_duration_in_mins > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--exit-duration-in-mins (", *c->exit_duration_in_mins,
+        ") must be > 0: the run saves and exits once it has taken that many minutes "
+        "(leave the flag out for no limit)"));
+  }
+  if (absl::Status faults = ValidateFaults(c->fault_injection, world_size, c->train_iters);
+      !faults.ok()) {
+    return faults;
   }
   if (c->skip_train && c->eval_iters < 1) {
     return absl::InvalidArgumentError(

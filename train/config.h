@@ -114,6 +114,16 @@ struct TrainConfig {
   // --skip-train: evaluate the (loaded) model on --eval-iters validation
   // batches, print the loss and stop (no step, nothing saved).
   bool skip_train = false;
+  // Stopping early (Megatron's flags): Train() finishes the step, saves a
+  // checkpoint (with --save), logs why and returns OK with
+  // Trainer::exit_reason() set; //train:gpt then exits 0 without a sample.
+  // The ranks agree: the signal and the clock are all-reduced (MAX) over the
+  // world after every step (only when one of the two is on).
+  bool exit_signal_handler = false;              // --exit-signal-handler: on SIGTERM (needs --save)
+  std::optional<int64_t> exit_interval;          // --exit-interval: when iteration % N == 0
+  std::optional<double> exit_duration_in_mins;   // --exit-duration-in-mins: once the run took M min
+  // Test only: the value of LOOM_FAULT (train/fault_injection.h); "" = none.
+  std::string fault_injection;
   double peak_flops = 0;     // --peak-flops per rank for MFU (0: measure a GEMM at start)
   int64_t sample_tokens = 200;  // generated at the end (0: none)
 

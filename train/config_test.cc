@@ -179,3 +179,42 @@ TEST(ConfigTest, BackendIsCheckedByTheFlagTyped) {
 
 }  // namespace
 }  // namespace loom::train
+
+// Megatron's exit flags and LOOM_FAULT are checked before any work.
+namespace loom::train {
+namespace {
+
+TEST(ConfigTest, ExitFlagsAndFaultInjection) {
+  TrainConfig c = Base();
+  c.exit_signal_handler = true;
+  ExpectError(c, 1, {"--exit-signal-handler needs --save=<directory>"});
+  c.save = "/tmp/ckpt";
+  EXPECT_TRUE(Finalize(&c, 1).ok());
+  for (int64_t bad : {0, -3}) {
+    c = Base();
+    c.exit_interval = bad;
+    ExpectError(c, 1, {"--exit-interval (" + std::to_string(bad) + ") must be >= 1"});
+  }
+  c = Base();
+  c.exit_interval = 100;  // without --save: stops without saving (Megatron's too)
+  EXPECT_TRUE(Finalize(&c, 1).ok());
+  for (double bad : {0.0, -1.0}) {
+    c = Base();
+    c.exit_duration_in_mins = bad;
+    ExpectError(c, 1, {"--exit-duration-in-mins (", ") must be > 0"});
+  }
+  c = Base();
+  c.exit_duration_in_mins = 0.5;
+  EXPECT_TRUE(Finalize(&c, 1).ok());
+
+  c = Base();
+  c.fault_injection = "rank=1,iteration=5,kind=boom";
+  ExpectError(c, 2, {"LOOM_FAULT=rank=1,iteration=5,kind=boom", "unknown kind=boom"});
+  c.fault_injection = "rank=2,iteration=5,kind=exit";
+  ExpectError(c, 2, {"LOOM_FAULT=", "rank=2 is outside the world of 2 ranks"});
+  c.fault_injection = "rank=1,iteration=5,kind=sigkill";
+  EXPECT_TRUE(Finalize(&c, 2).ok());
+}
+
+}  // namespace
+}  // namespace loom::train

@@ -73,12 +73,17 @@ std::string TokenizerFingerprint(const Tokenizer& tokenizer) {
   return absl::StrFormat("%016x", h).substr(0, 8);
 }
 
+std::string DefaultDataPrefix(const std::string& cache_dir, const Tokenizer& tokenizer,
+                              const std::string& tokenizer_name) {
+  return absl::StrCat(cache_dir, "/fortunes_", tokenizer_name, "_", TokenizerFingerprint(tokenizer));
+}
+
 absl::StatusOr<std::string> PrepareDefaultData(const std::string& cache_dir,
                                                const Tokenizer& tokenizer,
                                                const std::string& tokenizer_name,
                                                const std::string& fortunes_dir) {
   const std::string prefix =
-      absl::StrCat(cache_dir, "/fortunes_", tokenizer_name, "_", TokenizerFingerprint(tokenizer));
+      DefaultDataPrefix(cache_dir, tokenizer, tokenizer_name);
   if (std::ifstream(prefix + ".idx").good()) return prefix;  // done on an earlier run
   absl::Status made = MakeCacheDir(cache_dir);
   if (!made.ok()) return made;

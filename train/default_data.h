@@ -24,8 +24,13 @@ absl::StatusOr<std::vector<std::string>> FortuneFiles(const std::string& dir);
 // tokenizer.json or vocabulary), stable from run to run.
 std::string TokenizerFingerprint(const Tokenizer& tokenizer);
 
+// Where the default corpus tokenized by `tokenizer` lives in `cache_dir`:
+// the dataset prefix cache_dir/fortunes_<tokenizer name>_<fingerprint>.
+std::string DefaultDataPrefix(const std::string& cache_dir, const Tokenizer& tokenizer,
+                              const std::string& tokenizer_name);
+
 // Makes sure the default corpus is tokenized into `cache_dir` and returns
-// the dataset prefix (fortunes_<tokenizer name>_<fingerprint>). Preprocesses
+// the dataset prefix (DefaultDataPrefix). Preprocesses
 // on first use of that tokenizer only (the dataset writer is atomic, so an
 // interrupted run leaves no half-written files).
 absl::StatusOr<std::string> PrepareDefaultData(const std::string& cache_dir,

@@ -3,6 +3,7 @@
 #include "train/gpt_flags.h"
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -15,6 +16,7 @@
 #include "checkpoint/rank_state.h"
 #include "checkpoint/reader.h"
 #include "core/cli.h"
+#include "train/fault_injection.h"
 
 namespace {
 const loom::train::TrainConfig& D() {
@@ -141,6 +143,14 @@ ABSL_FLAG(bool, skip_train, D().skip_train,
           "loss: no training step, nothing saved");
 ABSL_FLAG(bool, no_load_optim, !D().checkpoint.load_optim,
           "With --load: fresh Adam state instead of the checkpoint's");
+// Stopping early (Megatron's): finish the step, save (with --save), exit 0.
+ABSL_FLAG(bool, exit_signal_handler, D().exit_signal_handler,
+          "On SIGTERM (a scheduler's preemption): finish the step, save a checkpoint to --save "
+          "and exit 0");
+ABSL_FLAG(std::optional<int64_t>, exit_interval, D().exit_interval,
+          "Save (with --save) and exit 0 when the iteration is a multiple of N (unset: never)");
+ABSL_FLAG(std::optional<double>, exit_duration_in_mins, D().exit_duration_in_mins,
+          "Save (with --save) and exit 0 once the run has taken M minutes (unset: no limit)");
 
 namespace loom::train {
 
@@ -229,6 +239,10 @@ TrainConfig ConfigFromFlags() {
   c.checkpoint.load_optim = !absl::GetFlag(FLAGS_no_load_optim);
   c.checkpoint.finetune = absl::GetFlag(FLAGS_finetune);
   c.skip_train = absl::GetFlag(FLAGS_skip_train);
+  c.exit_signal_handler = absl::GetFlag(FLAGS_exit_signal_handler);
+  c.exit_interval = absl::GetFlag(FLAGS_exit_interval);
+  c.exit_duration_in_mins = absl::GetFlag(FLAGS_exit_duration_in_mins);
+  c.fault_injection = FaultSpecFromEnvironment();  // test only: LOOM_FAULT
   return c;
 }
 

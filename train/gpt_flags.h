@@ -15,7 +15,8 @@ namespace loom::train {
 
 // The complete TrainConfig the command line gives, the distributed backend
 // (--distributed-backend, else --backend) and timeout
-// (--distributed-timeout-minutes, else --comm-timeout-s) included. Relative
+// (--distributed-timeout-minutes, else --comm-timeout-s) included, and the
+// test-only LOOM_FAULT (train/fault_injection.h) as fault_injection. Relative
 // paths are taken from where `bazel run` was started (core::ResolveUserPath).
 // Not yet Finalize()d: that needs the world size (comm::launch::PlanLaunch's).
 TrainConfig ConfigFromFlags();

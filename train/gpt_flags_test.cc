@@ -92,6 +92,10 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   SAME(checkpoint.load_optim);
   SAME(checkpoint.finetune);
   SAME(skip_train);
+  SAME(exit_signal_handler);
+  SAME(exit_interval);
+  SAME(exit_duration_in_mins);
+  SAME(fault_injection);
   SAME(peak_flops);
   SAME(sample_tokens);
   SAME(device);
@@ -143,6 +147,41 @@ TEST(GptFlagsTest, MegatronNamesWithDashesOrUnderscores) {
   const comm::launch::CommFlags comm = CommFlagsFor(c);
   EXPECT_TRUE(comm.nproc_per_node_given);
   EXPECT_EQ(comm.nproc_per_node, 4);
+}
+
+TEST(GptFlagsTest, ExitFlagsAndFaultVariable) {
+  {
+    absl::FlagSaver saver;
+    unsetenv("LOOM_FAULT");
+    Parse({});
+    const TrainConfig c = ConfigFromFlags();
+    EXPECT_FALSE(c.exit_signal_handler);
+    EXPECT_FALSE(c.exit_interval.has_value());
+    EXPECT_FALSE(c.exit_duration_in_mins.has_value());
+    EXPECT_EQ(c.fault_injection, "");
+  }
+  {
+    absl::FlagSaver saver;
+    setenv("LOOM_FAULT", "rank=0,iteration=3,kind=bogus", 1);
+    Parse({"--exit-signal-handler", "--exit-interval=0", "--exit_duration_in_mins=1.5",
+           "--save=/tmp/ckpt"});
+    TrainConfig c = ConfigFromFlags();
+    unsetenv("LOOM_FAULT");
+    EXPECT_TRUE(c.exit_signal_handler);
+    EXPECT_EQ(c.exit_interval, 0);
+    EXPECT_EQ(c.exit_duration_in_mins, 1.5);
+    EXPECT_EQ(c.fault_injection, "rank=0,iteration=3,kind=bogus");
+    // Given as 0: an error naming the flag, not "off".
+    absl::Status s = Finalize(&c, 1);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("--exit-interval (0) must be >= 1"), std::string::npos) << s;
+    c.exit_interval = 10;
+    s = Finalize(&c, 1);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("LOOM_FAULT=rank=0,iteration=3,kind=bogus: unknown kind=bogus"),
+              std::string::npos)
+        << s;
+  }
 }
 
 TEST(GptFlagsTest, LlamaStyleModelFlags) {

@@ -83,7 +83,10 @@ int RunRank(loom::comm::Communicator* world, TrainConfig config, int local_rank,
   }
   auto trainer = loom::train::Trainer::Create(config, world);
   absl::Status s = trainer.ok() ? (*trainer)->Train() : trainer.status();
-  if (s.ok() && !config.skip_train && config.sample_tokens > 0 &&
+  // Stopped early by an --exit-* flag (saved, logged): exit 0, no sample.
+  const bool exited =
+      s.ok() && (*trainer)->exit_reason() != loom::train::Trainer::ExitReason::kNone;
+  if (s.ok() && !exited && !config.skip_train && config.sample_tokens > 0 &&
       config.pipeline_model_parallel_size == 1) {
     const std::string prompt = "The ";
     auto text = (*trainer)->Generate(prompt, config.sample_tokens);
@@ -107,6 +110,8 @@ int RunRank(loom::comm::Communicator* world, TrainConfig config, int local_rank,
 int RunThreads(const TrainConfig& config, const launch::CommFlags& comm, int n) {
   loom::comm::local::LocalOptions lo;
   lo.comm.timeout = absl::Seconds(comm.timeout_s);
+  lo.comm.flight_recorder_dir = comm.flight_recorder_dir;
+  lo.comm.flight_recorder_entries = comm.flight_recorder_entries;
   auto world = loom::comm::local::CreateWorld(n, lo);
   if (!world.ok()) {
     PrintError(world.status());
@@ -155,11 +160,13 @@ int main(int argc, char** argv) {
     PrintError(s);
     return 2;
   }
-  launch::LaunchRequest request;
-  request.backend = comm.backend;
+  s = launch::CheckAgentFlags(comm);
+  if (!s.ok()) {
+    PrintError(s);
+    return 2;
+  }
+  launch::LaunchRequest request = launch::LaunchRequestFor(comm);
   request.backend_flag = config.distributed_backend_flag;
-  request.rank = comm.rank;
-  if (comm.nproc_per_node_given) request.nproc_per_node = comm.nproc_per_node;
   request.default_nproc_per_node = kDefaultNprocPerNode;
   request.program = ProgramForMessages(argv[0]);
   request.args = typed;
@@ -191,8 +198,9 @@ int main(int argc, char** argv) {
     case launch::Role::kThreads:
       return RunThreads(config, comm, plan->nproc_per_node);
     case launch::Role::kLauncher: {
-      launch::LaunchOptions lo;
-      lo.nproc_per_node = plan->nproc_per_node;
+      launch::LaunchOptions lo = launch::LaunchOptionsFor(comm, *plan);
+      // A preemption's SIGTERM: the ranks finish the step and save first.
+      if (config.exit_signal_handler) lo.signal_grace = absl::Seconds(comm.timeout_s);
       s = launch::LaunchAndWait(lo, argc, argv);
       if (!s.ok()) PrintError(s);
       return s.ok() ? 0 : 1;

@@ -81,15 +81,17 @@ train::TrainConfig TinyLlamaConfig(const Layout& l, int64_t train_iters) {
 }
 
 RunResult Run(const train::TrainConfig& config, const Layout& l, TrainerHook after_create,
-              TrainerHook after_train) {
+              TrainerHook after_train, LogHook on_log) {
   RunResult result;
   const int world = l.tp * l.pp * l.dp;
   train::TrainConfig c = config;
   result.status = train::Finalize(&c, world);
   if (!result.status.ok()) return result;
   auto run = [&](int r, comm::Communicator* comm) -> absl::Status {
-    auto t = train::Trainer::Create(c, comm, [&result, r](const std::string& line) {
-      if (r == 0) result.log.push_back(line);
+    auto t = train::Trainer::Create(c, comm, [&result, &on_log, r](const std::string& line) {
+      if (r != 0) return;
+      result.log.push_back(line);
+      if (on_log) on_log(line);
     });
     if (!t.ok()) return t.status();
     if (after_create) after_create(r, **t);

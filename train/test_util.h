@@ -42,11 +42,14 @@ struct RunResult {
 };
 // Called on every rank (from its thread) with its Trainer.
 using TrainerHook = std::function<void(int rank, train::Trainer&)>;
+// Called with each of rank 0's log lines as it is logged (from its thread).
+using LogHook = std::function<void(const std::string& line)>;
 // Creates a Trainer on every rank of a local world (ranks as threads,
 // //comm/testing:ranks_as_threads) and runs Train(). `after_create` runs
 // before Train(), `after_train` after a successful one.
 RunResult Run(const train::TrainConfig& config, const Layout& layout,
-              TrainerHook after_create = nullptr, TrainerHook after_train = nullptr);
+              TrainerHook after_create = nullptr, TrainerHook after_train = nullptr,
+              LogHook on_log = nullptr);
 
 }  // namespace loom::train::testing
 

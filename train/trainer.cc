@@ -7,13 +7,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/file_util.h"
+#include "checkpoint/format.h"
+#include "checkpoint/reader.h"
+#include "comm/launch/heartbeat.h"
+#include "comm/launch/launcher.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "pipeline/layer_assignment.h"
 #include "train/default_data.h"
+#include "train/exit_signal.h"
 
 namespace loom::train {
 
+using comm::launch::Beat;
+using comm::launch::Phase;
 using core::Shape;
 using core::Tensor;
 
@@ -51,6 +59,12 @@ void Trainer::Log(const std::string& line) const {
 }
 
 absl::Status Trainer::Setup() {
+  Beat(iteration_, Phase::kSetup);
+  // First, so a SIGTERM during the setup is remembered, not fatal.
+  if (config_.exit_signal_handler) InstallExitSignalHandler();
+  const int restart = comm::launch::RestartCount();
+  LOOM_ASSIGN_OR_RETURN(faults_, FaultInjector::Create(config_.fault_injection, world_->rank(),
+                                                       restart));
   coord_ = grid_.Coord(world_->rank());
   LOOM_ASSIGN_OR_RETURN(groups_, comm::MakeParallelGroups(*world_, grid_));
   LOOM_RETURN_IF_ERROR(SetupData());  // fixes the vocabulary size
@@ -109,9 +123,21 @@ absl::Status Trainer::Setup() {
   LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og,
                                                       gradients_->owned()));
 
-  if (!config_.load.empty()) {
-    LOOM_RETURN_IF_ERROR(LoadCheckpoint());
+  Beat(iteration_, Phase::kSetup);
+  std::optional<int64_t> restart_from;  // a restart resuming from --save
+  if (config_.load.empty() && !config_.save.empty() && restart > 0) {
+    LOOM_ASSIGN_OR_RETURN(restart_from, RestartCheckpoint(restart));
+  }
+  if (!config_.load.empty() || restart_from.has_value()) {
+    Beat(iteration_, Phase::kSave);
+    if (restart_from.has_value()) {
+      LOOM_RETURN_IF_ERROR(LoadCheckpoint(config_.save, restart_from, restart));
+      last_saved_iteration_ = iteration_;  // it is in --save already
+    } else {
+      LOOM_RETURN_IF_ERROR(LoadCheckpoint(config_.load, config_.checkpoint.load_iteration, 0));
+    }
     LOOM_RETURN_IF_ERROR(model_->params().SyncComputeCopy());  // bf16 weights from the loaded f32
+    Beat(iteration_, Phase::kSetup);
   }
   if (!config_.save.empty()) {
     checkpoint::SaveOptions so;
@@ -213,7 +239,7 @@ absl::Status Trainer::SetupData() {
     // Rank 0's preprocessing (tokenizing the default corpus, building sample
     // indices) may outlast --comm-timeout-s: this barrier has its own limit.
     LOOM_RETURN_IF_ERROR(world_->BarrierWithin(absl::Hours(2))->Wait());
-    if (prefix.empty()) prefix = absl::StrCat(cache, "/fortunes_", config_.tokenizer_type);
+    if (prefix.empty()) prefix = DefaultDataPrefix(cache, *tokenizer_, config_.tokenizer_type);
   }
   return absl::OkStatus();
 }
@@ -261,9 +287,14 @@ absl::StatusOr<double> Trainer::TrainStep() {
   //    says; the model's hooks start data-parallel buckets as their last
   //    backward runs (--overlap-grad-reduce), and each forward waits for the
   //    parameters it reads (--overlap-param-gather).
+  // The fault first: a rank that hangs here has not beaten for this step,
+  // while the ranks that wait for it have (the agent names the oldest beat).
+  LOOM_RETURN_IF_ERROR(faults_.AtStep(iteration_ + 1, world_));  // LOOM_FAULT (tests only)
+  Beat(iteration_, Phase::kTrain);
   LOOM_RETURN_IF_ERROR(gradients_->StartStep());
   const int64_t consumed = consumed_samples_;
   LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, executor_->RunStep([&](int m) {
+    Beat(iteration_, Phase::kTrain);  // three relaxed stores: every micro-batch
     return MakeMicroBatch(*train_data_, consumed, m, /*training=*/true);
   }));
   // 2. The gradients made final: DP, the tied embedding, SP (GradientSync).
@@ -286,7 +317,9 @@ absl::StatusOr<double> Trainer::Evaluate() {
   if (!valid_data_) return absl::FailedPreconditionError("no validation split (see --split)");
   double total = 0;
   for (int64_t k = 0; k < config_.eval_iters; ++k) {
+    Beat(iteration_, Phase::kEval);
     LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, eval_executor_->RunStep([&](int m) {
+      Beat(iteration_, Phase::kEval);
       return MakeMicroBatch(*valid_data_, k * config_.global_batch_size, m, /*training=*/false);
     }));
     double loss = step.mean_loss;
@@ -363,9 +396,12 @@ absl::Status Trainer::SaveCheckpoint() {
   l->set_distributed_optimizer(config_.optimizer.distributed);
   l->set_world_size(world_->size());
   *h.mutable_model() = checkpoint::ModelConfigProto(config_.model);
+  Beat(iteration_, Phase::kSave);
   LOOM_RETURN_IF_ERROR(gradients_->FinishParamGather());  // --overlap-param-gather
   LOOM_RETURN_IF_ERROR(StageToHost());
+  faults_.BeforeSave(iteration_);  // LOOM_FAULT kind=save (tests only)
   LOOM_RETURN_IF_ERROR(checkpointer_->Save(CheckpointView(), h));
+  Beat(iteration_, Phase::kSave);
   last_saved_iteration_ = iteration_;
   Log(absl::StrFormat(" saved checkpoint at iteration %d to %s%s (blocked %.3f s)", iteration_,
                       config_.save, config_.checkpoint.async_save ? " (async)" : "",
@@ -374,24 +410,31 @@ absl::Status Trainer::SaveCheckpoint() {
 }
 
 absl::Status Trainer::WaitForCheckpoint() {
-  return checkpointer_ ? checkpointer_->Wait() : absl::OkStatus();
+  if (!checkpointer_) return absl::OkStatus();
+  Beat(iteration_, Phase::kSave);
+  absl::Status s = checkpointer_->Wait();
+  Beat(iteration_, Phase::kSave);
+  return s;
 }
 
-absl::Status Trainer::LoadCheckpoint() {
-  const bool finetune = config_.checkpoint.finetune;
+absl::Status Trainer::LoadCheckpoint(const std::string& dir, std::optional<int64_t> iteration,
+                                     int restart) {
+  // A restart resumes the run exactly: never --finetune's fresh start.
+  const bool finetune = restart == 0 && config_.checkpoint.finetune;
   // --skip-train takes no step: the Adam moments are not needed either.
-  const bool want_optim = config_.checkpoint.load_optim && !finetune && !config_.skip_train;
+  const bool want_optim =
+      (restart > 0 || config_.checkpoint.load_optim) && !finetune && !config_.skip_train;
   LOOM_RETURN_IF_ERROR(EnsureHostMirror());
   LOOM_ASSIGN_OR_RETURN(checkpoint::Manifest m,
-                        checkpoint::LoadCheckpoint(world_, config_.load, config_.checkpoint.load_iteration,
-                                                   CheckpointView(), want_optim));
+                        checkpoint::LoadCheckpoint(world_, dir, iteration, CheckpointView(),
+                                                   want_optim));
   if (want_optim && !m.training().has_optimizer_state()) {
     // Every rank reads the same manifest: every rank fails the same way.
     return absl::FailedPreconditionError(absl::StrFormat(
         "checkpoint %s (iteration %d) has no optimizer state (saved with --no-save-optim, or "
         "imported): to train from its weights starting at iteration 0 pass --finetune; to "
         "resume at iteration %d with fresh Adam moments pass --no-load-optim",
-        config_.load, m.training().iteration(), m.training().iteration()));
+        dir, m.training().iteration(), m.training().iteration()));
   }
   LOOM_RETURN_IF_ERROR(UnstageFromHost());
   if (finetune) {
@@ -399,19 +442,139 @@ absl::Status Trainer::LoadCheckpoint() {
     Log(absl::StrFormat(
         " loaded the weights of checkpoint %s (iteration %d; saved as TP %d x PP %d x DP %d) for "
         "--finetune: starting at iteration 0 with fresh optimizer state",
-        config_.load, m.training().iteration(), m.layout().tensor_parallel(),
+        dir, m.training().iteration(), m.layout().tensor_parallel(),
         m.layout().pipeline_parallel(), m.layout().data_parallel()));
     return absl::OkStatus();
   }
   set_position(m.training().iteration(), m.training().consumed_samples());
   const bool optim = want_optim && m.training().has_optimizer_state();
   if (optim) optimizer_->set_step_count(m.training().optimizer_step());
+  if (restart > 0) {
+    Log(absl::StrFormat("restart %d: resuming from %s iteration %d (%d samples consumed)",
+                        restart, checkpoint::JoinPath(dir, checkpoint::IterDirName(iteration_)),
+                        iteration_, consumed_samples_));
+    return absl::OkStatus();
+  }
   Log(absl::StrFormat(
       " loaded checkpoint from %s at iteration %d (%d samples consumed; saved as TP %d x PP %d x "
       "DP %d)%s",
-      config_.load, iteration_, consumed_samples_, m.layout().tensor_parallel(),
+      dir, iteration_, consumed_samples_, m.layout().tensor_parallel(),
       m.layout().pipeline_parallel(), m.layout().data_parallel(),
       optim || config_.skip_train ? "" : "; optimizer state not loaded (fresh Adam moments)"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<int64_t>> Trainer::RestartCheckpoint(int restart) {
+  // Rank 0 decides for all (one reading of `latest`), then tells the others.
+  double found = -1;
+  if (world_->rank() == 0) {
+    const std::string& dir = config_.save;
+    // Why `latest` is not this run's checkpoint to resume ("": it is).
+    auto not_ours = [&](const std::string& path, const checkpoint::Manifest& m) -> std::string {
+      const checkpoint::TrainingState& t = m.training();
+      auto differs = [](const char* flag, auto saved, auto now) {
+        return absl::StrCat(flag, " is ", now, " but was ", saved, " when it was saved");
+      };
+      if (t.train_iters() != config_.train_iters) {
+        return differs("--train-iters", t.train_iters(), config_.train_iters);
+      }
+      if (t.global_batch_size() != config_.global_batch_size) {
+        return differs("--global-batch-size", t.global_batch_size(), config_.global_batch_size);
+      }
+      if (t.lr() != config_.lr.lr || t.min_lr() != config_.lr.min_lr ||
+          t.lr_decay_style() != config_.lr.style ||
+          t.lr_warmup_iters() != config_.lr.warmup_iters ||
+          t.lr_decay_iters() != config_.lr.decay_iters) {
+        return "its learning-rate schedule differs from this run's";
+      }
+      if (t.iteration() > config_.train_iters) {
+        return differs("the iteration", t.iteration(), config_.train_iters);
+      }
+      if (!t.has_optimizer_state()) {
+        return "it has no optimizer state (--no-save-optim): it cannot be resumed exactly";
+      }
+      absl::Status model = checkpoint::CheckModelConfig(m.model(), config_.model, path);
+      if (!model.ok()) return std::string(model.message());
+      return "";
+    };
+    absl::StatusOr<std::string> path = checkpoint::ResolveCheckpoint(dir, std::nullopt);
+    if (!path.ok()) {
+      Log(absl::StrFormat("restart %d: no complete checkpoint in %s yet: starting from "
+                          "iteration 0",
+                          restart, dir));
+    } else {
+      const std::string file = checkpoint::JoinPath(*path, checkpoint::kManifestFile);
+      absl::StatusOr<checkpoint::Manifest> m;
+      absl::StatusOr<std::string> bytes = checkpoint::ReadFile(file);
+      m = bytes.ok() ? checkpoint::DecodeManifest(*bytes, file) : bytes.status();
+      const std::string why = m.ok() ? not_ours(*path, *m) : std::string(m.status().message());
+      if (why.empty()) {
+        found = static_cast<double>(m->training().iteration());
+      } else {
+        // Written by another run before this one saved anything (the first
+        // start ignored it too), or unreadable: the first start's state.
+        Log(absl::StrFormat("restart %d: not resuming from %s (%s): starting from iteration 0, "
+                            "as the first start did",
+                            restart, *path, why));
+      }
+    }
+  }
+  LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(world_, comm::ReduceOp::kMax, &found));
+  if (found < 0) return std::optional<int64_t>();
+  return std::optional<int64_t>(static_cast<int64_t>(found));
+}
+
+absl::StatusOr<Trainer::ExitReason> Trainer::AgreeOnExit() {
+  if (config_.exit_interval.has_value() && iteration_ % *config_.exit_interval == 0) {
+    return ExitReason::kInterval;  // the same on every rank: nothing to agree on
+  }
+  if (!config_.exit_signal_handler && !config_.exit_duration_in_mins.has_value()) {
+    return ExitReason::kNone;
+  }
+  // A signal may reach some ranks only, and each rank has its own clock:
+  // the ranks stop together if any says so (Megatron's all-reduce MAX).
+  double vote = 0;
+  if (config_.exit_duration_in_mins.has_value() &&
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count() >=
+          *config_.exit_duration_in_mins * 60) {
+    vote = 1;
+  }
+  if (config_.exit_signal_handler && ExitSignalReceived()) vote = 2;
+  LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(world_, comm::ReduceOp::kMax, &vote));
+  return vote == 2 ? ExitReason::kSignal : vote == 1 ? ExitReason::kDuration : ExitReason::kNone;
+}
+
+absl::Status Trainer::ExitEarly(ExitReason reason) {
+  std::string saved = "nothing saved (no --save)";
+  if (checkpointer_) {
+    if (last_saved_iteration_ != iteration_) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
+    LOOM_RETURN_IF_ERROR(WaitForCheckpoint());  // complete before anyone exits
+    saved = "saved checkpoint";
+  }
+  exit_reason_ = reason;
+  switch (reason) {
+    case ExitReason::kSignal:
+      Log(absl::StrFormat("exit signal handler: SIGTERM received at iteration %d; %s, exiting",
+                          iteration_, saved));
+      break;
+    case ExitReason::kInterval:
+      Log(absl::StrFormat("exit interval: iteration %d is a multiple of --exit-interval=%d; %s, "
+                          "exiting",
+                          iteration_, *config_.exit_interval, saved));
+      break;
+    case ExitReason::kDuration:
+      Log(absl::StrFormat("exit duration: the run has taken %.2f minutes (--exit-duration-in-mins"
+                          "=%g) at iteration %d; %s, exiting",
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                        created_)
+                                  .count() /
+                              60,
+                          *config_.exit_duration_in_mins, iteration_, saved));
+      break;
+    case ExitReason::kNone:
+      break;
+  }
+  Beat(iteration_, Phase::kExiting);
   return absl::OkStatus();
 }
 
@@ -485,11 +648,19 @@ absl::Status Trainer::Train() {
     if (checkpointer_ && config_.save_interval > 0 && iteration_ % config_.save_interval == 0) {
       LOOM_RETURN_IF_ERROR(SaveCheckpoint());
     }
+    // --exit-signal-handler, --exit-interval, --exit-duration-in-mins.
+    // At the last iteration only a signal counts: the run is complete.
+    LOOM_ASSIGN_OR_RETURN(ExitReason exit, AgreeOnExit());
+    if (exit == ExitReason::kSignal || (exit != ExitReason::kNone && !last)) {
+      return ExitEarly(exit);
+    }
     window_paused_s +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - pause_start).count();
   }
   if (checkpointer_ && last_saved_iteration_ != iteration_) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
-  return WaitForCheckpoint();
+  LOOM_RETURN_IF_ERROR(WaitForCheckpoint());
+  Beat(iteration_, Phase::kExiting);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t tokens) {
@@ -505,6 +676,7 @@ absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t
   no_dropout.training = false;
   std::vector<int32_t> out;
   for (int64_t n = 0; n < tokens; ++n) {
+    Beat(iteration_, Phase::kExiting);  // after training: still alive
     // The last s tokens, right-padded: causal attention ignores the padding.
     const int64_t len = std::min<int64_t>(s, ids.size());
     LOOM_ASSIGN_OR_RETURN(Tensor window, Tensor::Zeros(Shape{s, 1}, core::DType::kI32));

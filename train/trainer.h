@@ -1,6 +1,8 @@
 #ifndef LOOM_TRAIN_TRAINER_H_
 #define LOOM_TRAIN_TRAINER_H_
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "train/data/gpt_dataset.h"
 #include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
+#include "train/fault_injection.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
 
@@ -31,6 +34,9 @@ namespace loom::train {
 // threads that each own one.
 class Trainer {
  public:
+  // Why Train() stopped before --train-iters (Megatron's exit flags).
+  enum class ExitReason { kNone, kSignal, kInterval, kDuration };
+
   // Where log lines go (rank 0 only prints); defaults to stdout.
   using LogFn = std::function<void(const std::string&)>;
 
@@ -43,8 +49,19 @@ class Trainer {
 
   // Runs iterations [iteration(), config.train_iters), logging every
   // --log-interval and evaluating every --eval-interval. With --skip-train:
-  // one evaluation, logged, and nothing else.
+  // one evaluation, logged, and nothing else. --exit-signal-handler,
+  // --exit-interval, --exit-duration-in-mins: stops after the step where the
+  // ranks agree one holds, saves (with --save), logs one line and returns OK
+  // with exit_reason() set.
+  //
+  // Restarts (comm/launch/launcher.h): in a start with RestartCount() > 0,
+  // --save set and no --load, Create() resumes from the checkpoint `latest`
+  // names in --save, as --load would (full state), when it was written by
+  // this run (same --train-iters, batch, LR schedule, model and optimizer
+  // state saved); otherwise it starts from iteration 0 as the first start did.
   absl::Status Train();
+  // kNone unless Train() stopped early.
+  ExitReason exit_reason() const { return exit_reason_; }
   // One step; returns the mean loss of the global batch.
   absl::StatusOr<double> TrainStep();
   // Mean loss over --eval-iters batches of the validation split (no dropout).
@@ -79,7 +96,8 @@ class Trainer {
 
  private:
   Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log)
-      : config_(config), world_(world), grid_(grid), log_(std::move(log)) {}
+      : config_(config), world_(world), grid_(grid), log_(std::move(log)),
+        created_(std::chrono::steady_clock::now()) {}
   absl::Status Setup();
   absl::Status SetupData();
   // Micro-batch m of the step that starts at `consumed` samples.
@@ -87,7 +105,18 @@ class Trainer {
                                                       int m, bool training) const;
   void Log(const std::string& line) const;
   checkpoint::RankView CheckpointView();
-  absl::Status LoadCheckpoint();
+  // Loads checkpoint `dir` (iteration: the one `latest` names when unset).
+  // `restart` > 0: a restart resuming from --save (full state, its own log line).
+  absl::Status LoadCheckpoint(const std::string& dir, std::optional<int64_t> iteration,
+                              int restart);
+  // Collective: the iteration of the checkpoint in --save restart `restart`
+  // resumes from (rank 0 decides, logging why), nullopt: start from 0.
+  absl::StatusOr<std::optional<int64_t>> RestartCheckpoint(int restart);
+  // Collective when --exit-signal-handler or --exit-duration-in-mins is on:
+  // whether (and why) the ranks stop after this step.
+  absl::StatusOr<ExitReason> AgreeOnExit();
+  // Saves (with --save), logs why the run stops, sets exit_reason_.
+  absl::Status ExitEarly(ExitReason reason);
   // On a GPU, checkpoints read and write host mirrors of the parameters and
   // Adam moments: staged before a save, copied back after a load.
   absl::Status EnsureHostMirror();
@@ -116,6 +145,9 @@ class Trainer {
   double last_eval_loss_ = std::numeric_limits<double>::quiet_NaN();
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   int64_t last_saved_iteration_ = -1;
+  const std::chrono::steady_clock::time_point created_;  // --exit-duration-in-mins counts from here
+  ExitReason exit_reason_ = ExitReason::kNone;
+  FaultInjector faults_;  // LOOM_FAULT (tests only): empty unless set
   std::unique_ptr<layers::ParamBuffer> host_params_;  // device runs only
   core::Tensor host_exp_avg_, host_exp_avg_sq_;
 };

@@ -154,23 +154,39 @@ Engine::Engine(std::shared_ptr<Transport> transport, std::vector<int> members, u
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i] == transport_->rank()) rank_ = static_cast<int>(i);
   }
+  // Transport ranks are world ranks (the root engine spans the endpoint's world).
+  flight::CommInfo fi;
+  fi.group = options_.comm.group_name;
+  fi.backend = backend_name_;
+  fi.world_rank = transport_->rank();
+  fi.group_rank = rank_;
+  fi.group_size = static_cast<int>(members_.size());
+  fi.members = members_;
+  fi.entries = options_.comm.flight_recorder_entries;
+  fi.dir = options_.comm.flight_recorder_dir;
+  recorder_ = flight::Recorder::Create(std::move(fi));
   scheduler_ = std::make_unique<Scheduler>(
       transport_,
       Scheduler::Names{options_.comm.group_name, backend_name_, rank_,
                        static_cast<int>(members_.size())},
-      options_.comm.timeout);
+      options_.comm.timeout, recorder_);
 }
 
 Engine::~Engine() { Shutdown(); }
 
 void Engine::Shutdown() { scheduler_->Shutdown(); }
 
-WorkPtr Engine::Fail(const char* name, uint32_t& sequence, absl::Status status) {
-  return scheduler_->Reject(name, sequence++, std::move(status));
+WorkPtr Engine::Fail(const char* name, flight::OpKind kind, const core::Tensor& tensor,
+                     uint32_t& sequence, absl::Status status) {
+  const uint64_t id = recorder_->Issue(kind, sequence, tensor.dtype(), tensor.nbytes());
+  return scheduler_->Reject(name, sequence++, std::move(status), id);
 }
 
 template <typename Run>
-WorkPtr Engine::Collective(const char* name, uint32_t sig, Run run, absl::Duration timeout) {
+WorkPtr Engine::Collective(const char* name, flight::OpKind kind, core::DType dtype,
+                           uint64_t bytes, int root, uint32_t sig, Run run,
+                           absl::Duration timeout) {
+  const uint64_t id = recorder_->Issue(kind, next_seq_, dtype, bytes, root);
   // `run` holds the op's tensors; shared, so that a request the op gives up
   // can keep them alive after the op (Exchange).
   auto shared = std::make_shared<const Run>(std::move(run));
@@ -180,14 +196,22 @@ WorkPtr Engine::Collective(const char* name, uint32_t sig, Run run, absl::Durati
         OpSteps steps(this, &op, sig, shared);
         return (*shared)(steps);
       },
-      timeout);
+      timeout, id);
 }
 
-WorkPtr Engine::PointToPoint(const char* name, std::vector<P2POp> ops, bool wait_sends) {
+WorkPtr Engine::PointToPoint(const char* name, flight::OpKind kind, std::vector<P2POp> ops,
+                             bool wait_sends) {
+  uint64_t bytes = 0;
+  for (const P2POp& p : ops) bytes += p.tensor.nbytes();
+  const bool one = ops.size() == 1;
+  const uint64_t id =
+      recorder_->Issue(kind, next_p2p_seq_, ops[0].tensor.dtype(), bytes, one ? ops[0].peer : -1,
+                       one ? ops[0].tag : -1);
   auto shared = std::make_shared<const std::vector<P2POp>>(std::move(ops));
-  return scheduler_->Enqueue(name, next_p2p_seq_++, [this, shared, wait_sends](Op& op) {
-    return P2P(op, shared, wait_sends);
-  });
+  return scheduler_->Enqueue(
+      name, next_p2p_seq_++,
+      [this, shared, wait_sends](Op& op) { return P2P(op, shared, wait_sends); },
+      absl::ZeroDuration(), id);
 }
 
 char* Engine::Stage(int i, size_t bytes) {
@@ -245,8 +269,8 @@ absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs,
 
 WorkPtr Engine::AllReduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op) {
   absl::Status s = CheckAllReduce(input, output, device());
-  if (!s.ok()) return Fail("all_reduce", next_seq_, s);
-  return Collective("all_reduce",
+  if (!s.ok()) return Fail("all_reduce", flight::OpKind::kAllReduce, input, next_seq_, s);
+  return Collective("all_reduce", flight::OpKind::kAllReduce, input.dtype(), input.nbytes(), -1,
                     Sig(kAllReduce, input.dtype(), input.numel(), static_cast<int>(op)),
                     [input, output, op, small = options_.small_bytes](Steps& steps) {
                       return RunAllReduce(steps, input, output, op, small);
@@ -255,8 +279,9 @@ WorkPtr Engine::AllReduce(const core::Tensor& input, const core::Tensor& output,
 
 WorkPtr Engine::Broadcast(const core::Tensor& input, const core::Tensor& output, int root) {
   absl::Status s = CheckBroadcast(input, output, root, size(), device());
-  if (!s.ok()) return Fail("broadcast", next_seq_, s);
-  return Collective("broadcast", Sig(kBroadcast, input.dtype(), input.numel(), root),
+  if (!s.ok()) return Fail("broadcast", flight::OpKind::kBroadcast, input, next_seq_, s);
+  return Collective("broadcast", flight::OpKind::kBroadcast, input.dtype(), input.nbytes(), root,
+                    Sig(kBroadcast, input.dtype(), input.numel(), root),
                     [input, output, root](Steps& steps) {
                       return RunBroadcast(steps, input, output, root);
                     });
@@ -265,8 +290,8 @@ WorkPtr Engine::Broadcast(const core::Tensor& input, const core::Tensor& output,
 WorkPtr Engine::Reduce(const core::Tensor& input, const core::Tensor& output, ReduceOp op,
                        int root) {
   absl::Status s = CheckReduce(input, output, root, size(), device());
-  if (!s.ok()) return Fail("reduce", next_seq_, s);
-  return Collective("reduce",
+  if (!s.ok()) return Fail("reduce", flight::OpKind::kReduce, input, next_seq_, s);
+  return Collective("reduce", flight::OpKind::kReduce, input.dtype(), input.nbytes(), root,
                     Sig(kReduce, input.dtype(), input.numel(), root * 8 + static_cast<int>(op)),
                     [input, output, op, root](Steps& steps) {
                       return RunReduce(steps, input, output, op, root);
@@ -275,16 +300,20 @@ WorkPtr Engine::Reduce(const core::Tensor& input, const core::Tensor& output, Re
 
 WorkPtr Engine::AllGather(const core::Tensor& input, const core::Tensor& output) {
   absl::Status s = CheckAllGather(input, output, rank_, size(), device());
-  if (!s.ok()) return Fail("all_gather", next_seq_, s);
-  return Collective("all_gather", Sig(kAllGather, input.dtype(), input.numel(), 0),
+  if (!s.ok()) return Fail("all_gather", flight::OpKind::kAllGather, input, next_seq_, s);
+  return Collective("all_gather", flight::OpKind::kAllGather, input.dtype(), input.nbytes(), -1,
+                    Sig(kAllGather, input.dtype(), input.numel(), 0),
                     [input, output](Steps& steps) { return RunAllGather(steps, input, output); });
 }
 
 WorkPtr Engine::ReduceScatter(const core::Tensor& input, const core::Tensor& output,
                               ReduceOp op) {
   absl::Status s = CheckReduceScatter(input, output, rank_, size(), device());
-  if (!s.ok()) return Fail("reduce_scatter", next_seq_, s);
-  return Collective("reduce_scatter",
+  if (!s.ok()) {
+    return Fail("reduce_scatter", flight::OpKind::kReduceScatter, input, next_seq_, s);
+  }
+  return Collective("reduce_scatter", flight::OpKind::kReduceScatter, input.dtype(),
+                    input.nbytes(), -1,
                     Sig(kReduceScatter, input.dtype(), output.numel(), static_cast<int>(op)),
                     [input, output, op](Steps& steps) {
                       return RunReduceScatter(steps, input, output, op);
@@ -293,15 +322,17 @@ WorkPtr Engine::ReduceScatter(const core::Tensor& input, const core::Tensor& out
 
 WorkPtr Engine::AllToAll(const core::Tensor& input, const core::Tensor& output) {
   absl::Status s = CheckAllToAll(input, output, size(), device());
-  if (!s.ok()) return Fail("all_to_all", next_seq_, s);
-  return Collective("all_to_all", Sig(kAllToAll, input.dtype(), input.numel(), 0),
+  if (!s.ok()) return Fail("all_to_all", flight::OpKind::kAllToAll, input, next_seq_, s);
+  return Collective("all_to_all", flight::OpKind::kAllToAll, input.dtype(), input.nbytes(), -1,
+                    Sig(kAllToAll, input.dtype(), input.numel(), 0),
                     [input, output](Steps& steps) { return RunAllToAll(steps, input, output); });
 }
 
 WorkPtr Engine::Barrier() { return BarrierWithin(absl::ZeroDuration()); }
 
 WorkPtr Engine::BarrierWithin(absl::Duration op_timeout) {
-  return Collective("barrier", Sig(kBarrier, core::DType::kU8, 0, 0),
+  return Collective("barrier", flight::OpKind::kBarrier, core::DType::kU8, 0, -1,
+                    Sig(kBarrier, core::DType::kU8, 0, 0),
                     [](Steps& steps) { return RunBarrier(steps); }, op_timeout);
 }
 
@@ -343,21 +374,24 @@ absl::Status Engine::P2P(Op& op, const std::shared_ptr<const std::vector<P2POp>>
 
 WorkPtr Engine::Send(const core::Tensor& tensor, int peer, int tag) {
   absl::Status s = CheckP2P("send", tensor, peer, tag, rank_, size(), device());
-  if (!s.ok()) return Fail("send", next_p2p_seq_, s);
-  return PointToPoint("send", {{P2POp::Kind::kSend, tensor, peer, tag}}, false);
+  if (!s.ok()) return Fail("send", flight::OpKind::kSend, tensor, next_p2p_seq_, s);
+  return PointToPoint("send", flight::OpKind::kSend, {{P2POp::Kind::kSend, tensor, peer, tag}}, false);
 }
 
 WorkPtr Engine::Recv(const core::Tensor& tensor, int peer, int tag) {
   absl::Status s = CheckP2P("recv", tensor, peer, tag, rank_, size(), device());
-  if (!s.ok()) return Fail("recv", next_p2p_seq_, s);
-  return PointToPoint("recv", {{P2POp::Kind::kRecv, tensor, peer, tag}}, true);
+  if (!s.ok()) return Fail("recv", flight::OpKind::kRecv, tensor, next_p2p_seq_, s);
+  return PointToPoint("recv", flight::OpKind::kRecv, {{P2POp::Kind::kRecv, tensor, peer, tag}}, true);
 }
 
 WorkPtr Engine::BatchSendRecv(const std::vector<P2POp>& ops) {
   absl::Status s = CheckBatch(ops, rank_, size(), device());
-  if (!s.ok()) return Fail("batch_send_recv", next_p2p_seq_, s);
+  if (!s.ok()) {
+    return Fail("batch_send_recv", flight::OpKind::kBatchSendRecv,
+                ops.empty() ? core::Tensor() : ops[0].tensor, next_p2p_seq_, s);
+  }
   if (ops.empty()) return CompletedWork(absl::OkStatus(), "batch_send_recv (empty)");
-  return PointToPoint("batch_send_recv", ops, true);
+  return PointToPoint("batch_send_recv", flight::OpKind::kBatchSendRecv, ops, true);
 }
 
 // --------------------------------------------------------------------- split

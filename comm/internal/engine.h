@@ -33,6 +33,7 @@
 
 #include "absl/types/span.h"
 #include "comm/comm.h"
+#include "comm/flight/recorder.h"
 #include "comm/internal/algorithms.h"
 #include "comm/internal/scheduler.h"
 #include "comm/internal/transport.h"
@@ -97,16 +98,21 @@ class Engine : public Communicator {
   // messages signed with `sig`; `run` runs its algorithm. `timeout`: the
   // op's limit; zero means CommOptions::timeout.
   // (A template defined and used in engine.cc.)
+  // `kind`, `dtype`, `bytes`, `root` go to the flight recorder.
   template <typename Run>
-  WorkPtr Collective(const char* name, uint32_t sig, Run run,
+  WorkPtr Collective(const char* name, flight::OpKind kind, core::DType dtype, uint64_t bytes,
+                     int root, uint32_t sig, Run run,
                      absl::Duration timeout = absl::ZeroDuration());
   // Queues point-to-point ops (the next number of the point-to-point
   // sequence). `wait_sends`: false for a single Send, which then completes
   // in the background.
-  WorkPtr PointToPoint(const char* name, std::vector<P2POp> ops, bool wait_sends);
+  WorkPtr PointToPoint(const char* name, flight::OpKind kind, std::vector<P2POp> ops,
+                       bool wait_sends);
   // An op whose arguments failed the checks: it takes the next number of
   // `sequence` (next_seq_ or next_p2p_seq_) and aborts the communicator.
-  WorkPtr Fail(const char* name, uint32_t& sequence, absl::Status status);
+  // `kind`, `dtype`, `bytes`: what the flight recorder notes of the call.
+  WorkPtr Fail(const char* name, flight::OpKind kind, const core::Tensor& tensor,
+               uint32_t& sequence, absl::Status status);
 
   // Sends/receives all legs of one algorithm step of `op` and waits for them.
   // `buffers` owns the op's tensors; when the wait fails, the requests not
@@ -127,6 +133,7 @@ class Engine : public Communicator {
   const char* backend_name_;
   uint32_t next_seq_ = 0;      // collectives; issuing thread only
   uint32_t next_p2p_seq_ = 0;  // point-to-point; issuing thread only
+  std::shared_ptr<flight::Recorder> recorder_;  // this communicator's ring
 
   // Executor state (used by the op running, one at a time).
   std::vector<char> stage_[2];

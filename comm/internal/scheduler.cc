@@ -13,6 +13,7 @@ struct SchedulerLink {
   std::mutex mu;
   Scheduler* scheduler = nullptr;  // null once the scheduler shuts down
   Scheduler::Names names;
+  std::shared_ptr<flight::Recorder> recorder;  // may be null
 };
 
 // A waiting thread's naps between tries (helping, polling sends): a tenth of
@@ -24,8 +25,12 @@ const absl::Duration kMaxNap = absl::Milliseconds(1);
 class ScheduledWork : public Work {
  public:
   ScheduledWork(const char* name, uint32_t seq, absl::Duration op_timeout,
-                std::shared_ptr<SchedulerLink> link)
-      : name_(name), seq_(seq), op_timeout_(op_timeout), link_(std::move(link)) {}
+                std::shared_ptr<SchedulerLink> link, uint64_t flight_id)
+      : name_(name),
+        seq_(seq),
+        op_timeout_(op_timeout),
+        link_(std::move(link)),
+        flight_id_(flight_id) {}
 
   bool Poll() override {
     if (Done()) return true;
@@ -35,6 +40,7 @@ class ScheduledWork : public Work {
     }
     return Done();
   }
+  uint64_t flight_id() const { return flight_id_; }
   // Lock-free: status_ is written before done_ is released.
   bool Done() const { return done_.load(std::memory_order_acquire); }
   absl::Status Wait(absl::Duration timeout) override {
@@ -80,6 +86,7 @@ class ScheduledWork : public Work {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (done_.load(std::memory_order_relaxed)) return;
+      if (link_->recorder) link_->recorder->Complete(flight_id_, status.ok());
       status_ = std::move(status);
       done_.store(true, std::memory_order_release);
     }
@@ -91,6 +98,7 @@ class ScheduledWork : public Work {
   const uint32_t seq_;
   const absl::Duration op_timeout_;
   const std::shared_ptr<SchedulerLink> link_;
+  const uint64_t flight_id_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<bool> done_{false};
@@ -114,11 +122,13 @@ absl::Status ShutDown(const ScheduledWork& work) {
 
 std::string Scheduler::Op::Describe() const { return work->Describe(); }
 
-Scheduler::Scheduler(std::shared_ptr<Transport> transport, Names names, absl::Duration timeout)
-    : transport_(std::move(transport)), timeout_(timeout) {
+Scheduler::Scheduler(std::shared_ptr<Transport> transport, Names names, absl::Duration timeout,
+                     std::shared_ptr<flight::Recorder> recorder)
+    : transport_(std::move(transport)), timeout_(timeout), recorder_(std::move(recorder)) {
   link_ = std::make_shared<SchedulerLink>();
   link_->scheduler = this;
   link_->names = std::move(names);
+  link_->recorder = recorder_;
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -139,21 +149,23 @@ void Scheduler::Shutdown() {
 }
 
 WorkPtr Scheduler::Enqueue(const char* name, uint32_t seq, std::function<absl::Status(Op&)> run,
-                           absl::Duration timeout) {
+                           absl::Duration timeout, uint64_t flight_id) {
   if (timeout <= absl::ZeroDuration()) timeout = timeout_;
-  auto work = std::make_shared<ScheduledWork>(name, seq, timeout, link_);
-  return Push(Op{work, seq, std::move(run), absl::Now(), timeout});
+  auto work = std::make_shared<ScheduledWork>(name, seq, timeout, link_, flight_id);
+  return Push(Op{work, seq, std::move(run), absl::Now(), timeout, flight_id});
 }
 
-WorkPtr Scheduler::Reject(const char* name, uint32_t seq, absl::Status error) {
-  auto work = std::make_shared<ScheduledWork>(name, seq, timeout_, link_);
+WorkPtr Scheduler::Reject(const char* name, uint32_t seq, absl::Status error,
+                          uint64_t flight_id) {
+  auto work = std::make_shared<ScheduledWork>(name, seq, timeout_, link_, flight_id);
   // The abort names the op; the handle keeps the checks' own message.
   absl::Status abort(error.code(), absl::StrCat(work->Describe(), ": ", error.message()));
   work->Finish(std::move(error));
   // A marker that fails when reached in issue order (Finish is a no-op on
   // the finished handle; RunOp records the abort). It takes no time, so any
   // waiter may run it (no limit).
-  return Push(Op{work, seq, [abort](Op&) { return abort; }, absl::Now(), absl::ZeroDuration()});
+  return Push(Op{work, seq, [abort](Op&) { return abort; }, absl::Now(), absl::ZeroDuration(),
+                 flight_id});
 }
 
 WorkPtr Scheduler::Push(Op op) {
@@ -276,14 +288,28 @@ bool Scheduler::RunNext(absl::Time must_end_by) {
 
 void Scheduler::RunOp(Op& op) {
   op.deadline = absl::Now() + op.timeout;
+  if (recorder_ && !op.work->Done()) recorder_->Start(op.flight_id);  // Done: rejected
   std::shared_ptr<ScheduledWork> work = op.work;
   absl::Status status = op.run(op);
   if (op.work == nullptr) return;  // left to the background: finishes in PollPendingSends
+  bool first = false;
   if (!status.ok()) {
     std::lock_guard<std::mutex> l(mu_);
-    if (aborted_.ok()) aborted_ = status;
+    if (aborted_.ok()) {
+      aborted_ = status;
+      first = true;
+    }
   }
+  // The dump is written before the handle reports the failure (a caller may
+  // exit on it), with the op recorded as failed.
+  if (first && recorder_) recorder_->Complete(op.flight_id, false);
+  if (first) Aborted(status);
   work->Finish(status);
+}
+
+void Scheduler::Aborted(const absl::Status& status) {
+  // A shutdown cancels ops on purpose: nothing to diagnose.
+  if (recorder_ && !absl::IsCancelled(status)) recorder_->FailureDump(status);
 }
 
 void Scheduler::FinishInBackground(Op& op, std::unique_ptr<TransportReq> req, int peer) {
@@ -315,9 +341,18 @@ bool Scheduler::PollPendingSends() {
       absl::Status s = absl::DeadlineExceededError(absl::StrCat(
           p.work->Describe(), " timed out after ", absl::FormatDuration(timeout_), ": rank ",
           p.peer, " did not receive the message (ranks that did not arrive: [", p.peer, "])"));
+      bool first = false;
       {
         std::lock_guard<std::mutex> l(mu_);
-        if (aborted_.ok()) aborted_ = s;
+        if (aborted_.ok()) {
+          aborted_ = s;
+          first = true;
+        }
+      }
+      if (first) {
+        // (Finish records the completion too; the dump must see it first.)
+        if (recorder_) recorder_->Complete(p.work->flight_id(), false);
+        Aborted(s);
       }
       p.work->Finish(s);
     } else {

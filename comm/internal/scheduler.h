@@ -19,6 +19,10 @@
 //  * Abort: the first failure aborts the scheduler; later operations fail
 //    with FailedPrecondition naming it. An argument error (Reject) aborts it
 //    from its place in the queue. Shutdown cancels what is left.
+//  * Flight recorder (comm/flight/recorder.h): the engine records an op when
+//    it issues it and passes its id; the scheduler records when it starts
+//    and when its handle finishes, and has the recorder dump when a failure
+//    (not a shutdown) aborts it.
 
 #include <atomic>
 #include <condition_variable>
@@ -34,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "comm/comm.h"
+#include "comm/flight/recorder.h"
 #include "comm/internal/transport.h"
 
 namespace loom::comm::internal {
@@ -58,26 +63,30 @@ class Scheduler {
     std::function<absl::Status(Op&)> run;
     absl::Time deadline;  // while queued: when it was issued; once started: its deadline
     absl::Duration timeout;  // its own limit, from when it starts
+    uint64_t flight_id = 0;  // its entry in the flight recorder
     // "all_reduce #3 in group 'tp' (local backend, rank 0 of 2)".
     std::string Describe() const;
   };
 
   // `transport` progresses and cancels the sends left to the background;
-  // `timeout` is CommOptions::timeout (an operation's default limit).
-  Scheduler(std::shared_ptr<Transport> transport, Names names, absl::Duration timeout);
+  // `timeout` is CommOptions::timeout (an operation's default limit);
+  // `recorder` (may be null) is the communicator's flight recorder.
+  Scheduler(std::shared_ptr<Transport> transport, Names names, absl::Duration timeout,
+            std::shared_ptr<flight::Recorder> recorder = nullptr);
   ~Scheduler();  // Shutdown()
 
   // Queues `run` (named `name`, numbered `seq` in descriptions) with its own
-  // limit `timeout` (zero: the default) and returns its handle.
+  // limit `timeout` (zero: the default) and returns its handle. `flight_id`:
+  // the op's id in the recorder (Recorder::Issue; ignored without one).
   WorkPtr Enqueue(const char* name, uint32_t seq, std::function<absl::Status(Op&)> run,
-                  absl::Duration timeout = absl::ZeroDuration());
+                  absl::Duration timeout = absl::ZeroDuration(), uint64_t flight_id = 0);
 
   // An operation that failed its argument checks, numbered `seq` like the
   // others: its handle fails at once with `error`. It still aborts the
   // scheduler, in issue order (operations queued before it run; later ones
   // fail naming it): the other ranks' operation with this number can never
   // complete, and this rank's next one must not pair with it.
-  WorkPtr Reject(const char* name, uint32_t seq, absl::Status error);
+  WorkPtr Reject(const char* name, uint32_t seq, absl::Status error, uint64_t flight_id = 0);
 
   // Called by a running op: its send `req` (to group rank `peer`) completes
   // in the background; the op's handle finishes with it, or fails at the
@@ -109,9 +118,12 @@ class Scheduler {
   void Help(ScheduledWork* work, absl::Time wait_deadline);
   // Wakes the worker if the oldest queued op has waited past the grace period.
   void MaybeWakeWorker();
+  // The first failure aborted the scheduler: the recorder dumps (no lock held).
+  void Aborted(const absl::Status& status);
 
   std::shared_ptr<Transport> transport_;
   const absl::Duration timeout_;
+  const std::shared_ptr<flight::Recorder> recorder_;
   std::shared_ptr<SchedulerLink> link_;  // shared with the handles
   std::mutex exec_mu_;  // held while executing operations
   std::mutex mu_;

@@ -8,6 +8,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cli.h"
 
@@ -104,6 +106,80 @@ CommFlags GetCommFlags() {
   f.flight_recorder_dir = absl::GetFlag(FLAGS_flight_recorder_dir);
   f.flight_recorder_entries = absl::GetFlag(FLAGS_flight_recorder_entries);
   return f;
+}
+
+absl::Status CheckAgentFlags(const CommFlags& f) {
+  if (f.nnodes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--nnodes=", f.nnodes, " must be >= 1"));
+  }
+  if (f.node_rank < 0 || f.node_rank >= f.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("--node-rank=", f.node_rank,
+                                                   " must be in [0, --nnodes=", f.nnodes, ")"));
+  }
+  if (f.max_restarts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-restarts=", f.max_restarts, " must be >= 0"));
+  }
+  if (!(f.heartbeat_timeout_s >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--heartbeat-timeout-s=", f.heartbeat_timeout_s, " must be >= 0 (0: not checked)"));
+  }
+  if (f.flight_recorder_entries < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--flight-recorder-entries=", f.flight_recorder_entries, " must be >= 1"));
+  }
+  if (f.nnodes > 1 && f.rank.master_addr.empty() && std::getenv("MASTER_ADDR") == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes=", f.nnodes, " needs --master-addr (or MASTER_ADDR): node 0's address, the "
+        "same on every node"));
+  }
+  if (f.nnodes > 1 && f.rendezvous_secret.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes=", f.nnodes, " needs the job's secret, the same on every node: "
+        "--rendezvous-secret=S or LOOM_RENDEZVOUS_SECRET=S (make one with "
+        "`openssl rand -hex 32`)"));
+  }
+  return absl::OkStatus();
+}
+
+LaunchRequest LaunchRequestFor(const CommFlags& f) {
+  LaunchRequest r;
+  r.backend = f.backend;
+  r.rank = f.rank;
+  if (f.nproc_per_node_given) r.nproc_per_node = f.nproc_per_node;
+  r.nnodes = f.nnodes;
+  r.supervised = f.max_restarts > 0 || f.heartbeat_timeout_s > 0;
+  r.tcp_store = f.store == "tcp";
+  r.has_secret = !f.rendezvous_secret.empty();
+  return r;
+}
+
+LaunchOptions LaunchOptionsFor(const CommFlags& f, const LaunchPlan& plan) {
+  LaunchOptions o;
+  o.nproc_per_node = plan.nproc_per_node;
+  o.ranks_as_threads = plan.ranks_as_threads;
+  o.nnodes = f.nnodes;
+  o.node_rank = f.node_rank;
+  if (!f.rank.master_addr.empty()) {
+    o.master_addr = f.rank.master_addr;
+  } else if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0' && f.nnodes > 1) {
+    o.master_addr = a;
+  }
+  if (f.rank.master_port > 0) {
+    o.master_port = f.rank.master_port;
+  } else if (f.nnodes > 1) {
+    o.master_port = 29500;  // torchrun's default
+    int port = 0;
+    if (const char* p = std::getenv("MASTER_PORT"); p != nullptr && absl::SimpleAtoi(p, &port)) {
+      o.master_port = port;
+    }
+  }
+  o.secret = f.rendezvous_secret;
+  o.max_restarts = f.max_restarts;
+  o.heartbeat_timeout = absl::Seconds(f.heartbeat_timeout_s);
+  o.timeout = absl::Seconds(f.timeout_s);
+  o.dump_flight_recorder = !f.flight_recorder_dir.empty();
+  return o;
 }
 
 }  // namespace loom::comm::launch

@@ -15,7 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 #include "comm/launch/discovery.h"
+#include "comm/launch/launcher.h"
+#include "comm/launch/plan.h"
 
 namespace loom::comm::launch {
 
@@ -50,6 +54,16 @@ struct CommFlags {
 std::vector<char*> ParseFlags(int argc, char** argv, const char* usage);
 
 CommFlags GetCommFlags();
+
+// Checks the agent's flags (--nnodes, --node-rank, --max-restarts,
+// --heartbeat-timeout-s, --flight-recorder-entries): errors name the flag.
+absl::Status CheckAgentFlags(const CommFlags& flags);
+
+// The launch decision's inputs that come from these flags (a binary adds its
+// program, arguments and default --nproc-per-node).
+LaunchRequest LaunchRequestFor(const CommFlags& flags);
+// What the node's agent is told, for a kLauncher plan.
+LaunchOptions LaunchOptionsFor(const CommFlags& flags, const LaunchPlan& plan);
 
 }  // namespace loom::comm::launch
 

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace loom::comm::launch {
 namespace {
@@ -21,6 +22,7 @@ struct Page {
   std::atomic<uint64_t> beats;
   std::atomic<int64_t> iteration;
   std::atomic<uint32_t> phase;
+  std::atomic<int64_t> at_unix_ns;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
@@ -78,6 +80,7 @@ void Beat(int64_t iteration, Phase phase) {
   if (p == nullptr) return;
   p->iteration.store(iteration, std::memory_order_relaxed);
   p->phase.store(static_cast<uint32_t>(phase), std::memory_order_relaxed);
+  p->at_unix_ns.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
   p->beats.fetch_add(1, std::memory_order_release);
 }
 
@@ -101,6 +104,7 @@ HeartbeatReading HeartbeatPage::Read() const {
   r.beats = p->beats.load(std::memory_order_acquire);
   r.iteration = p->iteration.load(std::memory_order_relaxed);
   r.phase = static_cast<Phase>(p->phase.load(std::memory_order_relaxed));
+  r.at_unix_ns = p->at_unix_ns.load(std::memory_order_relaxed);
   return r;
 }
 
@@ -108,6 +112,7 @@ void HeartbeatPage::Reset() {
   Page* p = static_cast<Page*>(page_);
   p->beats.store(0, std::memory_order_relaxed);
   p->iteration.store(0, std::memory_order_relaxed);
+  p->at_unix_ns.store(0, std::memory_order_relaxed);
   p->phase.store(static_cast<uint32_t>(Phase::kStarting), std::memory_order_release);
 }
 

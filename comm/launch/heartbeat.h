@@ -6,10 +6,13 @@
 // system) is found and named even before a collective times out.
 //
 // The agent creates one small file per local rank and passes its path in
-// LOOM_HEARTBEAT_FILE; the rank maps it and a beat is three relaxed stores to
-// shared memory: no system call, no lock, nothing when no agent is watching.
-// The agent reads the page every few hundred milliseconds; a rank whose beat
-// counter has not moved for --heartbeat-timeout-s is hung.
+// LOOM_HEARTBEAT_FILE; the rank maps it and a beat is a clock read (vDSO) and
+// four relaxed stores to shared memory: no system call, no lock, nothing when
+// no agent is watching.
+// The agent reads the page every few tens of milliseconds; a rank past setup
+// whose beat counter has not moved for --heartbeat-timeout-s is hung (setup,
+// e.g. rank 0 tokenizing a corpus while the others wait, is bounded by its own
+// barriers and the collective timeout instead).
 
 #include <cstdint>
 #include <memory>
@@ -39,6 +42,7 @@ struct HeartbeatReading {
   uint64_t beats = 0;  // increases with every Beat
   int64_t iteration = 0;
   Phase phase = Phase::kStarting;
+  int64_t at_unix_ns = 0;  // when the last beat was taken (0: none yet)
 };
 
 class HeartbeatPage {

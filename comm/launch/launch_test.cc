@@ -133,6 +133,7 @@ LaunchRequest Request(const std::string& backend, std::optional<int> nproc = std
   r.program = "bazel-bin/train/gpt";
   r.args = {"--distributed-backend=" + backend, "--train-iters=5"};
   if (nproc) r.args.push_back("--nproc-per-node=" + std::to_string(*nproc));
+  r.has_secret = true;  // LOOM_RENDEZVOUS_SECRET (see ExternalRanksNeedTheSecret)
   return r;
 }
 
@@ -248,6 +249,72 @@ TEST(PlanLaunch, OurOwnLaunchersChildren) {
   EXPECT_EQ(p->role, Role::kRank);
   EXPECT_EQ(p->rank.rank, 1);
   EXPECT_EQ(p->rank.local_world_size, 4);
+}
+
+TEST(PlanLaunch, ExternalRanksNeedTheSecret) {
+  const std::map<std::string, std::string> env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}};
+  LaunchRequest r = Request("ucx");
+  r.has_secret = false;
+  auto p = PlanLaunch(r, Env(env));
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "LOOM_RENDEZVOUS_SECRET")) << p.status();
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "--rendezvous-secret")) << p.status();
+  r.tcp_store = false;  // --store=file:DIR: the folder's permissions guard it
+  EXPECT_TRUE(PlanLaunch(r, Env(env)).ok());
+  r.tcp_store = true;
+  EXPECT_TRUE(PlanLaunch(r, Env({{"RANK", "0"}, {"WORLD_SIZE", "1"}})).ok());  // nobody to meet
+  // Our own agent hands its ranks the secret in the environment.
+  auto child = env;
+  child["LOOM_LAUNCHED"] = "1";
+  EXPECT_TRUE(PlanLaunch(r, Env(child)).ok());
+}
+
+TEST(PlanLaunch, TheAgentsFlags) {
+  LaunchRequest r = Request("ucx", 4);
+  r.nnodes = 3;
+  auto p = PlanLaunch(r, Env({}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kLauncher);
+  EXPECT_EQ(p->world_size, 12);
+  EXPECT_EQ(p->nproc_per_node, 4);
+  // One supervised rank still needs an agent.
+  r = Request("ucx", 1);
+  r.supervised = true;
+  EXPECT_EQ(PlanLaunch(r, Env({}))->role, Role::kLauncher);
+  // local: one supervised process running the ranks as threads ...
+  r = Request("local", 8);
+  r.supervised = true;
+  p = PlanLaunch(r, Env({}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kLauncher);
+  EXPECT_TRUE(p->ranks_as_threads);
+  EXPECT_EQ(p->world_size, 8);
+  // ... which is that process, told by the agent how many threads to run.
+  p = PlanLaunch(r, Env({{"LOOM_LAUNCHED", "1"}, {"LOOM_LOCAL_THREADS", "8"}}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->role, Role::kThreads);
+  EXPECT_EQ(p->nproc_per_node, 8);
+  // local cannot span nodes; mpirun's ranks are not the agent's.
+  r = Request("local", 2);
+  r.nnodes = 2;
+  EXPECT_TRUE(absl::StrContains(PlanLaunch(r, Env({})).status().message(), "--nnodes=2"));
+  r = Request("mpi");
+  r.supervised = true;
+  EXPECT_TRUE(absl::StrContains(PlanLaunch(r, Env({})).status().message(), "mpirun"));
+  // Ranks someone else started are restarted by that launcher, not by us.
+  r = Request("ucx");
+  r.supervised = true;
+  p = PlanLaunch(r, Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}));
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "--max-restarts")) << p.status();
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "SLURM_PROCID=0")) << p.status();
+}
+
+TEST(PlanLaunch, WithoutFlags) {
+  EXPECT_EQ(WithoutFlags({"prog", "--master_addr=h", "--master-port", "9", "--x=1", "--",
+                          "--master_port=3"},
+                         {"master_addr", "master_port"}),
+            (std::vector<std::string>{"prog", "--x=1", "--", "--master_port=3"}));
 }
 
 TEST(PlanLaunch, MpiRanksComeFromMpirun) {

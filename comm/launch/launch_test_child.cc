@@ -8,6 +8,11 @@
 //   fail:    rank 1 exits with status 3 after 0.5 s; the others sleep long.
 //   sigkill: rank 2 kills itself; the others sleep long.
 //   sleep:   every rank writes its pid to --pid_dir and sleeps long.
+//   fail_once:   rank --fail_rank exits with status 3 on the first start
+//                (LOOM_RESTART_COUNT=0), then every rank does `store`.
+//   fail_always: rank --fail_rank exits with status 3 on every start.
+//   hang:    rank --fail_rank beats once, then never again; the others beat.
+//   beat:    every rank writes its pid to --pid_dir and beats every 100 ms.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,42 +24,69 @@
 #include "absl/strings/str_cat.h"
 #include "comm/launch/discovery.h"
 #include "comm/launch/flags.h"
+#include "comm/launch/heartbeat.h"
 #include "comm/launch/launcher.h"
 #include "comm/launch/plan.h"
 #include "comm/store/tcp_store.h"
 
 ABSL_FLAG(std::string, behavior, "store", "store, fail, sigkill or sleep");
-ABSL_FLAG(std::string, pid_dir, "", "where `sleep` writes pids");
+ABSL_FLAG(std::string, pid_dir, "", "where `sleep` and `beat` write pids");
+ABSL_FLAG(int, fail_rank, 1, "the rank that fails or hangs");
 
 int main(int argc, char** argv) {
   using namespace loom::comm;
   launch::ParseFlags(argc, argv, "launcher test child");
   launch::CommFlags flags = launch::GetCommFlags();
-  launch::LaunchRequest request;
+  if (absl::Status s = launch::CheckAgentFlags(flags); !s.ok()) {
+    std::cerr << "plan: " << s.message() << std::endl;
+    return 2;
+  }
+  launch::LaunchRequest request = launch::LaunchRequestFor(flags);
   request.backend = "ucx";  // processes (nothing here creates a communicator)
-  request.rank = flags.rank;
-  if (flags.nproc_per_node_given) request.nproc_per_node = flags.nproc_per_node;
   auto plan = launch::PlanLaunch(request);
   if (!plan.ok()) {
     std::cerr << "plan: " << plan.status().message() << std::endl;
     return 2;
   }
   if (plan->role == launch::Role::kLauncher) {
-    launch::LaunchOptions o;
-    o.nproc_per_node = plan->nproc_per_node;
+    launch::LaunchOptions o = launch::LaunchOptionsFor(flags, *plan);
     o.kill_grace = absl::Seconds(2);
     absl::Status s = launch::LaunchAndWait(o, argc, argv);
     std::cout << "launcher: " << (s.ok() ? "OK" : s.ToString()) << std::endl;
     return s.ok() ? 0 : 1;
   }
   const launch::RankInfo* info = &plan->rank;
-  const std::string b = absl::GetFlag(FLAGS_behavior);
+  std::string b = absl::GetFlag(FLAGS_behavior);
+  const bool failing = info->rank == absl::GetFlag(FLAGS_fail_rank);
+  launch::Beat(0, launch::Phase::kSetup);
+  if (b == "fail_once") {
+    if (failing && launch::RestartCount() == 0) {
+      absl::SleepFor(absl::Milliseconds(500));
+      return 3;
+    }
+    b = "store";
+  }
+  if (b == "fail_always" && failing) {
+    absl::SleepFor(absl::Milliseconds(500));
+    return 3;
+  }
+  if (b == "hang" || b == "beat") {
+    if (b == "beat") {
+      std::ofstream(absl::StrCat(absl::GetFlag(FLAGS_pid_dir), "/", getpid())) << info->rank;
+    }
+    for (int i = 0; i < 1200; ++i) {
+      if (b == "beat" || !failing || i == 0) launch::Beat(i, launch::Phase::kTrain);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return 0;
+  }
   if (b == "store") {
     TcpStoreOptions o;
     o.host = info->master_addr;
     o.port = info->master_port;
     o.is_server = info->rank == 0;
     o.connect_timeout = absl::Seconds(flags.timeout_s);
+    o.secret = flags.rendezvous_secret;
     auto store = TcpStore::Create(o);
     if (!store.ok()) {
       std::cerr << store.status() << std::endl;

@@ -3,9 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,26 +18,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "comm/launch/agent.h"
 #include "comm/launch/discovery.h"
-
-extern char** environ;
+#include "comm/launch/plan.h"
+#include "comm/store/auth.h"
+#include "comm/store/memory_store.h"
+#include "comm/store/tcp_store.h"
 
 namespace loom::comm::launch {
-namespace {
-
-volatile sig_atomic_t g_forward_signal = 0;  // set by the handler only
-void OnSignal(int sig) { g_forward_signal = sig; }
-
-std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
-                        strsignal(WTERMSIG(status)), ")");
-  }
-  return absl::StrCat("ended with wait status ", status);
-}
-
-}  // namespace
 
 bool IsLaunchedChild() {
   const char* v = std::getenv("LOOM_LAUNCHED");
@@ -75,6 +61,10 @@ absl::Status LaunchAndWait(const LaunchOptions& o, int argc, char** argv) {
     return absl::InvalidArgumentError(
         absl::StrCat("--nproc-per-node=", n, " must be >= 1"));
   }
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("--node-rank=", o.node_rank,
+                                                   " must be in [0, --nnodes=", o.nnodes, ")"));
+  }
   // A rank started by someone else never starts ranks of its own (see plan.h).
   if (IsLaunchedChild()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -87,119 +77,53 @@ absl::Status LaunchAndWait(const LaunchOptions& o, int argc, char** argv) {
         "): its launcher (torchrun, mpirun, srun) starts the ranks. Drop --nproc-per-node, or "
         "unset those variables"));
   }
-  int port = o.master_port;
-  if (port == 0) {
-    absl::StatusOr<int> p = PickFreePort();
-    if (!p.ok()) return p.status();
-    port = *p;
+  AgentOptions ao;
+  ao.nnodes = o.nnodes;
+  ao.node_rank = o.node_rank;
+  ao.nproc_per_node = n;
+  ao.ranks_as_threads = o.ranks_as_threads;
+  ao.master_addr = o.master_addr;
+  ao.max_restarts = o.max_restarts;
+  ao.heartbeat_timeout = o.heartbeat_timeout;
+  ao.kill_grace = o.kill_grace;
+  ao.signal_grace = o.signal_grace;
+  ao.timeout = o.timeout;
+  ao.dump_flight_recorder = o.dump_flight_recorder;
+  ao.secret = o.secret;
+  if (ao.secret.empty()) {
+    if (o.nnodes > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nnodes=", o.nnodes, " needs the job's secret, the same on every node: "
+          "--rendezvous-secret=S or LOOM_RENDEZVOUS_SECRET=S (make one with "
+          "`openssl rand -hex 32`)"));
+    }
+    absl::StatusOr<std::string> secret = MakeRendezvousSecret();
+    if (!secret.ok()) return secret.status();
+    ao.secret = *secret;
   }
-  // Environment for each child, built before fork (no allocation after it).
-  static const char* kOverridden[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
-                                      "MASTER_ADDR=", "MASTER_PORT=", "LOOM_LAUNCHED="};
-  std::vector<std::string> base;
-  for (char** e = environ; *e; ++e) {
-    bool skip = false;
-    for (const char* k : kOverridden) skip = skip || absl::StartsWith(*e, k);
-    if (!skip) base.push_back(*e);
+  // The ranks find rank 0 in MASTER_ADDR/MASTER_PORT (the agent chooses the
+  // port); a --master-addr/--master-port in argv would override those.
+  const std::vector<std::string> args =
+      WithoutFlags(std::vector<std::string>(argv, argv + argc), {"master_addr", "master_port"});
+  if (o.nnodes == 1) {
+    ao.rank_port = o.master_port;
+    MemoryStore store;
+    return RunAgent(ao, store, "this process", args);
   }
-  std::vector<std::vector<std::string>> envs(n, base);
-  std::vector<std::vector<char*>> envps(n);
-  for (int r = 0; r < n; ++r) {
-    envs[r].push_back(absl::StrCat("RANK=", r));
-    envs[r].push_back(absl::StrCat("WORLD_SIZE=", n));
-    envs[r].push_back(absl::StrCat("LOCAL_RANK=", r));
-    envs[r].push_back(absl::StrCat("LOCAL_WORLD_SIZE=", n));
-    envs[r].push_back(absl::StrCat("MASTER_ADDR=", o.master_addr));
-    envs[r].push_back(absl::StrCat("MASTER_PORT=", port));
-    envs[r].push_back("LOOM_LAUNCHED=1");
-    for (auto& s : envs[r]) envps[r].push_back(s.data());
-    envps[r].push_back(nullptr);
+  TcpStoreOptions to;
+  to.host = o.master_addr;
+  to.port = o.master_port;
+  to.is_server = o.node_rank == 0;
+  to.connect_timeout = o.timeout;
+  to.reply_timeout = o.timeout;
+  to.secret = ao.secret;
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(to);
+  if (!store.ok()) {
+    return absl::UnavailableError(absl::StrCat("the agents' store (--master-addr=", o.master_addr,
+                                               " --master-port=", o.master_port,
+                                               "): ", store.status().message()));
   }
-  std::vector<char*> args(argv, argv + argc);
-  args.push_back(nullptr);
-
-  struct sigaction sa {}, old_int{}, old_term{};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  g_forward_signal = 0;
-
-  const pid_t parent = getpid();
-  std::vector<pid_t> pids(n, -1);
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);  // the launcher already died
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      execve("/proc/self/exe", args.data(), envps[r].data());
-      _exit(127);
-    }
-    if (pid < 0) {
-      for (int q = 0; q < r; ++q) kill(pids[q], SIGKILL);
-      for (int q = 0; q < r; ++q) waitpid(pids[q], nullptr, 0);
-      sigaction(SIGINT, &old_int, nullptr);
-      sigaction(SIGTERM, &old_term, nullptr);
-      return absl::ResourceExhaustedError(absl::StrCat("fork of rank ", r, " failed: ",
-                                                       std::strerror(errno)));
-    }
-    pids[r] = pid;
-  }
-
-  int alive = n;
-  absl::Status result;
-  bool stopping = false;
-  absl::Time kill_at = absl::InfiniteFuture();
-  auto stop_all = [&](int sig) {
-    for (int r = 0; r < n; ++r) {
-      if (pids[r] > 0) kill(pids[r], sig);
-    }
-  };
-  while (alive > 0) {
-    if (g_forward_signal != 0) {
-      int sig = g_forward_signal;
-      g_forward_signal = 0;
-      stop_all(sig);
-      if (result.ok()) {
-        result = absl::CancelledError(absl::StrCat("launcher received signal ", sig, " (",
-                                                   strsignal(sig), "); forwarded it to the ranks"));
-      }
-      if (!stopping) {
-        stopping = true;
-        kill_at = absl::Now() + o.kill_grace;
-      }
-    }
-    if (stopping && absl::Now() >= kill_at) {
-      stop_all(SIGKILL);
-      kill_at = absl::InfiniteFuture();
-    }
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid == 0 || (pid < 0 && errno == EINTR)) {
-      usleep(10000);
-      continue;
-    }
-    if (pid < 0) break;  // no children left
-    int r = 0;
-    while (r < n && pids[r] != pid) ++r;
-    if (r == n) continue;  // not ours
-    pids[r] = -1;
-    --alive;
-    bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (failed && !stopping) {
-      result = absl::InternalError(absl::StrCat("rank ", r, " (pid ", pid, ") ",
-                                                DescribeExit(status),
-                                                "; stopped the other ranks"));
-      stopping = true;
-      stop_all(SIGTERM);
-      kill_at = absl::Now() + o.kill_grace;
-    }
-  }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  return result;
+  return RunAgent(ao, **store, absl::StrCat(o.master_addr, ":", o.master_port), args);
 }
 
 }  // namespace loom::comm::launch

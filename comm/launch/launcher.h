@@ -1,11 +1,15 @@
 #ifndef LOOM_COMM_LAUNCH_LAUNCHER_H_
 #define LOOM_COMM_LAUNCH_LAUNCHER_H_
 
-// `--nproc-per-node=N`: the binary re-executes itself N times with RANK,
-// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set
-// (a free port is picked), forwards SIGINT/SIGTERM to the ranks, and if a rank
-// fails, stops the others and reports that rank and its exit status.
-// Children die with the launcher (PR_SET_PDEATHSIG): no orphans.
+// The launcher: `--nproc-per-node=K` (and, across nodes, `--nnodes=N
+// --node-rank=R --master-addr=H --master-port=P`, torchrun's flags) makes this
+// binary the node's agent (agent.h): it re-executes itself once per local rank
+// with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+// MASTER_PORT, LOOM_RENDEZVOUS_SECRET, LOOM_RESTART_COUNT and
+// LOOM_HEARTBEAT_FILE set, forwards SIGINT/SIGTERM to the ranks, and if a
+// rank fails, stops the others, restarts them all (--max-restarts) or
+// reports that rank and its exit status. Children die with the agent
+// (PR_SET_PDEATHSIG): no orphans.
 //
 //   int main(int argc, char** argv) {
 //     ... parse flags ...
@@ -28,11 +32,31 @@ namespace loom::comm::launch {
 
 struct LaunchOptions {
   int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  // One node: where rank 0 serves the ranks' store (port 0: pick a free one).
+  // Several: where node 0's agent serves the agents' store (the ranks' own
+  // store gets a free port on the same host, chosen by node 0's agent).
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: pick a free port
-  // After a failure (or a forwarded signal): how long the other ranks get to
-  // exit after SIGTERM before SIGKILL.
+  int master_port = 0;
+  // The job's secret (--rendezvous-secret / LOOM_RENDEZVOUS_SECRET): required
+  // across nodes; with one node "" makes a fresh one.
+  std::string secret;
+  int max_restarts = 0;
+  absl::Duration heartbeat_timeout = absl::ZeroDuration();  // zero: unchecked
+  // After a failure: how long the other ranks get to exit after SIGTERM
+  // before SIGKILL.
   absl::Duration kill_grace = absl::Seconds(5);
+  // After a forwarded SIGINT/SIGTERM: how long ranks get before SIGKILL
+  // (--exit-signal-handler: time to finish the step and save).
+  absl::Duration signal_grace = absl::Seconds(5);
+  // The agents' rendezvous and store calls, and how long a node may take to
+  // report its ranks stopped after a failure.
+  absl::Duration timeout = absl::Minutes(5);
+  // --distributed-backend=local: one process runs the ranks as threads.
+  bool ranks_as_threads = false;
+  // --flight-recorder-dir is set: ranks get SIGUSR1 before they are stopped.
+  bool dump_flight_recorder = false;
 };
 
 // True in a process started by LaunchAndWait (LOOM_LAUNCHED=1).

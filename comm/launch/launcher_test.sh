@@ -6,6 +6,9 @@
 set -u
 CHILD="$1"
 fail() { echo "FAIL: $*"; exit 1; }
+# Ranks that someone else starts (cases 6, 7) prove the job's secret to the
+# store; the agent hands its own ranks this one too (it takes the user's).
+export LOOM_RENDEZVOUS_SECRET=launcher-test-secret
 
 # 1. Three ranks rendezvous through the TCP store served by rank 0.
 out=$(timeout 60 "$CHILD" --nproc-per-node=3 --behavior=store 2>&1) || fail "store run: $out"
@@ -100,4 +103,87 @@ echo "$out" | grep -q -- "--nproc-per-node=2.*RANK=1, WORLD_SIZE=2" || fail "not
 out=$(RANK=1 timeout 60 "$CHILD" 2>&1)
 [ $? = 2 ] || fail "RANK without WORLD_SIZE should exit 2: $out"
 echo "$out" | grep -q "RANK=1 is set but WORLD_SIZE is not" || fail "not named: $out"
+# 8. --max-restarts: rank 1 fails on the first start; every rank is stopped and
+#    started again (LOOM_RESTART_COUNT=1), and the job ends well.
+out=$(timeout 90 "$CHILD" --nproc-per-node=3 --behavior=fail_once --max-restarts=2 2>&1) \
+  || fail "fail_once with --max-restarts=2 did not end well: $out"
+echo "$out"
+echo "$out" | grep -q "restart 1/2: rank 1 (pid [0-9]*) exited with status 3" \
+  || fail "restart not logged with its cause: $out"
+[ "$(echo "$out" | grep -c rendezvoused)" = 3 ] || fail "3 ranks should finish after the restart"
+echo "$out" | grep -q "restart 2/2" && fail "restarted twice: $out"
+
+# 9. A rank that fails every time: after --max-restarts the job fails, naming it.
+out=$(timeout 90 "$CHILD" --nproc-per-node=2 --behavior=fail_always --max-restarts=2 2>&1) \
+  && fail "fail_always exited 0: $out"
+echo "$out"
+echo "$out" | grep -q "failed again after 2 restart(s) (--max-restarts=2); last failure: rank 1" \
+  || fail "the final failure is not named: $out"
+
+# 10. A rank that never reports progress is declared hung and named.
+start=$(date +%s)
+out=$(timeout 90 "$CHILD" --nproc-per-node=2 --behavior=hang --heartbeat-timeout-s=2 2>&1) \
+  && fail "hang exited 0: $out"
+echo "$out"
+echo "$out" | grep -q "rank 1 (pid [0-9]*) is hung: no progress for .* last heartbeat: iteration 0, training step" \
+  || fail "hung rank not named: $out"
+[ $(( $(date +%s) - start )) -lt 30 ] || fail "the hang took too long to find"
+
+# 11. SIGSTOP on a rank that was beating: hung, named, and killed (no orphan).
+rm -f "$piddir"/*
+"$CHILD" --nproc-per-node=2 --behavior=beat --heartbeat-timeout-s=2 --pid_dir="$piddir" \
+  > "$TEST_TMPDIR/stop.log" 2>&1 &
+agent=$!
+for i in $(seq 100); do [ "$(ls "$piddir" | wc -l)" = 2 ] && break; sleep 0.1; done
+[ "$(ls "$piddir" | wc -l)" = 2 ] || fail "beat ranks did not start"
+for p in $(ls "$piddir"); do [ "$(cat "$piddir/$p")" = 1 ] && stopped=$p; done
+sleep 1
+kill -STOP "$stopped"
+wait $agent && fail "agent exited 0 after a rank was stopped"
+cat "$TEST_TMPDIR/stop.log"
+grep -q "rank 1 (pid $stopped) is hung (stopped): .* last heartbeat: iteration [0-9]*, training step" \
+  "$TEST_TMPDIR/stop.log" || fail "stopped rank not named"
+sleep 0.5
+for p in $(ls "$piddir"); do kill -0 "$p" 2>/dev/null && fail "rank pid $p outlived the agent"; done
+
+# 12. Two nodes on this machine: one agent each, 2 ranks each, one world of 4.
+P=$(port)
+two_nodes() {  # two_nodes ARGS...: both agents, logs in $TEST_TMPDIR/node{0,1}
+  timeout 120 "$CHILD" --nnodes=2 --node-rank=0 --master-addr=127.0.0.1 --master-port=$P \
+    --nproc-per-node=2 "$@" > "$TEST_TMPDIR/node0" 2>&1 & local a0=$!
+  timeout 120 "$CHILD" --nnodes=2 --node-rank=1 --master-addr=127.0.0.1 --master-port=$P \
+    --nproc-per-node=2 "$@" > "$TEST_TMPDIR/node1" 2>&1 & local a1=$!
+  wait $a0; rc0=$?
+  wait $a1; rc1=$?
+  cat "$TEST_TMPDIR/node0" "$TEST_TMPDIR/node1"
+}
+two_nodes --behavior=store --comm-timeout-s=30
+[ $rc0 = 0 ] && [ $rc1 = 0 ] || fail "two nodes: exit $rc0 / $rc1"
+[ "$(cat "$TEST_TMPDIR/node0" "$TEST_TMPDIR/node1" | grep -c "of 4 (torchrun env.*rendezvoused")" = 4 ] \
+  || fail "two nodes: expected 4 ranks of one world"
+grep -q "rank 3 of 4" "$TEST_TMPDIR/node1" || fail "node 1 should run ranks 2 and 3"
+
+# 13. Rank 3 (node 1) fails once: both agents restart, the job ends well.
+P=$(port)
+two_nodes --behavior=fail_once --fail_rank=3 --max-restarts=1 --comm-timeout-s=30
+[ $rc0 = 0 ] && [ $rc1 = 0 ] || fail "two nodes restart: exit $rc0 / $rc1"
+for n in 0 1; do
+  grep -q "restart 1/1: rank 3 (pid [0-9]*) on node 1 (.*) exited with status 3" \
+    "$TEST_TMPDIR/node$n" || fail "node $n did not log the restart and its cause"
+done
+
+# 14. A node that never comes: node 0's agent names it within --comm-timeout-s.
+P=$(port)
+out=$(timeout 60 "$CHILD" --nnodes=2 --node-rank=0 --master-addr=127.0.0.1 --master-port=$P \
+  --nproc-per-node=1 --comm-timeout-s=3 2>&1) && fail "lone node 0 exited 0"
+echo "$out"
+echo "$out" | grep -q "1 of 2 nodes joined within 3s; missing node(s) 1" || fail "not named: $out"
+
+# 15. Across nodes the secret is the user's: none is an error before anything starts.
+out=$(env -u LOOM_RENDEZVOUS_SECRET timeout 60 "$CHILD" --nnodes=2 --node-rank=1 \
+  --master-addr=127.0.0.1 2>&1)
+[ $? = 2 ] || fail "--nnodes=2 without a secret should exit 2: $out"
+echo "$out" | grep -q -- "--rendezvous-secret=S or LOOM_RENDEZVOUS_SECRET" || fail "not named: $out"
+out=$(timeout 60 "$CHILD" --nnodes=2 --node-rank=2 --master-addr=127.0.0.1 2>&1)
+[ $? = 2 ] || fail "--node-rank=2 of 2 should exit 2: $out"
 echo PASS

@@ -1,6 +1,9 @@
 #include "comm/launch/plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -28,20 +31,26 @@ std::string MpirunCommand(const LaunchRequest& r, int n) {
 
 }  // namespace
 
-std::vector<std::string> WithoutNprocPerNode(const std::vector<std::string>& args) {
+std::vector<std::string> WithoutFlags(const std::vector<std::string>& args,
+                                      const std::vector<std::string>& names) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--") {  // the rest is not ours
       out.insert(out.end(), args.begin() + i, args.end());
       break;
     }
-    if (core::FlagName(args[i]) == "nproc_per_node") {
-      if (args[i].find('=') == std::string::npos) ++i;  // "--nproc-per-node N"
+    const std::string name = core::FlagName(args[i]);
+    if (!name.empty() && std::find(names.begin(), names.end(), name) != names.end()) {
+      if (args[i].find('=') == std::string::npos) ++i;  // "--flag V"
       continue;
     }
     out.push_back(args[i]);
   }
   return out;
+}
+
+std::vector<std::string> WithoutNprocPerNode(const std::vector<std::string>& args) {
+  return WithoutFlags(args, {"nproc_per_node"});
 }
 
 absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& env) {
@@ -51,7 +60,27 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
   const std::vector<std::string> external = ExternalRankSettings(r.rank, env);
   const std::string backend = absl::StrCat(r.backend_flag, "=", r.backend);
 
+  const bool agent_flags = r.nnodes > 1 || r.supervised;
+  if (our_child && r.backend == "local") {
+    // The agent's supervised process running the ranks as threads.
+    int threads = 0;
+    const char* v = env("LOOM_LOCAL_THREADS");
+    if (v != nullptr && absl::SimpleAtoi(v, &threads) && threads >= 1) {
+      plan.role = Role::kThreads;
+      plan.nproc_per_node = threads;
+      plan.world_size = threads;
+      return plan;
+    }
+  }
   if (our_child || !external.empty()) {  // one rank of a world someone else started
+    if (!our_child && agent_flags) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nnodes, --max-restarts and --heartbeat-timeout-s are the agent's (this binary "
+          "started without a launcher), but this process is one rank of a job started by "
+          "someone else (", absl::StrJoin(external, ", "), "): restarting is that launcher's "
+          "job (srun --requeue, torchrun --max-restarts). Drop those flags, or start the job "
+          "with this binary's own agent"));
+    }
     if (!our_child && r.nproc_per_node.has_value() && *r.nproc_per_node > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--nproc-per-node=", *r.nproc_per_node, " would start ", *r.nproc_per_node,
@@ -84,6 +113,14 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
           "=ucx (or nccl) to join that world, or start the ranks with: ",
           MpirunCommand(r, info->world_size)));
     }
+    if (!our_child && r.tcp_store && !r.has_secret && info->world_size > 1 &&
+        (r.backend == "ucx" || r.backend == "nccl")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", info->rank, " of ", info->world_size, " started by ", info->source,
+          " meets the others through rank 0's TCP store, which admits only connections that "
+          "prove the job's secret: set the same LOOM_RENDEZVOUS_SECRET (or --rendezvous-secret) "
+          "for every rank, e.g. export LOOM_RENDEZVOUS_SECRET=$(openssl rand -hex 32)"));
+    }
     plan.role = Role::kRank;
     return plan;
   }
@@ -94,10 +131,22 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
     return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node=", n, " must be >= 1"));
   }
   if (r.backend == "local") {
-    plan.role = Role::kThreads;
+    if (r.nnodes > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nnodes=", r.nnodes, " with ", backend, ": local runs every rank as a thread of one "
+          "process; across nodes use ", r.backend_flag, "=ucx (or nccl)"));
+    }
+    plan.role = r.supervised ? Role::kLauncher : Role::kThreads;
+    plan.ranks_as_threads = r.supervised;
     plan.nproc_per_node = n;
     plan.world_size = n;
     return plan;
+  }
+  if (r.backend == "mpi" && agent_flags) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes, --max-restarts and --heartbeat-timeout-s start this binary's own agent, but ",
+        backend, " takes its ranks from mpirun: use ", r.backend_flag, "=ucx (or nccl) for the "
+        "agent, or mpirun's own fault handling"));
   }
   if (r.backend == "mpi") {
     if (r.nproc_per_node.has_value() && n > 1) {
@@ -114,7 +163,7 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
     plan.rank.source = "single process (MPI singleton: not started by mpirun)";
     return plan;
   }
-  if (n == 1) {
+  if (n == 1 && !agent_flags) {
     absl::StatusOr<RankInfo> info = DiscoverRank(r.rank, env);  // rank 0 of 1
     if (!info.ok()) return info.status();
     plan.role = Role::kRank;
@@ -123,7 +172,7 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
   }
   plan.role = Role::kLauncher;
   plan.nproc_per_node = n;
-  plan.world_size = n;
+  plan.world_size = r.nnodes * n;
   return plan;
 }
 

@@ -18,6 +18,10 @@
 //            when the binary's default asked for more);
 //     ucx, nccl: N > 1 starts N local ranks (kLauncher, see launcher.h);
 //            N = 1 is a single rank (kRank).
+//   The agent's flags (--nnodes > 1, --max-restarts, --heartbeat-timeout-s)
+//   make this process the node's agent (kLauncher) for ucx and nccl, and for
+//   local (one supervised process running the ranks as threads); mpirun's
+//   ranks and ranks someone else started are not ours to restart: an error.
 
 #include <optional>
 #include <string>
@@ -34,6 +38,16 @@ struct LaunchRequest {
   ExplicitRank rank;                       // --rank, --world-size, --local-rank, --master-*
   std::optional<int> nproc_per_node;       // --nproc-per-node when given
   int default_nproc_per_node = 1;          // this binary's default
+  // The agent's flags: --nnodes (> 1: one agent per node), and whether the
+  // ranks are supervised (--max-restarts > 0 or --heartbeat-timeout-s > 0),
+  // which needs an agent even for one rank.
+  int nnodes = 1;
+  bool supervised = false;
+  // Ranks that meet through a TCP store (--store=tcp, ucx or nccl) need the
+  // job's secret when someone else started them (--rendezvous-secret or
+  // LOOM_RENDEZVOUS_SECRET); our own agent hands its ranks one.
+  bool tcp_store = true;
+  bool has_secret = false;
   // For the mpirun command suggested with mpi: how to run this binary, and the
   // arguments the user gave (--nproc-per-node is left out of the suggestion).
   std::string program = "<binary>";
@@ -43,13 +57,14 @@ struct LaunchRequest {
 enum class Role {
   kRank,      // this process is one rank (of a world someone else started, or of 1)
   kThreads,   // this process runs nproc_per_node ranks as threads (local backend)
-  kLauncher,  // this process starts nproc_per_node ranks (LaunchAndWait) and waits
+  kLauncher,  // this process is the node's agent: starts its ranks (LaunchAndWait), waits
 };
 
 struct LaunchPlan {
   Role role = Role::kRank;
   int world_size = 1;      // ranks in the world this process starts or joins
   int nproc_per_node = 1;  // kThreads / kLauncher: ranks started on this node
+  bool ranks_as_threads = false;  // kLauncher: the agent's one process runs them as threads
   RankInfo rank;           // kRank: who this process is
   std::string note;        // something the user should know ("": nothing)
 };
@@ -57,7 +72,11 @@ struct LaunchPlan {
 absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& request, const EnvLookup& env);
 absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& request);  // real environment
 
-// `args` without --nproc-per-node (either spelling, "=N" or a separate value).
+// `args` without the flags named (underscore spelling, e.g. "nproc_per_node"),
+// in either spelling, "=V" or a separate value; everything after "--" is kept.
+std::vector<std::string> WithoutFlags(const std::vector<std::string>& args,
+                                      const std::vector<std::string>& names);
+// `args` without --nproc-per-node.
 std::vector<std::string> WithoutNprocPerNode(const std::vector<std::string>& args);
 
 }  // namespace loom::comm::launch

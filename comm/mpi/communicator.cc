@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "comm/flight/recorder.h"
 #include "comm/internal/checks.h"
 #include "comm/internal/reduce.h"
 #include "core/dtype.h"
@@ -135,6 +136,18 @@ struct CommState {
   uint64_t seq = 0;
   uint64_t p2p_seq = 0;
   absl::Status aborted;  // guarded by rt->mu
+  // The flight recorder (comm/flight/recorder.h): ops are recorded when
+  // issued and started at once (MPI starts them when posted), completed when
+  // a poll finds them done or failed; the first abort dumps.
+  std::shared_ptr<flight::Recorder> recorder;
+  std::string flight_dir;  // inherited by Split children
+  int flight_entries = 2048;
+  // Sets `aborted` (rt->mu held) and dumps if it is the first failure.
+  void AbortLocked(const absl::Status& why) {
+    if (!aborted.ok()) return;
+    aborted = why;
+    recorder->FailureDump(why);
+  }
   ~CommState() {
     std::lock_guard<std::mutex> l(rt->mu);
     if (aborted.ok() && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
@@ -164,9 +177,10 @@ struct CommState {
 class MpiWork : public Work {
  public:
   // `timeout`: the op's own limit (zero: the communicator's).
-  MpiWork(std::shared_ptr<CommState> st, std::string desc,
+  MpiWork(std::shared_ptr<CommState> st, std::string desc, uint64_t flight_id,
           absl::Duration timeout = absl::ZeroDuration())
       : st_(std::move(st)),
+        flight_id_(flight_id),
         desc_(std::move(desc)),
         timeout_(timeout > absl::ZeroDuration() ? timeout : st_->timeout),
         deadline_(absl::Now() + timeout_) {}
@@ -186,6 +200,7 @@ class MpiWork : public Work {
   std::vector<MPI_Status> statuses;
 
   void FailNow(absl::Status s) {
+    if (!done_) st_->recorder->Complete(flight_id_, false);
     done_ = true;
     status_ = std::move(s);
   }
@@ -194,8 +209,8 @@ class MpiWork : public Work {
   // its requests, if any are pending, are abandoned.
   void FailAndAbortLocked(absl::Status s) {
     FailNow(std::move(s));
-    if (st_->aborted.ok()) st_->aborted = status_;
     AbandonLocked();
+    st_->AbortLocked(status_);
   }
 
   bool Poll() override {
@@ -271,7 +286,7 @@ class MpiWork : public Work {
         }
       }
       FailNow(absl::InternalError(absl::StrCat(desc_, ": MPI error: ", detail)));
-      st_->aborted = status_;
+      st_->AbortLocked(status_);
       st_->rt->poisoned = true;
       // Which requests are still valid is unknown: never test them again.
       KeptForever().push_back(
@@ -295,6 +310,7 @@ class MpiWork : public Work {
       }
       if (on_success) on_success();
       Release();
+      st_->recorder->Complete(flight_id_, true);
       done_ = true;
       return true;
     }
@@ -308,6 +324,7 @@ class MpiWork : public Work {
   }
 
   std::shared_ptr<CommState> st_;
+  const uint64_t flight_id_;
   std::string desc_;
   absl::Duration timeout_;
   absl::Time deadline_;
@@ -347,7 +364,7 @@ class MpiCommunicator : public Communicator {
       }
       return MPI_Ibcast(out.raw_data(), static_cast<int>(out.numel()), TypeOf(out.dtype()), root,
                         st_->comm, &w.reqs[0]);
-    });
+    }, absl::ZeroDuration(), false, root);
   }
 
   WorkPtr Reduce(const Tensor& in, const Tensor& out, ReduceOp op, int root) override {
@@ -361,7 +378,7 @@ class MpiCommunicator : public Communicator {
       return MPI_Ireduce(src, at_root ? out.raw_data() : nullptr, static_cast<int>(in.numel()),
                          TypeOf(in.dtype()), st_->OpFor(in.dtype(), op), root, st_->comm,
                          &w.reqs[0]);
-    });
+    }, absl::ZeroDuration(), false, root);
   }
 
   WorkPtr AllGather(const Tensor& in, const Tensor& out) override {
@@ -524,23 +541,49 @@ class MpiCommunicator : public Communicator {
       absl::Status e = error(absl::InternalError(absl::StrCat(
           "MPI_Comm_create_group: ", rc == MPI_SUCCESS ? "no communicator" : MpiError(rc),
           " (the parent communicator is now aborted)")));
-      st_->aborted = e;
+      st_->AbortLocked(e);
       return e;
     }
-    return std::unique_ptr<Communicator>(
-        new MpiCommunicator(Wrap(st_->rt, child, name, st_->timeout)));
+    return std::unique_ptr<Communicator>(new MpiCommunicator(
+        Wrap(st_->rt, child, name, st_->timeout, st_->flight_dir, st_->flight_entries)));
   }
 
+  // `flight_dir`, `flight_entries`: CommOptions' flight recorder settings.
   static std::shared_ptr<CommState> Wrap(std::shared_ptr<Runtime> rt, MPI_Comm comm,
-                                         const std::string& name, absl::Duration timeout) {
+                                         const std::string& name, absl::Duration timeout,
+                                         const std::string& flight_dir, int flight_entries) {
     auto st = std::make_shared<CommState>();
     st->rt = std::move(rt);
     st->comm = comm;
     st->name = name;
     st->timeout = timeout;
+    st->flight_dir = flight_dir;
+    st->flight_entries = flight_entries;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &st->rank);
     MPI_Comm_size(comm, &st->size);
+    // The group's members as MPI_COMM_WORLD ranks, for the dumps.
+    flight::CommInfo fi;
+    fi.group = name;
+    fi.backend = "mpi";
+    MPI_Comm_rank(MPI_COMM_WORLD, &fi.world_rank);
+    fi.group_rank = st->rank;
+    fi.group_size = st->size;
+    fi.entries = flight_entries;
+    fi.dir = flight_dir;
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    if (MPI_Comm_group(comm, &group) == MPI_SUCCESS &&
+        MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
+      std::vector<int> ranks(st->size), in_world(st->size);
+      for (int i = 0; i < st->size; ++i) ranks[i] = i;
+      if (MPI_Group_translate_ranks(group, st->size, ranks.data(), world, in_world.data()) ==
+          MPI_SUCCESS) {
+        fi.members = std::move(in_world);
+      }
+    }
+    if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+    if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+    st->recorder = flight::Recorder::Create(std::move(fi));
     return st;
   }
 
@@ -556,12 +599,20 @@ class MpiCommunicator : public Communicator {
   // op would pair with the other ranks' copy of the rejected one, silently
   // when count and dtype agree.
   WorkPtr Fail(const char* what, const absl::Status& s, bool point_to_point = false) {
-    const std::string desc = Describe(what, point_to_point ? st_->p2p_seq++ : st_->seq++);
+    uint64_t& sequence = point_to_point ? st_->p2p_seq : st_->seq;
+    st_->recorder->Complete(
+        st_->recorder->Issue(FlightKind(what), sequence, DType::kU8, 0), false);
+    const std::string desc = Describe(what, sequence++);
     std::lock_guard<std::mutex> l(st_->rt->mu);
-    if (st_->aborted.ok()) {
-      st_->aborted = absl::Status(s.code(), absl::StrCat(desc, ": ", s.message()));
-    }
+    st_->AbortLocked(absl::Status(s.code(), absl::StrCat(desc, ": ", s.message())));
     return CompletedWork(s, desc);
+  }
+
+  // The recorder's name of an op ("split" is its all-gather).
+  static flight::OpKind FlightKind(const char* what) {
+    flight::OpKind k = flight::OpKind::kAllGather;
+    flight::ParseOpKind(what, &k);
+    return k;
   }
 
   void AddAvg(MpiWork& w, const Tensor& out, ReduceOp op) const {
@@ -579,16 +630,25 @@ class MpiCommunicator : public Communicator {
   // MpiWork). `start` posts the op's requests into w.reqs (sized to one,
   // or more if it resizes them, with MPI_REQUEST_NULL for unposted ones).
   // `point_to_point`: numbered in the point-to-point sequence.
+  // `peer`, `tag`: the root or the peer and tag, for the flight recorder.
   WorkPtr Issue(const char* what, std::vector<Tensor> keep, int64_t count,
                 const std::function<int(MpiWork&)>& start,
-                absl::Duration op_timeout = absl::ZeroDuration(), bool point_to_point = false) {
+                absl::Duration op_timeout = absl::ZeroDuration(), bool point_to_point = false,
+                int peer = -1, int tag = -1) {
     if (count > INT_MAX) {
       return Fail(what, absl::InvalidArgumentError(absl::StrCat(
                             what, ": ", count, " elements exceed MPI's int count")),
                   point_to_point);
     }
     const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
-    auto w = std::make_shared<MpiWork>(st_, Describe(what, seq), op_timeout);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < keep.size() && (i == 0 || point_to_point); ++i) {
+      bytes += keep[i].nbytes();  // the input (a batch: every leg)
+    }
+    const uint64_t flight_id = st_->recorder->Issue(
+        FlightKind(what), seq, keep.empty() ? DType::kU8 : keep[0].dtype(), bytes, peer, tag);
+    st_->recorder->Start(flight_id);  // MPI starts it when posted
+    auto w = std::make_shared<MpiWork>(st_, Describe(what, seq), flight_id, op_timeout);
     std::lock_guard<std::mutex> l(st_->rt->mu);
     st_->rt->SweepLocked();
     if (!st_->aborted.ok()) {
@@ -651,7 +711,8 @@ class MpiCommunicator : public Communicator {
         if (rc != MPI_SUCCESS) return rc;
       }
       return static_cast<int>(MPI_SUCCESS);
-    }, absl::ZeroDuration(), /*point_to_point=*/true);
+    }, absl::ZeroDuration(), /*point_to_point=*/true, ops.size() == 1 ? ops[0].peer : -1,
+       ops.size() == 1 ? ops[0].tag : -1);
   }
 
   std::shared_ptr<CommState> st_;
@@ -696,7 +757,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateWorld(const MpiOptions& opti
   MPI_Comm world;
   MPI_Comm_dup(MPI_COMM_WORLD, &world);
   return std::unique_ptr<Communicator>(new MpiCommunicator(
-      MpiCommunicator::Wrap(rt, world, options.comm.group_name, options.comm.timeout)));
+      MpiCommunicator::Wrap(rt, world, options.comm.group_name, options.comm.timeout,
+                            options.comm.flight_recorder_dir,
+                            options.comm.flight_recorder_entries)));
 }
 
 }  // namespace loom::comm::mpi

@@ -18,6 +18,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "comm/flight/recorder.h"
 #include "comm/internal/checks.h"
 #include "comm/nccl/settle.h"
 #include "core/cuda/check.h"
@@ -179,6 +180,27 @@ struct CommState {
   std::condition_variable watchdog_cv;
   std::thread watchdog;  // started by the first WaitOnStream
   bool watchdog_stop = false;
+  // The flight recorder (comm/flight/recorder.h; set once the NCCL
+  // communicator exists): an op is recorded when issued, started once
+  // enqueued on the stream, completed when a poll (Wait, Poll, the watchdog)
+  // finds it done or failed; the first abort dumps. A Split child's members
+  // are not known in world ranks (NCCL does not tell): its dumps list none.
+  std::shared_ptr<flight::Recorder> recorder;
+  int world_rank = 0;
+  std::string flight_dir;
+  int flight_entries = 2048;
+
+  void StartRecorder() {
+    flight::CommInfo fi;
+    fi.group = name;
+    fi.backend = "nccl";
+    fi.world_rank = world_rank;
+    fi.group_rank = rank;
+    fi.group_size = size;
+    fi.entries = flight_entries;
+    fi.dir = flight_dir;
+    recorder = flight::Recorder::Create(std::move(fi));
+  }
 
   std::string Who() const {
     return absl::StrCat("group '", name, "' (nccl backend, rank ", rank, " of ", size, ", cuda:",
@@ -210,6 +232,7 @@ struct CommState {
       ncclCommAbort(comm);
       comm = nullptr;
     }
+    if (recorder) recorder->FailureDump(why);
   }
 
   // Creates the stream, the events and the barrier buffer (device current).
@@ -280,9 +303,10 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
   // `timeout`: the op's own limit (zero: the communicator's), counted from
   // when it is issued (see communicator.h).
   // `order`: the op's place in the communicator's issue order.
-  NcclWork(std::shared_ptr<CommState> st, std::string desc, uint64_t order,
+  NcclWork(std::shared_ptr<CommState> st, std::string desc, uint64_t order, uint64_t flight_id,
            absl::Duration timeout = absl::ZeroDuration())
       : st_(std::move(st)),
+        flight_id_(flight_id),
         desc_(std::move(desc)),
         order_(order),
         timeout_(timeout > absl::ZeroDuration() ? timeout : st_->timeout),
@@ -299,10 +323,12 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
   std::vector<Tensor> keep;  // the op's tensors, alive until it is done
 
   void FailNow(absl::Status s) {
+    if (!done_) st_->recorder->Complete(flight_id_, false);
     done_ = true;
     status_ = std::move(s);
     keep.clear();
   }
+  void Started() { st_->recorder->Start(flight_id_); }
   absl::Time deadline() const { return deadline_; }
 
   bool Poll() override {
@@ -413,6 +439,7 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
     if (e == cudaSuccess) {
       // NCCL kernels also return early on an error: check before trusting the data.
       if (CheckAsyncLocked()) return true;
+      st_->recorder->Complete(flight_id_, true);
       done_ = true;
       keep.clear();
       return true;
@@ -438,6 +465,7 @@ class NcclWork : public Work, public std::enable_shared_from_this<NcclWork> {
   }
 
   std::shared_ptr<CommState> st_;
+  const uint64_t flight_id_;
   std::string desc_;
   uint64_t order_;
   absl::Duration timeout_;
@@ -655,6 +683,9 @@ class NcclCommunicator : public Communicator {
     child->device = st_->device;
     child->name = name;
     child->timeout = st_->timeout;
+    child->world_rank = st_->world_rank;
+    child->flight_dir = st_->flight_dir;
+    child->flight_entries = st_->flight_entries;
     ncclConfig_t config = NonBlockingConfig(child->name);
     ncclComm_t comm = nullptr;
     const absl::Time deadline = absl::Now() + st_->timeout;
@@ -693,6 +724,7 @@ class NcclCommunicator : public Communicator {
     if (absl::Status s = child->Init(); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
     }
+    child->StartRecorder();
     return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(child)));
   }
 
@@ -706,10 +738,17 @@ class NcclCommunicator : public Communicator {
     std::lock_guard<std::mutex> l(st_->mu);
     const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
     ++st_->issued;
+    st_->recorder->Complete(st_->recorder->Issue(FlightKind(what), seq, DType::kU8, 0), false);
     std::string desc = absl::StrCat(what, " #", seq, " in ", st_->Who());
     absl::Status error(s.code(), absl::StrCat(desc, ": ", s.message()));
     st_->AbortLocked(error);
     return CompletedWork(error, desc);
+  }
+
+  static flight::OpKind FlightKind(const char* what) {
+    flight::OpKind k = flight::OpKind::kAllGather;
+    flight::ParseOpKind(what, &k);
+    return k;
   }
 
   // `point_to_point`: numbered in the point-to-point sequence.
@@ -718,8 +757,14 @@ class NcclCommunicator : public Communicator {
                 bool point_to_point = false) {
     std::unique_lock<std::mutex> l(st_->mu);
     const uint64_t seq = point_to_point ? st_->p2p_seq++ : st_->seq++;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < keep.size() && (i == 0 || point_to_point); ++i) {
+      bytes += keep[i].nbytes();  // the input (a batch: every leg)
+    }
+    const uint64_t flight_id = st_->recorder->Issue(
+        FlightKind(what), seq, keep.empty() ? DType::kU8 : keep[0].dtype(), bytes);
     auto w = std::make_shared<NcclWork>(st_, absl::StrCat(what, " #", seq, " in ", st_->Who()),
-                                        st_->issued++, op_timeout);
+                                        st_->issued++, flight_id, op_timeout);
     if (!st_->aborted.ok()) {
       w->FailNow(absl::FailedPreconditionError(absl::StrCat(
           w->Describe(), ": the communicator was aborted by an earlier error: ",
@@ -773,6 +818,7 @@ class NcclCommunicator : public Communicator {
       st_->AbortLocked(s);  // the enqueue may be half done: the communicator is unusable
       return w;
     }
+    w->Started();  // enqueued on the stream
     if (after) after(st_->stream);
     e = cudaEventRecord(w->done_event_, st_->stream);
     if (e != cudaSuccess) {
@@ -914,6 +960,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
   if (absl::Status s = st->Init(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
   }
+  st->world_rank = rank;
+  st->flight_dir = options.comm.flight_recorder_dir;
+  st->flight_entries = options.comm.flight_recorder_entries;
+  st->StartRecorder();
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(st)));
 }
 

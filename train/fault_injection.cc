@@ -1,0 +1,214 @@
+#include "train/fault_injection.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "checkpoint/writer.h"
+
+namespace loom::train {
+namespace {
+
+constexpr char kSyntax[] =
+    "expected rank=R,iteration=N,kind=exit|sigkill|hang|collective|save[,attempt=A|any], "
+    "several separated by ';' (see train/fault_injection.h)";
+
+absl::Status Malformed(absl::string_view spec, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(kFaultVariable, "=", spec, ": ", what, "; ", kSyntax));
+}
+
+// Global ranks armed by BeforeSave; the shard writer's hook kills the
+// process when one of them writes its shard. Process-wide, as the hook is.
+std::mutex g_mu;
+std::set<int>* g_armed_save_ranks = new std::set<int>();
+std::string* g_armed_description = new std::string();
+
+void Announce(const std::string& what) {
+  std::fprintf(stderr, "loom: %s fires: %s\n", kFaultVariable, what.c_str());
+  std::fflush(nullptr);  // every stream: the logs so far survive the fault
+}
+
+void KillDuringShardWrite(const std::string& path, int global_rank) {
+  std::string description;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_armed_save_ranks->count(global_rank) == 0) return;
+    description = *g_armed_description;
+  }
+  Announce(absl::StrCat(description, " (SIGKILL with ", path, " half written)"));
+  std::raise(SIGKILL);
+}
+
+}  // namespace
+
+const char* FaultKindName(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kExit: return "exit";
+    case FaultKind::kSigkill: return "sigkill";
+    case FaultKind::kHang: return "hang";
+    case FaultKind::kCollective: return "collective";
+    case FaultKind::kSave: return "save";
+  }
+  return "unknown";
+}
+
+std::string Fault::Describe() const {
+  return absl::StrCat("rank=", global_rank, " iteration=", iteration,
+                      " kind=", FaultKindName(kind), " attempt=",
+                      attempt == kAnyAttempt ? std::string("any") : absl::StrCat(attempt));
+}
+
+std::string FaultSpecFromEnvironment() {
+  const char* v = std::getenv(kFaultVariable);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+absl::StatusOr<std::vector<Fault>> ParseFaults(absl::string_view spec) {
+  std::vector<Fault> faults;
+  if (spec.empty()) return faults;
+  if (spec.find_first_of(" \t\n") != absl::string_view::npos) {
+    return Malformed(spec, "spaces are not allowed (separate keys with ',', faults with ';')");
+  }
+  for (absl::string_view one : absl::StrSplit(spec, ';')) {
+    if (one.empty()) return Malformed(spec, "an empty fault (stray ';')");
+    Fault f;
+    bool has_rank = false, has_iteration = false, has_kind = false, has_attempt = false;
+    for (absl::string_view item : absl::StrSplit(one, ',')) {
+      const size_t eq = item.find('=');
+      if (eq == absl::string_view::npos) {
+        return Malformed(spec, absl::StrCat("'", item, "' is not key=value"));
+      }
+      const absl::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+      auto repeated = [&](bool* seen) {
+        const bool was = *seen;
+        *seen = true;
+        return was;
+      };
+      if (key == "rank") {
+        if (repeated(&has_rank)) return Malformed(spec, "rank given twice in one fault");
+        if (!absl::SimpleAtoi(value, &f.global_rank) || f.global_rank < 0) {
+          return Malformed(spec, absl::StrCat("rank=", value, " is not a rank >= 0"));
+        }
+      } else if (key == "iteration") {
+        if (repeated(&has_iteration)) return Malformed(spec, "iteration given twice in one fault");
+        if (!absl::SimpleAtoi(value, &f.iteration) || f.iteration < 1) {
+          return Malformed(spec, absl::StrCat("iteration=", value, " is not an iteration >= 1"));
+        }
+      } else if (key == "kind") {
+        if (repeated(&has_kind)) return Malformed(spec, "kind given twice in one fault");
+        bool known = false;
+        for (FaultKind k : {FaultKind::kExit, FaultKind::kSigkill, FaultKind::kHang,
+                            FaultKind::kCollective, FaultKind::kSave}) {
+          if (value == FaultKindName(k)) {
+            f.kind = k;
+            known = true;
+          }
+        }
+        if (!known) return Malformed(spec, absl::StrCat("unknown kind=", value));
+      } else if (key == "attempt") {
+        if (repeated(&has_attempt)) return Malformed(spec, "attempt given twice in one fault");
+        if (value == "any") {
+          f.attempt = Fault::kAnyAttempt;
+        } else if (!absl::SimpleAtoi(value, &f.attempt) || f.attempt < 0) {
+          return Malformed(spec, absl::StrCat("attempt=", value, " is not a restart count >= 0 "
+                                              "or 'any'"));
+        }
+      } else {
+        return Malformed(spec, absl::StrCat("unknown key '", key, "'"));
+      }
+    }
+    if (!has_rank || !has_iteration || !has_kind) {
+      const char* missing = !has_rank ? "rank" : !has_iteration ? "iteration" : "kind";
+      return Malformed(spec, absl::StrCat("'", one, "' lacks ", missing));
+    }
+    faults.push_back(f);
+  }
+  return faults;
+}
+
+absl::Status ValidateFaults(absl::string_view spec, int world_size, int64_t train_iters) {
+  absl::StatusOr<std::vector<Fault>> faults = ParseFaults(spec);
+  if (!faults.ok()) return faults.status();
+  for (const Fault& f : *faults) {
+    if (f.global_rank >= world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kFaultVariable, "=", spec, ": rank=", f.global_rank, " is outside the world of ",
+          world_size, " ranks (global ranks 0..", world_size - 1, ")"));
+    }
+    if (f.kind == FaultKind::kCollective && world_size < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kFaultVariable, "=", spec, ": kind=collective needs a world of at least 2 ranks (a "
+          "barrier nobody else joins)"));
+    }
+    if (f.iteration > train_iters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kFaultVariable, "=", spec, ": iteration=", f.iteration, " is past --train-iters (",
+          train_iters, "): the fault would never fire"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FaultInjector> FaultInjector::Create(absl::string_view spec, int global_rank,
+                                                    int restart_count) {
+  absl::StatusOr<std::vector<Fault>> faults = ParseFaults(spec);
+  if (!faults.ok()) return faults.status();
+  FaultInjector injector;
+  for (const Fault& f : *faults) {
+    if (f.global_rank == global_rank &&
+        (f.attempt == Fault::kAnyAttempt || f.attempt == restart_count)) {
+      injector.faults_.push_back(f);
+    }
+  }
+  return injector;
+}
+
+absl::Status FaultInjector::FireAtStep(int64_t iteration, comm::Communicator* world) {
+  for (const Fault& f : faults_) {
+    if (f.iteration != iteration || f.kind == FaultKind::kSave) continue;
+    switch (f.kind) {
+      case FaultKind::kExit:
+        Announce(absl::StrCat(f.Describe(), " (exit status 3)"));
+        std::_Exit(3);  // no destructors: the other rank threads are still running
+      case FaultKind::kSigkill:
+        Announce(f.Describe());
+        std::raise(SIGKILL);
+        break;
+      case FaultKind::kHang:
+        Announce(absl::StrCat(f.Describe(), " (no more heartbeats; sleeping forever)"));
+        for (;;) ::sleep(3600);
+      case FaultKind::kCollective: {
+        Announce(absl::StrCat(f.Describe(), " (a barrier on the world no other rank joins)"));
+        absl::Status s = world->Barrier()->Wait();
+        return absl::AbortedError(absl::StrCat(
+            kFaultVariable, " ", f.Describe(), ": the unmatched barrier ended with: ",
+            s.ok() ? std::string("OK (another rank's collective matched it)") : s.ToString()));
+      }
+      case FaultKind::kSave:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void FaultInjector::ArmSave(int64_t iteration) {
+  for (const Fault& f : faults_) {
+    if (f.kind != FaultKind::kSave || f.iteration != iteration) continue;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_armed_save_ranks->insert(f.global_rank);
+      *g_armed_description = f.Describe();
+    }
+    checkpoint::SetShardWriteHookForTesting(&KillDuringShardWrite);
+  }
+}
+
+}  // namespace loom::train

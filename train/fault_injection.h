@@ -1,0 +1,107 @@
+#ifndef LOOM_TRAIN_FAULT_INJECTION_H_
+#define LOOM_TRAIN_FAULT_INJECTION_H_
+
+// Test only: makes one rank of a real job fail in a chosen way at a chosen
+// iteration, so the restart machinery (comm/launch/launcher.h: the agent,
+// heartbeats, LOOM_RESTART_COUNT; the trainer's resume from --save) can be
+// tested end to end from a shell script. Driven by one environment variable:
+//
+//   LOOM_FAULT=rank=R,iteration=N,kind=K[,attempt=A][;rank=...,...]
+//
+//   rank       global rank that fails (0 <= R < world size)
+//   iteration  1 <= N <= --train-iters: the fault fires as rank R starts the
+//              training step that makes the iteration N (the step logged as
+//              "iteration N/..."), or, for kind=save, in the checkpoint save
+//              at iteration N (which --save-interval, an --exit-* flag or the
+//              end of training must cause)
+//   kind       exit        the process exits with status 3
+//              sigkill     the process raises SIGKILL
+//              hang        the rank stops beating and sleeps forever (a
+//                          deadlock: only the agent's heartbeat finds it;
+//                          SIGTERM still ends the process unless
+//                          --exit-signal-handler is on, SIGKILL always)
+//              collective  the rank issues a barrier on the world that no
+//                          other rank joins: every rank then fails with the
+//                          collective timeout (--distributed-timeout-minutes)
+//              save        SIGKILL in the middle of writing this rank's
+//                          shard file (half of it on disk, the checkpoint
+//                          not committed: `latest` still names the previous one)
+//   attempt    the start it fires in: LOOM_RESTART_COUNT (comm::launch::
+//              RestartCount()) must equal A; default 0 (the first start only,
+//              so the restarted job does not fail again); `any`: every start
+//
+// Several faults are separated by ';'. Keys may come in any order; spaces are
+// not allowed. Every fault prints one line to stderr as it fires
+// ("loom: LOOM_FAULT fires: rank=1 iteration=5 kind=sigkill attempt=0").
+// A malformed value is an error naming LOOM_FAULT (Finalize, before any work).
+// Unset or empty: no fault, and nothing is checked per step but an empty vector.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "comm/comm.h"
+
+namespace loom::train {
+
+constexpr char kFaultVariable[] = "LOOM_FAULT";
+
+enum class FaultKind { kExit, kSigkill, kHang, kCollective, kSave };
+const char* FaultKindName(FaultKind kind);  // "exit", "sigkill", ...
+
+struct Fault {
+  static constexpr int kAnyAttempt = -1;
+  int global_rank = 0;
+  int64_t iteration = 1;
+  FaultKind kind = FaultKind::kExit;
+  int attempt = 0;  // the RestartCount() it fires in, or kAnyAttempt
+  std::string Describe() const;  // "rank=1 iteration=5 kind=sigkill attempt=0"
+};
+
+// The value of LOOM_FAULT ("" when unset).
+std::string FaultSpecFromEnvironment();
+
+// Parses a LOOM_FAULT value ("" gives none). Errors name LOOM_FAULT, the
+// part that is wrong and the syntax.
+absl::StatusOr<std::vector<Fault>> ParseFaults(absl::string_view spec);
+
+// ParseFaults, and every fault possible in this run: rank < world_size,
+// iteration <= train_iters (a fault that could never fire is a script's bug).
+absl::Status ValidateFaults(absl::string_view spec, int world_size, int64_t train_iters);
+
+// One rank's faults for this start of the job.
+class FaultInjector {
+ public:
+  FaultInjector() = default;
+  // The faults of `spec` for `global_rank` in the start `restart_count`.
+  static absl::StatusOr<FaultInjector> Create(absl::string_view spec, int global_rank,
+                                              int restart_count);
+
+  bool empty() const { return faults_.empty(); }
+
+  // Called as the step that makes iteration `iteration` starts. exit,
+  // sigkill and hang do not return; collective returns the barrier's error
+  // (after the collective timeout); otherwise OK.
+  absl::Status AtStep(int64_t iteration, comm::Communicator* world) {
+    return faults_.empty() ? absl::OkStatus() : FireAtStep(iteration, world);
+  }
+  // Called before the checkpoint save at `iteration`: a kind=save fault
+  // there arms the shard writer's hook (checkpoint/writer.h) to SIGKILL this
+  // process when this rank's shard file is half written.
+  void BeforeSave(int64_t iteration) {
+    if (!faults_.empty()) ArmSave(iteration);
+  }
+
+ private:
+  absl::Status FireAtStep(int64_t iteration, comm::Communicator* world);
+  void ArmSave(int64_t iteration);
+
+  std::vector<Fault> faults_;  // this rank's, this start's
+};
+
+}  // namespace loom::train
+
+#endif  // LOOM_TRAIN_FAULT_INJECTION_H_
