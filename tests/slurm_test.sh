@@ -14,6 +14,7 @@
 set -euo pipefail
 GPT="$(readlink -f "$1")"; PREPROCESS="$(readlink -f "$2")"; SCRIPT="$(readlink -f "$3")"
 source "$(dirname "$0")/slurm_lib.sh"  # beside this script (also in Bazel's runfiles)
+source "$(dirname "$0")/checkpoint_lib.sh"  # final, same
 if reason=$(slurm_skip_reason); then echo "SKIPPED: slurm_test: $reason"; exit 0; fi
 
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -38,19 +39,6 @@ JOB=(--data-path="$T/corpus" --data-cache-dir="$T/cache" --num-layers=2 --hidden
      --eval-interval=1000 --sample-tokens=0 --comm-timeout-s=60)
 ITERS=20
 
-final() {  # final DIR: the iter folder DIR/latest names (fails if incomplete)
-  local it
-  it=$(cat "$1/latest" 2>/dev/null) || fail "$1 has no latest"
-  [ -f "$1/$it/manifest.pb" ] || fail "$1/$it has no manifest"
-  echo "$1/$it"
-}
-same() {  # same DIR_A DIR_B: the final checkpoints are byte for byte equal
-  local a b
-  a=$(final "$1"); b=$(final "$2")
-  [ "$(basename "$a")" = "$(basename "$b")" ] || fail "$1 ends at $(basename "$a"), $2 at $(basename "$b")"
-  diff -r "$a" "$b" > /dev/null || fail "final checkpoints differ: $a vs $b"
-  echo "  $a == $b (bit-identical)"
-}
 job_field() {  # job_field ID FIELD: JobState, ExitCode, ... from scontrol
   scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1
 }

@@ -22,6 +22,7 @@
 set -euo pipefail
 GPT="$(readlink -f "$1")"; PREPROCESS="$(readlink -f "$2")"
 source "$(dirname "$0")/two_hosts_lib.sh"  # beside this script (also in Bazel's runfiles)
+source "$(dirname "$0")/checkpoint_lib.sh"  # final, same
 if reason=$(th_skip_reason); then echo "SKIPPED: two_hosts_test: $reason"; exit 0; fi
 
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -59,19 +60,6 @@ TIMEOUT_S=10
 HOSTS=(--network=ethernet --comm-timeout-s=$TIMEOUT_S)
 AGENT=(--nnodes=2 --nproc-per-node=1 --master-addr="$TH_ADDR_A" --heartbeat-timeout-s=$TIMEOUT_S)
 
-final() {  # final DIR: the iter folder DIR/latest names (fails if incomplete)
-  local it
-  it=$(cat "$1/latest" 2>/dev/null) || fail "$1 has no latest"
-  [ -f "$1/$it/manifest.pb" ] || fail "$1/$it has no manifest"
-  echo "$1/$it"
-}
-same() {  # same DIR_A DIR_B: the final checkpoints are byte for byte equal
-  local a b
-  a=$(final "$1"); b=$(final "$2")
-  [ "$(basename "$a")" = "$(basename "$b")" ] || fail "$1 ends at $(basename "$a"), $2 at $(basename "$b")"
-  diff -r "$a" "$b" > /dev/null || fail "final checkpoints differ: $a vs $b"
-  echo "  $a == $b (bit-identical)"
-}
 steps() { grep -c "^ *iteration " "$1" 2>/dev/null || true; }
 port() { echo $((20000 + RANDOM % 20000)); }  # inside our namespaces: nobody else listens there
 

@@ -96,11 +96,10 @@ comm::launch::HeartbeatPage* g_heartbeat = nullptr;
 class HeartbeatEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
-    const std::string path = JoinPath(getenv("TEST_TMPDIR"), "heartbeat");
-    auto page = comm::launch::HeartbeatPage::Create(path);
+    auto page = comm::launch::HeartbeatPage::Create();
     ASSERT_TRUE(page.ok()) << page.status();
     g_heartbeat = page->release();
-    setenv("LOOM_HEARTBEAT_FILE", path.c_str(), 1);
+    setenv("LOOM_HEARTBEAT_FD", std::to_string(g_heartbeat->fd()).c_str(), 1);
   }
 };
 ::testing::Environment* const kHeartbeat =

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -72,6 +73,38 @@ TEST(FlightRecorder, LateWriteForAReusedSlotIsIgnored) {
   EXPECT_EQ(s[3].started_us, 0u);
   EXPECT_EQ(s[3].completed_us, 0u);
   EXPECT_FALSE(s[3].failed);
+}
+
+TEST(FlightRecorder, SnapshotsDuringRecordingAreConsistent) {
+  // One thread records (as an issuing thread and a worker would), another
+  // reads: every entry read back must be whole (seq, bytes and kind of one op).
+  auto r = Recorder::Create(Info(64));
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      const uint64_t id = r->Issue(i % 2 ? OpKind::kAllGather : OpKind::kAllReduce, i,
+                                   DType::kF32, 4 * i, static_cast<int>(i % 7));
+      r->Start(id);
+      r->Complete(id, i % 3 != 0);
+    }
+  });
+  while (r->issued() < 1000) std::this_thread::yield();
+  size_t seen = 0;
+  for (int k = 0; k < 2000; ++k) {
+    std::vector<Record> s = r->Snapshot();
+    for (const Record& e : s) {
+      ASSERT_EQ(e.seq, e.id);
+      ASSERT_EQ(e.bytes, 4 * e.id);
+      ASSERT_EQ(e.kind, e.id % 2 ? OpKind::kAllGather : OpKind::kAllReduce);
+      ASSERT_EQ(e.peer, static_cast<int>(e.id % 7));
+      if (e.completed_us != 0) ASSERT_EQ(e.failed, e.id % 3 == 0);
+    }
+    for (size_t i = 1; i < s.size(); ++i) ASSERT_GT(s[i].id, s[i - 1].id);
+    seen += s.size();
+  }
+  stop = true;
+  writer.join();
+  EXPECT_GT(seen, 0u);
 }
 
 TEST(FlightRecorder, TimestampsAreMonotoneAndAdvance) {

@@ -161,25 +161,12 @@ class Agent {
   int Processes() const { return o_.ranks_as_threads ? 1 : o_.nproc_per_node; }
 
   absl::Status MakeHeartbeatPages() {
-    char tmpl[] = "/tmp/loom-agent-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      return absl::UnavailableError("cannot create the agent's heartbeat folder in /tmp");
-    }
-    dir_ = tmpl;
     for (int i = 0; i < Processes(); ++i) {
-      absl::StatusOr<std::unique_ptr<HeartbeatPage>> p =
-          HeartbeatPage::Create(absl::StrCat(dir_, "/rank", i));
+      absl::StatusOr<std::unique_ptr<HeartbeatPage>> p = HeartbeatPage::Create();
       if (!p.ok()) return p.status();
       pages_.push_back(std::move(*p));
     }
     return absl::OkStatus();
-  }
-
- public:
-  ~Agent() {
-    for (const auto& p : pages_) unlink(p->path().c_str());
-    pages_.clear();
-    if (!dir_.empty()) rmdir(dir_.c_str());
   }
 
  private:
@@ -254,7 +241,7 @@ class Agent {
     static const char* kOverridden[] = {
         "RANK=",          "WORLD_SIZE=",          "LOCAL_RANK=",           "LOCAL_WORLD_SIZE=",
         "GROUP_RANK=",    "MASTER_ADDR=",         "MASTER_PORT=",          "LOOM_LAUNCHED=",
-        "LOOM_RESTART_COUNT=", "LOOM_HEARTBEAT_FILE=", "LOOM_RENDEZVOUS_SECRET=",
+        "LOOM_RESTART_COUNT=", "LOOM_HEARTBEAT_FD=", "LOOM_RENDEZVOUS_SECRET=",
         "LOOM_LOCAL_THREADS="};
     std::vector<std::string> base;
     for (char** e = environ; *e; ++e) {
@@ -270,7 +257,7 @@ class Agent {
     std::vector<std::vector<std::string>> envs(Processes(), base);
     const int world = o_.nnodes * o_.nproc_per_node;
     for (int i = 0; i < Processes(); ++i) {
-      envs[i].push_back(absl::StrCat("LOOM_HEARTBEAT_FILE=", pages_[i]->path()));
+      envs[i].push_back(absl::StrCat("LOOM_HEARTBEAT_FD=", pages_[i]->fd()));
       if (o_.ranks_as_threads) {
         envs[i].push_back(absl::StrCat("LOOM_LOCAL_THREADS=", o_.nproc_per_node));
         continue;
@@ -515,7 +502,6 @@ class Agent {
   const std::vector<std::string> argv_;
   const std::string host_ = HostName();
   std::string prefix_;
-  std::string dir_;
   std::vector<std::unique_ptr<HeartbeatPage>> pages_;
   std::vector<uint64_t> last_beats_;
   std::vector<absl::Time> last_progress_;

@@ -1,6 +1,5 @@
 #include "comm/launch/heartbeat.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -8,8 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -29,33 +28,22 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 constexpr size_t kPageBytes = 4096;
 
-absl::StatusOr<void*> MapFile(const std::string& path, bool create) {
-  const int fd = open(path.c_str(), create ? (O_RDWR | O_CREAT | O_TRUNC) : O_RDWR, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("heartbeat file ", path, ": ", std::strerror(errno)));
-  }
-  if (create && ftruncate(fd, kPageBytes) != 0) {
-    const int err = errno;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("heartbeat file ", path, ": ", std::strerror(err)));
-  }
+absl::StatusOr<void*> MapPage(int fd) {
   void* p = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int err = errno;
-  close(fd);
   if (p == MAP_FAILED) {
-    return absl::UnavailableError(absl::StrCat("heartbeat file ", path, ": ", std::strerror(err)));
+    return absl::UnavailableError(absl::StrCat("heartbeat page: mmap: ", std::strerror(errno)));
   }
   return p;
 }
 
-// This process's page: mapped on first use from LOOM_HEARTBEAT_FILE (nullptr:
-// no agent is watching, or the file cannot be mapped; beats are then dropped).
+// This process's page: mapped on first use from LOOM_HEARTBEAT_FD (nullptr:
+// no agent is watching, or the page cannot be mapped; beats are then dropped).
 Page* OwnPage() {
   static Page* page = [] () -> Page* {
-    const char* path = std::getenv("LOOM_HEARTBEAT_FILE");
-    if (path == nullptr || *path == '\0') return nullptr;
-    absl::StatusOr<void*> p = MapFile(path, /*create=*/false);
+    const char* v = std::getenv("LOOM_HEARTBEAT_FD");
+    int fd = -1;
+    if (v == nullptr || !absl::SimpleAtoi(v, &fd) || fd < 0) return nullptr;
+    absl::StatusOr<void*> p = MapPage(fd);
     return p.ok() ? static_cast<Page*>(*p) : nullptr;
   }();
   return page;
@@ -84,11 +72,25 @@ void Beat(int64_t iteration, Phase phase) {
   p->beats.fetch_add(1, std::memory_order_release);
 }
 
-absl::StatusOr<std::unique_ptr<HeartbeatPage>> HeartbeatPage::Create(const std::string& path) {
-  absl::StatusOr<void*> p = MapFile(path, /*create=*/true);
-  if (!p.ok()) return p.status();
+absl::StatusOr<std::unique_ptr<HeartbeatPage>> HeartbeatPage::Create() {
+  // No MFD_CLOEXEC: the ranks the agent starts inherit it.
+  const int fd = memfd_create("loom-heartbeat", 0);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("heartbeat page: memfd_create: ",
+                                               std::strerror(errno)));
+  }
+  if (ftruncate(fd, kPageBytes) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("heartbeat page: ftruncate: ", std::strerror(err)));
+  }
+  absl::StatusOr<void*> p = MapPage(fd);
+  if (!p.ok()) {
+    close(fd);
+    return p.status();
+  }
   std::unique_ptr<HeartbeatPage> page(new HeartbeatPage());
-  page->path_ = path;
+  page->fd_ = fd;
   page->page_ = *p;
   page->Reset();
   return page;
@@ -96,6 +98,7 @@ absl::StatusOr<std::unique_ptr<HeartbeatPage>> HeartbeatPage::Create(const std::
 
 HeartbeatPage::~HeartbeatPage() {
   if (page_ != nullptr) munmap(page_, kPageBytes);
+  if (fd_ >= 0) close(fd_);
 }
 
 HeartbeatReading HeartbeatPage::Read() const {

@@ -5,8 +5,10 @@
 // that a rank which stops making progress (SIGSTOP, a deadlock, a stuck file
 // system) is found and named even before a collective times out.
 //
-// The agent creates one small file per local rank and passes its path in
-// LOOM_HEARTBEAT_FILE; the rank maps it and a beat is a clock read (vDSO) and
+// The agent creates one page of anonymous shared memory per local rank
+// (memfd: nothing on disk, nothing left behind whatever kills the agent), which
+// the rank inherits as a file descriptor named by LOOM_HEARTBEAT_FD; the rank
+// maps it and a beat is a clock read (vDSO) and
 // four relaxed stores to shared memory: no system call, no lock, nothing when
 // no agent is watching.
 // The agent reads the page every few tens of milliseconds; a rank past setup
@@ -47,17 +49,17 @@ struct HeartbeatReading {
 
 class HeartbeatPage {
  public:
-  // Creates (truncates) `path` and maps it.
-  static absl::StatusOr<std::unique_ptr<HeartbeatPage>> Create(const std::string& path);
+  // A new page, mapped here; fd() is inherited by the processes this one starts.
+  static absl::StatusOr<std::unique_ptr<HeartbeatPage>> Create();
   ~HeartbeatPage();
   HeartbeatReading Read() const;
   // Back to "no beat yet" (before the rank is started again).
   void Reset();
-  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
 
  private:
   HeartbeatPage() = default;
-  std::string path_;
+  int fd_ = -1;
   void* page_ = nullptr;
 };
 

@@ -6,7 +6,7 @@
 // binary the node's agent (agent.h): it re-executes itself once per local rank
 // with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
 // MASTER_PORT, LOOM_RENDEZVOUS_SECRET, LOOM_RESTART_COUNT and
-// LOOM_HEARTBEAT_FILE set, forwards SIGINT/SIGTERM to the ranks, and if a
+// LOOM_HEARTBEAT_FD set, forwards SIGINT/SIGTERM to the ranks, and if a
 // rank fails, stops the others, restarts them all (--max-restarts) or
 // reports that rank and its exit status. Children die with the agent
 // (PR_SET_PDEATHSIG): no orphans.
