@@ -282,8 +282,11 @@ class Agent {
     std::vector<LocalRanks::Exit> failed_exits;
     for (;;) {
       if (const int sig = SignalScope::Take(); sig != 0) {
-        // SIGUSR1 would kill a rank that has no flight recorder to dump.
-        if (sig != SIGUSR1 || o_.dump_flight_recorder) ranks_.Signal(sig);
+        if (sig == SIGUSR1) {
+          AskForFlightDumps();
+        } else {
+          ranks_.Signal(sig);
+        }
         if (sig != SIGUSR1 && !signalled) {
           signalled = true;
           Log(absl::StrCat("received signal ", sig, " (", strsignal(sig),
@@ -443,11 +446,24 @@ class Agent {
            (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
   }
 
-  void StopRanksForRestart() {
-    if (ranks_.running() > 0 && o_.dump_flight_recorder) {
-      ranks_.Signal(SIGUSR1);  // each rank writes its flight recorder
-      absl::SleepFor(absl::Seconds(1));
+  // SIGUSR1: each rank writes its flight recorder (comm/flight), if it has
+  // one to write. Only ranks past setup: the handler is installed with the
+  // first communicator, and before it SIGUSR1 would kill the rank.
+  // Returns whether any rank was asked.
+  bool AskForFlightDumps() {
+    if (!o_.dump_flight_recorder) return false;
+    bool asked = false;
+    for (int i = 0; i < Processes(); ++i) {
+      const Phase phase = pages_[i]->Read().phase;
+      if (ranks_.pid(i) <= 0 || phase == Phase::kStarting || phase == Phase::kSetup) continue;
+      ranks_.Signal(i, SIGUSR1);
+      asked = true;
     }
+    return asked;
+  }
+
+  void StopRanksForRestart() {
+    if (AskForFlightDumps()) absl::SleepFor(absl::Seconds(1));  // the dumps are written async
     ranks_.Stop(o_.kill_grace);
   }
 

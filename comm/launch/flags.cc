@@ -149,6 +149,11 @@ LaunchRequest LaunchRequestFor(const CommFlags& f) {
   if (f.nproc_per_node_given) r.nproc_per_node = f.nproc_per_node;
   r.nnodes = f.nnodes;
   r.supervised = f.max_restarts > 0 || f.heartbeat_timeout_s > 0;
+  if (f.nnodes > 1) r.agent_flags.push_back(absl::StrCat("--nnodes=", f.nnodes));
+  if (f.max_restarts > 0) r.agent_flags.push_back(absl::StrCat("--max-restarts=", f.max_restarts));
+  if (f.heartbeat_timeout_s > 0) {
+    r.agent_flags.push_back(absl::StrCat("--heartbeat-timeout-s=", f.heartbeat_timeout_s));
+  }
   r.tcp_store = f.store == "tcp";
   r.has_secret = !f.rendezvous_secret.empty();
   return r;

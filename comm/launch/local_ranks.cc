@@ -87,6 +87,10 @@ void LocalRanks::Signal(int sig) {
   }
 }
 
+void LocalRanks::Signal(int index, int sig) {
+  if (pids_[index] > 0) kill(pids_[index], sig);
+}
+
 void LocalRanks::Stop(absl::Duration grace, std::vector<Exit>* exits) {
   Signal(SIGTERM);
   Signal(SIGCONT);

@@ -42,8 +42,9 @@ class LocalRanks {
   int size() const { return static_cast<int>(pids_.size()); }
   pid_t pid(int index) const { return pids_[index]; }  // -1 once reaped
 
-  // `sig` to every running child.
+  // `sig` to every running child, or to child `index` (if it runs).
   void Signal(int sig);
+  void Signal(int index, int sig);
   // SIGTERM (and SIGCONT, so a stopped child can act on it), then SIGKILL to
   // whatever still runs after `grace`; returns once every child is reaped.
   // The exits seen meanwhile are appended to `exits` when given.

@@ -29,6 +29,12 @@ std::string MpirunCommand(const LaunchRequest& r, int n) {
   return absl::StrJoin(words, " ");
 }
 
+// The agent's flags the user gave, for messages.
+std::string AgentFlags(const LaunchRequest& r) {
+  return r.agent_flags.empty() ? std::string("--nnodes/--max-restarts/--heartbeat-timeout-s")
+                               : absl::StrJoin(r.agent_flags, " ");
+}
+
 }  // namespace
 
 std::vector<std::string> WithoutFlags(const std::vector<std::string>& args,
@@ -75,11 +81,12 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
   if (our_child || !external.empty()) {  // one rank of a world someone else started
     if (!our_child && agent_flags) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--nnodes, --max-restarts and --heartbeat-timeout-s are the agent's (this binary "
-          "started without a launcher), but this process is one rank of a job started by "
-          "someone else (", absl::StrJoin(external, ", "), "): restarting is that launcher's "
-          "job (srun --requeue, torchrun --max-restarts). Drop those flags, or start the job "
-          "with this binary's own agent"));
+          AgentFlags(r), " ", r.agent_flags.size() > 1 ? "are" : "is", " the agent's (this "
+          "binary started without a launcher), but this process is one rank of a job started "
+          "by someone else (", absl::StrJoin(external, ", "), "): restarting is that "
+          "launcher's job (srun --requeue, torchrun --max-restarts). Drop ",
+          r.agent_flags.size() > 1 ? "those flags" : "that flag",
+          ", or start the job with this binary's own agent"));
     }
     if (!our_child && r.nproc_per_node.has_value() && *r.nproc_per_node > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -144,9 +151,9 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
   }
   if (r.backend == "mpi" && agent_flags) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--nnodes, --max-restarts and --heartbeat-timeout-s start this binary's own agent, but ",
-        backend, " takes its ranks from mpirun: use ", r.backend_flag, "=ucx (or nccl) for the "
-        "agent, or mpirun's own fault handling"));
+        AgentFlags(r), " start", r.agent_flags.size() > 1 ? "" : "s", " this binary's own "
+        "agent, but ", backend, " takes its ranks from mpirun: use ", r.backend_flag,
+        "=ucx (or nccl) for the agent, or mpirun's own fault handling"));
   }
   if (r.backend == "mpi") {
     if (r.nproc_per_node.has_value() && n > 1) {

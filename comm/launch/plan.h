@@ -43,6 +43,8 @@ struct LaunchRequest {
   // which needs an agent even for one rank.
   int nnodes = 1;
   bool supervised = false;
+  // Those flags as given ("--max-restarts=2"), for messages.
+  std::vector<std::string> agent_flags;
   // Ranks that meet through a TCP store (--store=tcp, ucx or nccl) need the
   // job's secret when someone else started them (--rendezvous-secret or
   // LOOM_RENDEZVOUS_SECRET); our own agent hands its ranks one.
