@@ -4,17 +4,23 @@
 
 namespace loom::comm {
 
-absl::StatusOr<Grid> Grid::Make(int world_size, int tp, int pp) {
-  if (tp < 1 || pp < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("grid: --tp=", tp, " and --pp=", pp, " must both be >= 1"));
+absl::StatusOr<Grid> Grid::Make(int world_size, const GridDegrees& d) {
+  if (d.tp < 1 || d.pp < 1 || d.cp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("grid: --tp=", d.tp, ", --pp=", d.pp,
+                                                   " and --cp=", d.cp, " must all be >= 1"));
   }
-  if (world_size % (tp * pp) != 0) {
+  const int model = d.tp * d.pp * d.cp;
+  if (world_size % model != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "grid: world size ", world_size, " is not divisible by tp * pp = ", tp, " * ", pp, " = ",
-        tp * pp, "; choose --tp/--pp whose product divides the number of ranks"));
+        "grid: world size ", world_size, " is not divisible by tp * pp", d.cp > 1 ? " * cp" : "",
+        " = ", d.tp, " * ", d.pp, d.cp > 1 ? absl::StrCat(" * ", d.cp) : "", " = ", model,
+        "; choose degrees whose product divides the number of ranks"));
   }
-  return Grid(tp, pp, world_size / (tp * pp));
+  return Grid(d.tp, d.pp, world_size / model, d.cp);
+}
+
+absl::StatusOr<Grid> Grid::Make(int world_size, int tp, int pp) {
+  return Make(world_size, GridDegrees{tp, pp, 1});
 }
 
 absl::StatusOr<Grid> Grid::Make(int tp, int pp, int dp, int world_size) {
@@ -27,19 +33,20 @@ absl::StatusOr<Grid> Grid::Make(int tp, int pp, int dp, int world_size) {
                                                    dp, " = ", tp * pp * dp,
                                                    " but the world has ", world_size, " ranks"));
   }
-  return Grid(tp, pp, dp);
+  return Grid(tp, pp, dp, 1);
 }
 
 GridCoord Grid::Coord(int g) const {
   GridCoord c;
   c.tp_rank = g % tp_;
-  c.dp_rank = (g / tp_) % dp_;
-  c.pp_rank = g / (tp_ * dp_);
+  c.cp_rank = (g / tp_) % cp_;
+  c.dp_rank = (g / (tp_ * cp_)) % dp_;
+  c.pp_rank = g / (tp_ * cp_ * dp_);
   return c;
 }
 
 int Grid::GlobalRank(const GridCoord& c) const {
-  return c.pp_rank * (dp_ * tp_) + c.dp_rank * tp_ + c.tp_rank;
+  return ((c.pp_rank * dp_ + c.dp_rank) * cp_ + c.cp_rank) * tp_ + c.tp_rank;
 }
 
 std::vector<int> Grid::TpGroup(int g) const {
@@ -63,6 +70,22 @@ std::vector<int> Grid::PpGroup(int g) const {
   return out;
 }
 
+std::vector<int> Grid::CpGroup(int g) const {
+  GridCoord c = Coord(g);
+  std::vector<int> out;
+  for (c.cp_rank = 0; c.cp_rank < cp_; ++c.cp_rank) out.push_back(GlobalRank(c));
+  return out;
+}
+
+std::vector<int> Grid::DpCpGroup(int g) const {
+  GridCoord c = Coord(g);
+  std::vector<int> out;
+  for (c.dp_rank = 0; c.dp_rank < dp_; ++c.dp_rank) {
+    for (c.cp_rank = 0; c.cp_rank < cp_; ++c.cp_rank) out.push_back(GlobalRank(c));
+  }
+  return out;
+}
+
 std::vector<int> Grid::EmbeddingGroup(int g) const {
   GridCoord c = Coord(g);
   if (c.pp_rank != 0 && c.pp_rank != pp_ - 1) return {};
@@ -80,27 +103,37 @@ absl::StatusOr<ParallelGroups> MakeParallelGroups(Communicator& world, const Gri
   if (world.size() != grid.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MakeParallelGroups: the world communicator has ", world.size(),
-        " ranks but the grid (tp=", grid.tp(), ", pp=", grid.pp(), ", dp=", grid.dp(), ") needs ",
-        grid.world_size()));
+        " ranks but the grid (tp=", grid.tp(), ", cp=", grid.cp(), ", pp=", grid.pp(), ", dp=",
+        grid.dp(), ") needs ", grid.world_size()));
   }
   const int g = world.rank();
   const GridCoord c = grid.Coord(g);
   ParallelGroups out;
-  // Colors: the index of the group among its kind; keys: the rank within it.
-  auto tp = world.Split(c.pp_rank * grid.dp() + c.dp_rank, c.tp_rank, "tp");
-  if (!tp.ok()) return tp.status();
-  out.tp = std::move(*tp);
-  auto dp = world.Split(c.pp_rank * grid.tp() + c.tp_rank, c.dp_rank, "dp");
-  if (!dp.ok()) return dp.status();
-  out.dp = std::move(*dp);
-  auto pp = world.Split(c.dp_rank * grid.tp() + c.tp_rank, c.pp_rank, "pp");
-  if (!pp.ok()) return pp.status();
-  out.pp = std::move(*pp);
+  // Colors: the index of the group among its kind (what its members share);
+  // keys: the rank within it.
+  const int tp = grid.tp(), cp = grid.cp(), dp = grid.dp();
+  auto split = [&](int color, int key, const char* name,
+                   std::unique_ptr<Communicator>* into) -> absl::Status {
+    auto child = world.Split(color, key, name);
+    if (!child.ok()) return child.status();
+    *into = std::move(*child);
+    return absl::OkStatus();
+  };
+  absl::Status s = split((c.pp_rank * dp + c.dp_rank) * cp + c.cp_rank, c.tp_rank, "tp", &out.tp);
+  if (s.ok()) s = split((c.pp_rank * cp + c.cp_rank) * tp + c.tp_rank, c.dp_rank, "dp", &out.dp);
+  if (s.ok()) s = split((c.dp_rank * cp + c.cp_rank) * tp + c.tp_rank, c.pp_rank, "pp", &out.pp);
   const bool in_embedding = c.pp_rank == 0 || c.pp_rank == grid.pp() - 1;
-  auto emb = world.Split(in_embedding ? c.dp_rank * grid.tp() + c.tp_rank : -1, c.pp_rank,
-                         "embedding");
-  if (!emb.ok()) return emb.status();
-  out.embedding = std::move(*emb);
+  if (s.ok()) {
+    s = split(in_embedding ? (c.dp_rank * cp + c.cp_rank) * tp + c.tp_rank : -1, c.pp_rank,
+              "embedding", &out.embedding);
+  }
+  if (s.ok() && cp > 1) {
+    s = split((c.pp_rank * dp + c.dp_rank) * tp + c.tp_rank, c.cp_rank, "cp", &out.cp);
+    if (s.ok()) {
+      s = split(c.pp_rank * tp + c.tp_rank, c.dp_rank * cp + c.cp_rank, "dp_cp", &out.dp_cp);
+    }
+  }
+  if (!s.ok()) return s;
   return out;
 }
 

@@ -27,6 +27,38 @@ TEST(Grid, MegatronOrder) {
   EXPECT_EQ(c.pp_rank, 2);
 }
 
+TEST(Grid, ContextParallelOrder) {
+  // 16 ranks, tp=2, cp=2, pp=2 -> dp=2; TP fastest, then CP, DP, PP.
+  auto grid = Grid::Make(16, GridDegrees{.tp = 2, .pp = 2, .cp = 2});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  EXPECT_EQ(grid->dp(), 2);
+  EXPECT_EQ(grid->world_size(), 16);
+  EXPECT_EQ(grid->TpGroup(5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(grid->CpGroup(5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(grid->DpGroup(5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(grid->PpGroup(5), (std::vector<int>{5, 13}));
+  EXPECT_EQ(grid->DpCpGroup(5), (std::vector<int>{1, 3, 5, 7}));
+  const GridCoord c = grid->Coord(14);
+  EXPECT_EQ(c.tp_rank, 0);
+  EXPECT_EQ(c.cp_rank, 1);
+  EXPECT_EQ(c.dp_rank, 1);
+  EXPECT_EQ(c.pp_rank, 1);
+  for (int g = 0; g < 16; ++g) EXPECT_EQ(grid->GlobalRank(grid->Coord(g)), g);
+  // cp = 1 is the layout of before, rank for rank.
+  auto plain = Grid::Make(16, 2, 4);
+  auto same = Grid::Make(16, GridDegrees{.tp = 2, .pp = 4, .cp = 1});
+  ASSERT_TRUE(plain.ok() && same.ok());
+  for (int g = 0; g < 16; ++g) {
+    EXPECT_EQ(plain->Coord(g), same->Coord(g));
+    EXPECT_EQ(plain->DpGroup(g), same->DpCpGroup(g));
+    EXPECT_EQ(same->CpGroup(g), (std::vector<int>{g}));
+  }
+  auto bad = Grid::Make(12, GridDegrees{.tp = 2, .pp = 1, .cp = 4});
+  EXPECT_NE(bad.status().message().find("tp * pp * cp = 2 * 1 * 4 = 8"), std::string::npos)
+      << bad.status();
+  EXPECT_FALSE(Grid::Make(8, GridDegrees{.tp = 1, .pp = 1, .cp = 0}).ok());
+}
+
 TEST(Grid, SinglePipelineStage) {
   auto grid = Grid::Make(4, 2, 1);
   ASSERT_TRUE(grid.ok());
@@ -42,21 +74,25 @@ TEST(Grid, BadDegrees) {
 }
 
 // The groups built by Split agree with the arithmetic, and work.
-TEST(Grid, ParallelGroupsOnLocalBackend) {
-  const int n = 8;
-  auto grid = Grid::Make(n, 2, 2);  // dp = 2
-  ASSERT_TRUE(grid.ok());
+void CheckParallelGroups(const Grid& grid) {
+  const int n = grid.world_size();
   absl::Status s = testing::RunRanksAsThreads(n, [&](int r, Communicator* w) -> absl::Status {
-    auto groups = MakeParallelGroups(*w, *grid);
+    auto groups = MakeParallelGroups(*w, grid);
     if (!groups.ok()) return groups.status();
     struct G {
       Communicator* c;
       std::vector<int> want;
     };
-    std::vector<G> gs = {{groups->tp.get(), grid->TpGroup(r)},
-                         {groups->dp.get(), grid->DpGroup(r)},
-                         {groups->pp.get(), grid->PpGroup(r)},
-                         {groups->embedding.get(), grid->EmbeddingGroup(r)}};
+    std::vector<G> gs = {{groups->tp.get(), grid.TpGroup(r)},
+                         {groups->dp.get(), grid.DpGroup(r)},
+                         {groups->pp.get(), grid.PpGroup(r)},
+                         {groups->embedding.get(), grid.EmbeddingGroup(r)}};
+    if (grid.cp() > 1) {
+      gs.push_back({groups->cp.get(), grid.CpGroup(r)});
+      gs.push_back({groups->dp_cp.get(), grid.DpCpGroup(r)});
+    } else if (groups->cp != nullptr || groups->dp_cp != nullptr) {
+      return absl::InternalError("cp = 1 made CP groups");
+    }
     for (G& g : gs) {
       if (g.want.empty()) {
         if (g.c != nullptr) return absl::InternalError("inner stage got an embedding group");
@@ -79,6 +115,21 @@ TEST(Grid, ParallelGroupsOnLocalBackend) {
     return absl::OkStatus();
   });
   EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(Grid, ParallelGroupsOnLocalBackend) {
+  auto grid = Grid::Make(8, 2, 2);  // dp = 2
+  ASSERT_TRUE(grid.ok());
+  CheckParallelGroups(*grid);
+}
+
+TEST(Grid, ContextParallelGroupsOnLocalBackend) {
+  auto grid = Grid::Make(8, GridDegrees{.tp = 2, .pp = 1, .cp = 2});  // dp = 2
+  ASSERT_TRUE(grid.ok());
+  CheckParallelGroups(*grid);
+  auto with_pp = Grid::Make(8, GridDegrees{.tp = 1, .pp = 2, .cp = 2});  // dp = 2
+  ASSERT_TRUE(with_pp.ok());
+  CheckParallelGroups(*with_pp);
 }
 
 }  // namespace
