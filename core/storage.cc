@@ -49,6 +49,10 @@ absl::Status Allocator::CopyBytes(void* dst, Device dst_device, const void* src,
                                                dst_device.ToString()));
 }
 
+std::optional<MemoryStats> Allocator::DeviceMemoryStats(Device) const { return std::nullopt; }
+
+void Allocator::SetMemoryCategory(void*, Device, MemoryCategory) {}
+
 Allocator* SetAllocator(DeviceType type, Allocator* allocator) {
   return Slot(type).exchange(allocator);
 }
@@ -64,15 +68,29 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t bytes, Device 
   }
   absl::StatusOr<void*> data = allocator->Allocate(bytes, device);
   if (!data.ok()) return data.status();
-  return std::shared_ptr<Storage>(new Storage(*data, bytes, device, allocator));
+  std::shared_ptr<Storage> storage(new Storage(*data, bytes, device, allocator));
+  storage->ledger_ = CurrentMemoryLedger();
+  storage->category_ = CurrentMemoryCategory();
+  storage->ledger_->Allocated(device.type, storage->category_, static_cast<int64_t>(bytes));
+  return storage;
 }
 
 std::shared_ptr<Storage> Storage::Borrow(void* data, size_t bytes, Device device) {
   return std::shared_ptr<Storage>(new Storage(data, bytes, device, nullptr));
 }
 
+void Storage::set_memory_category(MemoryCategory category) {
+  if (ledger_ == nullptr || category == category_) return;
+  // Freed first: the total does not rise on the way.
+  ledger_->Freed(device_.type, category_, static_cast<int64_t>(bytes_));
+  ledger_->Allocated(device_.type, category, static_cast<int64_t>(bytes_));
+  category_ = category;
+  if (allocator_ != nullptr) allocator_->SetMemoryCategory(data_, device_, category);
+}
+
 Storage::~Storage() {
   if (allocator_ != nullptr) allocator_->Free(data_, bytes_, device_);
+  if (ledger_ != nullptr) ledger_->Freed(device_.type, category_, static_cast<int64_t>(bytes_));
 }
 
 }  // namespace loom::core

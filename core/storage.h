@@ -3,9 +3,11 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
+#include "core/memory_stats.h"
 
 namespace loom::core {
 
@@ -26,6 +28,14 @@ class Allocator {
   // from a device without depending on its toolkit.
   virtual absl::Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
                                  size_t bytes);
+  // The allocator's own figures for `device`: bytes in use per category (as
+  // it rounds them, over every user of the device) and reserved bytes (in use
+  // + cached). Nullopt: it keeps none (the CPU allocator: see the ledgers,
+  // core/memory_stats.h).
+  virtual std::optional<MemoryStats> DeviceMemoryStats(Device device) const;
+  // Storage::set_memory_category of a block this allocator returned: an
+  // allocator that keeps per-category figures moves the block's bytes too.
+  virtual void SetMemoryCategory(void* ptr, Device device, MemoryCategory category);
 };
 
 // Registers the allocator for `type`; returns the previous one. Called once
@@ -35,6 +45,10 @@ Allocator* GetAllocator(DeviceType type);  // null when none is registered
 
 // A reference-counted block of device memory; tensors and their views hold a
 // shared_ptr to one. Freed when the last view goes.
+//
+// Allocate charges its bytes to the calling thread's memory ledger under its
+// current category (core/memory_stats.h); the free credits the same ledger
+// and category, whichever thread drops the last view.
 class Storage {
  public:
   static absl::StatusOr<std::shared_ptr<Storage>> Allocate(size_t bytes, Device device);
@@ -49,6 +63,14 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
 
+  // The category its bytes are charged to (kOther for borrowed memory).
+  MemoryCategory memory_category() const { return category_; }
+  // Moves its bytes to `category` in the ledger it was charged to: for a
+  // buffer allocated by code that cannot tag it (e.g. the gradient buffer
+  // that the model's constructor allocates next to the parameters).
+  // Concurrent calls on one storage race. No-op for borrowed memory.
+  void set_memory_category(MemoryCategory category);
+
  private:
   Storage(void* data, size_t bytes, Device device, Allocator* allocator)
       : data_(data), bytes_(bytes), device_(device), allocator_(allocator) {}
@@ -56,6 +78,8 @@ class Storage {
   size_t bytes_;
   Device device_;
   Allocator* allocator_;
+  std::shared_ptr<MemoryLedger> ledger_;  // null for borrowed memory
+  MemoryCategory category_ = MemoryCategory::kOther;
 };
 
 }  // namespace loom::core

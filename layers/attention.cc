@@ -125,11 +125,16 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
     LOOM_ASSIGN_OR_RETURN(Tensor rows, saved->qkv.Reshape(Shape{s * b * local_heads * 3, d}));
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(saved->gather_ids, table, &rows, RowGather()));
   }
+  // [s, b, heads/p · d] and [b, heads/p, s] (f32)
   LOOM_ASSIGN_OR_RETURN(Tensor ctx, Tensor::Empty(Shape{s, b, local_heads * d}, proj.dtype(), proj.device()));
-  LOOM_ASSIGN_OR_RETURN(saved->probs,
-                        Tensor::Empty(Shape{b, local_heads, s, s}, proj.dtype(), proj.device()));
-  LOOM_RETURN_IF_ERROR(core::ops::AttentionForward(saved->qkv, local_heads, &ctx, &saved->probs,
-                                                   KernelDropout(dropout)));
+  LOOM_ASSIGN_OR_RETURN(Tensor lse,
+                        Tensor::Empty(Shape{b, local_heads, s}, core::DType::kF32, proj.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::FlashAttentionForward(saved->qkv, local_heads, &ctx, &lse,
+                                                        KernelDropout(dropout)));
+  if (!options_.recompute_core) {  // else rerun in Backward
+    saved->out = ctx;
+    saved->lse = lse;
+  }
   return proj_.Forward(ctx, &saved->proj_in);
 }
 
@@ -138,9 +143,17 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
   const int64_t local_heads = heads_ / tp_.size(), local_groups = groups_ / tp_.size();
   LOOM_ASSIGN_OR_RETURN(Tensor dctx, proj_.Backward(dy, saved.proj_in));
   LOOM_ASSIGN_OR_RETURN(Tensor dqkv, Tensor::Empty(saved.qkv.shape(), saved.qkv.dtype(), saved.qkv.device()));
-  LOOM_RETURN_IF_ERROR(
-      core::ops::AttentionBackward(dctx, saved.qkv, saved.probs, local_heads, &dqkv,
-                                   KernelDropout(dropout)));
+  Tensor out = saved.out, lse = saved.lse;
+  if (options_.recompute_core) {  // selective recomputation: the kernel's forward again
+    const int64_t s = saved.qkv.dim(0), b = saved.qkv.dim(1);
+    LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(dctx.shape(), saved.qkv.dtype(), dctx.device()));
+    LOOM_ASSIGN_OR_RETURN(lse, Tensor::Empty(Shape{b, local_heads, s}, core::DType::kF32,
+                                             saved.qkv.device()));
+    LOOM_RETURN_IF_ERROR(core::ops::FlashAttentionForward(saved.qkv, local_heads, &out, &lse,
+                                                          KernelDropout(dropout)));
+  }
+  LOOM_RETURN_IF_ERROR(core::ops::FlashAttentionBackward(dctx, saved.qkv, out, lse, local_heads,
+                                                         &dqkv, KernelDropout(dropout)));
   if (!Rearranged()) return qkv_.Backward(dqkv, saved.qkv_in);
 
   // Back to the projection's layout: scatter-add (a group's k and v

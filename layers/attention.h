@@ -31,10 +31,18 @@ struct AttentionOptions {
   int64_t query_groups = 0;  // global K/V heads (--num-query-groups); 0: one per head
   bool rope = false;         // rotate q and k (--position-embedding-type=rope)
   core::ops::RopeOptions rope_options;  // base and rotary dim (position_offset unused)
+  // Selective recomputation (--recompute-granularity=selective): Forward
+  // keeps only the core's input (Saved::qkv), not what the attention kernel
+  // keeps for its backward (Saved::out, Saved::lse); Backward reruns the
+  // kernel's forward first (same dropout mask, so the gradients are
+  // bit-identical).
+  bool recompute_core = false;
 };
 
 // Self-attention with heads split over TP: a fused column-parallel QKV
-// projection, causal softmax attention, and a row-parallel output projection.
+// projection, causal softmax attention (the flash kernel,
+// core/cpu/flash_attention.h: O(s·d) memory, no s x s probabilities), and a
+// row-parallel output projection.
 // The projection's rows are ordered [group, {q x heads/groups, k, v}, d]
 // (gpt_config.h): each rank owns groups/p whole query groups, i.e. heads/p
 // query heads and their K/V heads. Without GQA and RoPE that is GPT-2's
@@ -50,8 +58,16 @@ class ParallelAttention {
  public:
   struct Saved {
     ColumnParallelLinear::Saved qkv_in;
-    core::Tensor qkv;    // [s, b, heads/p · 3 · d]: the attention kernel's input
-    core::Tensor probs;  // [b, heads/p, s, s], softmax before attention dropout
+    core::Tensor qkv;  // [s, b, heads/p · 3 · d]: the attention kernel's input
+    // The kernel's output [s, b, heads/p · d] (the output projection's input:
+    // the same storage as proj_in's) and the log-sum-exp of every score row
+    // [b, heads/p, s] (f32 on every device): what the flash backward needs.
+    // Undefined with recompute_core.
+    core::Tensor out, lse;
+    // Always undefined: the s x s probabilities of the old kernel, no longer
+    // kept (#18). Remains only until GptModel::Saved::ActivationBytes counts
+    // `lse` instead; do not use.
+    core::Tensor probs;
     // Row indices of the rearrangement (undefined for GPT-2): `gather` picks
     // the kernel's rows from the table, `table` the table's rows (RoPE: q and
     // k heads, then v heads) from the projection's rows.

@@ -120,6 +120,47 @@ absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp)
                                                    c.max_positions(), ") is below --seq-length (",
                                                    c.seq_length, ")"));
   }
+  return ValidateRecompute(c, c.num_layers / (pp * vp));
+}
+
+absl::Status ValidateRecompute(const GptConfig& c, int64_t layers_per_chunk) {
+  const std::string& g = c.recompute_granularity;
+  const std::string& m = c.recompute_method;
+  if (!g.empty() && g != "full" && g != "selective") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recompute-granularity=", g, ": expected full or selective"));
+  }
+  if (!m.empty() && m != "uniform" && m != "block") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recompute-method=", m, ": expected uniform or block"));
+  }
+  if (g != "full") {
+    if (!m.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--recompute-method=", m, " needs --recompute-granularity=full (got ",
+          g.empty() ? "none" : g, "; selective always recomputes the attention core of every "
+          "layer)"));
+    }
+    if (c.recompute_num_layers != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--recompute-num-layers (", c.recompute_num_layers,
+          ") needs --recompute-granularity=full and --recompute-method (got ",
+          g.empty() ? "no --recompute-granularity" : "--recompute-granularity=" + g, ")"));
+    }
+    return absl::OkStatus();
+  }
+  if (m.empty()) {
+    return absl::InvalidArgumentError(
+        "--recompute-granularity=full needs --recompute-method=uniform (groups of "
+        "--recompute-num-layers layers) or block (the first --recompute-num-layers layers of "
+        "each chunk)");
+  }
+  if (c.recompute_num_layers < 1 || c.recompute_num_layers > layers_per_chunk) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recompute-num-layers (", c.recompute_num_layers, ") must lie in [1, ",
+        layers_per_chunk, "], the layers of one model chunk (--num-layers / "
+        "(--pipeline-model-parallel-size x virtual stages))"));
+  }
   return absl::OkStatus();
 }
 

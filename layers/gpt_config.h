@@ -42,6 +42,22 @@ struct GptConfig {
   bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
   bool add_bias_linear = true;             // false: --disable-bias-linear
 
+  // Activation recomputation (Megatron's flags; the model is the same, only
+  // what a forward keeps for its backward changes, and the result is bit-exact).
+  //   --recompute-granularity: "" (none) | full | selective. selective: every
+  //     layer keeps the attention core's input (qkv) and the backward reruns
+  //     the core (softmax, dropout, P·V) to get back what it dropped.
+  //   --recompute-method (full only): uniform: each chunk's layers in groups
+  //     of --recompute-num-layers N (the last group shorter when N does not
+  //     divide them), only each group's input kept, the group's forward rerun
+  //     in its backward; block: the first N layers of each chunk rerun (their
+  //     inputs kept), the rest keep everything.
+  //   --recompute-num-layers: N, 1 .. layers per (virtual pipeline) chunk with
+  //     full; 0 (unset) otherwise.
+  std::string recompute_granularity;
+  std::string recompute_method;
+  int64_t recompute_num_layers = 0;
+
   // Megatron's default with --swiglu keeps the MLP's parameter count near 8h²:
   // int(4h · 2/3 / 64) · 64.
   int64_t ffn() const {
@@ -64,13 +80,21 @@ struct GptConfig {
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);
   }
+  bool recompute_full() const { return recompute_granularity == "full"; }
+  bool recompute_selective() const { return recompute_granularity == "selective"; }
 };
 
 // Checks that the model can be laid out over tp x pp (x vp chunks per stage),
 // with or without sequence parallelism, before any work starts. Errors name
-// the flags and the two numbers that do not divide.
+// the flags and the two numbers that do not divide. Also checks the
+// recomputation flags (ValidateRecompute) against the layers per chunk.
 absl::Status ValidateLayout(const GptConfig& config, int tp, bool sequence_parallel, int pp = 1,
                             int vp = 1);
+
+// The --recompute-* flags: a known granularity and method, a method and
+// N in [1, layers_per_chunk] with full, neither with selective (Megatron's
+// rules). Errors name the flags.
+absl::Status ValidateRecompute(const GptConfig& config, int64_t layers_per_chunk);
 
 // The global, layout-independent names of the parameters outside the blocks:
 // spelled here only (checkpoints store tensors by these names). Code that

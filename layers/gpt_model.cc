@@ -36,12 +36,29 @@ absl::StatusOr<Tensor> PositionIds(const TpGroup& tp, const Tensor& x) {
 
 }  // namespace
 
+std::vector<BlockRun> RecomputePlan(const GptConfig& c, int64_t n) {
+  std::vector<BlockRun> runs;
+  const int64_t per = std::max<int64_t>(1, c.recompute_num_layers);
+  for (int64_t i = 0; i < n;) {
+    BlockRun r{i, 1, false};
+    if (c.recompute_full() && c.recompute_method == "uniform") {
+      r = {i, std::min(per, n - i), true};
+    } else if (c.recompute_full() && c.recompute_method == "block") {
+      r.recompute = i < c.recompute_num_layers;
+    }
+    runs.push_back(r);
+    i += r.count;
+  }
+  return runs;
+}
+
 int64_t GptModel::Saved::ActivationBytes() const {
   int64_t n = Bytes(ids);
+  for (const Tensor& t : recompute_inputs) n += Bytes(t);
   for (const auto& b : blocks) {
     n += Bytes(b.ln1.input) + Bytes(b.ln1.mean) + Bytes(b.ln1.rstd) + Bytes(b.ln2.input) +
          Bytes(b.ln2.mean) + Bytes(b.ln2.rstd) + Bytes(b.attention.qkv_in.input) +
-         Bytes(b.attention.qkv) + Bytes(b.attention.probs) + Bytes(b.attention.proj_in.input) +
+         Bytes(b.attention.qkv) + Bytes(b.attention.lse) + Bytes(b.attention.proj_in.input) +
          Bytes(b.mlp.up_in.input) + Bytes(b.mlp.pre_gelu) + Bytes(b.mlp.down_in.input) +
          Bytes(b.attention.gather_ids) + Bytes(b.attention.table_ids);
   }
@@ -123,6 +140,7 @@ absl::Status GptModel::BuildLayers() {
       units_.push_back({l, handles_with_prefix(absl::StrCat(prefix_of_layer, l, "."))});
     }
     blocks_.push_back(std::move(blocks));
+    runs_.push_back(RecomputePlan(config_, c.num_layers));
   }
   const ParamHandle norm_w = params_.Find(kFinalNormWeightName);
   const ParamHandle norm_b = params_.Find(kFinalNormBiasName);
@@ -182,9 +200,17 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
         HiddenDropout(&x, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, false));
   }
   saved->blocks.resize(blocks_[c].size());
-  for (size_t i = 0; i < blocks_[c].size(); ++i) {
-    LOOM_RETURN_IF_ERROR(Before(chunk.first_layer + static_cast<int64_t>(i)));
-    LOOM_ASSIGN_OR_RETURN(x, blocks_[c][i]->Forward(x, dropout, &saved->blocks[i]));
+  saved->recompute_inputs.resize(blocks_[c].size());
+  for (const BlockRun& run : runs_[c]) {
+    // A recomputed run keeps its input only; each block's Saved is dropped
+    // as soon as the next block has run.
+    if (run.recompute) saved->recompute_inputs[run.first] = x;
+    for (int64_t i = run.first; i < run.first + run.count; ++i) {
+      LOOM_RETURN_IF_ERROR(Before(chunk.first_layer + i));
+      TransformerBlock::Saved scratch;
+      LOOM_ASSIGN_OR_RETURN(
+          x, blocks_[c][i]->Forward(x, dropout, run.recompute ? &scratch : &saved->blocks[i]));
+    }
   }
   if (!chunk.post_process) return x;
 
@@ -219,9 +245,33 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
     return absl::InvalidArgumentError(
         absl::StrCat("GptModel::Backward of chunk ", c, ": no output gradient given"));
   }
-  for (size_t i = blocks_[c].size(); i-- > 0;) {
-    LOOM_ASSIGN_OR_RETURN(d, blocks_[c][i]->Backward(d, dropout, saved.blocks[i]));
-    LOOM_RETURN_IF_ERROR(After(chunk.first_layer + static_cast<int64_t>(i)));
+  for (auto run = runs_[c].rbegin(); run != runs_[c].rend(); ++run) {
+    if (!run->recompute) {
+      LOOM_ASSIGN_OR_RETURN(d, blocks_[c][run->first]->Backward(d, dropout, saved.blocks[run->first]));
+      LOOM_RETURN_IF_ERROR(After(chunk.first_layer + run->first));
+      continue;
+    }
+    // Full recomputation: the run's forward again from its kept input, the
+    // same dropout stream drawing the same masks, then its backward; each
+    // block's Saved goes as soon as its backward has run.
+    if (saved.recompute_inputs.size() != blocks_[c].size() ||
+        !saved.recompute_inputs[run->first].defined()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "GptModel::Backward of chunk ", c, ": no kept input for recomputed layers [",
+          chunk.first_layer + run->first, ", ", chunk.first_layer + run->first + run->count,
+          ") (a Saved from a forward with another recomputation setting?)"));
+    }
+    std::vector<TransformerBlock::Saved> again(run->count);
+    Tensor x = saved.recompute_inputs[run->first];
+    for (int64_t k = 0; k < run->count; ++k) {
+      LOOM_ASSIGN_OR_RETURN(x, blocks_[c][run->first + k]->Forward(x, dropout, &again[k]));
+    }
+    x = Tensor();  // the run's output: not needed by its backward
+    for (int64_t k = run->count; k-- > 0;) {
+      LOOM_ASSIGN_OR_RETURN(d, blocks_[c][run->first + k]->Backward(d, dropout, again[k]));
+      again[k] = TransformerBlock::Saved();
+      LOOM_RETURN_IF_ERROR(After(chunk.first_layer + run->first + k));
+    }
   }
   if (!chunk.pre_process) return d;
 

@@ -42,6 +42,24 @@ struct ParamUnit {
   std::vector<ParamHandle> params;  // read by its forward, accumulated by its backward
 };
 
+// How the blocks of a chunk run under the config's activation recomputation
+// (GptConfig's recompute_* fields, Megatron's semantics): consecutive runs of
+// blocks [first, first + count) (indices within the chunk), either recomputed
+// (only the run's input is kept; the backward reruns its forward) or not (one
+// block that keeps everything). For a chunk of n layers and N =
+// --recompute-num-layers:
+//   none, selective  n runs of one block, none recomputed (selective happens
+//                    inside the attention: AttentionOptions::recompute_core)
+//   full, uniform    ceil(n/N) recomputed runs of N blocks (the last one
+//                    shorter when N does not divide n)
+//   full, block      min(N, n) recomputed runs of one block, then n - N plain ones
+struct BlockRun {
+  int64_t first = 0;
+  int64_t count = 1;
+  bool recompute = false;
+};
+std::vector<BlockRun> RecomputePlan(const GptConfig& config, int64_t num_layers);
+
 // Progress callbacks, for data parallelism to overlap its communication with
 // the computation. An error stops the forward or backward that called it.
 struct ModelHooks {
@@ -69,7 +87,10 @@ class GptModel {
   struct Saved {
     core::Tensor ids;  // pre_process: [s, b]
     VocabParallelEmbedding::Saved embedding;
-    std::vector<TransformerBlock::Saved> blocks;
+    std::vector<TransformerBlock::Saved> blocks;  // empty where a block is recomputed
+    // Full recomputation: the input [s(/p), b, h] of each recomputed run, at
+    // its first block's index (undefined elsewhere).
+    std::vector<core::Tensor> recompute_inputs;
     LayerNorm::Saved final_norm;
     ColumnParallelLinear::Saved output;
     VocabParallelCrossEntropy::Saved loss;
@@ -100,6 +121,10 @@ class GptModel {
   // post_process chunk, which starts from `dloss`, the weight of this
   // micro-batch's mean loss). Returns the gradient of the hidden input, or an
   // empty tensor for a pre_process chunk. Gradients accumulate into params().
+  // With full recomputation it first reruns each recomputed run's forward
+  // from its kept input with the same `dropout` (same masks: bit-identical to
+  // no recomputation), repeating the run's TP collectives but calling no
+  // before_forward hook (the parameters were gathered for the forward).
   absl::StatusOr<core::Tensor> Backward(int c, const core::Tensor& dy, float dloss,
                                         const DropoutStream& dropout, const Saved& saved);
 
@@ -148,6 +173,7 @@ class GptModel {
   // The layers hold pointers into params_; they exist where a chunk needs them.
   std::optional<VocabParallelEmbedding> embedding_;       // pre_process
   std::vector<std::vector<std::unique_ptr<TransformerBlock>>> blocks_;  // per chunk
+  std::vector<std::vector<BlockRun>> runs_;                             // per chunk
   std::optional<LayerNorm> final_norm_;                    // post_process
   std::optional<ColumnParallelLinear> output_layer_;       // post_process
   VocabParallelCrossEntropy loss_;

@@ -32,6 +32,7 @@ AttentionOptions AttentionOptionsOf(const GptConfig& c) {
   o.rope = c.rope();
   o.rope_options.base = c.rotary_base;
   o.rope_options.rotary_dim = c.rotary_dim();
+  o.recompute_core = c.recompute_selective();
   return o;
 }
 

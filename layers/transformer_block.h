@@ -16,6 +16,13 @@ namespace loom::layers {
 //   h1  = x + dropout(attention(LN1(x)))
 //   out = h1 + dropout(mlp(LN2(h1)))
 // on activations [s, b, h] ([s/p, b, h] under sequence parallelism).
+//
+// Forward is a pure function of (x, parameters, dropout stream): every
+// dropout mask is drawn at (seed, DropoutSite(stream, layer, site), global
+// index), so running it again on the same x gives bit-identical activations
+// and Saved. That is what activation recomputation relies on: GptModel's
+// full recomputation reruns whole blocks in the backward, and selective
+// recomputation (AttentionOptions::recompute_core) reruns the attention core.
 class TransformerBlock {
  public:
   struct Saved {
@@ -41,7 +48,9 @@ class TransformerBlock {
   ParallelMlp mlp_;
 };
 
-// The attention variant the config asks for.
+// The attention variant the config asks for (with
+// --recompute-granularity=selective: the attention core recomputed in the
+// backward, AttentionOptions::recompute_core).
 AttentionOptions AttentionOptionsOf(const GptConfig& config);
 
 // Hidden dropout on an activation [s(/p), b, h] in place, its mask taken at the

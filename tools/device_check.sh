@@ -40,7 +40,7 @@ TARGETS=(
 pack() {
   cd "$ROOT"
   local stage="$BUNDLE_DIR/stage"
-  rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
+  rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/glibc" "$stage/data"
   # Loom's own libraries linked in statically: one self-contained file per binary.
   bazel build -c opt --dynamic_mode=off "${TARGETS[@]}" || return 1
   local bin_dir
@@ -56,9 +56,13 @@ pack() {
   done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
       libcuda.so*|libnvidia*|libcublas*|libcublasLt*|libnccl*) ;;
+      # glibc apart: used only where the GPU machine's own is older (its
+      # libnccl may need a newer glibc than ours; ours runs on a newer one).
+      ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*) cp -L "$lib" "$stage/glibc/" ;;
       *) cp -L "$lib" "$stage/lib/" ;;
     esac
   done
+  getconf GNU_LIBC_VERSION | awk '{print $2}' >"$stage/glibc/VERSION"
   # The default corpus, tokenized here (the GPU machine has no fortunes).
   "$stage/bin/train_gpt" --distributed-backend=local --nproc-per-node=1 --train-iters=1 \
     --global-batch-size=4 --micro-batch-size=4 --eval-interval=0 --sample-tokens=0 \
@@ -96,11 +100,23 @@ run() {
     done
   fi
   echo "CUDA libraries from: $cuda_libs" >"$out/libs.txt"
-  local loader
-  loader="$(ls "$b"/lib/ld-linux-x86-64.so.* | head -1)"
-  # $b/x NAME ARGS...: a bundled binary through the bundled loader and libraries.
-  printf '#!/bin/sh\nname="$1"; shift\nexec "%s" --library-path "%s" "%s/bin/$name" "$@"\n' \
-    "$loader" "$b/lib:$cuda_libs" "$b" >"$b/x"
+  # $b/x NAME ARGS...: a bundled binary with the bundled libraries. glibc:
+  # the machine's own when it is at least ours (its NCCL may need it), else
+  # the bundled loader and glibc.
+  local ours theirs
+  ours="$(cat "$b/glibc/VERSION")"
+  theirs="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')"
+  if [[ -n "$theirs" ]] && [[ "$(printf '%s\n%s\n' "$ours" "$theirs" | sort -V | head -1)" == "$ours" ]]; then
+    echo "glibc: the machine's $theirs (bundled $ours not needed)" >>"$out/libs.txt"
+    printf '#!/bin/sh\nname="$1"; shift\nLD_LIBRARY_PATH="%s" exec "%s/bin/$name" "$@"\n' \
+      "$b/lib:$cuda_libs" "$b" >"$b/x"
+  else
+    echo "glibc: bundled $ours (the machine has ${theirs:-none})" >>"$out/libs.txt"
+    local loader
+    loader="$(ls "$b"/glibc/ld-linux-x86-64.so.* | head -1)"
+    printf '#!/bin/sh\nname="$1"; shift\nexec "%s" --library-path "%s" "%s/bin/$name" "$@"\n' \
+      "$loader" "$b/glibc:$b/lib:$cuda_libs" "$b" >"$b/x"
+  fi
   chmod +x "$b/x"
   local summary="$out/summary.md"
   : >"$summary"
@@ -171,6 +187,14 @@ EOF
   } >>"$summary"
   echo; echo "===== summary ($out/summary.md; logs beside it) ====="
   cat "$summary"
+  # What failed, in the output itself (not every log file may come back).
+  local log
+  for log in "$out"/*_test.log "$out"/gpt_*.txt; do
+    if grep -q '^\[  FAILED  \]\|error\|Error\|not found' "$log" 2>/dev/null; then
+      echo; echo "===== $(basename "$log") (failures) ====="
+      grep -B2 -A12 '^\[ RUN\|Failure\|error\|Error\|not found' "$log" | grep -v '^\[       OK' | tail -40
+    fi
+  done
 }
 
 case "$MODE" in

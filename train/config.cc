@@ -112,6 +112,8 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
                                                    tp, ") under --sequence-parallel"));
   }
   if (c->sequence_parallel && tp == 1) c->sequence_parallel = false;  // nothing to split
+  // Also the --recompute-* flags (Megatron's rules), N against the layers of
+  // one chunk: --num-layers / (PP x virtual stages).
   absl::Status layout =
       layers::ValidateLayout(c->model, tp, c->sequence_parallel, pp, c->virtual_pipeline_size);
   if (!layout.ok()) return layout;

@@ -63,6 +63,8 @@ inline OptimizerConfig DefaultOptimizer() {
 // default job (`bazel run //train:gpt` with no flags). Derived fields are
 // filled by Finalize().
 struct TrainConfig {
+  // The model flags, activation recomputation (--recompute-granularity,
+  // --recompute-method, --recompute-num-layers) included: layers/gpt_config.h.
   layers::GptConfig model = DefaultModel();
 
   // Parallelism.
@@ -108,6 +110,9 @@ struct TrainConfig {
   int64_t eval_interval = 250;
   int64_t eval_iters = 10;
   std::string metrics_file;  // JSON lines ("" = none)
+  // --memory-report: after the first step, rank 0 logs every rank's peak
+  // bytes per category (core/memory_stats.h) and what would shrink them.
+  bool memory_report = false;
   std::string save, load;
   int64_t save_interval = 0;
   CheckpointFlags checkpoint;

@@ -56,6 +56,16 @@ ABSL_FLAG(bool, untie_embeddings_and_output_weights, D().model.untie_embeddings_
           "A separate output-layer weight instead of the word embedding");
 ABSL_FLAG(bool, disable_bias_linear, !D().model.add_bias_linear,
           "No biases in the attention and MLP linear layers");
+// Activation recomputation (Megatron's flags; layers/gpt_config.h).
+ABSL_FLAG(std::string, recompute_granularity, D().model.recompute_granularity,
+          "Activation recomputation: full (rerun whole layers in the backward, with "
+          "--recompute-method) | selective (rerun only the attention core); empty: none");
+ABSL_FLAG(std::string, recompute_method, D().model.recompute_method,
+          "With --recompute-granularity=full: uniform (each chunk's layers in groups of "
+          "--recompute-num-layers, only group inputs kept) | block (the first "
+          "--recompute-num-layers layers of each chunk recomputed)");
+ABSL_FLAG(int64_t, recompute_num_layers, D().model.recompute_num_layers,
+          "N for --recompute-method: 1 .. layers per model chunk (0: unset)");
 ABSL_FLAG(float, hidden_dropout, D().hidden_dropout, "Dropout after attention/MLP and on embeddings");
 ABSL_FLAG(float, attention_dropout, D().attention_dropout, "Dropout on attention probabilities");
 ABSL_FLAG(int64_t, seed, static_cast<int64_t>(D().model.seed),
@@ -119,6 +129,9 @@ ABSL_FLAG(int64_t, log_interval, D().log_interval, "Steps between log lines");
 ABSL_FLAG(int64_t, eval_interval, D().eval_interval, "Steps between validation runs (0: never)");
 ABSL_FLAG(int64_t, eval_iters, D().eval_iters, "Batches per validation run");
 ABSL_FLAG(std::string, metrics_file, D().metrics_file, "JSON-lines metrics (see //train:plot)");
+ABSL_FLAG(bool, memory_report, D().memory_report,
+          "After the first step, log every rank's peak memory per category (parameters, "
+          "gradients, optimizer, activations, communication) and what would shrink it");
 ABSL_FLAG(double, peak_flops, D().peak_flops,
           "Per-rank peak FLOP/s for MFU (0: measure a GEMM at start)");
 ABSL_FLAG(int64_t, sample_tokens, D().sample_tokens,
@@ -181,6 +194,9 @@ TrainConfig ConfigFromFlags() {
       absl::GetFlag(FLAGS_untie_embeddings_and_output_weights);
   c.model.add_bias_linear = !absl::GetFlag(FLAGS_disable_bias_linear);
   c.model.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  c.model.recompute_granularity = absl::GetFlag(FLAGS_recompute_granularity);
+  c.model.recompute_method = absl::GetFlag(FLAGS_recompute_method);
+  c.model.recompute_num_layers = absl::GetFlag(FLAGS_recompute_num_layers);
   c.device = absl::GetFlag(FLAGS_device);
   c.bf16 = absl::GetFlag(FLAGS_bf16);
   c.hidden_dropout = absl::GetFlag(FLAGS_hidden_dropout);
@@ -225,6 +241,7 @@ TrainConfig ConfigFromFlags() {
   c.eval_interval = absl::GetFlag(FLAGS_eval_interval);
   c.eval_iters = absl::GetFlag(FLAGS_eval_iters);
   c.metrics_file = ResolveUserPath(absl::GetFlag(FLAGS_metrics_file));
+  c.memory_report = absl::GetFlag(FLAGS_memory_report);
   c.peak_flops = absl::GetFlag(FLAGS_peak_flops);
   c.sample_tokens = absl::GetFlag(FLAGS_sample_tokens);
   c.save = ResolveUserPath(absl::GetFlag(FLAGS_save));

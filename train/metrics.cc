@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
@@ -63,12 +64,30 @@ MetricsFile::~MetricsFile() {
 
 void MetricsFile::WriteStep(const StepMetrics& m) {
   if (f_ == nullptr) return;
+  // Memory: rank 0's peak bytes, total and per category, and the ranks' max.
+  std::string memory;
+  if (m.memory.total_peak > 0) {
+    memory = absl::StrFormat(", \"mem_peak_bytes\": %d", m.memory.total_peak);
+    if (m.memory_peak_max > 0) {
+      absl::StrAppendFormat(&memory, ", \"mem_peak_max_bytes\": %d", m.memory_peak_max);
+    }
+    memory += ", \"mem_peak_by_category\": {";
+    for (int c = 0; c < core::kNumMemoryCategories; ++c) {
+      absl::StrAppendFormat(&memory, "%s\"%s\": %d", c ? ", " : "",
+                            core::MemoryCategoryName(static_cast<core::MemoryCategory>(c)),
+                            m.memory.peak[c]);
+    }
+    memory += "}";
+    if (m.memory.reserved > 0) {
+      absl::StrAppendFormat(&memory, ", \"mem_reserved_bytes\": %d", m.memory.reserved);
+    }
+  }
   std::fprintf(f_,
                "{\"iteration\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
                "\"tokens_per_s\": %.1f, \"model_tflops_per_rank\": %.6f, \"mfu\": %.4f, "
-               "\"elapsed_s\": %.3f}\n",
+               "\"elapsed_s\": %.3f%s}\n",
                static_cast<long long>(m.iteration), m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-               m.model_tflops_per_rank, m.mfu, m.elapsed_s);
+               m.model_tflops_per_rank, m.mfu, m.elapsed_s, memory.c_str());
   std::fflush(f_);
 }
 
@@ -80,11 +99,34 @@ void MetricsFile::WriteEval(int64_t iteration, double valid_loss) {
 }
 
 std::string FormatStep(const StepMetrics& m, int64_t train_iters) {
-  return absl::StrFormat(
+  std::string line = absl::StrFormat(
       " iteration %6d/%6d | loss %.4f | lr %.3e | grad norm %.3f | tokens/s %.0f | "
       "TFLOP/s/rank %.4f | MFU %.1f%% | elapsed %.1fs | ETA %.0fs",
       m.iteration, train_iters, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.model_tflops_per_rank,
       100.0 * m.mfu, m.elapsed_s, m.eta_s);
+  if (m.memory.total_peak > 0) {
+    absl::StrAppend(&line, " | mem ", core::FormatBytes(m.memory.total_peak), " peak");
+    if (m.memory_peak_max > 0) {
+      absl::StrAppend(&line, " (max over ranks ", core::FormatBytes(m.memory_peak_max), ")");
+    }
+  }
+  return line;
+}
+
+std::string FormatMemory(const std::string& label, const core::MemoryStats& s) {
+  std::string line = label + ":";
+  for (int c = 0; c < core::kNumMemoryCategories; ++c) {
+    absl::StrAppend(&line, c ? ", " : " ",
+                    core::MemoryCategoryName(static_cast<core::MemoryCategory>(c)), " ",
+                    core::FormatBytes(s.peak[c]));
+    if (s.current[c] != s.peak[c]) {
+      absl::StrAppend(&line, " (now ", core::FormatBytes(s.current[c]), ")");
+    }
+  }
+  absl::StrAppend(&line, ", total ", core::FormatBytes(s.total_peak), " (now ",
+                  core::FormatBytes(s.total_current), ")");
+  if (s.reserved > 0) absl::StrAppend(&line, ", reserved ", core::FormatBytes(s.reserved));
+  return line;
 }
 
 }  // namespace loom::train

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/memory_stats.h"
 #include "layers/gpt_config.h"
 
 namespace loom::train {
@@ -35,6 +36,11 @@ struct StepMetrics {
   double mfu = 0;                    // against the per-rank peak
   double elapsed_s = 0;
   double eta_s = 0;
+  // Memory of the logging rank (rank 0) on the model's device since the end
+  // of the setup (core/memory_stats.h): per-category current and peak bytes.
+  // Not shown when total_peak is 0.
+  core::MemoryStats memory;
+  int64_t memory_peak_max = 0;  // the largest total peak over the ranks (0: one rank)
 };
 
 // The machine-readable log: one JSON object per line.
@@ -56,6 +62,13 @@ class MetricsFile {
 
 // The human-readable log line, Megatron style.
 std::string FormatStep(const StepMetrics& m, int64_t train_iters);
+
+// One line of --memory-report: "<label>: parameters 12.5 MiB, gradients
+// 12.5 MiB, optimizer 25.0 MiB, activations 88.1 MiB (now 0 B), communication
+// 4.00 MiB, other 1.00 MiB, total 142 MiB (now 54.0 MiB)": the peaks of `s`,
+// each with its current value where that differs, and ", reserved X" when
+// s.reserved > 0.
+std::string FormatMemory(const std::string& label, const core::MemoryStats& s);
 
 }  // namespace loom::train
 

@@ -1,9 +1,12 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -44,6 +47,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
                         comm::Grid::Make(world->size(), config.tensor_model_parallel_size,
                                          config.pipeline_model_parallel_size));
   std::unique_ptr<Trainer> t(new Trainer(config, world, grid, std::move(log)));
+  core::LedgerScope memory(t->memory_);  // this rank's ledger (core/memory_stats.h)
   LOOM_RETURN_IF_ERROR(t->Setup());
   return t;
 }
@@ -78,8 +82,13 @@ absl::Status Trainer::Setup() {
                                        c == vp - 1 && coord_.pp_rank == pp - 1});
   }
   layers::TpGroup tp{groups_.tp.get(), config_.sequence_parallel};
-  LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(config_.model, tp, chunks,
-                                                         /*buffer_multiple=*/grid_.dp()));
+  {
+    core::MemoryScope tag(core::MemoryCategory::kParameters);
+    LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(config_.model, tp, chunks,
+                                                           /*buffer_multiple=*/grid_.dp()));
+  }
+  // The model allocates its gradient buffer next to the parameters.
+  model_->params().flat_grads().storage()->set_memory_category(core::MemoryCategory::kGradients);
 
   pipeline::ScheduleOptions so;
   LOOM_ASSIGN_OR_RETURN(so.kind, pipeline::ParseScheduleKind(config_.pipeline_schedule));
@@ -115,13 +124,19 @@ absl::Status Trainer::Setup() {
   go.overlap_grad_reduce = config_.overlap_grad_reduce;
   go.distributed_optimizer = config_.optimizer.distributed;
   go.overlap_param_gather = config_.overlap_param_gather;
-  LOOM_ASSIGN_OR_RETURN(gradients_, distributed::GradientSync::Create(model_.get(), gg, go));
+  {
+    core::MemoryScope tag(core::MemoryCategory::kGradients);
+    LOOM_ASSIGN_OR_RETURN(gradients_, distributed::GradientSync::Create(model_.get(), gg, go));
+  }
   OptimizerGroups og;
   og.tp = groups_.tp.get();
   og.pp = groups_.pp.get();
   og.shards = config_.optimizer.distributed ? groups_.dp.get() : nullptr;
-  LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og,
-                                                      gradients_->owned()));
+  {
+    core::MemoryScope tag(core::MemoryCategory::kOptimizer);
+    LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og,
+                                                        gradients_->owned()));
+  }
 
   Beat(iteration_, Phase::kSetup);
   std::optional<int64_t> restart_from;  // a restart resuming from --save
@@ -198,6 +213,9 @@ absl::Status Trainer::Setup() {
         : config_.overlap_param_gather ? ", parameter all-gather overlapped with the next forward"
                                        : ", parameter all-gather after the step"));
   }
+  // From here on the peaks are the training's, not the setup's transients
+  // (the GEMM measurement, a checkpoint read).
+  memory_->ResetPeak();
   return absl::OkStatus();
 }
 
@@ -291,12 +309,15 @@ absl::StatusOr<double> Trainer::TrainStep() {
   // while the ranks that wait for it have (the agent names the oldest beat).
   LOOM_RETURN_IF_ERROR(faults_.AtStep(iteration_ + 1, world_));  // LOOM_FAULT (tests only)
   Beat(iteration_, Phase::kTrain);
+  core::LedgerScope memory(memory_);
   LOOM_RETURN_IF_ERROR(gradients_->StartStep());
   const int64_t consumed = consumed_samples_;
+  std::optional<core::MemoryScope> tag(std::in_place, core::MemoryCategory::kActivations);
   LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, executor_->RunStep([&](int m) {
     Beat(iteration_, Phase::kTrain);  // three relaxed stores: every micro-batch
     return MakeMicroBatch(*train_data_, consumed, m, /*training=*/true);
   }));
+  tag.reset();
   // 2. The gradients made final: DP, the tied embedding, SP (GradientSync).
   LOOM_RETURN_IF_ERROR(gradients_->FinishGradients());
   // 3. The loss of the global batch: the mean over the DP ranks' means.
@@ -304,7 +325,9 @@ absl::StatusOr<double> Trainer::TrainStep() {
   LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.dp.get(), comm::ReduceOp::kAvg, &loss));
   // 4. Clip by the global norm, AdamW on what this rank owns, then share the
   //    updated parameters (ZeRO-1).
+  tag.emplace(core::MemoryCategory::kOptimizer);
   LOOM_ASSIGN_OR_RETURN(double grad_norm, optimizer_->Step(config_.lr.At(iteration_)));
+  tag.reset();
   LOOM_RETURN_IF_ERROR(gradients_->StartParamGather());
   last_grad_norm_ = grad_norm;
   ++iteration_;
@@ -315,6 +338,8 @@ absl::StatusOr<double> Trainer::TrainStep() {
 
 absl::StatusOr<double> Trainer::Evaluate() {
   if (!valid_data_) return absl::FailedPreconditionError("no validation split (see --split)");
+  core::LedgerScope memory(memory_);
+  core::MemoryScope tag(core::MemoryCategory::kActivations);
   double total = 0;
   for (int64_t k = 0; k < config_.eval_iters; ++k) {
     Beat(iteration_, Phase::kEval);
@@ -327,6 +352,151 @@ absl::StatusOr<double> Trainer::Evaluate() {
     total += loss;
   }
   return total / std::max<int64_t>(1, config_.eval_iters);
+}
+
+core::MemoryStats Trainer::RankMemory() const {
+  const core::Device device = config_.model.device;
+  core::MemoryStats s = memory_->Stats(device.type);
+  if (!device.is_cpu()) {
+    if (const core::Allocator* a = core::GetAllocator(device.type); a != nullptr) {
+      std::optional<core::MemoryStats> d = a->DeviceMemoryStats(device);
+      if (d.has_value()) s.reserved = d->reserved;
+    }
+  }
+  return s;
+}
+
+absl::StatusOr<int64_t> Trainer::MaxMemoryPeak() {
+  double peak = static_cast<double>(RankMemory().total_peak);
+  LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(world_, comm::ReduceOp::kMax, &peak));
+  return static_cast<int64_t>(peak);
+}
+
+namespace {
+
+// What shrinks each category (--memory-report), largest first: " memory:
+// activations (48% of the peak) grow with ...".
+std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
+                                     const core::MemoryStats& s) {
+  using C = core::MemoryCategory;
+  struct Hint {
+    int64_t bytes;
+    const char* name;
+    std::string text;
+  };
+  std::vector<Hint> hints;
+  hints.push_back({s.peak_of(C::kParameters) + s.peak_of(C::kGradients), "parameters + gradients",
+                   absl::StrFormat("%d B per parameter of this rank (f32 master and gradient%s); "
+                                   "--tensor-model-parallel-size and "
+                                   "--pipeline-model-parallel-size divide them (now TP %d x PP %d)",
+                                   c.bf16 ? 10 : 8, c.bf16 ? ", bf16 compute copy" : "", g.tp(),
+                                   g.pp())});
+  hints.push_back(
+      {s.peak_of(C::kOptimizer), "optimizer",
+       c.optimizer.distributed
+           ? absl::StrFormat("Adam's two f32 moments, already sharded over DP %d "
+                             "(--use-distributed-optimizer)",
+                             g.dp())
+       : g.dp() > 1 ? absl::StrFormat("Adam's two f32 moments, 8 B per parameter; "
+                                      "--use-distributed-optimizer would divide them by DP %d",
+                                      g.dp())
+                    : std::string("Adam's two f32 moments, 8 B per parameter; with DP > 1, "
+                                  "--use-distributed-optimizer shards them over DP")});
+  const std::string tp_part =
+      g.tp() == 1           ? "TP divides the attention and MLP ones (with --sequence-parallel, "
+                              "the rest too)"
+      : c.sequence_parallel ? "TP with --sequence-parallel divides them"
+                            : "--sequence-parallel would divide the norm and dropout ones by TP "
+                              "too";
+  hints.push_back({s.peak_of(C::kActivations), "activations",
+                   absl::StrFormat("grow with --micro-batch-size (%d), --seq-length (%d) and the "
+                                   "micro-batches a pipeline stage keeps in flight (up to PP "
+                                   "with 1f1b); %s; --recompute-granularity trades them for "
+                                   "compute",
+                                   c.micro_batch_size, c.model.seq_length, tp_part)});
+  hints.push_back({s.peak_of(C::kCommunication), "communication",
+                   "the collectives' staging buffers, kept for reuse; --ddp-bucket-size bounds "
+                   "the data-parallel reductions' share"});
+  std::stable_sort(hints.begin(), hints.end(),
+                   [](const Hint& a, const Hint& b) { return a.bytes > b.bytes; });
+  const double total = std::max<double>(1, static_cast<double>(s.total_peak));
+  std::vector<std::string> lines;
+  for (const Hint& h : hints) {
+    if (h.bytes <= 0) continue;
+    lines.push_back(absl::StrFormat(" memory: %s (%.0f%% of the peak): %s", h.name,
+                                    100.0 * h.bytes / total, h.text));
+  }
+  return lines;
+}
+
+}  // namespace
+
+absl::Status Trainer::ReportMemory() {
+  // Every rank's figures, gathered to rank 0: current[6], peak[6], the
+  // totals and the reserved bytes (exact in a double up to 2^53 bytes).
+  constexpr int kCats = core::kNumMemoryCategories, kFields = 2 * kCats + 3;
+  const int world = world_->size();
+  const core::MemoryStats mine = RankMemory();
+  LOOM_ASSIGN_OR_RETURN(Tensor in, Tensor::Empty(Shape{kFields}, core::DType::kF64));
+  double* v = in.data<double>();
+  for (int c = 0; c < kCats; ++c) {
+    v[c] = static_cast<double>(mine.current[c]);
+    v[kCats + c] = static_cast<double>(mine.peak[c]);
+  }
+  v[2 * kCats] = static_cast<double>(mine.total_current);
+  v[2 * kCats + 1] = static_cast<double>(mine.total_peak);
+  v[2 * kCats + 2] = static_cast<double>(mine.reserved);
+  Tensor all = in;
+  if (world > 1) {
+    LOOM_ASSIGN_OR_RETURN(all, Tensor::Empty(Shape{kFields * world}, core::DType::kF64));
+    LOOM_RETURN_IF_ERROR(comm::AllGatherHost(world_, in, all));
+  }
+  if (world_->rank() != 0) return absl::OkStatus();
+  std::vector<core::MemoryStats> ranks(world);
+  core::MemoryStats max;
+  for (int r = 0; r < world; ++r) {
+    const double* f = all.data<double>() + r * kFields;
+    core::MemoryStats& s = ranks[r];
+    for (int c = 0; c < kCats; ++c) {
+      s.current[c] = static_cast<int64_t>(f[c]);
+      s.peak[c] = static_cast<int64_t>(f[kCats + c]);
+      max.current[c] = std::max(max.current[c], s.current[c]);
+      max.peak[c] = std::max(max.peak[c], s.peak[c]);
+    }
+    s.total_current = static_cast<int64_t>(f[2 * kCats]);
+    s.total_peak = static_cast<int64_t>(f[2 * kCats + 1]);
+    s.reserved = static_cast<int64_t>(f[2 * kCats + 2]);
+    max.total_current = std::max(max.total_current, s.total_current);
+    max.total_peak = std::max(max.total_peak, s.total_peak);
+    max.reserved = std::max(max.reserved, s.reserved);
+  }
+  const core::Device device = config_.model.device;
+  Log(absl::StrFormat(
+      " memory after iteration %d (--memory-report): peak bytes per rank since the setup, of the "
+      "tensors on %s%s",
+      iteration_, device.is_cpu() ? "the CPU" : "the rank's GPU",
+      device.is_cpu() ? "" : "; reserved: the caching allocator's cudaMalloc'd bytes"));
+  constexpr int kRanksListed = 16;  // beyond: rank 0 and the largest of each figure
+  for (int r = 0; r < world && (world <= kRanksListed || r == 0); ++r) {
+    const comm::GridCoord at = grid_.Coord(r);
+    Log(FormatMemory(absl::StrFormat(" memory (rank %d: TP %d, PP %d, DP %d, peak)", r,
+                                     at.tp_rank, at.pp_rank, at.dp_rank),
+                     ranks[r]));
+  }
+  if (world > 1) {
+    Log(FormatMemory(absl::StrFormat(" memory (largest over %d ranks, peak)", world), max));
+  }
+  if (!device.is_cpu()) {
+    // The allocator's own view of rank 0's device: block bytes, every user.
+    const core::Allocator* a = core::GetAllocator(device.type);
+    if (std::optional<core::MemoryStats> d = a ? a->DeviceMemoryStats(device) : std::nullopt) {
+      Log(FormatMemory(absl::StrCat(" memory (", device.ToString(),
+                                    " allocator blocks, peak since start)"),
+                       *d));
+    }
+  }
+  for (const std::string& line : MemoryHints(config_, grid_, max)) Log(line);
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::EnsureHostMirror() {
@@ -373,6 +543,7 @@ checkpoint::RankView Trainer::CheckpointView() {
 
 absl::Status Trainer::SaveCheckpoint() {
   if (!checkpointer_) return absl::FailedPreconditionError("SaveCheckpoint needs --save");
+  core::LedgerScope memory(memory_);
   checkpoint::Manifest h;
   h.set_created_by("loom //train:gpt");
   checkpoint::TrainingState* t = h.mutable_training();
@@ -579,6 +750,7 @@ absl::Status Trainer::ExitEarly(ExitReason reason) {
 }
 
 absl::Status Trainer::Train() {
+  core::LedgerScope memory(memory_);
   if (config_.skip_train) {
     // --skip-train: evaluate what was loaded; no step, nothing saved.
     if (!valid_data_) {
@@ -623,6 +795,10 @@ absl::Status Trainer::Train() {
       m.mfu = m.model_tflops_per_rank * 1e12 / peak_flops_;
       m.elapsed_s = std::chrono::duration<double>(now - start).count();
       m.eta_s = window_s / window_iters * (config_.train_iters - iteration_);
+      m.memory = RankMemory();
+      if (world_->size() > 1) {
+        LOOM_ASSIGN_OR_RETURN(m.memory_peak_max, MaxMemoryPeak());
+      }
       Log(FormatStep(m, config_.train_iters));
       if (world_->rank() == 0) metrics_.WriteStep(m);
       window_start = std::chrono::steady_clock::now();
@@ -634,6 +810,10 @@ absl::Status Trainer::Train() {
     // Time outside training steps is kept out of tokens/s (the window's
     // iterations keep counting, so its length must exclude the pause).
     const auto pause_start = std::chrono::steady_clock::now();
+    if (config_.memory_report && !memory_reported_) {
+      LOOM_RETURN_IF_ERROR(ReportMemory());  // after the first step of the run
+      memory_reported_ = true;
+    }
     if (valid_data_ && config_.eval_interval > 0 &&
         (iteration_ % config_.eval_interval == 0 || last)) {
       LOOM_ASSIGN_OR_RETURN(double valid, Evaluate());
@@ -669,6 +849,8 @@ absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t
         "text generation needs --pipeline-model-parallel-size=1 (one rank holds every layer)");
   }
   const int64_t s = config_.model.seq_length;
+  core::LedgerScope memory(memory_);
+  core::MemoryScope tag(core::MemoryCategory::kActivations);
   std::vector<int32_t> ids = tokenizer_->Encode(prompt);
   if (ids.empty()) ids.push_back(tokenizer_->eod_id() >= 0 ? tokenizer_->eod_id() : 0);
   std::mt19937_64 rng(config_.model.seed);  // the same draws on every TP rank

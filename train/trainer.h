@@ -14,6 +14,7 @@
 #include "checkpoint/checkpointer.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
+#include "core/memory_stats.h"
 #include "distributed/gradient_sync.h"
 #include "layers/gpt_model.h"
 #include "pipeline/executor.h"
@@ -94,6 +95,19 @@ class Trainer {
   const comm::Grid& grid() const { return grid_; }
   int global_rank() const { return world_->rank(); }
 
+  // Memory (core/memory_stats.h). Each Trainer charges its own ledger: the
+  // calls above run with it as their thread's ledger, so the figures are
+  // this rank's even when ranks are threads of one process. Tags: the model
+  // (parameters and their compute copy) is kParameters, the flat gradient
+  // buffer kGradients, the Adam moments kOptimizer, the steps' forwards and
+  // backwards (and evaluation, generation) kActivations, the communicators'
+  // staging made by this rank kCommunication. Peaks restart at the end of
+  // the setup: they are the training's.
+  const std::shared_ptr<core::MemoryLedger>& memory_ledger() const { return memory_; }
+  // This rank's figures on the model's device, with the caching allocator's
+  // reserved bytes on a GPU.
+  core::MemoryStats RankMemory() const;
+
  private:
   Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log)
       : config_(config), world_(world), grid_(grid), log_(std::move(log)),
@@ -122,8 +136,14 @@ class Trainer {
   absl::Status EnsureHostMirror();
   absl::Status StageToHost();
   absl::Status UnstageFromHost();
+  // Collective: the largest total peak over the ranks (log lines).
+  absl::StatusOr<int64_t> MaxMemoryPeak();
+  // Collective: --memory-report's table, logged by rank 0.
+  absl::Status ReportMemory();
 
   TrainConfig config_;
+  // This rank's ledger (its tensors keep it alive as long as they live).
+  std::shared_ptr<core::MemoryLedger> memory_ = std::make_shared<core::MemoryLedger>();
   comm::Communicator* world_;
   comm::Grid grid_;
   comm::GridCoord coord_;
@@ -147,6 +167,7 @@ class Trainer {
   int64_t last_saved_iteration_ = -1;
   const std::chrono::steady_clock::time_point created_;  // --exit-duration-in-mins counts from here
   ExitReason exit_reason_ = ExitReason::kNone;
+  bool memory_reported_ = false;  // --memory-report: once, after the first step
   FaultInjector faults_;  // LOOM_FAULT (tests only): empty unless set
   std::unique_ptr<layers::ParamBuffer> host_params_;  // device runs only
   core::Tensor host_exp_avg_, host_exp_avg_sq_;

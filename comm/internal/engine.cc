@@ -172,7 +172,19 @@ Engine::Engine(std::shared_ptr<Transport> transport, std::vector<int> members, u
       options_.comm.timeout, recorder_);
 }
 
-Engine::~Engine() { Shutdown(); }
+Engine::~Engine() {
+  Shutdown();
+  ChargeStaging(0, 0);
+  ChargeStaging(1, 0);
+}
+
+void Engine::ChargeStaging(int i, size_t bytes) {
+  const int64_t delta = static_cast<int64_t>(bytes) - static_cast<int64_t>(staged_bytes_[i]);
+  constexpr auto kComm = core::MemoryCategory::kCommunication;
+  if (delta > 0) ledger_->Allocated(core::DeviceType::kCPU, kComm, delta);
+  if (delta < 0) ledger_->Freed(core::DeviceType::kCPU, kComm, -delta);
+  staged_bytes_[i] = bytes;
+}
 
 void Engine::Shutdown() { scheduler_->Shutdown(); }
 
@@ -215,7 +227,10 @@ WorkPtr Engine::PointToPoint(const char* name, flight::OpKind kind, std::vector<
 }
 
 char* Engine::Stage(int i, size_t bytes) {
-  if (stage_[i].size() < bytes) stage_[i].resize(bytes);
+  if (stage_[i].size() < bytes) {
+    stage_[i].resize(bytes);
+    ChargeStaging(i, bytes);
+  }
   return stage_[i].empty() ? &g_empty : stage_[i].data();
 }
 
@@ -260,6 +275,7 @@ absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs,
         for (int i = 0; i < 2; ++i) {
           held->stage[i] = std::move(stage_[i]);
           stage_[i] = std::vector<char>();
+          ChargeStaging(i, 0);
         }
         return std::shared_ptr<const void>(std::move(held));
       });

@@ -37,6 +37,7 @@
 #include "comm/internal/algorithms.h"
 #include "comm/internal/scheduler.h"
 #include "comm/internal/transport.h"
+#include "core/memory_stats.h"
 
 namespace loom::comm::internal {
 
@@ -123,6 +124,8 @@ class Engine : public Communicator {
   // The same for point-to-point ops (`ops` owns their tensors).
   absl::Status P2P(Op& op, const std::shared_ptr<const std::vector<P2POp>>& ops, bool wait_sends);
   char* Stage(int i, size_t bytes);
+  // Charges (or credits) staging buffer i's change to `bytes` to ledger_.
+  void ChargeStaging(int i, size_t bytes);
 
   std::shared_ptr<Transport> transport_;
   std::shared_ptr<ContextIds> contexts_;  // shared by every Engine over transport_
@@ -137,6 +140,10 @@ class Engine : public Communicator {
 
   // Executor state (used by the op running, one at a time).
   std::vector<char> stage_[2];
+  // The staging is charged as communication to the ledger of the thread that
+  // made this communicator (the rank's, core/memory_stats.h).
+  std::shared_ptr<core::MemoryLedger> ledger_ = core::CurrentMemoryLedger();
+  size_t staged_bytes_[2] = {0, 0};
   std::vector<TransportReq*> exchange_ptrs_;
   std::unique_ptr<Scheduler> scheduler_;  // last: stopped before the rest goes
 };

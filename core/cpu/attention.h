@@ -2,7 +2,10 @@
 #define LOOM_CORE_CPU_ATTENTION_H_
 
 // Causal multi-head self-attention (the part between the QKV projection and
-// the output projection), with GEMMs for QKᵀ and PV.
+// the output projection), with GEMMs for QKᵀ and PV over the materialised
+// s x s probabilities. The layers use flash_attention.h instead (the same
+// contract and dropout mask in O(s·d) memory); this kernel is its reference
+// in tests and //core/cpu:attention_bench.
 //
 // Layout (Megatron's, activations [s, b, h]): the fused QKV projection output
 // is f32[s, b, heads * 3 * d], i.e. [s, b, heads, 3, d] — for every head its

@@ -67,9 +67,20 @@ std::string StatsString(const AllocatorStats& s) {
 
 // Guarded by Mu(). Free blocks are binned by their exact (rounded) size.
 struct CachingAllocator::DeviceCache {
+  struct Block {
+    size_t size;
+    core::MemoryCategory category;
+  };
   std::map<size_t, std::vector<void*>> free_blocks;
-  std::unordered_map<void*, size_t> live;  // ptr -> block size
+  std::unordered_map<void*, Block> live;
   AllocatorStats stats;
+
+  void Charge(core::MemoryCategory category, int64_t bytes) {
+    const int c = static_cast<int>(category);
+    stats.category_in_use_bytes[c] += bytes;
+    stats.category_peak_bytes[c] =
+        std::max(stats.category_peak_bytes[c], stats.category_in_use_bytes[c]);
+  }
 };
 
 CachingAllocator& CachingAllocator::Get() {
@@ -129,7 +140,9 @@ absl::StatusOr<void*> CachingAllocator::Allocate(size_t bytes, Device device) {
     cache.stats.reserved_bytes += static_cast<int64_t>(size);
     ++cache.stats.num_cuda_mallocs;
   }
-  cache.live[ptr] = size;
+  const core::MemoryCategory category = core::CurrentMemoryCategory();
+  cache.live[ptr] = DeviceCache::Block{size, category};
+  cache.Charge(category, static_cast<int64_t>(size));
   cache.stats.in_use_bytes += static_cast<int64_t>(size);
   cache.stats.peak_in_use_bytes = std::max(cache.stats.peak_in_use_bytes, cache.stats.in_use_bytes);
   return ptr;
@@ -159,7 +172,8 @@ void CachingAllocator::Free(void* ptr, size_t bytes, Device device) {
   DeviceCache& cache = Cache(device.index);
   auto it = cache.live.find(ptr);
   if (it == cache.live.end()) return;  // not ours: nothing safe to do
-  const size_t size = it->second;
+  const size_t size = it->second.size;
+  cache.Charge(it->second.category, -static_cast<int64_t>(size));
   cache.live.erase(it);
   cache.stats.in_use_bytes -= static_cast<int64_t>(size);
   cache.free_blocks[size].push_back(ptr);
@@ -203,6 +217,33 @@ void CachingAllocator::ResetPeak(int device) {
   std::lock_guard<std::mutex> lock(Mu());
   DeviceCache& cache = Cache(device);
   cache.stats.peak_in_use_bytes = cache.stats.in_use_bytes;
+  cache.stats.category_peak_bytes = cache.stats.category_in_use_bytes;
+}
+
+std::optional<core::MemoryStats> CachingAllocator::DeviceMemoryStats(Device device) const {
+  if (device.type != DeviceType::kCUDA || device.index < 0 || device.index >= kMaxDevices) {
+    return std::nullopt;
+  }
+  const AllocatorStats a = Stats(device.index);
+  core::MemoryStats s;
+  s.current = a.category_in_use_bytes;
+  s.peak = a.category_peak_bytes;
+  s.total_current = a.in_use_bytes;
+  s.total_peak = a.peak_in_use_bytes;
+  s.reserved = a.reserved_bytes;
+  return s;
+}
+
+void CachingAllocator::SetMemoryCategory(void* ptr, Device device,
+                                         core::MemoryCategory category) {
+  if (ptr == nullptr || device.index < 0 || device.index >= kMaxDevices) return;
+  std::lock_guard<std::mutex> lock(Mu());
+  DeviceCache& cache = Cache(device.index);
+  auto it = cache.live.find(ptr);
+  if (it == cache.live.end() || it->second.category == category) return;
+  cache.Charge(it->second.category, -static_cast<int64_t>(it->second.size));
+  cache.Charge(category, static_cast<int64_t>(it->second.size));
+  it->second.category = category;
 }
 
 AllocatorStats GetAllocatorStats(int device) { return CachingAllocator::Get().Stats(device); }

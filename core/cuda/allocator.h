@@ -20,10 +20,13 @@
 // its owner until that stream's work is ordered before the compute stream
 // again (an Event), exactly as with PyTorch's caching allocator.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "core/memory_stats.h"
 #include "core/storage.h"
 
 namespace loom::core::cuda {
@@ -35,6 +38,11 @@ struct AllocatorStats {
   int64_t cached_bytes = 0;     // reserved - in_use: free blocks in the cache
   int64_t num_cuda_mallocs = 0;
   int64_t num_cache_hits = 0;   // allocations served from the cache
+  // in_use_bytes and its peak by the category the allocating thread had
+  // (core/memory_stats.h; Storage::set_memory_category moves a block), as
+  // block bytes. Peaks since the last ResetPeak.
+  std::array<int64_t, core::kNumMemoryCategories> category_in_use_bytes{};
+  std::array<int64_t, core::kNumMemoryCategories> category_peak_bytes{};
 };
 
 class CachingAllocator : public core::Allocator {
@@ -50,6 +58,10 @@ class CachingAllocator : public core::Allocator {
   // uploads from pageable memory are staged by CUDA and not waited for.
   absl::Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device,
                          size_t bytes) override;
+  // Stats(device.index) as core's MemoryStats: per-category block bytes in
+  // use and at their peak, total in use and peak, reserved.
+  std::optional<core::MemoryStats> DeviceMemoryStats(Device device) const override;
+  void SetMemoryCategory(void* ptr, Device device, core::MemoryCategory category) override;
 
   // cudaFree of every cached (unused) block on every device.
   absl::Status EmptyCache();

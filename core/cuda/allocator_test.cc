@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/cuda/copy.h"
 #include "core/cuda/event.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/test_util.h"
+#include "core/memory_stats.h"
 #include "gtest/gtest.h"
 
 namespace loom::core::cuda {
@@ -73,6 +76,41 @@ TEST(AllocatorTest, StatsTrackInUseReservedAndPeak) {
   EXPECT_GE(s2.peak_in_use_bytes, s0.in_use_bytes + (int64_t{4} << 20));
   LOOM_ASSERT_OK(EmptyCache());
   EXPECT_EQ(GetAllocatorStats(0).cached_bytes, 0);
+}
+
+// The same categories as the ledgers (core/memory_stats.h), in block bytes.
+TEST(AllocatorTest, StatsPerMemoryCategory) {
+  LOOM_REQUIRE_GPU();
+  CachingAllocator::Get().ResetPeak(0);
+  const auto act = static_cast<int>(MemoryCategory::kActivations);
+  const auto grads = static_cast<int>(MemoryCategory::kGradients);
+  const AllocatorStats s0 = GetAllocatorStats(0);
+  auto ledger = std::make_shared<MemoryLedger>();
+  LedgerScope use(ledger);
+  {
+    MemoryScope tag(MemoryCategory::kActivations);
+    absl::StatusOr<Tensor> a = Tensor::Empty(Shape{3 << 20}, DType::kU8, Device::CUDA(0));
+    ASSERT_TRUE(a.ok());
+    const AllocatorStats s1 = GetAllocatorStats(0);
+    EXPECT_EQ(s1.category_in_use_bytes[act] - s0.category_in_use_bytes[act], int64_t{4} << 20);
+    // The ledger counts the tensor's bytes on the device's account.
+    EXPECT_EQ(ledger->Stats(DeviceType::kCUDA).current_of(MemoryCategory::kActivations),
+              int64_t{3} << 20);
+    a->storage()->set_memory_category(MemoryCategory::kGradients);
+    const AllocatorStats s2 = GetAllocatorStats(0);
+    EXPECT_EQ(s2.category_in_use_bytes[act], s0.category_in_use_bytes[act]);
+    EXPECT_EQ(s2.category_in_use_bytes[grads] - s0.category_in_use_bytes[grads],
+              int64_t{4} << 20);
+    std::optional<MemoryStats> d =
+        CachingAllocator::Get().DeviceMemoryStats(Device::CUDA(0));
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->total_current, s2.in_use_bytes);
+    EXPECT_GE(d->reserved, d->total_current);
+    EXPECT_GE(d->peak_of(MemoryCategory::kActivations), s0.category_in_use_bytes[act] +
+                                                            (int64_t{4} << 20));
+  }
+  EXPECT_EQ(GetAllocatorStats(0).category_in_use_bytes[grads], s0.category_in_use_bytes[grads]);
+  EXPECT_EQ(ledger->Stats(DeviceType::kCUDA).total_current, 0);
 }
 
 TEST(AllocatorTest, OutOfMemoryIsResourceExhaustedWithStats) {

@@ -204,4 +204,72 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
   });
 }
 
+namespace {
+
+// Flash kernels' extra limits: head dim and the grid's pair dimension.
+absl::Status CheckFlashDims(const char* op, const Dims& g) {
+  if (g.d > kernels::kFlashMaxHeadDim || g.b * g.heads > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": head dim ", g.d, " and b * heads = ", g.b * g.heads, ": the CUDA flash kernel needs "
+        "head dim <= ", kernels::kFlashMaxHeadDim, " and b * heads <= 65535"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* lse,
+                                   const cpu::AttentionDropout& dropout) {
+  constexpr const char* kOp = "FlashAttentionForward";
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "qkv", qkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "out", *out));
+  LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "lse", lse, DType::kF32));
+  Dims g;
+  LOOM_RETURN_IF_ERROR(cpu::CheckQkv(kOp, qkv, heads, &g));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "lse", *lse, Shape{g.b, g.heads, g.s}));
+  LOOM_RETURN_IF_ERROR(cpu::CheckAttentionDropout(kOp, dropout, heads));
+  LOOM_RETURN_IF_ERROR(CheckFlashDims(kOp, g));
+  LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"qkv", &qkv}, {"out", out}, {"lse", lse}}));
+  if (g.s == 0 || g.b == 0) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
+  LOOM_CUDA_LAUNCH(kOp, kernels::FlashAttentionForward(internal::ElemOf(qkv.dtype()), qkv.raw_data(),
+                                                       out->raw_data(), lse->data<float>(), g.s,
+                                                       g.b, g.d, Mask(dropout, heads), stream));
+  return absl::OkStatus();
+}
+
+absl::Status FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                    const Tensor& lse, int64_t heads, Tensor* dqkv,
+                                    const cpu::AttentionDropout& dropout) {
+  constexpr const char* kOp = "FlashAttentionBackward";
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "dout", dout));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "qkv", qkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "out", out));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dqkv", dqkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dout", dout));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "out", out));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dqkv", *dqkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "lse", &lse, DType::kF32));
+  Dims g;
+  LOOM_RETURN_IF_ERROR(cpu::CheckQkv(kOp, qkv, heads, &g));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", out, Shape{g.s, g.b, g.heads * g.d}));
+  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "lse", lse, Shape{g.b, g.heads, g.s}));
+  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
+  LOOM_RETURN_IF_ERROR(cpu::CheckAttentionDropout(kOp, dropout, heads));
+  LOOM_RETURN_IF_ERROR(CheckFlashDims(kOp, g));
+  LOOM_RETURN_IF_ERROR(internal::CheckDevices(
+      kOp, {{"dout", &dout}, {"qkv", &qkv}, {"out", &out}, {"lse", &lse}, {"dqkv", dqkv}}));
+  if (g.s == 0 || g.b == 0) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
+  LOOM_ASSIGN_OR_RETURN(Tensor delta, internal::Scratch(Shape{g.b, g.heads, g.s}, DType::kF32));
+  LOOM_CUDA_LAUNCH(kOp, kernels::FlashAttentionBackward(
+                            internal::ElemOf(qkv.dtype()), dout.raw_data(), qkv.raw_data(),
+                            out.raw_data(), lse.data<float>(), delta.data<float>(),
+                            dqkv->raw_data(), g.s, g.b, g.d, Mask(dropout, heads), stream));
+  return absl::OkStatus();
+}
+
 }  // namespace loom::core::cuda

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "core/cpu/attention.h"
+#include "core/cpu/flash_attention.h"
 #include "core/tensor.h"
 
 namespace loom::core::cuda {
@@ -28,6 +29,18 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
 absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                int64_t heads, Tensor* dqkv,
                                const cpu::AttentionDropout& dropout = {});
+
+// GPU twin of core/cpu/flash_attention.h (same contract: no s x s buffer,
+// lse f32 [b, heads, s], the same dropout mask). qkv, out, dout, dqkv f32 or
+// bf16 (one dtype), lse always f32; math in f32. One thread block per
+// (query tile, pair) for the forward and dQ, per (key tile, pair) for dK/dV
+// (flash_attention.cu; no atomics, deterministic); the backward's only
+// temporary is delta = rowsum(dO * O), f32 [b, heads, s]. Head dim <= 256.
+absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* lse,
+                                   const cpu::AttentionDropout& dropout = {});
+absl::Status FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                    const Tensor& lse, int64_t heads, Tensor* dqkv,
+                                    const cpu::AttentionDropout& dropout = {});
 
 }  // namespace loom::core::cuda
 

@@ -109,6 +109,19 @@ cudaError_t CausalSoftmaxForward(Elem t, void* scores, void* dropped, int64_t pa
 cudaError_t CausalSoftmaxBackward(Elem t, const void* probs, void* ds, void* dropped, int64_t pairs,
                                   int64_t s, float attn_scale, const AttentionMask& mask,
                                   cudaStream_t stream);
+// Flash attention (core/cpu/flash_attention.h's algorithm): qkv [s, b,
+// heads, 3, d], out / dout [s, b, heads, d] of type t; lse, delta f32
+// [b * heads, s]. Tiles of FlashRows(d) rows; d <= kFlashMaxHeadDim.
+inline constexpr int64_t kFlashMaxHeadDim = 256;
+inline int FlashRows(int64_t d) { return d <= 64 ? 64 : 32; }
+cudaError_t FlashAttentionForward(Elem t, const void* qkv, void* out, float* lse, int64_t s,
+                                  int64_t b, int64_t d, const AttentionMask& mask,
+                                  cudaStream_t stream);
+// delta: scratch f32 [b * heads, s] (rowsum(dO * O)); writes every element of dqkv.
+cudaError_t FlashAttentionBackward(Elem t, const void* dout, const void* qkv, const void* out,
+                                   const float* lse, float* delta, void* dqkv, int64_t s,
+                                   int64_t b, int64_t d, const AttentionMask& mask,
+                                   cudaStream_t stream);
 
 // ---- cross_entropy.cu (losses, lse: f32 [rows])
 // count += non-ignored rows; *bad_row = min row whose target is neither

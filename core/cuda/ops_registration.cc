@@ -56,6 +56,8 @@ const ops::KernelTable* CudaTable() {
     t->dropout_backward = &cuda::DropoutBackward;
     t->attention_forward = &cuda::AttentionForward;
     t->attention_backward = &cuda::AttentionBackward;
+    t->flash_attention_forward = &cuda::FlashAttentionForward;
+    t->flash_attention_backward = &cuda::FlashAttentionBackward;
     t->cross_entropy_forward = &cuda::CrossEntropyForward;
     t->cross_entropy_backward = &cuda::CrossEntropyBackward;
     t->vocab_shard_row_max = &cuda::VocabShardRowMax;

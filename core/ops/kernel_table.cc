@@ -43,6 +43,8 @@ const KernelTable* CpuTable() {
     t->dropout_backward = &cpu::DropoutBackward;
     t->attention_forward = &cpu::AttentionForward;
     t->attention_backward = &cpu::AttentionBackward;
+    t->flash_attention_forward = &cpu::FlashAttentionForward;
+    t->flash_attention_backward = &cpu::FlashAttentionBackward;
     t->cross_entropy_forward = &cpu::CrossEntropyForward;
     t->cross_entropy_backward = &cpu::CrossEntropyBackward;
     t->vocab_shard_row_max = &cpu::VocabShardRowMax;

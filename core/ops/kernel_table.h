@@ -16,6 +16,7 @@
 #include "core/cpu/dropout.h"
 #include "core/cpu/elementwise.h"
 #include "core/cpu/embedding.h"
+#include "core/cpu/flash_attention.h"
 #include "core/cpu/layernorm.h"
 #include "core/cpu/matmul.h"
 #include "core/cpu/reduce.h"
@@ -59,6 +60,8 @@ struct KernelTable {
   decltype(&cpu::DropoutBackward) dropout_backward = nullptr;
   decltype(&cpu::AttentionForward) attention_forward = nullptr;
   decltype(&cpu::AttentionBackward) attention_backward = nullptr;
+  decltype(&cpu::FlashAttentionForward) flash_attention_forward = nullptr;
+  decltype(&cpu::FlashAttentionBackward) flash_attention_backward = nullptr;
   decltype(&cpu::CrossEntropyForward) cross_entropy_forward = nullptr;
   decltype(&cpu::CrossEntropyBackward) cross_entropy_backward = nullptr;
   decltype(&cpu::VocabShardRowMax) vocab_shard_row_max = nullptr;

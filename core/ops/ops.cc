@@ -127,6 +127,15 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
                                int64_t heads, Tensor* dqkv, const AttentionDropout& dropout) {
   LOOM_OPS_DISPATCH(qkv, attention_backward, dout, qkv, probs, heads, dqkv, dropout);
 }
+absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* lse,
+                                   const AttentionDropout& dropout) {
+  LOOM_OPS_DISPATCH(qkv, flash_attention_forward, qkv, heads, out, lse, dropout);
+}
+absl::Status FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                    const Tensor& lse, int64_t heads, Tensor* dqkv,
+                                    const AttentionDropout& dropout) {
+  LOOM_OPS_DISPATCH(qkv, flash_attention_backward, dout, qkv, out, lse, heads, dqkv, dropout);
+}
 absl::StatusOr<double> CrossEntropyForward(const Tensor& logits, const Tensor& targets,
                                            Tensor* losses, Tensor* lse,
                                            const CrossEntropyOptions& opts) {

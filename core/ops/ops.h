@@ -68,6 +68,13 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
                               const AttentionDropout& dropout = {});
 absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                int64_t heads, Tensor* dqkv, const AttentionDropout& dropout = {});
+// The same attention without the s x s probabilities (core/cpu/flash_attention.h):
+// the forward keeps out and lse [b, heads, s] (f32 on every device) for the backward.
+absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* lse,
+                                   const AttentionDropout& dropout = {});
+absl::Status FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                    const Tensor& lse, int64_t heads, Tensor* dqkv,
+                                    const AttentionDropout& dropout = {});
 absl::StatusOr<double> CrossEntropyForward(const Tensor& logits, const Tensor& targets,
                                            Tensor* losses, Tensor* lse,
                                            const CrossEntropyOptions& opts = {});

@@ -116,6 +116,8 @@ const KernelTable* FakeTable() {
     t->dropout_backward = &OnHost<&cpu::DropoutBackward>::Call;
     t->attention_forward = &OnHost<&cpu::AttentionForward>::Call;
     t->attention_backward = &OnHost<&cpu::AttentionBackward>::Call;
+    t->flash_attention_forward = &OnHost<&cpu::FlashAttentionForward>::Call;
+    t->flash_attention_backward = &OnHost<&cpu::FlashAttentionBackward>::Call;
     t->cross_entropy_forward = &OnHost<&cpu::CrossEntropyForward>::Call;
     t->cross_entropy_backward = &OnHost<&cpu::CrossEntropyBackward>::Call;
     t->vocab_shard_row_max = &OnHost<&cpu::VocabShardRowMax>::Call;

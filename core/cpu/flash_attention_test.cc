@@ -1,0 +1,409 @@
+#include "core/cpu/flash_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <vector>
+
+#include "core/cpu/attention.h"
+#include "core/cpu/philox.h"
+#include "core/cpu/test_tolerances.h"
+#include "core/cpu/test_util.h"
+#include "gtest/gtest.h"
+
+namespace loom::core::cpu::testing {
+namespace {
+
+// Flash vs the s x s kernel (both f32, different summation orders): a few
+// f32 roundings of sums over s terms.
+constexpr double kVsOldTol = 2e-5;
+
+// Naive causal attention with dropout in double, forward and backward, over
+// the documented layouts; the mask is DropoutBitsAt at the global index.
+struct Reference {
+  std::vector<double> out, lse, dqkv;
+};
+Reference RefAttention(const Tensor& qkv, const Tensor& dout, int64_t heads,
+                       const AttentionDropout& dr) {
+  const int64_t s = qkv.dim(0), b = qkv.dim(1), d = qkv.dim(2) / (3 * heads);
+  const int64_t total = dr.total_heads == 0 ? heads : dr.total_heads;
+  const std::vector<double> x = ToDouble(qkv), dy = ToDouble(dout);
+  const uint32_t threshold = DropoutThreshold(dr.p);
+  const double keep_scale = dr.p >= 1.0f ? 0.0 : 1.0 / (1.0 - static_cast<double>(dr.p));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto at = [&](int64_t t, int64_t bi, int64_t h, int64_t which) {
+    return ((t * b + bi) * heads + h) * 3 * d + which * d;
+  };
+  auto at_out = [&](int64_t t, int64_t bi, int64_t h) { return ((t * b + bi) * heads + h) * d; };
+  Reference ref;
+  ref.out.assign(s * b * heads * d, 0.0);
+  ref.lse.assign(b * heads * s, 0.0);
+  ref.dqkv.assign(x.size(), 0.0);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t h = 0; h < heads; ++h) {
+      std::vector<double> p(s * s, 0.0), keep(s * s, 0.0);
+      for (int64_t i = 0; i < s; ++i) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += x[at(i, bi, h, 0) + e] * x[at(j, bi, h, 1) + e];
+          p[i * s + j] = dot * scale;
+          mx = std::max(mx, p[i * s + j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += p[i * s + j] = std::exp(p[i * s + j] - mx);
+        ref.lse[(bi * heads + h) * s + i] = mx + std::log(sum);
+        for (int64_t j = 0; j <= i; ++j) {
+          p[i * s + j] /= sum;
+          const uint64_t index =
+              static_cast<uint64_t>(((bi * total + dr.head_offset + h) * s + i) * s + j);
+          keep[i * s + j] =
+              dr.p == 0.0f ? 1.0 : DropoutBitsAt(dr.seed, dr.offset, index) >= threshold ? keep_scale : 0.0;
+          for (int64_t e = 0; e < d; ++e) {
+            ref.out[at_out(i, bi, h) + e] += p[i * s + j] * keep[i * s + j] * x[at(j, bi, h, 2) + e];
+          }
+        }
+      }
+      // Backward: dPd = dO Vᵀ, dP = dPd keep, dS = P (dP - rowsum(P dP)).
+      for (int64_t i = 0; i < s; ++i) {
+        std::vector<double> dp(i + 1);
+        double dot = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double v = 0;
+          for (int64_t e = 0; e < d; ++e) v += dy[at_out(i, bi, h) + e] * x[at(j, bi, h, 2) + e];
+          dp[j] = v * keep[i * s + j];
+          dot += p[i * s + j] * dp[j];
+          for (int64_t e = 0; e < d; ++e) {  // dV_j += Pd_ij dO_i
+            ref.dqkv[at(j, bi, h, 2) + e] += p[i * s + j] * keep[i * s + j] * dy[at_out(i, bi, h) + e];
+          }
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = p[i * s + j] * (dp[j] - dot) * scale;
+          for (int64_t e = 0; e < d; ++e) {
+            ref.dqkv[at(i, bi, h, 0) + e] += ds * x[at(j, bi, h, 1) + e];
+            ref.dqkv[at(j, bi, h, 1) + e] += ds * x[at(i, bi, h, 0) + e];
+          }
+        }
+      }
+    }
+  }
+  return ref;
+}
+
+struct Case {
+  int64_t s, b, heads, d;
+  float p;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "s=" << c.s << " b=" << c.b << " heads=" << c.heads << " d=" << c.d << " p=" << c.p;
+}
+
+AttentionDropout Dropout(float p) { return AttentionDropout{p, 11, 22, 0, 0}; }
+
+class FlashAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashAttentionTest, MatchesDoubleReference) {
+  const Case c = GetParam();
+  const AttentionDropout dr = Dropout(c.p);
+  const Tensor qkv = Random({c.s, c.b, c.heads * 3 * c.d}, 1, -2.0f, 2.0f);
+  const Tensor dout = Random({c.s, c.b, c.heads * c.d}, 2);
+  Tensor out = Make({c.s, c.b, c.heads * c.d}), lse = Make({c.b, c.heads, c.s});
+  Tensor dqkv = Random(qkv.shape(), 9);  // overwritten
+  LOOM_ASSERT_OK(FlashAttentionForward(qkv, c.heads, &out, &lse, dr));
+  LOOM_ASSERT_OK(FlashAttentionBackward(dout, qkv, out, lse, c.heads, &dqkv, dr));
+  const Reference ref = RefAttention(qkv, dout, c.heads, dr);
+  EXPECT_LE(RelError(out, ref.out), kFwdTol);
+  EXPECT_LE(RelError(lse, ref.lse), kFwdTol);
+  // dQ, dK sum s products of d-long dots: a little above the forward's error.
+  EXPECT_LE(RelError(dqkv, ref.dqkv), 5 * kFwdTol);
+}
+
+TEST_P(FlashAttentionTest, MatchesTheProbsKernel) {
+  const Case c = GetParam();
+  const AttentionDropout dr = Dropout(c.p);
+  const Tensor qkv = Random({c.s, c.b, c.heads * 3 * c.d}, 3, -2.0f, 2.0f);
+  const Tensor dout = Random({c.s, c.b, c.heads * c.d}, 4);
+  Tensor out = Make({c.s, c.b, c.heads * c.d}), lse = Make({c.b, c.heads, c.s});
+  Tensor dqkv = Make(qkv.shape());
+  LOOM_ASSERT_OK(FlashAttentionForward(qkv, c.heads, &out, &lse, dr));
+  LOOM_ASSERT_OK(FlashAttentionBackward(dout, qkv, out, lse, c.heads, &dqkv, dr));
+  Tensor old_out = Make(out.shape()), probs = Make({c.b, c.heads, c.s, c.s});
+  Tensor old_dqkv = Make(qkv.shape());
+  LOOM_ASSERT_OK(AttentionForward(qkv, c.heads, &old_out, &probs, dr));
+  LOOM_ASSERT_OK(AttentionBackward(dout, qkv, probs, c.heads, &old_dqkv, dr));
+  EXPECT_LE(RelError(out, ToDouble(old_out)), kVsOldTol);
+  EXPECT_LE(RelError(dqkv, ToDouble(old_dqkv)), 5 * kVsOldTol);
+}
+
+TEST_P(FlashAttentionTest, BackwardMatchesFiniteDifferences) {
+  const Case c = GetParam();
+  if (c.s * c.b * c.heads * c.d > 20000) GTEST_SKIP() << "finite differences on the small cases";
+  const AttentionDropout dr = Dropout(c.p);
+  Tensor qkv = Random({c.s, c.b, c.heads * 3 * c.d}, 5, -1.0f, 1.0f);
+  const Tensor w = Random({c.s, c.b, c.heads * c.d}, 6);
+  Tensor out = Make({c.s, c.b, c.heads * c.d}), lse = Make({c.b, c.heads, c.s});
+  auto loss = [&] {
+    EXPECT_TRUE(FlashAttentionForward(qkv, c.heads, &out, &lse, dr).ok());
+    return Dot(out, w);
+  };
+  loss();
+  Tensor dqkv = Make(qkv.shape());
+  LOOM_ASSERT_OK(FlashAttentionBackward(w, qkv, out, lse, c.heads, &dqkv, dr));
+  for (int which = -1; which < 3; ++which) {  // all of qkv, then q, k, v alone
+    Tensor dir = Random(qkv.shape(), 40 + which);
+    float* p = dir.data<float>();
+    for (int64_t i = 0; i < dir.numel(); ++i) {
+      if (which >= 0 && (i % (3 * c.d)) / c.d != which) p[i] = 0.0f;
+    }
+    const double fd = DirectionalDerivative(qkv, dir, kFdEps, loss);
+    EXPECT_NEAR(Dot(dqkv, dir), fd, kGradTol * std::fabs(fd) + 1e-4) << "direction " << which;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FlashAttentionTest,
+    ::testing::Values(Case{1, 1, 1, 4, 0.0f},      // one token
+                      Case{1, 2, 2, 4, 0.5f},      // one token, dropout
+                      Case{5, 2, 2, 3, 0.0f},      // pairs >= threads
+                      Case{7, 1, 1, 8, 0.3f},      // one pair
+                      Case{129, 2, 3, 4, 0.0f},    // one past a tile
+                      Case{129, 1, 2, 16, 0.2f},   // one past a tile, dropout
+                      Case{300, 1, 2, 8, 0.1f},    // several tiles, ragged end
+                      Case{256, 2, 1, 64, 0.0f},   // whole tiles, GPT-2's d
+                      Case{200, 1, 2, 64, 0.1f}),  // GPT-2's d, dropout
+    [](const ::testing::TestParamInfo<Case>& info) {
+      const Case& c = info.param;
+      return "s" + std::to_string(c.s) + "_b" + std::to_string(c.b) + "_h" +
+             std::to_string(c.heads) + "_d" + std::to_string(c.d) + "_p" +
+             std::to_string(static_cast<int>(c.p * 100));
+    });
+
+// With V = identity (d = s, v_j = e_j), out row i IS the dropped probability
+// row: the flash kernel drops exactly the elements the probs kernel drops
+// (zero exactly where it is zero), and keeps the rest.
+TEST(FlashAttentionDropoutTest, DropsExactlyTheElementsOfTheProbsKernel) {
+  const int64_t s = 150, b = 2, heads = 2, d = 150;
+  const AttentionDropout dr{0.3f, 5, 77, 1, 4};  // a TP rank: heads [1, 3) of 4
+  Tensor qkv = Random({s, b, heads * 3 * d}, 1, -0.5f, 0.5f);
+  for (int64_t t = 0; t < s; ++t) {
+    for (int64_t bi = 0; bi < b; ++bi) {
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = qkv.data<float>() + ((t * b + bi) * heads + h) * 3 * d + 2 * d;
+        for (int64_t e = 0; e < d; ++e) v[e] = e == t ? 1.0f : 0.0f;
+      }
+    }
+  }
+  Tensor out = Make({s, b, heads * d}), lse = Make({b, heads, s});
+  Tensor old_out = Make({s, b, heads * d}), probs = Make({b, heads, s, s});
+  LOOM_ASSERT_OK(FlashAttentionForward(qkv, heads, &out, &lse, dr));
+  LOOM_ASSERT_OK(AttentionForward(qkv, heads, &old_out, &probs, dr));
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const float got = out.data<float>()[i], want = old_out.data<float>()[i];
+    ASSERT_EQ(got == 0.0f, want == 0.0f) << "element " << i;
+    EXPECT_NEAR(got, want, 1e-5f * (1.0f + std::fabs(want)));
+    dropped += got == 0.0f;
+  }
+  EXPECT_GT(dropped, out.numel() / 2);  // above the diagonal, and ~30% below
+}
+
+// A TP rank owning heads [2, 4) of 4 gets bitwise its part of the full run,
+// forward and backward (each pair's result depends only on that pair).
+TEST(FlashAttentionDropoutTest, TensorParallelSliceIsBitwiseTheFullRun) {
+  const int64_t s = 150, b = 2, heads = 4, d = 5, local = 2, first = 2;
+  const AttentionDropout full_dr{0.2f, 3, 9, 0, 0};
+  const AttentionDropout rank_dr{0.2f, 3, 9, first, heads};
+  const Tensor qkv = Random({s, b, heads * 3 * d}, 1);
+  const Tensor dout = Random({s, b, heads * d}, 2);
+  Tensor out = Make({s, b, heads * d}), lse = Make({b, heads, s});
+  Tensor dqkv = Make({s, b, heads * 3 * d});
+  LOOM_ASSERT_OK(FlashAttentionForward(qkv, heads, &out, &lse, full_dr));
+  LOOM_ASSERT_OK(FlashAttentionBackward(dout, qkv, out, lse, heads, &dqkv, full_dr));
+  Tensor qkv_r = Make({s, b, local * 3 * d}), dout_r = Make({s, b, local * d});
+  for (int64_t t = 0; t < s * b; ++t) {
+    for (int64_t e = 0; e < local * 3 * d; ++e) {
+      qkv_r.data<float>()[t * local * 3 * d + e] =
+          qkv.data<float>()[t * heads * 3 * d + first * 3 * d + e];
+    }
+    for (int64_t e = 0; e < local * d; ++e) {
+      dout_r.data<float>()[t * local * d + e] = dout.data<float>()[t * heads * d + first * d + e];
+    }
+  }
+  Tensor out_r = Make({s, b, local * d}), lse_r = Make({b, local, s});
+  Tensor dqkv_r = Make({s, b, local * 3 * d});
+  LOOM_ASSERT_OK(FlashAttentionForward(qkv_r, local, &out_r, &lse_r, rank_dr));
+  LOOM_ASSERT_OK(FlashAttentionBackward(dout_r, qkv_r, out_r, lse_r, local, &dqkv_r, rank_dr));
+  for (int64_t t = 0; t < s * b; ++t) {
+    for (int64_t e = 0; e < local * d; ++e) {
+      ASSERT_EQ(out_r.data<float>()[t * local * d + e],
+                out.data<float>()[t * heads * d + first * d + e])
+          << "out, token " << t << " e " << e;
+    }
+    for (int64_t e = 0; e < local * 3 * d; ++e) {
+      ASSERT_EQ(dqkv_r.data<float>()[t * local * 3 * d + e],
+                dqkv.data<float>()[t * heads * 3 * d + first * 3 * d + e])
+          << "dqkv, token " << t << " e " << e;
+    }
+  }
+}
+
+// ------------------------------------------------------------- block API ----
+
+// What context parallelism does: Q and K/V cut into chunks at global
+// positions (uneven, not tile-aligned), every (Q chunk, K/V chunk) pair run
+// on its own as a partial (O, lse), the partials merged by log-sum-exp in an
+// arbitrary order; then the backward per chunk pair, accumulated. The result
+// is the whole-sequence kernel's, dropout included.
+TEST(FlashBlockTest, ChunkedPartialsMergedByLseGiveTheFullResult) {
+  const int64_t s = 301, b = 2, heads = 2, d = 8;
+  const AttentionDropout dr{0.2f, 7, 8, 0, 0};
+  const Tensor qkv = Random({s, b, heads * 3 * d}, 1, -2.0f, 2.0f);
+  const Tensor dout = Random({s, b, heads * d}, 2);
+  Tensor out = Make({s, b, heads * d}), lse = Make({b, heads, s});
+  Tensor dqkv = Make(qkv.shape());
+  LOOM_ASSERT_OK(FlashAttentionForward(qkv, heads, &out, &lse, dr));
+  LOOM_ASSERT_OK(FlashAttentionBackward(dout, qkv, out, lse, heads, &dqkv, dr));
+
+  const std::vector<int64_t> q_cuts = {0, 70, 200, 301}, kv_cuts = {0, 90, 131, 260, 301};
+  const int64_t ld_qkv = b * heads * 3 * d, ld_out = b * heads * d;
+  const float* x = qkv.data<float>();
+  Tensor out_c = Make(out.shape()), lse_c = Make(lse.shape()), dqkv_c = Make(qkv.shape());
+  std::fill(dqkv_c.data<float>(), dqkv_c.data<float>() + dqkv_c.numel(), 0.0f);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* q = x + (bi * heads + h) * 3 * d;
+      const int64_t pair = bi * heads + h;
+      auto block = [&](int64_t qc, int64_t kc) {
+        FlashBlock blk;
+        blk.d = d;
+        blk.q = q + q_cuts[qc] * ld_qkv;
+        blk.ld_q = ld_qkv;
+        blk.q_start = q_cuts[qc];
+        blk.q_len = q_cuts[qc + 1] - q_cuts[qc];
+        blk.k = q + d + kv_cuts[kc] * ld_qkv;
+        blk.v = q + 2 * d + kv_cuts[kc] * ld_qkv;
+        blk.ld_kv = ld_qkv;
+        blk.k_start = kv_cuts[kc];
+        blk.k_len = kv_cuts[kc + 1] - kv_cuts[kc];
+        blk.seq_len = s;
+        blk.global_pair = pair;
+        blk.dropout = dr;
+        return blk;
+      };
+      for (size_t qc = 0; qc + 1 < q_cuts.size(); ++qc) {
+        const int64_t q0 = q_cuts[qc], ql = q_cuts[qc + 1] - q0;
+        float* o = out_c.data<float>() + q0 * ld_out + pair * d;
+        float* l = lse_c.data<float>() + pair * s + q0;
+        for (int64_t r = 0; r < ql; ++r) {
+          std::fill(o + r * ld_out, o + r * ld_out + d, 0.0f);
+          l[r] = -INFINITY;
+        }
+        // K/V chunks last to first, each a partial of its own.
+        for (int64_t kc = static_cast<int64_t>(kv_cuts.size()) - 2; kc >= 0; --kc) {
+          std::vector<float> acc(ql * d), m(ql), sum(ql), o_part(ql * d), l_part(ql);
+          FlashRunning st{acc.data(), d, m.data(), sum.data()};
+          FlashRunningInit(ql, d, &st);
+          LOOM_ASSERT_OK(FlashForwardBlock(block(qc, kc), &st));
+          FlashRunningFinish(ql, d, st, o_part.data(), d, l_part.data());
+          FlashMergePartial(ql, d, o_part.data(), d, l_part.data(), o, ld_out, l);
+        }
+      }
+      // Backward with the merged (final) O and lse.
+      float* dq = dqkv_c.data<float>() + (bi * heads + h) * 3 * d;
+      for (size_t qc = 0; qc + 1 < q_cuts.size(); ++qc) {
+        const int64_t q0 = q_cuts[qc], ql = q_cuts[qc + 1] - q0;
+        std::vector<float> delta(ql);
+        const float* dy = dout.data<float>() + q0 * ld_out + pair * d;
+        FlashDelta(ql, d, dy, ld_out, out_c.data<float>() + q0 * ld_out + pair * d, ld_out,
+                   delta.data());
+        for (size_t kc = 0; kc + 1 < kv_cuts.size(); ++kc) {
+          const FlashGrads g{dq + q0 * ld_qkv, ld_qkv, dq + d + kv_cuts[kc] * ld_qkv,
+                             dq + 2 * d + kv_cuts[kc] * ld_qkv, ld_qkv};
+          LOOM_ASSERT_OK(FlashBackwardBlock(block(qc, kc), dy, ld_out,
+                                            lse_c.data<float>() + pair * s + q0, delta.data(), g));
+        }
+      }
+    }
+  }
+  EXPECT_LE(RelError(out_c, ToDouble(out)), 1e-6);
+  EXPECT_LE(RelError(lse_c, ToDouble(lse)), 1e-6);
+  EXPECT_LE(RelError(dqkv_c, ToDouble(dqkv)), 1e-5);
+}
+
+// One running state fed the K/V chunks in any order equals the whole block.
+TEST(FlashBlockTest, RunningStateOverChunksInAnyOrder) {
+  const int64_t s = 200, d = 16;
+  const Tensor qkv = Random({s, 1, 3 * d}, 3, -2.0f, 2.0f);
+  const AttentionDropout dr{0.1f, 1, 2, 0, 0};
+  const float* x = qkv.data<float>();
+  auto run = [&](const std::vector<std::pair<int64_t, int64_t>>& chunks, std::vector<float>* o,
+                 std::vector<float>* l) {
+    std::vector<float> acc(s * d), m(s), sum(s);
+    FlashRunning st{acc.data(), d, m.data(), sum.data()};
+    FlashRunningInit(s, d, &st);
+    for (const auto& [k0, k1] : chunks) {
+      FlashBlock blk;
+      blk.d = d;
+      blk.q = x, blk.ld_q = 3 * d, blk.q_start = 0, blk.q_len = s;
+      blk.k = x + d + k0 * 3 * d, blk.v = x + 2 * d + k0 * 3 * d, blk.ld_kv = 3 * d;
+      blk.k_start = k0, blk.k_len = k1 - k0, blk.seq_len = s, blk.dropout = dr;
+      LOOM_ASSERT_OK(FlashForwardBlock(blk, &st));
+    }
+    o->resize(s * d);
+    l->resize(s);
+    FlashRunningFinish(s, d, st, o->data(), d, l->data());
+  };
+  std::vector<float> o_full, l_full, o_parts, l_parts;
+  run({{0, s}}, &o_full, &l_full);
+  run({{150, 200}, {0, 37}, {37, 150}}, &o_parts, &l_parts);
+  for (int64_t i = 0; i < s * d; ++i) EXPECT_NEAR(o_parts[i], o_full[i], 1e-5f) << i;
+  for (int64_t i = 0; i < s; ++i) EXPECT_NEAR(l_parts[i], l_full[i], 1e-5f) << i;
+}
+
+// A query chunk that sees none of a K/V chunk (all in its future) gets the
+// neutral partial (O = 0, lse = -inf), which the merge ignores.
+TEST(FlashBlockTest, FullyMaskedChunkIsNeutral) {
+  const int64_t d = 4, ql = 3;
+  const Tensor qkv = Random({10, 1, 3 * d}, 4);
+  const float* x = qkv.data<float>();
+  FlashBlock blk;
+  blk.d = d;
+  blk.q = x, blk.ld_q = 3 * d, blk.q_start = 0, blk.q_len = ql;
+  blk.k = x + d + 5 * 3 * d, blk.v = x + 2 * d + 5 * 3 * d, blk.ld_kv = 3 * d;
+  blk.k_start = 5, blk.k_len = 5, blk.seq_len = 10;
+  std::vector<float> acc(ql * d), m(ql), l(ql), o(ql * d, 7.0f), lse(ql, 1.0f);
+  FlashRunning st{acc.data(), d, m.data(), l.data()};
+  FlashRunningInit(ql, d, &st);
+  LOOM_ASSERT_OK(FlashForwardBlock(blk, &st));
+  FlashRunningFinish(ql, d, st, o.data(), d, lse.data());
+  for (float v : o) EXPECT_EQ(v, 0.0f);
+  for (float v : lse) EXPECT_EQ(v, -INFINITY);
+  std::vector<float> o2(ql * d, 2.0f), lse2(ql, 0.5f);
+  FlashMergePartial(ql, d, o.data(), d, lse.data(), o2.data(), d, lse2.data());
+  for (float v : o2) EXPECT_EQ(v, 2.0f);
+  for (float v : lse2) EXPECT_EQ(v, 0.5f);
+}
+
+TEST(FlashAttentionTest, ErrorsNameOpAndShapes) {
+  Tensor out = Make({4, 2, 6}), lse = Make({2, 2, 4});
+  EXPECT_TRUE(IsInvalidArgument(FlashAttentionForward(Make({4, 2, 17}), 2, &out, &lse),
+                                {"FlashAttentionForward", "qkv", "[4, 2, 17]", "heads=2"}));
+  Tensor bad_lse = Make({2, 2, 5});
+  EXPECT_TRUE(IsInvalidArgument(FlashAttentionForward(Make({4, 2, 18}), 2, &out, &bad_lse),
+                                {"FlashAttentionForward", "lse", "expected shape [2, 2, 4]"}));
+  EXPECT_TRUE(IsInvalidArgument(
+      FlashAttentionForward(Make({4, 2, 18}), 2, &out, &lse, {1.5f, 0, 0, 0, 0}),
+      {"FlashAttentionForward", "p = 1.5"}));
+  Tensor dqkv = Make({4, 2, 12});
+  EXPECT_TRUE(IsInvalidArgument(
+      FlashAttentionBackward(Make({4, 2, 6}), Make({4, 2, 18}), out, lse, 2, &dqkv),
+      {"FlashAttentionBackward", "[4, 2, 18]", "[4, 2, 12]"}));
+  Tensor dqkv_ok = Make({4, 2, 18});
+  EXPECT_TRUE(IsInvalidArgument(
+      FlashAttentionBackward(Make({4, 2, 6}), Make({4, 2, 18}), out, bad_lse, 2, &dqkv_ok),
+      {"FlashAttentionBackward", "lse"}));
+}
+
+}  // namespace
+}  // namespace loom::core::cpu::testing
