@@ -80,6 +80,42 @@ absl::Status ParallelAttention::MakeIds(int64_t rows, const Tensor& like, Saved*
   return absl::OkStatus();
 }
 
+absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward) const {
+  const int64_t s = qk->dim(0);
+  // The attention's rows are the CP rank's whole local sequence (SP has
+  // gathered it): runs of consecutive global positions, one without CP.
+  for (const RowRun& run : GlobalRowRuns(cp_.Layout(s * cp_.size()), 0, s)) {
+    LOOM_ASSIGN_OR_RETURN(Tensor part, qk->Narrow(run.local_first, run.count));
+    core::ops::RopeOptions rope = options_.rope_options;
+    rope.position_offset = run.global_first;
+    LOOM_RETURN_IF_ERROR(backward ? core::ops::RopeBackward(part, rope, &part)
+                                  : core::ops::RopeForward(part, rope, &part));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParallelAttention::CoreForward(const Tensor& qkv, const DropoutStream& dropout,
+                                            Tensor* out, Tensor* lse) const {
+  const int64_t local_heads = heads_ / tp_.size();
+  if (!cp_.parallel()) {
+    return core::ops::FlashAttentionForward(qkv, local_heads, out, lse, KernelDropout(dropout));
+  }
+  return RingAttentionForward(*cp_.comm, cp_.Layout(qkv.dim(0) * cp_.size()), qkv, local_heads,
+                              KernelDropout(dropout), out, lse);
+}
+
+absl::Status ParallelAttention::CoreBackward(const Tensor& dout, const Tensor& qkv,
+                                             const Tensor& out, const Tensor& lse,
+                                             const DropoutStream& dropout, Tensor* dqkv) const {
+  const int64_t local_heads = heads_ / tp_.size();
+  if (!cp_.parallel()) {
+    return core::ops::FlashAttentionBackward(dout, qkv, out, lse, local_heads, dqkv,
+                                             KernelDropout(dropout));
+  }
+  return RingAttentionBackward(*cp_.comm, cp_.Layout(qkv.dim(0) * cp_.size()), dout, qkv, out,
+                               lse, local_heads, KernelDropout(dropout), dqkv);
+}
+
 namespace {
 
 // The ids are in range by construction: skip the kernels' host-side check.
@@ -115,9 +151,7 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
       LOOM_ASSIGN_OR_RETURN(Tensor rotated, Tensor::Empty(table.shape(), proj.dtype(), proj.device()));
       LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(saved->table_ids, table, &rotated, RowGather()));
       LOOM_ASSIGN_OR_RETURN(Tensor qk, RotatedRows(rotated, s, b, local_heads + local_groups));
-      core::ops::RopeOptions rope = options_.rope_options;
-      rope.position_offset = 0;  // the whole sequence: row i is position i
-      LOOM_RETURN_IF_ERROR(core::ops::RopeForward(qk, rope, &qk));
+      LOOM_RETURN_IF_ERROR(Rotate(&qk, /*backward=*/false));
       table = rotated;
     }
     LOOM_ASSIGN_OR_RETURN(saved->qkv, Tensor::Empty(Shape{s, b, local_heads * 3 * d}, proj.dtype(),
@@ -129,8 +163,7 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
   LOOM_ASSIGN_OR_RETURN(Tensor ctx, Tensor::Empty(Shape{s, b, local_heads * d}, proj.dtype(), proj.device()));
   LOOM_ASSIGN_OR_RETURN(Tensor lse,
                         Tensor::Empty(Shape{b, local_heads, s}, core::DType::kF32, proj.device()));
-  LOOM_RETURN_IF_ERROR(core::ops::FlashAttentionForward(saved->qkv, local_heads, &ctx, &lse,
-                                                        KernelDropout(dropout)));
+  LOOM_RETURN_IF_ERROR(CoreForward(saved->qkv, dropout, &ctx, &lse));
   if (!options_.recompute_core) {  // else rerun in Backward
     saved->out = ctx;
     saved->lse = lse;
@@ -149,11 +182,9 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
     LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(dctx.shape(), saved.qkv.dtype(), dctx.device()));
     LOOM_ASSIGN_OR_RETURN(lse, Tensor::Empty(Shape{b, local_heads, s}, core::DType::kF32,
                                              saved.qkv.device()));
-    LOOM_RETURN_IF_ERROR(core::ops::FlashAttentionForward(saved.qkv, local_heads, &out, &lse,
-                                                          KernelDropout(dropout)));
+    LOOM_RETURN_IF_ERROR(CoreForward(saved.qkv, dropout, &out, &lse));
   }
-  LOOM_RETURN_IF_ERROR(core::ops::FlashAttentionBackward(dctx, saved.qkv, out, lse, local_heads,
-                                                         &dqkv, KernelDropout(dropout)));
+  LOOM_RETURN_IF_ERROR(CoreBackward(dctx, saved.qkv, out, lse, dropout, &dqkv));
   if (!Rearranged()) return qkv_.Backward(dqkv, saved.qkv_in);
 
   // Back to the projection's layout: scatter-add (a group's k and v
@@ -169,9 +200,7 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
     LOOM_RETURN_IF_ERROR(core::ops::Zero(&dtable));
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.gather_ids, rows, &dtable, RowGather()));
     LOOM_ASSIGN_OR_RETURN(Tensor dqk, RotatedRows(dtable, s, b, local_heads + local_groups));
-    core::ops::RopeOptions rope = options_.rope_options;
-    rope.position_offset = 0;
-    LOOM_RETURN_IF_ERROR(core::ops::RopeBackward(dqk, rope, &dqk));
+    LOOM_RETURN_IF_ERROR(Rotate(&dqk, /*backward=*/true));
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.table_ids, dtable, &dproj, RowGather()));
   } else {
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.gather_ids, rows, &dproj, RowGather()));

@@ -4,6 +4,7 @@
 #include "absl/status/statusor.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
+#include "layers/context_parallel.h"
 #include "layers/linear.h"
 #include "layers/params.h"
 #include "layers/tp_group.h"
@@ -53,7 +54,10 @@ struct AttentionOptions {
 // v; q and k are rotated on the way) and the backward scatter-adds (sums the
 // k/v gradients of a group's heads) and rotates back. The attention always
 // sees the whole sequence (SP gathers it in the projection), so the RoPE
-// position of row i is i on every layout and pipeline stage.
+// position of row i is i on every layout and pipeline stage; under context
+// parallelism it sees this CP rank's two chunks, rotated at their global
+// positions, and runs as ring attention over the CP group
+// (layers/context_parallel.h: host tensors, --device=cpu).
 class ParallelAttention {
  public:
   struct Saved {
@@ -64,10 +68,6 @@ class ParallelAttention {
     // [b, heads/p, s] (f32 on every device): what the flash backward needs.
     // Undefined with recompute_core.
     core::Tensor out, lse;
-    // Always undefined: the s x s probabilities of the old kernel, no longer
-    // kept (#18). Remains only until GptModel::Saved::ActivationBytes counts
-    // `lse` instead; do not use.
-    core::Tensor probs;
     // Row indices of the rearrangement (undefined for GPT-2): `gather` picks
     // the kernel's rows from the table, `table` the table's rows (RoPE: q and
     // k heads, then v heads) from the projection's rows.
@@ -75,13 +75,14 @@ class ParallelAttention {
     RowParallelLinear::Saved proj_in;
   };
   ParallelAttention(Param* qkv_w, Param* qkv_b, Param* proj_w, Param* proj_b,
-                    const AttentionOptions& options, TpGroup tp, int64_t layer)
+                    const AttentionOptions& options, TpGroup tp, CpGroup cp, int64_t layer)
       : qkv_(qkv_w, qkv_b, tp),
         proj_(proj_w, proj_b, tp),
         options_(options),
         heads_(options.heads),
         groups_(options.query_groups > 0 ? options.query_groups : options.heads),
         tp_(tp),
+        cp_(cp),
         layer_(layer) {}
 
   // x: [s(/p), b, h] -> [s(/p), b, h] (before the residual's dropout).
@@ -97,6 +98,15 @@ class ParallelAttention {
   bool Rearranged() const { return groups_ != heads_ || options_.rope; }
   // Fills saved->gather_ids / table_ids for `rows` = s·b token rows.
   absl::Status MakeIds(int64_t rows, const core::Tensor& like, Saved* saved) const;
+  // Rotates (or, backward, un-rotates) q and k rows [s, b, heads + groups, d]
+  // in place at their global positions.
+  absl::Status Rotate(core::Tensor* qk, bool backward) const;
+  // The attention kernel: flash on the whole sequence, or the CP ring.
+  absl::Status CoreForward(const core::Tensor& qkv, const DropoutStream& dropout,
+                           core::Tensor* out, core::Tensor* lse) const;
+  absl::Status CoreBackward(const core::Tensor& dout, const core::Tensor& qkv,
+                            const core::Tensor& out, const core::Tensor& lse,
+                            const DropoutStream& dropout, core::Tensor* dqkv) const;
 
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
@@ -104,6 +114,7 @@ class ParallelAttention {
   int64_t heads_;   // global head count
   int64_t groups_;  // global K/V head count
   TpGroup tp_;
+  CpGroup cp_;
   int64_t layer_;
 };
 

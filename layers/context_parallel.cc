@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -37,9 +38,15 @@ struct Dims {
   int64_t LdOut() const { return b * heads * d; }
 };
 
-absl::StatusOr<Dims> CheckShapes(const ContextParallelLayout& layout, const Tensor& qkv,
-                                 int64_t heads, const char* op) {
+// The layout, the CP group it must describe, and qkv (both ring directions).
+absl::StatusOr<Dims> CheckRing(const comm::Communicator& cp, const ContextParallelLayout& layout,
+                               const Tensor& qkv, int64_t heads, const char* op) {
   LOOM_RETURN_IF_ERROR(CheckContextParallelLayout(layout));
+  if (cp.size() != layout.cp || cp.rank() != layout.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": the CP group has rank ", cp.rank(),
+                                                   " of ", cp.size(), ", the layout says ",
+                                                   layout.rank, " of ", layout.cp));
+  }
   if (qkv.device().type != core::DeviceType::kCPU || qkv.dtype() != DType::kF32 ||
       qkv.shape().rank() != 3 || heads < 1 || qkv.dim(2) % (3 * heads) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -65,6 +72,12 @@ absl::Status CheckLike(const Tensor& t, const Shape& want, const char* what, con
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be a host f32 tensor of the expected shape"));
   }
   return absl::OkStatus();
+}
+
+// The forward's outputs: out [rows, b, heads * d] and lse [b, heads, rows].
+absl::Status CheckOutAndLse(const Dims& dm, const Tensor& out, const Tensor& lse, const char* op) {
+  LOOM_RETURN_IF_ERROR(CheckLike(out, Shape{dm.rows, dm.b, dm.heads * dm.d}, "out", op));
+  return CheckLike(lse, Shape{dm.b, dm.heads, dm.rows}, "lse", op);
 }
 
 // The K and V of qkv packed as [rows, b, heads, 2, d]: what travels the ring.
@@ -153,6 +166,17 @@ std::vector<int64_t> LocalPositions(const ContextParallelLayout& l) {
   return out;
 }
 
+std::vector<RowRun> GlobalRowRuns(const ContextParallelLayout& l, int64_t first, int64_t count) {
+  if (l.cp == 1) return {RowRun{first, count, first}};  // the whole sequence, in order
+  std::vector<RowRun> runs;
+  const int64_t c = l.chunk();
+  for (int h = 0; h < 2; ++h) {
+    const int64_t begin = std::max(first, h * c), end = std::min(first + count, (h + 1) * c);
+    if (begin < end) runs.push_back(RowRun{begin, end - begin, l.HalfStart(h) + begin - h * c});
+  }
+  return runs;
+}
+
 absl::StatusOr<Tensor> SelectLocalRows(const Tensor& global, const ContextParallelLayout& l) {
   LOOM_RETURN_IF_ERROR(CheckContextParallelLayout(l));
   if (global.device().type != core::DeviceType::kCPU || global.shape().rank() < 1 ||
@@ -179,14 +203,8 @@ absl::Status RingAttentionForward(comm::Communicator& cp, const ContextParallelL
                                   const cpu::AttentionDropout& dropout, Tensor* out,
                                   Tensor* lse) {
   constexpr char kOp[] = "RingAttentionForward";
-  LOOM_ASSIGN_OR_RETURN(Dims dm, CheckShapes(layout, qkv, heads, kOp));
-  if (cp.size() != layout.cp || cp.rank() != layout.rank) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": the CP group has rank ", cp.rank(),
-                                                   " of ", cp.size(), ", the layout says ",
-                                                   layout.rank, " of ", layout.cp));
-  }
-  LOOM_RETURN_IF_ERROR(CheckLike(*out, Shape{dm.rows, dm.b, heads * dm.d}, "out", kOp));
-  LOOM_RETURN_IF_ERROR(CheckLike(*lse, Shape{dm.b, heads, dm.rows}, "lse", kOp));
+  LOOM_ASSIGN_OR_RETURN(Dims dm, CheckRing(cp, layout, qkv, heads, kOp));
+  LOOM_RETURN_IF_ERROR(CheckOutAndLse(dm, *out, *lse, kOp));
 
   // Double-buffered K/V: compute on `cur` while `nxt` arrives.
   const Shape kv_shape{dm.rows, dm.b, heads * 2 * dm.d};
@@ -255,16 +273,9 @@ absl::Status RingAttentionBackward(comm::Communicator& cp, const ContextParallel
                                    const Tensor& lse, int64_t heads,
                                    const cpu::AttentionDropout& dropout, Tensor* dqkv) {
   constexpr char kOp[] = "RingAttentionBackward";
-  LOOM_ASSIGN_OR_RETURN(Dims dm, CheckShapes(layout, qkv, heads, kOp));
-  if (cp.size() != layout.cp || cp.rank() != layout.rank) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": the CP group has rank ", cp.rank(),
-                                                   " of ", cp.size(), ", the layout says ",
-                                                   layout.rank, " of ", layout.cp));
-  }
-  const Shape out_shape{dm.rows, dm.b, heads * dm.d};
-  LOOM_RETURN_IF_ERROR(CheckLike(dout, out_shape, "dout", kOp));
-  LOOM_RETURN_IF_ERROR(CheckLike(out, out_shape, "out", kOp));
-  LOOM_RETURN_IF_ERROR(CheckLike(lse, Shape{dm.b, heads, dm.rows}, "lse", kOp));
+  LOOM_ASSIGN_OR_RETURN(Dims dm, CheckRing(cp, layout, qkv, heads, kOp));
+  LOOM_RETURN_IF_ERROR(CheckOutAndLse(dm, out, lse, kOp));
+  LOOM_RETURN_IF_ERROR(CheckLike(dout, out.shape(), "dout", kOp));
   LOOM_RETURN_IF_ERROR(CheckLike(*dqkv, qkv.shape(), "dqkv", kOp));
 
   // delta = rowsum(dO * O) of every local row, per pair: [pairs, rows].

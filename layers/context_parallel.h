@@ -45,6 +45,35 @@ struct ContextParallelLayout {
   }
 };
 
+// The context-parallel group a model runs in, passed explicitly like TpGroup.
+// With size 1 (comm may be null) activations hold the whole sequence and the
+// attention is the flash kernel; CP > 1 runs the ring below (host tensors).
+struct CpGroup {
+  comm::Communicator* comm = nullptr;
+
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+  bool parallel() const { return size() > 1; }
+  // The layout of a global sequence of `seq_len` positions over this group.
+  ContextParallelLayout Layout(int64_t seq_len) const { return {seq_len, size(), rank()}; }
+};
+
+// A run of an activation's rows whose global sequence positions are
+// consecutive: rows [local_first, local_first + count) hold positions
+// [global_first, global_first + count).
+struct RowRun {
+  int64_t local_first = 0;
+  int64_t count = 0;
+  int64_t global_first = 0;
+};
+// The runs of rows [first, first + count) of this CP rank's local sequence
+// (the 2c rows LocalPositions lists): one run, or two where they straddle
+// the rank's two chunks. Sequence parallelism hands a TP rank a block of the
+// local rows: `first` = its offset in them. Position embeddings, RoPE and
+// hidden dropout masks follow these positions, so they are the CP = 1 ones.
+std::vector<RowRun> GlobalRowRuns(const ContextParallelLayout& layout, int64_t first,
+                                  int64_t count);
+
 // seq_len divisible by 2 * cp, 0 <= rank < cp; the error names
 // --context-parallel-size and --seq-length.
 absl::Status CheckContextParallelLayout(const ContextParallelLayout& layout);

@@ -28,11 +28,12 @@ ParamSpec Spec(std::string name, core::Shape shape, TpSplit split, Init init, fl
 
 }  // namespace
 
-absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp) {
-  if (tp < 1 || pp < 1 || vp < 1) {
+absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp, int cp) {
+  if (tp < 1 || pp < 1 || vp < 1 || cp < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tensor-model-parallel-size (", tp, "), --pipeline-model-parallel-size (", pp,
-        ") and the virtual pipeline size (", vp, ") must be >= 1"));
+        "), --context-parallel-size (", cp, ") and the virtual pipeline size (", vp,
+        ") must be >= 1"));
   }
   if (c.num_layers < 1 || c.hidden_size < 1 || c.num_attention_heads < 1 || c.seq_length < 1 ||
       c.vocab_size < 1) {
@@ -107,8 +108,13 @@ absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp)
                                                    c.make_vocab_size_divisible_by,
                                                    ") must be >= 1"));
   }
-  if (sp && c.seq_length % tp != 0) {
+  if (cp > 1 && c.seq_length % (2 * cp) != 0) {
     return NotDivisible("--seq-length", c.seq_length,
+                        "2 x --context-parallel-size (2 chunks per CP rank)", 2 * cp);
+  }
+  if (sp && (c.seq_length / cp) % tp != 0) {
+    return NotDivisible(cp > 1 ? "--seq-length / --context-parallel-size" : "--seq-length",
+                        c.seq_length / cp,
                         "--tensor-model-parallel-size under --sequence-parallel", tp);
   }
   if (c.num_layers % (pp * vp) != 0) {

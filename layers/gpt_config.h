@@ -84,12 +84,14 @@ struct GptConfig {
   bool recompute_selective() const { return recompute_granularity == "selective"; }
 };
 
-// Checks that the model can be laid out over tp x pp (x vp chunks per stage),
-// with or without sequence parallelism, before any work starts. Errors name
-// the flags and the two numbers that do not divide. Also checks the
-// recomputation flags (ValidateRecompute) against the layers per chunk.
+// Checks that the model can be laid out over tp x pp (x vp chunks per stage)
+// x cp (context parallelism: 2 sequence chunks per CP rank), with or without
+// sequence parallelism (over each CP rank's s / cp rows), before any work
+// starts. Errors name the flags and the two numbers that do not divide. Also
+// checks the recomputation flags (ValidateRecompute) against the layers per
+// chunk.
 absl::Status ValidateLayout(const GptConfig& config, int tp, bool sequence_parallel, int pp = 1,
-                            int vp = 1);
+                            int vp = 1, int cp = 1);
 
 // The --recompute-* flags: a known granularity and method, a method and
 // N in [1, layers_per_chunk] with full, neither with selective (Megatron's

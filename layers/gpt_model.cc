@@ -19,16 +19,20 @@ constexpr int64_t kEmbeddingLayer = -1;  // dropout stream of the embedding
 
 int64_t Bytes(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
-// ids[i, j] = s0 + i for x = [s_local, b, h]: the positions of this rank's
-// rows of the sequence (s0 = rank · s_local under sequence parallelism),
-// made on the host and moved to x's device.
-absl::StatusOr<Tensor> PositionIds(const TpGroup& tp, const Tensor& x) {
+// ids[i, j] = the global position of row i for x = [s_local, b, h]: this
+// rank's rows of the sequence (SP: its block of them; CP: at its chunks'
+// positions), made on the host and moved to x's device.
+absl::StatusOr<Tensor> PositionIds(const TpGroup& tp, const CpGroup& cp, const Tensor& x) {
   const int64_t s_local = x.dim(0), b = x.dim(1);
-  const int64_t s0 = tp.sequence_parallel ? tp.rank() * s_local : 0;
+  const int64_t sp = tp.sequence_parallel ? tp.size() : 1;
+  const int64_t first = tp.sequence_parallel ? tp.rank() * s_local : 0;
   LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{s_local, b}, core::DType::kI32));
   int32_t* p = ids.data<int32_t>();
-  for (int64_t i = 0; i < s_local; ++i) {
-    for (int64_t j = 0; j < b; ++j) p[i * b + j] = static_cast<int32_t>(s0 + i);
+  for (const RowRun& run : GlobalRowRuns(cp.Layout(s_local * sp * cp.size()), first, s_local)) {
+    for (int64_t i = 0; i < run.count; ++i) {
+      const int64_t row = run.local_first - first + i;
+      for (int64_t j = 0; j < b; ++j) p[row * b + j] = static_cast<int32_t>(run.global_first + i);
+    }
   }
   if (x.device().is_cpu()) return ids;
   return ids.To(x.device());
@@ -72,8 +76,21 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, TpGroup tp,
                                                            std::vector<ChunkSpec> chunks,
                                                            int64_t buffer_multiple) {
-  LOOM_RETURN_IF_ERROR(ValidateLayout(config, tp.size(), tp.sequence_parallel));
-  std::unique_ptr<GptModel> m(new GptModel(config, tp, std::move(chunks)));
+  return Create(config, tp, CpGroup{}, std::move(chunks), buffer_multiple);
+}
+
+absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, TpGroup tp,
+                                                           CpGroup cp,
+                                                           std::vector<ChunkSpec> chunks,
+                                                           int64_t buffer_multiple) {
+  LOOM_RETURN_IF_ERROR(
+      ValidateLayout(config, tp.size(), tp.sequence_parallel, 1, 1, cp.size()));
+  if (cp.parallel() && !config.device.is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--context-parallel-size ", cp.size(), " runs on --device=cpu only: the ring attention "
+        "uses the CPU flash blocks (a device ring is not built yet)"));
+  }
+  std::unique_ptr<GptModel> m(new GptModel(config, tp, cp, std::move(chunks)));
   m->padded_vocab_ =
       PaddedVocabSize(config.vocab_size, config.make_vocab_size_divisible_by, tp.size());
   std::vector<ParamSpec> specs;
@@ -136,7 +153,7 @@ absl::Status GptModel::BuildLayers() {
   for (const ChunkSpec& c : chunks_) {
     std::vector<std::unique_ptr<TransformerBlock>> blocks;
     for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
-      blocks.push_back(std::make_unique<TransformerBlock>(&params_, config_, l, tp_));
+      blocks.push_back(std::make_unique<TransformerBlock>(&params_, config_, l, tp_, cp_));
       units_.push_back({l, handles_with_prefix(absl::StrCat(prefix_of_layer, l, "."))});
     }
     blocks_.push_back(std::move(blocks));
@@ -179,10 +196,10 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
   const ChunkSpec& chunk = chunks_[c];
   Tensor x = input;
   if (chunk.pre_process) {
-    if (input.rank() != 2 || input.dim(0) != config_.seq_length) {
-      return absl::InvalidArgumentError(absl::StrCat("GptModel: token ids ", input.DebugString(),
-                                                     ", expected i32[", config_.seq_length,
-                                                     ", b] (--seq-length)"));
+    if (input.rank() != 2 || input.dim(0) != local_seq_length()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GptModel: token ids ", input.DebugString(), ", expected i32[", local_seq_length(),
+          ", b] (--seq-length", cp_.parallel() ? " / --context-parallel-size" : "", ")"));
     }
     LOOM_RETURN_IF_ERROR(Before(kEmbeddingUnit));
     LOOM_ASSIGN_OR_RETURN(x, embedding_->Forward(input, &saved->embedding));  // [s(/p), b, h]
@@ -190,14 +207,15 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
       // Position embeddings of this rank's rows of the sequence: a lookup of
       // the position table at ids s0 + i, added (runs on x's device). RoPE
       // has no table: the attention rotates q and k instead.
-      LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, x));
+      LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, cp_, x));
       LOOM_ASSIGN_OR_RETURN(Tensor pos_rows, Tensor::Empty(x.shape(), x.dtype(), x.device()));
       LOOM_RETURN_IF_ERROR(
           core::ops::EmbeddingForward(positions, params_.at(position_embedding_).value, &pos_rows));
       LOOM_RETURN_IF_ERROR(core::ops::Add(x, pos_rows, &x));
     }
     LOOM_RETURN_IF_ERROR(
-        HiddenDropout(&x, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, false));
+        HiddenDropout(&x, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, cp_,
+                     false));
   }
   saved->blocks.resize(blocks_[c].size());
   saved->recompute_inputs.resize(blocks_[c].size());
@@ -276,9 +294,10 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
   if (!chunk.pre_process) return d;
 
   LOOM_RETURN_IF_ERROR(
-      HiddenDropout(&d, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, true));
+      HiddenDropout(&d, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, cp_,
+                     true));
   if (position_embedding_.valid()) {
-    LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, d));
+    LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, cp_, d));
     LOOM_RETURN_IF_ERROR(
         core::ops::EmbeddingBackward(positions, d, &params_.at(position_embedding_).grad));
   }

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "layers/attention.h"
+#include "layers/context_parallel.h"
 #include "layers/gpt_config.h"
 #include "layers/layer_norm.h"
 #include "layers/linear.h"
@@ -102,11 +103,20 @@ class GptModel {
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp,
                                                           std::vector<ChunkSpec> chunks,
                                                           int64_t buffer_multiple = 1);
+  // Context parallel over `cp`: every activation holds this CP rank's two
+  // chunks of the sequence (layers/context_parallel.h), the input ids too;
+  // the loss is the mean over its tokens (the mean of the CP ranks' losses
+  // is the sequence's), and the gradients are partial sums that GradientSync
+  // averages over DP x CP.
+  static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp,
+                                                          CpGroup cp,
+                                                          std::vector<ChunkSpec> chunks,
+                                                          int64_t buffer_multiple = 1);
   // The single-chunk, whole-model form.
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp);
 
   // Forward of chunk `c`. Input: token ids i32[s, b] for a pre_process chunk,
-  // else the hidden state [s(/p), b, h]. Returns the hidden state, or for a
+  // else the hidden state [s(/p), b, h] (s: local_seq_length()). Returns the hidden state, or for a
   // post_process chunk an empty tensor with *loss set (mean over tokens;
   // `targets` i32[s, b] is used only there). `loss` may be null: then the
   // loss stays on the device in saved->loss.sums (see LossOf), and the host
@@ -151,20 +161,28 @@ class GptModel {
 
   const GptConfig& config() const { return config_; }
   const TpGroup& tp() const { return tp_; }
+  const CpGroup& cp() const { return cp_; }
+  // Rows of this rank's sequence before SP: --seq-length / --context-parallel-size.
+  int64_t local_seq_length() const { return config_.seq_length / cp_.size(); }
   const std::vector<ChunkSpec>& chunks() const { return chunks_; }
   ParamBuffer& params() { return params_; }
   const ParamBuffer& params() const { return params_; }
   int64_t padded_vocab_size() const { return padded_vocab_; }
 
  private:
-  GptModel(const GptConfig& config, TpGroup tp, std::vector<ChunkSpec> chunks)
-      : config_(config), tp_(tp), chunks_(std::move(chunks)), loss_(tp, config.vocab_size) {}
+  GptModel(const GptConfig& config, TpGroup tp, CpGroup cp, std::vector<ChunkSpec> chunks)
+      : config_(config),
+        tp_(tp),
+        cp_(cp),
+        chunks_(std::move(chunks)),
+        loss_(tp, config.vocab_size) {}
   absl::Status BuildLayers();
   absl::Status Before(int64_t unit) const;
   absl::Status After(int64_t unit) const;
 
   GptConfig config_;
   TpGroup tp_;
+  CpGroup cp_;
   std::vector<ChunkSpec> chunks_;
   int64_t padded_vocab_ = 0;
   ParamBuffer params_;

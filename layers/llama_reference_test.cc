@@ -84,7 +84,7 @@ TEST_P(LlamaReferenceTest, AttentionIsGroupedQueryAttentionWithRope) {
   Param& dense_w = buf->at("layers.0.attention.dense.weight");
   ASSERT_EQ(qkv_w.value.shape(), (Shape{(heads + 2 * groups) * d, h}));
   ParallelAttention attention(&qkv_w, nullptr, &dense_w, nullptr, AttentionOptionsOf(c),
-                              TpGroup{}, 0);
+                              TpGroup{}, CpGroup{}, 0);
   const Tensor x = RandomTensor(Shape{kSeq, kBatch, h}, 5);
   DropoutStream no_dropout;
   no_dropout.training = false;

@@ -37,30 +37,39 @@ AttentionOptions AttentionOptionsOf(const GptConfig& c) {
 }
 
 absl::Status HiddenDropout(Tensor* x, const DropoutStream& d, uint64_t site_stream,
-                           const TpGroup& tp, bool backward) {
+                           const TpGroup& tp, const CpGroup& cp, bool backward) {
   if (!d.training || d.hidden_p <= 0.0f) return absl::OkStatus();
   core::ops::DropoutOptions opts;
   opts.p = d.hidden_p;
   opts.seed = d.seed;
   opts.offset = site_stream;
-  core::ops::GlobalIndex where;
-  const int64_t h = x->dim(x->rank() - 1);
-  where.row_stride = h;
-  // Under SP this rank holds rows [rank·n, (rank+1)·n) of the global [s·b, h].
-  if (tp.sequence_parallel) where.first_index = tp.rank() * (x->numel() / h) * h;
-  return backward ? core::ops::DropoutBackward(*x, x, opts, where)
-                  : core::ops::DropoutForward(*x, x, opts, where);
+  const int64_t rows = x->dim(0), row_elems = x->numel() / rows;  // one position: b · h
+  // Under SP this rank holds rows [rank·n, (rank+1)·n) of the CP rank's sequence.
+  const int64_t sp = tp.sequence_parallel ? tp.size() : 1;
+  const int64_t first = tp.sequence_parallel ? tp.rank() * rows : 0;
+  for (const RowRun& run : GlobalRowRuns(cp.Layout(rows * sp * cp.size()), first, rows)) {
+    LOOM_ASSIGN_OR_RETURN(Tensor part, x->Narrow(run.local_first - first, run.count));
+    core::ops::GlobalIndex where;
+    where.row_stride = x->dim(x->rank() - 1);
+    where.first_index = run.global_first * row_elems;
+    LOOM_RETURN_IF_ERROR(backward ? core::ops::DropoutBackward(part, &part, opts, where)
+                                  : core::ops::DropoutForward(part, &part, opts, where));
+  }
+  return absl::OkStatus();
 }
 
-TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t layer, TpGroup tp)
+TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t layer, TpGroup tp,
+                                   CpGroup cp)
     : layer_(layer),
       tp_(tp),
+      cp_(cp),
       ln1_(Norm(p, c, layer, "input_layernorm")),
       ln2_(Norm(p, c, layer, "post_attention_layernorm")),
       attention_(&p->at(Name(layer, "attention.qkv.weight")),
                  Optional(p, Name(layer, "attention.qkv.bias")),
                  &p->at(Name(layer, "attention.dense.weight")),
-                 Optional(p, Name(layer, "attention.dense.bias")), AttentionOptionsOf(c), tp, layer),
+                 Optional(p, Name(layer, "attention.dense.bias")), AttentionOptionsOf(c), tp, cp,
+                 layer),
       mlp_(&p->at(Name(layer, "mlp.dense_h_to_4h.weight")),
            Optional(p, Name(layer, "mlp.dense_h_to_4h.bias")),
            &p->at(Name(layer, "mlp.dense_4h_to_h.weight")),
@@ -68,7 +77,7 @@ TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t l
 
 absl::Status TransformerBlock::Dropout(Tensor* x, const DropoutStream& d, int site,
                                        bool backward) const {
-  return HiddenDropout(x, d, DropoutSite(d.stream, layer_, site), tp_, backward);
+  return HiddenDropout(x, d, DropoutSite(d.stream, layer_, site), tp_, cp_, backward);
 }
 
 absl::StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, const DropoutStream& d,

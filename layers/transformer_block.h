@@ -4,6 +4,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "layers/attention.h"
+#include "layers/context_parallel.h"
 #include "layers/gpt_config.h"
 #include "layers/layer_norm.h"
 #include "layers/params.h"
@@ -15,7 +16,8 @@ namespace loom::layers {
 // and no biases, as the config says):
 //   h1  = x + dropout(attention(LN1(x)))
 //   out = h1 + dropout(mlp(LN2(h1)))
-// on activations [s, b, h] ([s/p, b, h] under sequence parallelism).
+// on activations [s, b, h] ([s/p, b, h] under sequence parallelism; under
+// context parallelism s is this CP rank's 2 chunks, s / cp rows).
 //
 // Forward is a pure function of (x, parameters, dropout stream): every
 // dropout mask is drawn at (seed, DropoutSite(stream, layer, site), global
@@ -31,7 +33,8 @@ class TransformerBlock {
     LayerNorm::Saved ln2;  // holds h1
     ParallelMlp::Saved mlp;
   };
-  TransformerBlock(ParamBuffer* params, const GptConfig& config, int64_t layer, TpGroup tp);
+  TransformerBlock(ParamBuffer* params, const GptConfig& config, int64_t layer, TpGroup tp,
+                   CpGroup cp = {});
 
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, const DropoutStream& dropout,
                                        Saved* saved) const;
@@ -43,6 +46,7 @@ class TransformerBlock {
 
   int64_t layer_;
   TpGroup tp_;
+  CpGroup cp_;
   LayerNorm ln1_, ln2_;
   ParallelAttention attention_;
   ParallelMlp mlp_;
@@ -54,9 +58,10 @@ class TransformerBlock {
 AttentionOptions AttentionOptionsOf(const GptConfig& config);
 
 // Hidden dropout on an activation [s(/p), b, h] in place, its mask taken at the
-// tensor's place in the global [s, b, h] (SP: this rank's block of rows).
+// rows' places in the global [s, b, h] (SP: this rank's block of rows; CP:
+// at the global positions of its chunks, GlobalRowRuns).
 absl::Status HiddenDropout(core::Tensor* x, const DropoutStream& d, uint64_t site_stream,
-                           const TpGroup& tp, bool backward);
+                           const TpGroup& tp, const CpGroup& cp, bool backward);
 
 }  // namespace loom::layers
 

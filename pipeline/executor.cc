@@ -115,14 +115,14 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* mo
   }
   LOOM_RETURN_IF_ERROR(CheckTagRange(M, P * v));
   const core::Shape boundary =
-      BoundaryShape(model->config(), model->tp(), options.micro_batch_size);
+      BoundaryShape(model->config(), model->tp(), options.micro_batch_size, model->cp().size());
   return Executor(schedule, model, pp, options, boundary);
 }
 
 absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
   const int P = schedule_.options.pp, v = schedule_.options.vp, M = schedule_.options.micro_batches;
   const int me = pp_rank_;
-  const int64_t s = model_->config().seq_length, b = options_.micro_batch_size;
+  const int64_t s = model_->local_seq_length(), b = options_.micro_batch_size;
   const auto& chunks = model_->chunks();
   const std::vector<Action>& actions = schedule_.stages[me];
 

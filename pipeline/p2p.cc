@@ -8,9 +8,9 @@
 namespace loom::pipeline {
 
 core::Shape BoundaryShape(const layers::GptConfig& config, const layers::TpGroup& tp,
-                          int64_t micro_batch_size) {
-  const int64_t s =
-      tp.sequence_parallel && tp.parallel() ? config.seq_length / tp.size() : config.seq_length;
+                          int64_t micro_batch_size, int cp) {
+  const int64_t local = config.seq_length / cp;  // this CP rank's two chunks
+  const int64_t s = tp.sequence_parallel && tp.parallel() ? local / tp.size() : local;
   return core::Shape{s, micro_batch_size, config.hidden_size};
 }
 

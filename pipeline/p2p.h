@@ -33,9 +33,10 @@
 namespace loom::pipeline {
 
 // The shape of every activation / grad crossing a stage boundary:
-// [seq_length / tp if sequence parallel else seq_length, micro_batch_size, hidden_size].
+// [s / tp if sequence parallel else s, micro_batch_size, hidden_size] with
+// s = seq_length / cp (a context-parallel rank's two chunks).
 core::Shape BoundaryShape(const layers::GptConfig& config, const layers::TpGroup& tp,
-                          int64_t micro_batch_size);
+                          int64_t micro_batch_size, int cp = 1);
 
 // The virtual stage that consumes the tensor moved by communication action `a`
 // of stage `pp_rank` (P = pp): activations flow to virtual stage +1, grads to -1;

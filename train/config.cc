@@ -28,16 +28,23 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     return absl::InvalidArgumentError(absl::StrCat("world size (", world_size, ") must be >= 1"));
   }
   const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
-  if (tp < 1 || pp < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--tensor-model-parallel-size (", tp,
-                                                   ") and --pipeline-model-parallel-size (", pp,
-                                                   ") must be >= 1"));
+  const int cp = c->context_parallel_size;
+  if (tp < 1 || pp < 1 || cp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tensor-model-parallel-size (", tp, "), --pipeline-model-parallel-size (", pp,
+        ") and --context-parallel-size (", cp, ") must be >= 1"));
   }
-  if (world_size % (tp * pp) != 0) {
+  if (world_size % (tp * pp * cp) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "world size (", world_size, " ranks) is not divisible by --tensor-model-parallel-size (",
-        tp, ") x --pipeline-model-parallel-size (", pp, ") = ", tp * pp,
+        tp, ") x --pipeline-model-parallel-size (", pp, ")",
+        cp > 1 ? absl::StrCat(" x --context-parallel-size (", cp, ")") : "", " = ", tp * pp * cp,
         " (the world: --nproc-per-node, or the launcher's WORLD_SIZE)"));
+  }
+  if (cp > 1 && c->device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--context-parallel-size=", cp, " runs on --device=cpu only (the ring attention uses the "
+        "CPU flash blocks; a device ring is not built yet)"));
   }
   if (c->device != "cpu" && c->device != "cuda") {
     return absl::InvalidArgumentError(
@@ -55,7 +62,7 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
   c->model.device = c->device == "cuda" ? core::Device::CUDA(0) : core::Device::CPU();
   c->model.compute_dtype = c->bf16 ? core::DType::kBF16 : core::DType::kF32;
   c->world_size = world_size;
-  c->data_parallel_size = world_size / (tp * pp);
+  c->data_parallel_size = world_size / (tp * pp * cp);
   const int dp = c->data_parallel_size;
 
   if (c->micro_batch_size < 1 || c->global_batch_size < 1) {
@@ -65,7 +72,8 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--global-batch-size (", c->global_batch_size, ") is not divisible by --micro-batch-size (",
         c->micro_batch_size, ") x data-parallel size (", dp, ") = ", c->micro_batch_size * dp,
-        " (data-parallel size = world ", world_size, " / (TP ", tp, " x PP ", pp, "))"));
+        " (data-parallel size = world ", world_size, " / (TP ", tp, " x PP ", pp,
+        cp > 1 ? absl::StrCat(" x CP ", cp) : "", "))"));
   }
   c->num_micro_batches = c->global_batch_size / (c->micro_batch_size * dp);
 
@@ -105,17 +113,12 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
         "--pipeline-model-parallel-size (",
         pp, ")"));
   }
-  if (c->model.seq_length % tp != 0 && c->sequence_parallel) {
-    return absl::InvalidArgumentError(absl::StrCat("--seq-length (", c->model.seq_length,
-                                                   ") is not divisible by "
-                                                   "--tensor-model-parallel-size (",
-                                                   tp, ") under --sequence-parallel"));
-  }
   if (c->sequence_parallel && tp == 1) c->sequence_parallel = false;  // nothing to split
-  // Also the --recompute-* flags (Megatron's rules), N against the layers of
-  // one chunk: --num-layers / (PP x virtual stages).
-  absl::Status layout =
-      layers::ValidateLayout(c->model, tp, c->sequence_parallel, pp, c->virtual_pipeline_size);
+  // Also --seq-length against TP (SP) and CP, and the --recompute-* flags
+  // (Megatron's rules), N against the layers of one chunk: --num-layers /
+  // (PP x virtual stages).
+  absl::Status layout = layers::ValidateLayout(c->model, tp, c->sequence_parallel, pp,
+                                               c->virtual_pipeline_size, cp);
   if (!layout.ok()) return layout;
 
   if (c->train_iters < 1) {

@@ -73,6 +73,9 @@ struct TrainConfig {
   int num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
   std::string pipeline_schedule = "1f1b";         // gpipe | 1f1b | interleaved
   bool sequence_parallel = false;
+  // Context parallelism: the sequence split over CP ranks, ring attention
+  // (layers/context_parallel.h); CP ranks share DP's gradient reduction.
+  int context_parallel_size = 1;
 
   // Distributed run. The launcher's own flags (--nproc-per-node, --rank,
   // --master-addr, --network, --store, ...) are comm/launch/flags.h's.

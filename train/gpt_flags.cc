@@ -77,6 +77,9 @@ ABSL_FLAG(int, num_layers_per_virtual_pipeline_stage, D().num_layers_per_virtual
           "Layers per model chunk for interleaved 1F1B (0: no interleaving)");
 ABSL_FLAG(std::string, pipeline_schedule, D().pipeline_schedule, "gpipe | 1f1b | interleaved");
 ABSL_FLAG(bool, sequence_parallel, D().sequence_parallel, "Sequence parallelism (needs TP > 1)");
+ABSL_FLAG(int, context_parallel_size, D().context_parallel_size,
+          "CP degree: the sequence split over CP ranks in 2 x CP zig-zag chunks, ring attention "
+          "(--device=cpu)");
 ABSL_FLAG(std::string, distributed_backend, D().distributed_backend,
           "local | mpi | ucx | nccl; empty: --backend if given, else ucx (nccl with "
           "--device=cuda)");
@@ -206,6 +209,7 @@ TrainConfig ConfigFromFlags() {
   c.num_layers_per_virtual_pipeline_stage = absl::GetFlag(FLAGS_num_layers_per_virtual_pipeline_stage);
   c.pipeline_schedule = absl::GetFlag(FLAGS_pipeline_schedule);
   c.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  c.context_parallel_size = absl::GetFlag(FLAGS_context_parallel_size);
   c.distributed_backend = absl::GetFlag(FLAGS_distributed_backend);
   if (c.distributed_backend.empty() && comm.backend_given) {
     c.distributed_backend = comm.backend;

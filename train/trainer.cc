@@ -17,6 +17,7 @@
 #include "comm/launch/launcher.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
+#include "layers/context_parallel.h"
 #include "pipeline/layer_assignment.h"
 #include "train/default_data.h"
 #include "train/exit_signal.h"
@@ -44,8 +45,10 @@ uint64_t StreamId(int64_t iteration, int64_t first_sample, bool training) {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
                                                          comm::Communicator* world, LogFn log) {
   LOOM_ASSIGN_OR_RETURN(comm::Grid grid,
-                        comm::Grid::Make(world->size(), config.tensor_model_parallel_size,
-                                         config.pipeline_model_parallel_size));
+                        comm::Grid::Make(world->size(),
+                                         comm::GridDegrees{config.tensor_model_parallel_size,
+                                                           config.pipeline_model_parallel_size,
+                                                           config.context_parallel_size}));
   std::unique_ptr<Trainer> t(new Trainer(config, world, grid, std::move(log)));
   core::LedgerScope memory(t->memory_);  // this rank's ledger (core/memory_stats.h)
   LOOM_RETURN_IF_ERROR(t->Setup());
@@ -82,10 +85,12 @@ absl::Status Trainer::Setup() {
                                        c == vp - 1 && coord_.pp_rank == pp - 1});
   }
   layers::TpGroup tp{groups_.tp.get(), config_.sequence_parallel};
+  layers::CpGroup cp{groups_.cp.get()};
   {
     core::MemoryScope tag(core::MemoryCategory::kParameters);
-    LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(config_.model, tp, chunks,
-                                                           /*buffer_multiple=*/grid_.dp()));
+    LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(
+                                      config_.model, tp, cp, chunks,
+                                      /*buffer_multiple=*/GradientGroup()->size()));
   }
   // The model allocates its gradient buffer next to the parameters.
   model_->params().flat_grads().storage()->set_memory_category(core::MemoryCategory::kGradients);
@@ -116,7 +121,7 @@ absl::Status Trainer::Setup() {
 
   // The gradients between the backward and the optimizer: one owner.
   distributed::GradientSyncGroups gg;
-  gg.dp = groups_.dp.get();
+  gg.dp = GradientGroup();
   gg.embedding = groups_.embedding.get();
   distributed::GradientSyncOptions go;
   go.micro_batches = config_.num_micro_batches;
@@ -131,7 +136,7 @@ absl::Status Trainer::Setup() {
   OptimizerGroups og;
   og.tp = groups_.tp.get();
   og.pp = groups_.pp.get();
-  og.shards = config_.optimizer.distributed ? groups_.dp.get() : nullptr;
+  og.shards = config_.optimizer.distributed ? GradientGroup() : nullptr;
   {
     core::MemoryScope tag(core::MemoryCategory::kOptimizer);
     LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og,
@@ -192,9 +197,10 @@ absl::Status Trainer::Setup() {
       m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
       model_->padded_vocab_size(), variant, layers::ParameterCount(m) / 1e6));
   Log(absl::StrFormat(
-      "loom: %d ranks = TP %d x PP %d x DP %d%s, schedule %s (vp %d), %d micro-batches of %d "
+      "loom: %d ranks = TP %d x PP %d x%s DP %d%s, schedule %s (vp %d), %d micro-batches of %d "
       "per step, global batch %d, backend %s, peak %.1f GFLOP/s per rank (%s)",
-      world_->size(), grid_.tp(), grid_.pp(), grid_.dp(),
+      world_->size(), grid_.tp(), grid_.pp(),
+      grid_.cp() > 1 ? absl::StrFormat(" CP %d (ring attention) x", grid_.cp()) : "", grid_.dp(),
       config_.sequence_parallel ? " + SP" : "", config_.pipeline_schedule, vp,
       config_.num_micro_batches, config_.micro_batch_size, config_.global_batch_size,
       world_->backend_name(), peak_flops_ / 1e9,
@@ -203,7 +209,7 @@ absl::Status Trainer::Setup() {
           : absl::StrCat(GemmReferenceSize(config_.model.device), "^3 ",
                          core::DTypeName(config_.model.compute_dtype),
                          " GEMM measured at start")));
-  if (grid_.dp() > 1) {
+  if (GradientGroup()->size() > 1) {
     Log(absl::StrFormat(
         "loom: data-parallel gradients in %d buckets of <= %d parameters (--ddp-bucket-size): %s%s%s",
         gradients_->buckets().size(), config_.optimizer.bucket_bytes / 4,
@@ -265,25 +271,33 @@ absl::Status Trainer::SetupData() {
 absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const GptDataset& data,
                                                              int64_t consumed, int m,
                                                              bool training) const {
-  const int64_t s = config_.model.seq_length, b = config_.micro_batch_size;
+  // This rank's rows of the sequence: all of it, or under context
+  // parallelism its two chunks, read alone (layers/context_parallel.h).
+  const int64_t s = model_->local_seq_length(), b = config_.micro_batch_size;
+  const std::vector<layers::RowRun> runs =
+      layers::GlobalRowRuns(model_->cp().Layout(config_.model.seq_length), 0, s);
   pipeline::MicroBatch mb;
   LOOM_ASSIGN_OR_RETURN(mb.ids, Tensor::Empty(Shape{s, b}, core::DType::kI32));
   LOOM_ASSIGN_OR_RETURN(mb.targets, Tensor::Empty(Shape{s, b}, core::DType::kI32));
   std::vector<int32_t> tokens(s + 1);
   for (int64_t j = 0; j < b; ++j) {
     const int64_t index = SampleIndexFor(consumed, m, b, coord_.dp_rank, grid_.dp(), j);
-    LOOM_RETURN_IF_ERROR(data.Sample(index % data.num_samples(), tokens.data()));
-    for (int64_t i = 0; i < s; ++i) {  // [s, b]: sequence first
-      mb.ids.data<int32_t>()[i * b + j] = tokens[i];
-      mb.targets.data<int32_t>()[i * b + j] = tokens[i + 1];
-    }
-    // Device kernels cannot report a bad id: check here, on the host.
-    for (int64_t i = 0; i <= s; ++i) {
-      if (tokens[i] < 0 || tokens[i] >= config_.model.vocab_size) {
-        return absl::OutOfRangeError(absl::StrCat(
-            "sample ", index, " of the dataset holds token id ", tokens[i],
-            ", outside the tokenizer's vocabulary [0, ", config_.model.vocab_size,
-            "): was --data-path preprocessed with this --tokenizer-type?"));
+    for (const layers::RowRun& run : runs) {
+      // Inputs [g, g + n) and their targets [g + 1, g + n + 1).
+      LOOM_RETURN_IF_ERROR(data.SampleTokens(index % data.num_samples(), run.global_first,
+                                             run.count + 1, tokens.data()));
+      for (int64_t i = 0; i < run.count; ++i) {  // [s, b]: sequence first
+        mb.ids.data<int32_t>()[(run.local_first + i) * b + j] = tokens[i];
+        mb.targets.data<int32_t>()[(run.local_first + i) * b + j] = tokens[i + 1];
+      }
+      // Device kernels cannot report a bad id: check here, on the host.
+      for (int64_t i = 0; i <= run.count; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= config_.model.vocab_size) {
+          return absl::OutOfRangeError(absl::StrCat(
+              "sample ", index, " of the dataset holds token id ", tokens[i],
+              ", outside the tokenizer's vocabulary [0, ", config_.model.vocab_size,
+              "): was --data-path preprocessed with this --tokenizer-type?"));
+        }
       }
     }
   }
@@ -320,9 +334,11 @@ absl::StatusOr<double> Trainer::TrainStep() {
   tag.reset();
   // 2. The gradients made final: DP, the tied embedding, SP (GradientSync).
   LOOM_RETURN_IF_ERROR(gradients_->FinishGradients());
-  // 3. The loss of the global batch: the mean over the DP ranks' means.
+  // 3. The loss of the global batch: the mean over the DP ranks' means (CP
+  //    ranks' means over equal shares of the sequence: their mean is the
+  //    sequence's).
   double loss = step.mean_loss;
-  LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.dp.get(), comm::ReduceOp::kAvg, &loss));
+  LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(GradientGroup(), comm::ReduceOp::kAvg, &loss));
   // 4. Clip by the global norm, AdamW on what this rank owns, then share the
   //    updated parameters (ZeRO-1).
   tag.emplace(core::MemoryCategory::kOptimizer);
@@ -348,7 +364,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
       return MakeMicroBatch(*valid_data_, k * config_.global_batch_size, m, /*training=*/false);
     }));
     double loss = step.mean_loss;
-    LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.dp.get(), comm::ReduceOp::kAvg, &loss));
+    LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(GradientGroup(), comm::ReduceOp::kAvg, &loss));
     total += loss;
   }
   return total / std::max<int64_t>(1, config_.eval_iters);
@@ -535,7 +551,7 @@ checkpoint::RankView Trainer::CheckpointView() {
   v.exp_avg_sq = host_params_ ? &host_exp_avg_sq_ : &optimizer_->mutable_exp_avg_sq();
   v.moment_ranges = optimizer_->owned();
   v.tp_rank = coord_.tp_rank;
-  v.dp_rank = coord_.dp_rank;
+  v.dp_rank = GradientGroup()->rank();  // CP ranks hold the same parameters: DP x CP rank
   v.pp_rank = coord_.pp_rank;
   v.distributed_optimizer = config_.optimizer.distributed;
   return v;

@@ -118,6 +118,12 @@ class Trainer {
   absl::StatusOr<pipeline::MicroBatch> MakeMicroBatch(const GptDataset& data, int64_t consumed,
                                                       int m, bool training) const;
   void Log(const std::string& line) const;
+  // The ranks that hold the same parameters and average their gradients and
+  // losses: DP, or DP x CP under context parallelism (Megatron's
+  // data-parallel-with-CP group). ZeRO-1 shards the optimizer over it.
+  comm::Communicator* GradientGroup() const {
+    return groups_.dp_cp ? groups_.dp_cp.get() : groups_.dp.get();
+  }
   checkpoint::RankView CheckpointView();
   // Loads checkpoint `dir` (iteration: the one `latest` names when unset).
   // `restart` > 0: a restart resuming from --save (full state, its own log line).

@@ -183,19 +183,34 @@ absl::Status GptDataset::BuildIndices() {
 }
 
 absl::Status GptDataset::Sample(int64_t i, int32_t* out) const {
+  return SampleTokens(i, 0, options_.seq_length + 1, out);
+}
+
+absl::Status GptDataset::SampleTokens(int64_t i, int64_t first, int64_t count,
+                                      int32_t* out) const {
   if (i < 0 || i >= options_.num_samples) {
     return absl::OutOfRangeError(
         absl::StrCat("sample ", i, " outside the ", options_.num_samples, " built samples"));
   }
+  if (first < 0 || count < 0 || first + count > options_.seq_length + 1) {
+    return absl::OutOfRangeError(absl::StrCat("tokens [", first, ", ", first + count,
+                                              ") outside a sample's ", options_.seq_length + 1));
+  }
   const int64_t j = shuffle_idx_[i];
-  int64_t doc_pos = sample_idx_[2 * j], offset = sample_idx_[2 * j + 1];
-  int64_t need = options_.seq_length + 1;
+  int64_t doc_pos = sample_idx_[2 * j], offset = sample_idx_[2 * j + 1] + first;
+  int64_t need = count;
   while (need > 0) {
     if (doc_pos >= int64_t(doc_idx_.size())) {
       return absl::InternalError("sample index runs past the document order");
     }
     const int32_t seq = doc_idx_[doc_pos];
-    int64_t take = std::min<int64_t>(need, data_->sequence_length(seq) - offset);
+    const int64_t length = data_->sequence_length(seq);
+    if (offset >= length) {  // the skipped tokens end past this document
+      offset -= length;
+      ++doc_pos;
+      continue;
+    }
+    int64_t take = std::min<int64_t>(need, length - offset);
     absl::Status s = data_->Read(seq, offset, take, out);
     if (!s.ok()) return s;
     out += take;

@@ -47,6 +47,9 @@ class GptDataset {
 
   // Writes the seq_length + 1 tokens of sample i (0 <= i < num_samples).
   absl::Status Sample(int64_t i, int32_t* out) const;
+  // Writes tokens [first, first + count) of sample i, reading only those: a
+  // context-parallel rank's chunks (0 <= first, first + count <= seq_length + 1).
+  absl::Status SampleTokens(int64_t i, int64_t first, int64_t count, int32_t* out) const;
 
  private:
   GptDataset(const IndexedDataset* data, GptDatasetOptions options)
