@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# //train:gpt end to end over real processes: each parallel layout, run as
+# //train:gpt end to end over real processes: each parallel layout (context
+# parallelism included), run as
 # separate processes on a real backend, must give the single-rank loss
 # curve (every step logged to --metrics-file) within 1e-5 relative (GPT-2,
 # and a Llama-style model).
@@ -34,6 +35,8 @@ refused "--distributed-backend='carrier-pigeon'" "$GPT" --distributed-backend=ca
 refused "mpirun -np 2 .*--distributed-backend=mpi" "$GPT" --nproc-per-node=2 --distributed-backend=mpi
 refused "world size (2 ranks) is not divisible by --tensor-model-parallel-size (3)" \
   "$GPT" --train-iters=5 --tensor-model-parallel-size=3
+refused "--seq-length (18) is not divisible by 2 x --context-parallel-size" \
+  "$GPT" --train-iters=5 --context-parallel-size=2 --seq-length=18
 refused "--nproc-per-node=2 .*RANK=1, WORLD_SIZE=2" env RANK=1 WORLD_SIZE=2 "$GPT" --nproc-per-node=2
 refused "RANK=1 is set but WORLD_SIZE is not" env RANK=1 "$GPT"
 # torchrun's variables and no master: this process is rank 1 and waits for
@@ -88,7 +91,14 @@ run ucx_pp2_dp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 --pipeline-m
   "${BUCKET[@]}"
 run ucx_pp2_dp2_overlap "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
   --pipeline-model-parallel-size=2 --overlap-grad-reduce "${BUCKET[@]}"
-for name in ucx_tp2 ucx_pp2 ucx_dp2 ucx_tp2_pp2 ucx_pp2_dp2; do compare "$name"; done
+# Context parallelism: the sequence in zig-zag chunks over processes, K/V
+# passed around the ring over UCX; with TP + SP inside each CP rank.
+run ucx_cp2 "$GPT" --distributed-backend=ucx --nproc-per-node=2 --context-parallel-size=2
+run ucx_cp2_tp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 --context-parallel-size=2 \
+  --tensor-model-parallel-size=2 --sequence-parallel
+for name in ucx_tp2 ucx_pp2 ucx_dp2 ucx_tp2_pp2 ucx_pp2_dp2 ucx_cp2 ucx_cp2_tp2; do
+  compare "$name"
+done
 compare ucx_dp2_overlap ucx_dp2
 compare ucx_pp2_dp2_overlap ucx_pp2_dp2
 ls "$CACHE"/*.gptidx > /dev/null || { echo "FAILED: no sample index cache in $CACHE"; exit 1; }
@@ -104,8 +114,12 @@ run llama_ucx_tp2 "$GPT" --distributed-backend=ucx --nproc-per-node=2 --tensor-m
   --sequence-parallel "${LLAMA[@]}"
 run llama_ucx_pp2_dp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
   --pipeline-model-parallel-size=2 --use-distributed-optimizer "${LLAMA[@]}"
+# CP x DP with ZeRO-1 over the 4 ranks (RoPE phases follow the chunks).
+run llama_ucx_cp2_dp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --context-parallel-size=2 --use-distributed-optimizer "${LLAMA[@]}"
 compare llama_ucx_tp2 llama_reference
 compare llama_ucx_pp2_dp2 llama_reference
+compare llama_ucx_cp2_dp2 llama_reference
 
 if [ -n "$MPIRUN" ]; then
   export TMPDIR="$TEST_TMPDIR" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

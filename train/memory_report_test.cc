@@ -35,7 +35,7 @@ struct Result {
 
 Result Train(TrainConfig config, const Layout& l) {
   Result result;
-  result.ranks.resize(l.tp * l.pp * l.dp);
+  result.ranks.resize(l.world());
   std::mutex mu;
   result.run = testing::Run(config, l, nullptr, [&](int rank, Trainer& t) {
     RankMemory m;

@@ -48,7 +48,7 @@ Curve Train(const Layout& l, const Recompute& r) {
   c.model.recompute_method = r.method;
   c.model.recompute_num_layers = r.n;
   Curve curve;
-  curve.params.resize(l.tp * l.pp * l.dp);
+  curve.params.resize(l.world());
   absl::Mutex mu;
   testing::RunResult result = testing::Run(
       c, l,

@@ -10,7 +10,8 @@
 namespace loom::train::testing {
 
 std::string Layout::Describe() const {
-  return absl::StrCat("TP", tp, " PP", pp, " DP", dp, vp_layers ? " vp-layers 1" : "",
+  return absl::StrCat("TP", tp, " PP", pp, cp > 1 ? absl::StrCat(" CP", cp) : "", " DP", dp,
+                      vp_layers ? " vp-layers 1" : "",
                       sp ? " SP" : "", distributed ? " dist-opt" : "", overlap ? " overlap" : "",
                       param_gather ? " param-gather" : "", " ",
                       schedule);
@@ -47,6 +48,7 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   c.num_layers_per_virtual_pipeline_stage = l.vp_layers;
   c.pipeline_schedule = l.schedule;
   c.sequence_parallel = l.sp;
+  c.context_parallel_size = l.cp;
   c.optimizer.distributed = l.distributed;
   c.overlap_grad_reduce = l.overlap;
   c.overlap_param_gather = l.param_gather;
@@ -83,7 +85,7 @@ train::TrainConfig TinyLlamaConfig(const Layout& l, int64_t train_iters) {
 RunResult Run(const train::TrainConfig& config, const Layout& l, TrainerHook after_create,
               TrainerHook after_train, LogHook on_log) {
   RunResult result;
-  const int world = l.tp * l.pp * l.dp;
+  const int world = l.world();
   train::TrainConfig c = config;
   result.status = train::Finalize(&c, world);
   if (!result.status.ok()) return result;

@@ -22,6 +22,8 @@ struct Layout {
   std::string schedule = "1f1b";
   bool overlap = false;  // --overlap-grad-reduce
   bool param_gather = false;  // --overlap-param-gather
+  int cp = 1;                 // --context-parallel-size
+  int world() const { return tp * pp * cp * dp; }
   std::string Describe() const;
 };
 
