@@ -164,26 +164,37 @@ absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup
     return absl::InvalidArgumentError(absl::StrCat("ranks on this node (", info.local_world_size,
                                                    ", from ", info.source, ") must be >= 1"));
   }
+  absl::StatusOr<Master> master = ResolveMaster(flags, env);
+  if (!master.ok()) return master.status();
+  info.master_addr = master->addr;
+  info.master_port = master->port;
+  return info;
+}
+
+absl::StatusOr<Master> ResolveMaster(const ExplicitRank& flags, const EnvLookup& env) {
+  Master m;
   if (!flags.master_addr.empty()) {
-    info.master_addr = flags.master_addr;
-  } else if (const char* a = env("MASTER_ADDR"); a && *a) {
-    info.master_addr = a;
+    m.addr = flags.master_addr;
+    m.addr_given = true;
+  } else if (IsSet(env, "MASTER_ADDR")) {
+    m.addr = env("MASTER_ADDR");
+    m.addr_given = true;
   }
   if (flags.master_port >= 0) {
-    info.master_port = flags.master_port;
+    m.port = flags.master_port;
   } else {
     bool has = false;
     int port = 0;
     absl::Status s = ReadInt(env, "MASTER_PORT", &port, &has);
     if (!s.ok()) return s;
-    if (has) info.master_port = port;
+    if (has) m.port = port;
   }
-  if (info.master_port < 1 || info.master_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("master port ", info.master_port,
+  if (m.port < 1 || m.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("master port ", m.port,
                                                    " is out of range [1, 65535] (--master-port "
                                                    "or MASTER_PORT)"));
   }
-  return info;
+  return m;
 }
 
 absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags) {

@@ -31,6 +31,10 @@ struct ExplicitRank {  // from flags; -1 / "" = not given
   int master_port = -1;
 };
 
+// The rendezvous address when neither flags nor the environment give one.
+inline constexpr char kDefaultMasterAddr[] = "127.0.0.1";
+inline constexpr int kDefaultMasterPort = 29500;  // torchrun's
+
 // Who started this process's world.
 enum class RankSource { kSingleProcess, kFlags, kTorchrun, kOpenMpi, kSlurm };
 
@@ -39,8 +43,8 @@ struct RankInfo {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;  // ranks on this node (1 when the launcher does not say)
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  std::string master_addr = kDefaultMasterAddr;
+  int master_port = kDefaultMasterPort;
   RankSource from = RankSource::kSingleProcess;
   // For messages: "flags (--rank/--world-size)", "torchrun env (RANK/WORLD_SIZE)",
   // "OpenMPI env (...)", "Slurm env (...)", "single process (...)".
@@ -54,6 +58,15 @@ using EnvLookup = std::function<const char*(const char*)>;
 EnvLookup RealEnv();
 absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup& env);
 absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags);  // real environment
+
+// The rendezvous address alone (DiscoverRank's master_addr/master_port), for
+// the agents of a multi-node job, which meet there before any rank exists.
+struct Master {
+  std::string addr = kDefaultMasterAddr;
+  int port = kDefaultMasterPort;
+  bool addr_given = false;  // by --master-addr or MASTER_ADDR, not the default
+};
+absl::StatusOr<Master> ResolveMaster(const ExplicitRank& flags, const EnvLookup& env);
 
 // The rank flags and launcher variables that are set, as "NAME=value" /
 // "--flag=value": any of them means this process is one rank of a world

@@ -8,7 +8,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cli.h"
@@ -108,7 +107,7 @@ CommFlags GetCommFlags() {
   return f;
 }
 
-absl::Status CheckAgentFlags(const CommFlags& f) {
+absl::Status CheckAgentFlags(const CommFlags& f, const EnvLookup& env) {
   if (f.nnodes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--nnodes=", f.nnodes, " must be >= 1"));
   }
@@ -128,10 +127,16 @@ absl::Status CheckAgentFlags(const CommFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--flight-recorder-entries=", f.flight_recorder_entries, " must be >= 1"));
   }
-  if (f.nnodes > 1 && f.rank.master_addr.empty() && std::getenv("MASTER_ADDR") == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--nnodes=", f.nnodes, " needs --master-addr (or MASTER_ADDR): node 0's address, the "
-        "same on every node"));
+  if (f.nnodes > 1) {
+    // The agents meet at discovery's rendezvous address: it must resolve, and
+    // the default (this host) is no use to the other nodes.
+    absl::StatusOr<Master> master = ResolveMaster(f.rank, env);
+    if (!master.ok()) return master.status();
+    if (!master->addr_given) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nnodes=", f.nnodes, " needs --master-addr (or MASTER_ADDR): node 0's address, the "
+          "same on every node"));
+    }
   }
   if (f.nnodes > 1 && f.rendezvous_secret.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -141,6 +146,8 @@ absl::Status CheckAgentFlags(const CommFlags& f) {
   }
   return absl::OkStatus();
 }
+
+absl::Status CheckAgentFlags(const CommFlags& f) { return CheckAgentFlags(f, RealEnv()); }
 
 LaunchRequest LaunchRequestFor(const CommFlags& f) {
   LaunchRequest r;
@@ -159,25 +166,23 @@ LaunchRequest LaunchRequestFor(const CommFlags& f) {
   return r;
 }
 
-LaunchOptions LaunchOptionsFor(const CommFlags& f, const LaunchPlan& plan) {
+LaunchOptions LaunchOptionsFor(const CommFlags& f, const LaunchPlan& plan, const EnvLookup& env) {
   LaunchOptions o;
   o.nproc_per_node = plan.nproc_per_node;
   o.ranks_as_threads = plan.ranks_as_threads;
   o.nnodes = f.nnodes;
   o.node_rank = f.node_rank;
-  if (!f.rank.master_addr.empty()) {
-    o.master_addr = f.rank.master_addr;
-  } else if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0' && f.nnodes > 1) {
-    o.master_addr = a;
-  }
-  if (f.rank.master_port > 0) {
-    o.master_port = f.rank.master_port;
-  } else if (f.nnodes > 1) {
-    o.master_port = 29500;  // torchrun's default
-    int port = 0;
-    if (const char* p = std::getenv("MASTER_PORT"); p != nullptr && absl::SimpleAtoi(p, &port)) {
-      o.master_port = port;
-    }
+  if (f.nnodes > 1) {
+    // The agents meet where discovery puts rank 0. CheckAgentFlags rejected an
+    // address that does not resolve; a caller that skipped it gets the default.
+    const Master master = ResolveMaster(f.rank, env).value_or(Master{});
+    o.master_addr = master.addr;
+    o.master_port = master.port;
+  } else {
+    // One node: rank 0 serves the ranks' store on this host unless a flag says
+    // otherwise (port 0: the agent picks a free one).
+    if (!f.rank.master_addr.empty()) o.master_addr = f.rank.master_addr;
+    if (f.rank.master_port > 0) o.master_port = f.rank.master_port;
   }
   o.secret = f.rendezvous_secret;
   o.max_restarts = f.max_restarts;
@@ -185,6 +190,10 @@ LaunchOptions LaunchOptionsFor(const CommFlags& f, const LaunchPlan& plan) {
   o.timeout = absl::Seconds(f.timeout_s);
   o.dump_flight_recorder = !f.flight_recorder_dir.empty();
   return o;
+}
+
+LaunchOptions LaunchOptionsFor(const CommFlags& f, const LaunchPlan& plan) {
+  return LaunchOptionsFor(f, plan, RealEnv());
 }
 
 }  // namespace loom::comm::launch

@@ -56,14 +56,20 @@ std::vector<char*> ParseFlags(int argc, char** argv, const char* usage);
 CommFlags GetCommFlags();
 
 // Checks the agent's flags (--nnodes, --node-rank, --max-restarts,
-// --heartbeat-timeout-s, --flight-recorder-entries): errors name the flag.
-absl::Status CheckAgentFlags(const CommFlags& flags);
+// --heartbeat-timeout-s, --flight-recorder-entries) and, across nodes, the
+// rendezvous address (discovery.h's ResolveMaster): errors name the flag.
+absl::Status CheckAgentFlags(const CommFlags& flags, const EnvLookup& env);
+absl::Status CheckAgentFlags(const CommFlags& flags);  // real environment
 
 // The launch decision's inputs that come from these flags (a binary adds its
 // program, arguments and default --nproc-per-node).
 LaunchRequest LaunchRequestFor(const CommFlags& flags);
-// What the node's agent is told, for a kLauncher plan.
-LaunchOptions LaunchOptionsFor(const CommFlags& flags, const LaunchPlan& plan);
+// What the node's agent is told, for a kLauncher plan (after CheckAgentFlags).
+// Across nodes the agents meet at ResolveMaster's address; on one node only
+// --master-addr/--master-port move rank 0's store (else a free port here).
+LaunchOptions LaunchOptionsFor(const CommFlags& flags, const LaunchPlan& plan,
+                               const EnvLookup& env);
+LaunchOptions LaunchOptionsFor(const CommFlags& flags, const LaunchPlan& plan);  // real environment
 
 }  // namespace loom::comm::launch
 

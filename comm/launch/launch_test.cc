@@ -96,6 +96,43 @@ TEST(DiscoverRank, Errors) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "--local-rank=1")) << r.status();
 }
 
+// The multi-node agents' address (flags.cc's CheckAgentFlags and
+// LaunchOptionsFor take it from here): flags, else MASTER_ADDR/MASTER_PORT,
+// else the default port; only a given address will do across nodes.
+TEST(ResolveMaster, FlagsThenEnvironmentThenDefault) {
+  auto m = ResolveMaster({}, Env({{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29400"}}));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->addr, "10.0.0.1");
+  EXPECT_EQ(m->port, 29400);
+  EXPECT_TRUE(m->addr_given);
+
+  m = ResolveMaster({}, Env({{"MASTER_ADDR", "10.0.0.1"}}));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->addr, "10.0.0.1");
+  EXPECT_EQ(m->port, 29500);
+
+  m = ResolveMaster({}, Env({{"MASTER_ADDR", ""}}));  // set but empty: not given
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->addr, "127.0.0.1");
+  EXPECT_EQ(m->port, 29500);
+  EXPECT_FALSE(m->addr_given);
+
+  ExplicitRank flags;
+  flags.master_addr = "h";
+  flags.master_port = 99;
+  m = ResolveMaster(flags, Env({{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29400"}}));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->addr, "h");
+  EXPECT_EQ(m->port, 99);
+  EXPECT_TRUE(m->addr_given);
+
+  m = ResolveMaster({}, Env({{"MASTER_PORT", "x"}}));
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "MASTER_PORT='x'")) << m.status();
+  flags.master_port = 0;  // "pick a free one" is no address to meet at
+  m = ResolveMaster(flags, Env({}));
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "--master-port")) << m.status();
+}
+
 TEST(DiscoverRank, LocalWorldSize) {
   auto r = DiscoverRank({}, Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
                                  {"LOCAL_WORLD_SIZE", "2"}}));

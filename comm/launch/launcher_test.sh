@@ -149,9 +149,11 @@ for p in $(ls "$piddir"); do kill -0 "$p" 2>/dev/null && fail "rank pid $p outli
 # 12. Two nodes on this machine: one agent each, 2 ranks each, one world of 4.
 P=$(port)
 two_nodes() {  # two_nodes ARGS...: both agents, logs in $TEST_TMPDIR/node{0,1}
-  timeout 120 "$CHILD" --nnodes=2 --node-rank=0 --master-addr=127.0.0.1 --master-port=$P \
+  local master="--master-addr=127.0.0.1 --master-port=$P"
+  [ -n "${MASTER_PORT:-}" ] && master=""  # the caller's MASTER_ADDR/MASTER_PORT say it
+  timeout 120 "$CHILD" --nnodes=2 --node-rank=0 $master \
     --nproc-per-node=2 "$@" > "$TEST_TMPDIR/node0" 2>&1 & local a0=$!
-  timeout 120 "$CHILD" --nnodes=2 --node-rank=1 --master-addr=127.0.0.1 --master-port=$P \
+  timeout 120 "$CHILD" --nnodes=2 --node-rank=1 $master \
     --nproc-per-node=2 "$@" > "$TEST_TMPDIR/node1" 2>&1 & local a1=$!
   wait $a0; rc0=$?
   wait $a1; rc1=$?
@@ -162,6 +164,13 @@ two_nodes --behavior=store --comm-timeout-s=30
 [ "$(cat "$TEST_TMPDIR/node0" "$TEST_TMPDIR/node1" | grep -c "of 4 (torchrun env.*rendezvoused")" = 4 ] \
   || fail "two nodes: expected 4 ranks of one world"
 grep -q "rank 3 of 4" "$TEST_TMPDIR/node1" || fail "node 1 should run ranks 2 and 3"
+# ... and with node 0's address in torchrun's MASTER_ADDR/MASTER_PORT instead of the
+# flags: the agents resolve it as the ranks do (discovery.h's ResolveMaster).
+MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) two_nodes --nproc-per-node=1 --behavior=store \
+  --comm-timeout-s=30
+[ $rc0 = 0 ] && [ $rc1 = 0 ] || fail "two nodes from MASTER_ADDR/MASTER_PORT: exit $rc0 / $rc1"
+[ "$(cat "$TEST_TMPDIR/node0" "$TEST_TMPDIR/node1" | grep -c "of 2 (torchrun env.*rendezvoused")" = 2 ] \
+  || fail "two nodes from MASTER_ADDR/MASTER_PORT: expected 2 ranks of one world"
 
 # 13. Rank 3 (node 1) fails once: both agents restart, the job ends well.
 P=$(port)
@@ -186,4 +195,11 @@ out=$(env -u LOOM_RENDEZVOUS_SECRET timeout 60 "$CHILD" --nnodes=2 --node-rank=1
 echo "$out" | grep -q -- "--rendezvous-secret=S or LOOM_RENDEZVOUS_SECRET" || fail "not named: $out"
 out=$(timeout 60 "$CHILD" --nnodes=2 --node-rank=2 --master-addr=127.0.0.1 2>&1)
 [ $? = 2 ] || fail "--node-rank=2 of 2 should exit 2: $out"
+# ... and so is no node 0 address, or a MASTER_PORT that is not a port.
+out=$(env -u MASTER_ADDR timeout 60 "$CHILD" --nnodes=2 --node-rank=1 2>&1)
+[ $? = 2 ] || fail "--nnodes=2 without a master address should exit 2: $out"
+echo "$out" | grep -q -- "needs --master-addr (or MASTER_ADDR)" || fail "not named: $out"
+out=$(MASTER_ADDR=127.0.0.1 MASTER_PORT=x timeout 60 "$CHILD" --nnodes=2 --node-rank=1 2>&1)
+[ $? = 2 ] || fail "--nnodes=2 with MASTER_PORT=x should exit 2: $out"
+echo "$out" | grep -q "MASTER_PORT='x'" || fail "not named: $out"
 echo PASS
