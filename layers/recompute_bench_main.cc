@@ -11,13 +11,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "core/bench/bench_util.h"
 #include "core/memory_stats.h"
 #include "layers/gpt_model.h"
 #include "layers/test_util.h"
@@ -38,15 +38,6 @@ using loom::core::MemoryCategory;
 using loom::core::Tensor;
 using loom::layers::GptConfig;
 using loom::layers::GptModel;
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
-}
 
 double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
@@ -103,7 +94,7 @@ int main(int argc, char** argv) {
   std::printf("GPT: %lld layers, hidden %lld, %lld heads, seq %lld, vocab %lld, micro-batch %lld, "
               "f32, one rank, %s\n",
               (long long)L, (long long)h, (long long)a, (long long)s, (long long)base.vocab_size,
-              (long long)b, CpuModel().c_str());
+              (long long)b, loom::core::bench::CpuModel("unknown CPU").c_str());
   std::fflush(stdout);
 
   Tensor ids = loom::layers::testing::RandomIds(s, b, base.vocab_size, 1);
@@ -150,8 +141,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       saved.reset();
-      const double elapsed =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double elapsed = loom::core::bench::MillisecondsSince(t0);
       std::printf("  step %d %s: %.1f ms, kept %.1f MiB, peak %.1f MiB, loss %.9f\n", i,
                   row.name.c_str(), elapsed, MiB(kept),
                   MiB(ledger->Stats().peak_of(MemoryCategory::kActivations)), loss);
@@ -165,10 +155,7 @@ int main(int argc, char** argv) {
       row.peak = std::max(row.peak, ledger->Stats().peak_of(MemoryCategory::kActivations));
     }
   }
-  for (size_t k = 0; k < names.size(); ++k) {
-    std::sort(ms[k].begin(), ms[k].end());
-    rows[k].ms = ms[k][ms[k].size() / 2];
-  }
+  for (size_t k = 0; k < names.size(); ++k) rows[k].ms = loom::core::bench::Median(ms[k]);
 
   // The formulas (layers/recompute_memory_test.cc): a layer keeps 16 hidden
   // states' worth (15 + its output), 4 LayerNorm vectors and the attention

@@ -5,13 +5,13 @@
 // tokens/s, and the achieved model FLOP/s as a fraction of the GEMM rate
 // measured in the same run through the same kernel path: a 1024³ f32 GEMM
 // (oneDNN) on the CPU, a 4096³ GEMM in the compute dtype (cuBLAS) on a GPU.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "core/bench/bench_util.h"
 #include "core/cli.h"
 #include "core/ops/ops.h"
 #include "layers/gpt_model.h"
@@ -87,10 +87,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i <= iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     step(i);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(loom::core::bench::MillisecondsSince(t0));
   }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  const double med = loom::core::bench::Median(ms);
   // Same process, same threads (or GPU), now.
   const bool gpu = !c.device.is_cpu();
   const absl::StatusOr<double> measured = loom::train::MeasureGemmFlops(c.device, c.compute_dtype);

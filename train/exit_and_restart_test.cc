@@ -81,6 +81,22 @@ void ExpectBitIdentical(const std::vector<double>& got, const std::vector<double
   }
 }
 
+// A run that stopped itself after `steps` steps: it succeeded, rank 0 saw
+// `reason` (`why`, set by RunAsStart) and logged `message`, and with --save
+// (`save`, "" for none) the checkpoint of the exit step is the latest.
+void ExpectStopped(const testing::RunResult& r, Trainer::ExitReason why,
+                   Trainer::ExitReason reason, int steps, const std::string& message,
+                   const std::string& save) {
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(why, reason);
+  EXPECT_EQ(r.losses.size(), static_cast<size_t>(steps));
+  EXPECT_TRUE(LogHas(r, message)) << absl::StrJoin(r.log, "\n");
+  if (save.empty()) return;
+  auto latest = ReadFile(JoinPath(save, "latest"));
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, checkpoint::IterDirName(steps) + "\n");
+}
+
 TrainConfig Config(const Layout& l, const std::string& save) {
   TrainConfig c = testing::TinyConfig(l, kIters);
   c.save = save;
@@ -152,13 +168,10 @@ TEST(ExitAndRestartTest, ExitIntervalThenRestartEndsBitIdentical) {
   c.exit_interval = 6;  // not a save iteration: the exit saves on its own
   Trainer::ExitReason why = Trainer::ExitReason::kNone;
   testing::RunResult first = RunAsStart(c, l, 0, &why);
-  ASSERT_TRUE(first.status.ok()) << first.status;
-  EXPECT_EQ(why, Trainer::ExitReason::kInterval);
-  EXPECT_EQ(first.losses.size(), 6u);
-  EXPECT_TRUE(LogHas(first, "exit interval: iteration 6 is a multiple of --exit-interval=6; "
-                            "saved checkpoint, exiting"))
-      << absl::StrJoin(first.log, "\n");
-  EXPECT_EQ(*ReadFile(JoinPath(dir, "latest")), "iter_0000006\n");
+  ASSERT_NO_FATAL_FAILURE(ExpectStopped(first, why, Trainer::ExitReason::kInterval, 6,
+                                        "exit interval: iteration 6 is a multiple of "
+                                        "--exit-interval=6; saved checkpoint, exiting",
+                                        dir));
   ExpectBitIdentical(first.losses, std::vector<double>(full.losses.begin(),
                                                        full.losses.begin() + 6),
                      0);
@@ -199,13 +212,10 @@ TEST(ExitAndRestartTest, SigtermThenRestartEndsBitIdentical) {
         if (line.find(" iteration      5/") == 0) std::raise(SIGTERM);
       });
   ResetExitSignalForTesting();
-  ASSERT_TRUE(first.status.ok()) << first.status;
-  EXPECT_EQ(why, Trainer::ExitReason::kSignal);
-  EXPECT_EQ(first.losses.size(), 5u);
-  EXPECT_TRUE(LogHas(first, "exit signal handler: SIGTERM received at iteration 5; saved "
-                            "checkpoint, exiting"))
-      << absl::StrJoin(first.log, "\n");
-  EXPECT_EQ(*ReadFile(JoinPath(dir, "latest")), "iter_0000005\n");
+  ASSERT_NO_FATAL_FAILURE(ExpectStopped(first, why, Trainer::ExitReason::kSignal, 5,
+                                        "exit signal handler: SIGTERM received at iteration 5; "
+                                        "saved checkpoint, exiting",
+                                        dir));
 
   c.exit_signal_handler = false;
   testing::RunResult second = RunAsStart(c, l, 1);
@@ -223,21 +233,16 @@ TEST(ExitAndRestartTest, ExitDurationStopsAfterTheStepItPassed) {
   c.exit_duration_in_mins = 1e-9;  // already past after the first step
   Trainer::ExitReason why = Trainer::ExitReason::kNone;
   testing::RunResult r = RunAsStart(c, l, 0, &why);
-  ASSERT_TRUE(r.status.ok()) << r.status;
-  EXPECT_EQ(why, Trainer::ExitReason::kDuration);
-  EXPECT_EQ(r.losses.size(), 1u);
-  EXPECT_TRUE(LogHas(r, "(--exit-duration-in-mins=1e-09) at iteration 1; saved checkpoint, "
-                        "exiting"))
-      << absl::StrJoin(r.log, "\n");
-  EXPECT_EQ(*ReadFile(JoinPath(dir, "latest")), "iter_0000001\n");
+  ASSERT_NO_FATAL_FAILURE(ExpectStopped(
+      r, why, Trainer::ExitReason::kDuration, 1,
+      "(--exit-duration-in-mins=1e-09) at iteration 1; saved checkpoint, exiting", dir));
   // Without --save the run still stops; nothing is written.
   c.save.clear();
   c.save_interval = 0;
+  why = Trainer::ExitReason::kNone;
   r = RunAsStart(c, l, 0, &why);
-  ASSERT_TRUE(r.status.ok()) << r.status;
-  EXPECT_EQ(r.losses.size(), 1u);
-  EXPECT_TRUE(LogHas(r, "at iteration 1; nothing saved (no --save), exiting"))
-      << absl::StrJoin(r.log, "\n");
+  ExpectStopped(r, why, Trainer::ExitReason::kDuration, 1,
+                "at iteration 1; nothing saved (no --save), exiting", c.save);
 }
 
 // A restart with nothing of this run in --save starts where the first start

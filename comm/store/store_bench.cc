@@ -10,7 +10,6 @@
 // see BENCHMARKS.md.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "comm/store/tcp_store.h"
+#include "core/bench/bench_util.h"
 
 ABSL_FLAG(std::string, ranks, "2,8", "world sizes to time");
 ABSL_FLAG(int, reps, 50, "rendezvous per world size");
@@ -75,15 +75,6 @@ absl::Duration Rendezvous(int n) {
   return took;
 }
 
-std::string CpuModel() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
 }  // namespace
 }  // namespace loom::comm
 
@@ -96,7 +87,7 @@ int main(int argc, char** argv) {
   const char* variant = "HMAC handshake (#17)";
 #endif
   std::printf("# TCP store rendezvous, ranks as threads; CPU: %s\n",
-              loom::comm::CpuModel().c_str());
+              loom::core::bench::CpuModel().c_str());
   std::printf("%-22s %6s %6s %12s %12s\n", "store", "ranks", "reps", "median_ms", "min_ms");
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_ranks), ',')) {
     int n = 0;
@@ -106,8 +97,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < reps; ++i) {
       ms.push_back(absl::ToDoubleMilliseconds(loom::comm::Rendezvous(n)));
     }
-    std::sort(ms.begin(), ms.end());
-    std::printf("%-22s %6d %6d %12.3f %12.3f\n", variant, n, reps, ms[ms.size() / 2], ms[0]);
+    std::printf("%-22s %6d %6d %12.3f %12.3f\n", variant, n, reps, loom::core::bench::Median(ms),
+                *std::min_element(ms.begin(), ms.end()));
   }
   return 0;
 }

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/bench/bench_util.h"
 #include "core/cpu/attention.h"
 #include "core/cpu/flash_attention.h"
 #include "core/tensor.h"
@@ -67,19 +67,9 @@ Tensor Empty(const Shape& shape) {
   return *t;
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
+using bench::CpuModel;
+using bench::Median;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 double Best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 std::string Bytes(double bytes) {
