@@ -407,15 +407,19 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
                                    "--pipeline-model-parallel-size divide them (now TP %d x PP %d)",
                                    c.bf16 ? 10 : 8, c.bf16 ? ", bf16 compute copy" : "", g.tp(),
                                    g.pp())});
+  // ZeRO-1 shards over the ranks that share the gradients: DP (x CP).
+  const int shards = g.dp() * g.cp();
+  const std::string over = g.cp() > 1 ? absl::StrFormat("DP x CP %d", shards)
+                                      : absl::StrFormat("DP %d", shards);
   hints.push_back(
       {s.peak_of(C::kOptimizer), "optimizer",
        c.optimizer.distributed
-           ? absl::StrFormat("Adam's two f32 moments, already sharded over DP %d "
+           ? absl::StrFormat("Adam's two f32 moments, already sharded over %s "
                              "(--use-distributed-optimizer)",
-                             g.dp())
-       : g.dp() > 1 ? absl::StrFormat("Adam's two f32 moments, 8 B per parameter; "
-                                      "--use-distributed-optimizer would divide them by DP %d",
-                                      g.dp())
+                             over)
+       : shards > 1 ? absl::StrFormat("Adam's two f32 moments, 8 B per parameter; "
+                                      "--use-distributed-optimizer would divide them by %s",
+                                      over)
                     : std::string("Adam's two f32 moments, 8 B per parameter; with DP > 1, "
                                   "--use-distributed-optimizer shards them over DP")});
   const std::string tp_part =
@@ -427,9 +431,15 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
   hints.push_back({s.peak_of(C::kActivations), "activations",
                    absl::StrFormat("grow with --micro-batch-size (%d), --seq-length (%d) and the "
                                    "micro-batches a pipeline stage keeps in flight (up to PP "
-                                   "with 1f1b); %s; --recompute-granularity trades them for "
-                                   "compute",
-                                   c.micro_batch_size, c.model.seq_length, tp_part)});
+                                   "with 1f1b); %s; %s; --recompute-granularity trades them "
+                                   "for compute",
+                                   c.micro_batch_size, c.model.seq_length, tp_part,
+                                   g.cp() > 1
+                                       ? absl::StrFormat("--context-parallel-size divides all "
+                                                         "of them (now CP %d)",
+                                                         g.cp())
+                                       : std::string("--context-parallel-size would divide all "
+                                                     "of them (long sequences)"))});
   hints.push_back({s.peak_of(C::kCommunication), "communication",
                    "the collectives' staging buffers, kept for reuse; --ddp-bucket-size bounds "
                    "the data-parallel reductions' share"});
@@ -495,8 +505,10 @@ absl::Status Trainer::ReportMemory() {
   constexpr int kRanksListed = 16;  // beyond: rank 0 and the largest of each figure
   for (int r = 0; r < world && (world <= kRanksListed || r == 0); ++r) {
     const comm::GridCoord at = grid_.Coord(r);
-    Log(FormatMemory(absl::StrFormat(" memory (rank %d: TP %d, PP %d, DP %d, peak)", r,
-                                     at.tp_rank, at.pp_rank, at.dp_rank),
+    Log(FormatMemory(absl::StrFormat(" memory (rank %d: TP %d, PP %d,%s DP %d, peak)", r,
+                                     at.tp_rank, at.pp_rank,
+                                     grid_.cp() > 1 ? absl::StrFormat(" CP %d,", at.cp_rank) : "",
+                                     at.dp_rank),
                      ranks[r]));
   }
   if (world > 1) {
@@ -876,25 +888,44 @@ absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t
   for (int64_t n = 0; n < tokens; ++n) {
     Beat(iteration_, Phase::kExiting);  // after training: still alive
     // The last s tokens, right-padded: causal attention ignores the padding.
+    // Under context parallelism each CP rank feeds its chunks, and the one
+    // holding position len - 1 samples the next token for all of them.
     const int64_t len = std::min<int64_t>(s, ids.size());
-    LOOM_ASSIGN_OR_RETURN(Tensor window, Tensor::Zeros(Shape{s, 1}, core::DType::kI32));
-    for (int64_t i = 0; i < len; ++i) window.data<int32_t>()[i] = ids[ids.size() - len + i];
+    const int64_t local = model_->local_seq_length();
+    LOOM_ASSIGN_OR_RETURN(Tensor window, Tensor::Zeros(Shape{local, 1}, core::DType::kI32));
+    int64_t last_row = -1;  // this rank's row of position len - 1, if it has it
+    for (const layers::RowRun& run : layers::GlobalRowRuns(model_->cp().Layout(s), 0, local)) {
+      for (int64_t i = 0; i < run.count; ++i) {
+        const int64_t pos = run.global_first + i;
+        if (pos < len) window.data<int32_t>()[run.local_first + i] = ids[ids.size() - len + pos];
+        if (pos == len - 1) last_row = run.local_first + i;
+      }
+    }
     layers::GptModel::Saved saved;
     double unused = 0;
     if (!config_.model.device.is_cpu()) {
       LOOM_ASSIGN_OR_RETURN(window, window.To(config_.model.device));
     }
     LOOM_RETURN_IF_ERROR(model_->Forward(0, window, window, no_dropout, &saved, &unused).status());
-    LOOM_ASSIGN_OR_RETURN(Tensor logits, model_->GatherLogits(saved));  // [s, 1, V]
-    const int64_t v = logits.dim(2);
-    const float* row = logits.data<float>() + (len - 1) * v;
-    std::vector<double> p(v);
-    double max = -1e300, sum = 0;
-    for (int64_t k = 0; k < v; ++k) max = std::max(max, double(row[k]));
-    for (int64_t k = 0; k < v; ++k) sum += p[k] = std::exp((row[k] - max) / 0.8);
-    double u = std::uniform_real_distribution<double>(0, sum)(rng);
-    int64_t next = 0;
-    while (next + 1 < v && u > p[next]) u -= p[next++];
+    LOOM_ASSIGN_OR_RETURN(Tensor logits, model_->GatherLogits(saved));  // [local, 1, V]
+    const double u01 = std::uniform_real_distribution<double>(0, 1)(rng);  // every rank draws
+    double next_id = 0;
+    if (last_row >= 0) {
+      const int64_t v = logits.dim(2);
+      const float* row = logits.data<float>() + last_row * v;
+      std::vector<double> p(v);
+      double max = -1e300, sum = 0;
+      for (int64_t k = 0; k < v; ++k) max = std::max(max, double(row[k]));
+      for (int64_t k = 0; k < v; ++k) sum += p[k] = std::exp((row[k] - max) / 0.8);
+      double u = u01 * sum;
+      int64_t next = 0;
+      while (next + 1 < v && u > p[next]) u -= p[next++];
+      next_id = static_cast<double>(next);
+    }
+    if (model_->cp().parallel()) {  // the owner's id; the others add 0
+      LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.cp.get(), comm::ReduceOp::kSum, &next_id));
+    }
+    const int32_t next = static_cast<int32_t>(next_id);
     ids.push_back(static_cast<int32_t>(next));
     out.push_back(static_cast<int32_t>(next));
   }
