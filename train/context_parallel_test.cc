@@ -1,6 +1,6 @@
 // Context parallelism (--context-parallel-size) reproduces the CP = 1 loss
-// curve: CP 2 and 4 alone, and with TP (+SP), PP, DP and the distributed
-// optimizer, for GPT-2 (learned positions: the position ids follow the
+// curve: CP 2 and 4 alone, and with TP (+SP), PP (1F1B, GPipe, interleaved),
+// DP and the distributed optimizer, for GPT-2 (learned positions: the position ids follow the
 // chunks) and a Llama-style model (RoPE phases follow the chunks), with
 // hidden and attention dropout on (masks at global positions). A checkpoint
 // saved under CP (ZeRO-1 sharded over DP x CP) continues the curve at CP = 1
@@ -25,6 +25,12 @@ using testing::Layout;
 Layout Cp(int cp, int tp = 1, int pp = 1, int dp = 1, bool sp = false, bool distributed = false) {
   Layout l{tp, pp, dp, 0, sp, distributed};
   l.cp = cp;
+  return l;
+}
+
+Layout Sched(Layout l, const std::string& schedule) {
+  l.schedule = schedule;
+  if (schedule == "interleaved") l.vp_layers = 1;
   return l;
 }
 
@@ -58,6 +64,8 @@ void ExpectEveryCpLayoutMatches(bool llama) {
            Cp(4),
            Cp(2, /*tp=*/2, 1, 1, /*sp=*/true),
            Cp(2, 1, /*pp=*/2),
+           Sched(Cp(2, 1, /*pp=*/2), "gpipe"),
+           Sched(Cp(2, 1, /*pp=*/2), "interleaved"),  // 2 chunks of 1 layer per stage
            Cp(2, 1, 1, /*dp=*/2),
            Cp(2, 1, 1, /*dp=*/2, false, /*distributed=*/true),  // ZeRO-1 over DP x CP
            Cp(2, 2, 2, 2, /*sp=*/true, /*distributed=*/true),   // all of them: 16 ranks
