@@ -178,8 +178,11 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
   LOOM_ASSIGN_OR_RETURN(Tensor dqkv, Tensor::Empty(saved.qkv.shape(), saved.qkv.dtype(), saved.qkv.device()));
   Tensor out = saved.out, lse = saved.lse;
   if (options_.recompute_core) {  // selective recomputation: the kernel's forward again
+    // Its output is the output projection's kept input (the same tensor, whose
+    // backward has already read it): rewritten in place with the same values,
+    // so only the log-sum-exp is new memory.
     const int64_t s = saved.qkv.dim(0), b = saved.qkv.dim(1);
-    LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(dctx.shape(), saved.qkv.dtype(), dctx.device()));
+    out = saved.proj_in.input;
     LOOM_ASSIGN_OR_RETURN(lse, Tensor::Empty(Shape{b, local_heads, s}, core::DType::kF32,
                                              saved.qkv.device()));
     LOOM_RETURN_IF_ERROR(CoreForward(saved.qkv, dropout, &out, &lse));
