@@ -3,8 +3,9 @@
 // parameter gradient (gathered to full size) over several SGD steps, with
 // hidden and attention dropout on (each rank draws its slice of the global
 // masks). Both architectures: GPT-2 and Llama-style (RMSNorm, RoPE, SwiGLU,
-// grouped-query attention, untied output layer, no linear biases). Ranks are
-// threads on the `local` backend.
+// grouped-query attention, untied output layer, no linear biases), and
+// Mixtral-style mixture of experts (dropless, and with a capacity that drops
+// and pads). Ranks are threads on the `local` backend.
 #include <map>
 #include <string>
 #include <vector>
@@ -59,6 +60,35 @@ GptConfig LlamaConfig(int tp) {
   return c;
 }
 
+// Mixtral-style: the Llama-style model with an MoE MLP in every other layer
+// (4 experts, top-2, load-balancing and z losses), dropless or with a
+// capacity that drops and pads (every layout must drop the same assignments).
+enum class Arch { kGpt2, kLlama, kMoe, kMoeCapacity };
+GptConfig ConfigOf(Arch arch, int tp) {
+  if (arch == Arch::kGpt2) return TestConfig();
+  GptConfig c = LlamaConfig(tp);
+  if (arch == Arch::kLlama) return c;
+  c.num_experts = 4;
+  c.moe_router_topk = 2;
+  c.moe_layer_freq = 2;  // layer 0 MoE, layer 1 dense
+  c.moe_aux_loss_coeff = 0.01f;
+  c.moe_z_loss_coeff = 0.001f;
+  if (arch == Arch::kMoeCapacity) {
+    c.moe_expert_capacity_factor = 0.75f;
+    c.moe_pad_expert_input_to_capacity = true;
+  }
+  return c;
+}
+const char* ArchName(Arch a) {
+  switch (a) {
+    case Arch::kGpt2: return "";
+    case Arch::kLlama: return "_llama";
+    case Arch::kMoe: return "_moe";
+    case Arch::kMoeCapacity: return "_moe_capacity";
+  }
+  return "";
+}
+
 DropoutStream Dropout(int step) {
   DropoutStream d;
   d.hidden_p = 0.1f;
@@ -102,11 +132,11 @@ Reference RunReference(const GptConfig& config) {
   return ref;
 }
 
-class EquivalenceTest : public ::testing::TestWithParam<std::tuple<int, bool, bool>> {};
+class EquivalenceTest : public ::testing::TestWithParam<std::tuple<int, bool, Arch>> {};
 
 TEST_P(EquivalenceTest, MatchesSingleRank) {
-  const auto [tp_size, sp, llama] = GetParam();
-  const GptConfig config = llama ? LlamaConfig(tp_size) : TestConfig();
+  const auto [tp_size, sp, arch] = GetParam();
+  const GptConfig config = ConfigOf(arch, tp_size);
   const Reference ref = RunReference(config);
   absl::Status s = testing::RunRanks(tp_size, [&](int rank, comm::Communicator* comm) -> absl::Status {
     TpGroup tp{comm, sp};
@@ -154,11 +184,12 @@ TEST_P(EquivalenceTest, MatchesSingleRank) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, EquivalenceTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool(),
-                                            ::testing::Bool()),
+                                            ::testing::Values(Arch::kGpt2, Arch::kLlama,
+                                                              Arch::kMoe, Arch::kMoeCapacity)),
                          [](const auto& info) {
                            return "tp" + std::to_string(std::get<0>(info.param)) +
                                   (std::get<1>(info.param) ? "_sp" : "") +
-                                  (std::get<2>(info.param) ? "_llama" : "");
+                                  ArchName(std::get<2>(info.param));
                          });
 
 // The Llama-style model really is one: no position table or biases, RMSNorm

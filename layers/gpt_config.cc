@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "layers/vocab_parallel.h"
 
 namespace loom::layers {
@@ -126,7 +127,59 @@ absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp,
                                                    c.max_positions(), ") is below --seq-length (",
                                                    c.seq_length, ")"));
   }
+  if (cp > 1 && c.moe()) {
+    return absl::InvalidArgumentError(
+        "--num-experts with --context-parallel-size > 1 is not supported yet (the router's "
+        "load-balancing loss would need its token counts over the CP group)");
+  }
+  LOOM_RETURN_IF_ERROR(ValidateMoe(c));
   return ValidateRecompute(c, c.num_layers / (pp * vp));
+}
+
+absl::Status ValidateMoe(const GptConfig& c) {
+  if (c.num_experts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num-experts (", c.num_experts, ") must be >= 0 (0: dense MLPs)"));
+  }
+  if (!c.moe()) return absl::OkStatus();
+  if (c.moe_router_topk < 1 || c.moe_router_topk > c.num_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("--moe-router-topk (", c.moe_router_topk,
+                                                   ") must lie in [1, --num-experts (",
+                                                   c.num_experts, ")]"));
+  }
+  if (c.moe_layer_freq < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--moe-layer-freq (", c.moe_layer_freq, ") must be >= 1 (layer l is MoE when l % N == 0)"));
+  }
+  if (c.moe_router_load_balancing_type != "aux_loss" &&
+      c.moe_router_load_balancing_type != "none") {
+    return absl::InvalidArgumentError(absl::StrCat("--moe-router-load-balancing-type=",
+                                                   c.moe_router_load_balancing_type,
+                                                   ": expected aux_loss or none"));
+  }
+  if (!(c.moe_aux_loss_coeff >= 0) || !(c.moe_z_loss_coeff >= 0) ||
+      !(c.moe_expert_capacity_factor >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--moe-aux-loss-coeff (", c.moe_aux_loss_coeff, "), --moe-z-loss-coeff (",
+        c.moe_z_loss_coeff, ") and --moe-expert-capacity-factor (", c.moe_expert_capacity_factor,
+        ") must be >= 0"));
+  }
+  if (c.moe_pad_expert_input_to_capacity && c.moe_expert_capacity_factor <= 0) {
+    return absl::InvalidArgumentError(
+        "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor > 0 (dropless "
+        "experts have no capacity to pad to)");
+  }
+  if (c.add_bias_linear) {
+    return absl::InvalidArgumentError(
+        "--num-experts needs --disable-bias-linear (experts have no biases, as in Megatron's "
+        "grouped-GEMM experts and Mixtral)");
+  }
+  if (!c.device.is_cpu()) {
+    return absl::UnimplementedError(
+        "--num-experts runs on --device=cpu only for now (the router and the token dispatch "
+        "are host code)");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateRecompute(const GptConfig& c, int64_t layers_per_chunk) {
@@ -216,6 +269,23 @@ std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer) {
                          false, true));
   }
   norm("post_attention_layernorm");
+  if (c.moe_layer(layer)) {
+    // The router (replicated: every TP rank routes the same tokens) and E
+    // experts, each a dense MLP split over TP like the one below (no biases:
+    // ValidateMoe). Globally named, so checkpoints do not depend on the layout.
+    specs.push_back(Spec(p + "mlp.router.weight", {c.num_experts, h}, TpSplit::kReplicated,
+                         Init::kNormal, std, true));
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
+      specs.push_back(c.swiglu ? Spec(x + "dense_h_to_4h.weight", {2, f * h}, TpSplit::kCols,
+                                      Init::kNormal, std, true)
+                               : Spec(x + "dense_h_to_4h.weight", {f, h}, TpSplit::kRows,
+                                      Init::kNormal, std, true));
+      specs.push_back(Spec(x + "dense_4h_to_h.weight", {h, f}, TpSplit::kCols,
+                           Init::kScaledNormal, scaled, true));
+    }
+    return specs;
+  }
   if (c.swiglu) {
     // [gate; up], each [f, h] flattened: a column block is a rank's slice of both.
     specs.push_back(Spec(p + "mlp.dense_h_to_4h.weight", {2, f * h}, TpSplit::kCols,
@@ -280,9 +350,15 @@ int64_t ParameterCount(const GptConfig& c) {
   const int64_t norm = c.rms_norm() ? h : 2 * h;
   const int64_t biases = c.add_bias_linear ? qkv + h + up + h : 0;
   const int64_t block = 2 * norm + qkv * h + h * h + up * h + h * f + biases;
+  // An MoE layer (no biases: ValidateMoe): E experts and the router [E, h]
+  // instead of one MLP.
+  const int64_t moe_block =
+      block - (up * h + h * f) + c.num_experts * (up * h + h * f) + c.num_experts * h;
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.moe_layer(l) ? 1 : 0;
   const int64_t embeddings = c.vocab_size * h * (c.tied_output_layer() ? 1 : 2) +
                              (c.learned_positions() ? c.max_positions() * h : 0);
-  return c.num_layers * block + embeddings + norm;
+  return (c.num_layers - moe_layers) * block + moe_layers * moe_block + embeddings + norm;
 }
 
 }  // namespace loom::layers

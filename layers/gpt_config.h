@@ -58,6 +58,25 @@ struct GptConfig {
   std::string recompute_method;
   int64_t recompute_num_layers = 0;
 
+  // Mixture of experts (Megatron's flags; layers/moe.h). 0 experts: dense.
+  //   --num-experts E, --moe-router-topk K: each token goes to the K experts
+  //     of largest router logit, weighted by the softmax over those K logits.
+  //   --moe-layer-freq N: layer l is an MoE layer when l % N == 0 (1: all).
+  //   --moe-router-load-balancing-type aux_loss | none, --moe-aux-loss-coeff,
+  //     --moe-z-loss-coeff: the Switch load-balancing loss and ST-MoE's
+  //     z-loss, added to the objective (not to the logged LM loss).
+  //   --moe-expert-capacity-factor C (0: dropless): an expert takes at most
+  //     ceil(tokens · K / E · C) assignments, the most probable ones;
+  //     --moe-pad-expert-input-to-capacity pads every expert to that many rows.
+  int64_t num_experts = 0;
+  int64_t moe_router_topk = 2;
+  int64_t moe_layer_freq = 1;
+  std::string moe_router_load_balancing_type = "aux_loss";
+  float moe_aux_loss_coeff = 0.0f;
+  float moe_z_loss_coeff = 0.0f;
+  float moe_expert_capacity_factor = 0.0f;
+  bool moe_pad_expert_input_to_capacity = false;
+
   // Megatron's default with --swiglu keeps the MLP's parameter count near 8h²:
   // int(4h · 2/3 / 64) · 64.
   int64_t ffn() const {
@@ -80,6 +99,8 @@ struct GptConfig {
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);
   }
+  bool moe() const { return num_experts > 0; }
+  bool moe_layer(int64_t layer) const { return moe() && layer % moe_layer_freq == 0; }
   bool recompute_full() const { return recompute_granularity == "full"; }
   bool recompute_selective() const { return recompute_granularity == "selective"; }
 };
@@ -92,6 +113,10 @@ struct GptConfig {
 // chunk.
 absl::Status ValidateLayout(const GptConfig& config, int tp, bool sequence_parallel, int pp = 1,
                             int vp = 1, int cp = 1);
+
+// The MoE flags (--num-experts and the --moe-* ones): ranges, top-k <= E,
+// no linear biases, a known load-balancing type; the errors name the flags.
+absl::Status ValidateMoe(const GptConfig& config);
 
 // The --recompute-* flags: a known granularity and method, a method and
 // N in [1, layers_per_chunk] with full, neither with selective (Megatron's

@@ -64,7 +64,7 @@ int64_t GptModel::Saved::ActivationBytes() const {
          Bytes(b.ln2.mean) + Bytes(b.ln2.rstd) + Bytes(b.attention.qkv_in.input) +
          Bytes(b.attention.qkv) + Bytes(b.attention.lse) + Bytes(b.attention.proj_in.input) +
          Bytes(b.mlp.up_in.input) + Bytes(b.mlp.pre_gelu) + Bytes(b.mlp.down_in.input) +
-         Bytes(b.attention.gather_ids) + Bytes(b.attention.table_ids);
+         Bytes(b.attention.gather_ids) + Bytes(b.attention.table_ids) + b.moe.Bytes();
   }
   return n + Bytes(final_norm.input) + Bytes(output.input) + Bytes(loss.logits);
 }
@@ -265,7 +265,8 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
   }
   for (auto run = runs_[c].rbegin(); run != runs_[c].rend(); ++run) {
     if (!run->recompute) {
-      LOOM_ASSIGN_OR_RETURN(d, blocks_[c][run->first]->Backward(d, dropout, saved.blocks[run->first]));
+      LOOM_ASSIGN_OR_RETURN(
+          d, blocks_[c][run->first]->Backward(d, dropout, saved.blocks[run->first], dloss));
       LOOM_RETURN_IF_ERROR(After(chunk.first_layer + run->first));
       continue;
     }
@@ -286,7 +287,7 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
     }
     x = Tensor();  // the run's output: not needed by its backward
     for (int64_t k = run->count; k-- > 0;) {
-      LOOM_ASSIGN_OR_RETURN(d, blocks_[c][run->first + k]->Backward(d, dropout, again[k]));
+      LOOM_ASSIGN_OR_RETURN(d, blocks_[c][run->first + k]->Backward(d, dropout, again[k], dloss));
       again[k] = TransformerBlock::Saved();
       LOOM_RETURN_IF_ERROR(After(chunk.first_layer + run->first + k));
     }

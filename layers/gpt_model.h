@@ -129,7 +129,8 @@ class GptModel {
   static absl::StatusOr<double> LossOf(const core::Tensor& loss_sums);
   // Backward of chunk `c`: `dy` is the gradient of its output (ignored for a
   // post_process chunk, which starts from `dloss`, the weight of this
-  // micro-batch's mean loss). Returns the gradient of the hidden input, or an
+  // micro-batch's mean loss; every chunk scales its MoE layers' load-balancing
+  // and z losses by it). Returns the gradient of the hidden input, or an
   // empty tensor for a pre_process chunk. Gradients accumulate into params().
   // With full recomputation it first reruns each recomputed run's forward
   // from its kept input with the same `dropout` (same masks: bit-identical to

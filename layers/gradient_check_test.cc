@@ -5,7 +5,10 @@
 // derivative g·v along a random direction v matches
 // (L(p + εv) − L(p − εv)) / 2ε. Hidden dropout is on (fixed masks). The same
 // for a Llama-style GPT (RMSNorm, RoPE on half of each head's dims, SwiGLU,
-// 4 heads in 2 K/V groups, untied output layer, no biases).
+// 4 heads in 2 K/V groups, untied output layer, no biases), and for MoE
+// layers (router, experts, load-balancing and z losses; dropless and with a
+// capacity).
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -24,7 +27,13 @@ using core::Tensor;
 constexpr double kEps = 1e-2;
 constexpr double kTolerance = 1e-2;
 
-GptConfig SmallConfig(bool llama = false) {
+// The architectures checked: GPT-2, Llama-style, and Llama-style with an MoE
+// MLP in every layer (4 experts, top-2, the load-balancing and z losses
+// weighted well above f32 noise), dropless or with a capacity that drops.
+enum class Arch { kGpt2, kLlama, kMoe, kMoeCapacity };
+
+GptConfig SmallConfig(Arch arch) {
+  const bool llama = arch != Arch::kGpt2;
   GptConfig c;
   c.num_layers = 2;
   c.hidden_size = 16;
@@ -47,10 +56,45 @@ GptConfig SmallConfig(bool llama = false) {
     c.untie_embeddings_and_output_weights = true;
     c.add_bias_linear = false;
   }
+  if (arch == Arch::kMoe || arch == Arch::kMoeCapacity) {
+    c.num_experts = 4;
+    c.moe_router_topk = 2;
+    c.moe_aux_loss_coeff = 0.1f;
+    c.moe_z_loss_coeff = 0.01f;
+    if (arch == Arch::kMoeCapacity) c.moe_expert_capacity_factor = 0.75f;
+  }
   return c;
 }
 
-class GradientCheckTest : public ::testing::TestWithParam<bool> {};
+class GradientCheckTest : public ::testing::TestWithParam<Arch> {};
+
+// What the backward differentiates: the LM loss plus every MoE layer's
+// load-balancing and z losses.
+double Objective(const GptModel::Saved& saved, double lm_loss) {
+  double total = lm_loss;
+  for (const TransformerBlock::Saved& b : saved.blocks) {
+    total += b.moe.routing.aux_loss + b.moe.routing.z_loss;
+  }
+  return total;
+}
+
+// The experts every MoE layer chose, to be sure a finite-difference step did
+// not change the routing (the objective is not differentiable there).
+// Per token the set of (expert, kept) pairs: the order of a token's K
+// choices is not part of the function (two nearly equal logits may swap).
+std::vector<int32_t> Choices(const GptModel::Saved& saved) {
+  std::vector<int32_t> all;
+  for (const TransformerBlock::Saved& b : saved.blocks) {
+    const Routing& r = b.moe.routing;
+    for (int64_t t = 0; t < r.tokens; ++t) {
+      std::vector<int32_t> token;
+      for (int k = 0; k < r.topk; ++k) token.push_back(2 * r.expert[t * r.topk + k] + r.kept(t, k));
+      std::sort(token.begin(), token.end());
+      all.insert(all.end(), token.begin(), token.end());
+    }
+  }
+  return all;
+}
 
 DropoutStream Dropout() {
   DropoutStream d;
@@ -60,11 +104,15 @@ DropoutStream Dropout() {
   return d;
 }
 
-double Loss(GptModel& model, const Tensor& ids, const Tensor& targets) {
+double Loss(GptModel& model, const Tensor& ids, const Tensor& targets,
+            const std::vector<int32_t>* routing = nullptr) {
   GptModel::Saved saved;
   double loss = 0;
   EXPECT_TRUE(model.Forward(0, ids, targets, Dropout(), &saved, &loss).ok());
-  return loss;
+  if (routing != nullptr) {
+    EXPECT_EQ(Choices(saved), *routing) << "a step changed the routing";
+  }
+  return Objective(saved, loss);
 }
 
 TEST_P(GradientCheckTest, EveryParameterTensorMatchesFiniteDifferences) {
@@ -77,6 +125,7 @@ TEST_P(GradientCheckTest, EveryParameterTensorMatchesFiniteDifferences) {
   double loss = 0;
   ASSERT_TRUE((*model)->Forward(0, ids, targets, Dropout(), &saved, &loss).ok());
   ASSERT_TRUE((*model)->Backward(0, Tensor(), 1.0f, Dropout(), saved).ok());
+  const std::vector<int32_t> routing = Choices(saved);
 
   std::mt19937_64 rng(9);
   std::normal_distribution<float> normal;
@@ -94,9 +143,9 @@ TEST_P(GradientCheckTest, EveryParameterTensorMatchesFiniteDifferences) {
       analytic += double(g[i]) * v[i];
     }
     for (size_t i = 0; i < v.size(); ++i) w[i] = orig[i] + kEps * v[i];
-    const double plus = Loss(**model, ids, targets);
+    const double plus = Loss(**model, ids, targets, &routing);
     for (size_t i = 0; i < v.size(); ++i) w[i] = orig[i] - kEps * v[i];
-    const double minus = Loss(**model, ids, targets);
+    const double minus = Loss(**model, ids, targets, &routing);
     std::copy(orig.begin(), orig.end(), w);
     const double numeric = (plus - minus) / (2 * kEps);
     EXPECT_NEAR(analytic, numeric, kTolerance * std::max(1e-3, std::fabs(numeric)))
@@ -138,7 +187,8 @@ TEST_P(GradientCheckTest, HiddenInputGradientOfAMiddleChunk) {
       GptModel::Saved s;
       double l = 0;
       EXPECT_TRUE((*model)->Forward(0, y, targets, Dropout(), &s, &l).ok());
-      return l;
+      EXPECT_EQ(Choices(s), Choices(saved)) << "a step changed the routing";
+      return Objective(s, l);
     };
     const double numeric = (shifted(1) - shifted(-1)) / (2 * kEps);
     EXPECT_NEAR(analytic, numeric, kTolerance * std::max(1e-3, std::fabs(numeric)));
@@ -156,7 +206,8 @@ TEST_P(GradientCheckTest, WrongGradientIsCaught) {
   double loss = 0;
   ASSERT_TRUE((*model)->Forward(0, ids, targets, Dropout(), &saved, &loss).ok());
   ASSERT_TRUE((*model)->Backward(0, Tensor(), 1.0f, Dropout(), saved).ok());
-  Param& p = (*model)->params().at("layers.0.mlp.dense_h_to_4h.weight");
+  Param& p = (*model)->params().at(config.moe() ? "layers.0.mlp.router.weight"
+                                                 : "layers.0.mlp.dense_h_to_4h.weight");
   float* w = p.value.data<float>();
   double analytic = 0;
   for (int64_t i = 0; i < p.value.numel(); ++i) analytic += 1.1 * p.grad.data<float>()[i];
@@ -169,8 +220,18 @@ TEST_P(GradientCheckTest, WrongGradientIsCaught) {
   EXPECT_GT(std::fabs(analytic - numeric), kTolerance * std::fabs(numeric));
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, GradientCheckTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Llama" : "Gpt2"; });
+INSTANTIATE_TEST_SUITE_P(Architectures, GradientCheckTest,
+                         ::testing::Values(Arch::kGpt2, Arch::kLlama, Arch::kMoe,
+                                           Arch::kMoeCapacity),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Arch::kGpt2: return "Gpt2";
+                             case Arch::kLlama: return "Llama";
+                             case Arch::kMoe: return "Moe";
+                             case Arch::kMoeCapacity: return "MoeCapacity";
+                           }
+                           return "";
+                         });
 
 }  // namespace
 }  // namespace loom::layers

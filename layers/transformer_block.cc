@@ -70,10 +70,25 @@ TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t l
                  &p->at(Name(layer, "attention.dense.weight")),
                  Optional(p, Name(layer, "attention.dense.bias")), AttentionOptionsOf(c), tp, cp,
                  layer),
-      mlp_(&p->at(Name(layer, "mlp.dense_h_to_4h.weight")),
-           Optional(p, Name(layer, "mlp.dense_h_to_4h.bias")),
-           &p->at(Name(layer, "mlp.dense_4h_to_h.weight")),
-           Optional(p, Name(layer, "mlp.dense_4h_to_h.bias")), tp, c.swiglu) {}
+      mlp_(c.moe_layer(layer)
+               ? std::nullopt
+               : std::optional<ParallelMlp>(std::in_place,
+                                            &p->at(Name(layer, "mlp.dense_h_to_4h.weight")),
+                                            Optional(p, Name(layer, "mlp.dense_h_to_4h.bias")),
+                                            &p->at(Name(layer, "mlp.dense_4h_to_h.weight")),
+                                            Optional(p, Name(layer, "mlp.dense_4h_to_h.bias")), tp,
+                                            c.swiglu)) {
+  if (c.moe_layer(layer)) {
+    std::vector<Param*> fc1, fc2;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string x = absl::StrCat("mlp.experts.", e, ".");
+      fc1.push_back(&p->at(Name(layer, (x + "dense_h_to_4h.weight").c_str())));
+      fc2.push_back(&p->at(Name(layer, (x + "dense_4h_to_h.weight").c_str())));
+    }
+    moe_.emplace(&p->at(Name(layer, "mlp.router.weight")), std::move(fc1), std::move(fc2),
+                 MoeOptionsOf(c), tp);
+  }
+}
 
 absl::Status TransformerBlock::Dropout(Tensor* x, const DropoutStream& d, int site,
                                        bool backward) const {
@@ -87,17 +102,18 @@ absl::StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, const DropoutS
   LOOM_RETURN_IF_ERROR(Dropout(&a, d, 0, false));
   LOOM_RETURN_IF_ERROR(core::ops::Add(a, x, &a));  // a is now h1
   LOOM_ASSIGN_OR_RETURN(Tensor m, ln2_.Forward(a, &saved->ln2));
-  LOOM_ASSIGN_OR_RETURN(m, mlp_.Forward(m, &saved->mlp));
+  LOOM_ASSIGN_OR_RETURN(m, moe_ ? moe_->Forward(m, &saved->moe) : mlp_->Forward(m, &saved->mlp));
   LOOM_RETURN_IF_ERROR(Dropout(&m, d, 1, false));
   LOOM_RETURN_IF_ERROR(core::ops::Add(m, a, &m));
   return m;
 }
 
 absl::StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy, const DropoutStream& d,
-                                                  const Saved& saved) const {
+                                                  const Saved& saved, float loss_weight) const {
   LOOM_ASSIGN_OR_RETURN(Tensor dm, dy.Clone());
   LOOM_RETURN_IF_ERROR(Dropout(&dm, d, 1, true));
-  LOOM_ASSIGN_OR_RETURN(dm, mlp_.Backward(dm, saved.mlp));
+  LOOM_ASSIGN_OR_RETURN(dm, moe_ ? moe_->Backward(dm, loss_weight, saved.moe)
+                                : mlp_->Backward(dm, saved.mlp));
   LOOM_ASSIGN_OR_RETURN(Tensor dh1, ln2_.Backward(dm, saved.ln2));
   LOOM_RETURN_IF_ERROR(core::ops::Add(dh1, dy, &dh1));  // residual
   LOOM_ASSIGN_OR_RETURN(Tensor da, dh1.Clone());

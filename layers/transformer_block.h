@@ -1,12 +1,15 @@
 #ifndef LOOM_LAYERS_TRANSFORMER_BLOCK_H_
 #define LOOM_LAYERS_TRANSFORMER_BLOCK_H_
 
+#include <optional>
+
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "layers/attention.h"
 #include "layers/context_parallel.h"
 #include "layers/gpt_config.h"
 #include "layers/layer_norm.h"
+#include "layers/moe.h"
 #include "layers/params.h"
 #include "layers/tp_group.h"
 
@@ -31,15 +34,18 @@ class TransformerBlock {
     LayerNorm::Saved ln1;  // holds x
     ParallelAttention::Saved attention;
     LayerNorm::Saved ln2;  // holds h1
-    ParallelMlp::Saved mlp;
+    ParallelMlp::Saved mlp;  // a dense layer's
+    MoeMlp::Saved moe;       // an MoE layer's (GptConfig::moe_layer)
   };
   TransformerBlock(ParamBuffer* params, const GptConfig& config, int64_t layer, TpGroup tp,
                    CpGroup cp = {});
 
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, const DropoutStream& dropout,
                                        Saved* saved) const;
+  // `loss_weight`: this micro-batch's weight in the objective (an MoE layer's
+  // load-balancing and z losses are scaled by it).
   absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const DropoutStream& dropout,
-                                        const Saved& saved) const;
+                                        const Saved& saved, float loss_weight = 1.0f) const;
 
  private:
   absl::Status Dropout(core::Tensor* x, const DropoutStream& d, int site, bool backward) const;
@@ -49,7 +55,8 @@ class TransformerBlock {
   CpGroup cp_;
   LayerNorm ln1_, ln2_;
   ParallelAttention attention_;
-  ParallelMlp mlp_;
+  std::optional<ParallelMlp> mlp_;  // dense layers
+  std::optional<MoeMlp> moe_;       // MoE layers
 };
 
 // The attention variant the config asks for (with

@@ -1,0 +1,356 @@
+#include "layers/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/ops.h"
+#include "core/status_macros.h"
+#include "layers/mappings.h"
+
+namespace loom::layers {
+
+using core::DType;
+using core::Shape;
+using core::Tensor;
+
+MoeOptions MoeOptionsOf(const GptConfig& c) {
+  MoeOptions o;
+  o.experts = c.num_experts;
+  o.topk = c.moe_router_topk;
+  o.swiglu = c.swiglu;
+  o.aux_loss = c.moe_router_load_balancing_type == "aux_loss";
+  o.aux_loss_coeff = c.moe_aux_loss_coeff;
+  o.z_loss_coeff = c.moe_z_loss_coeff;
+  o.capacity_factor = c.moe_expert_capacity_factor;
+  o.pad_to_capacity = c.moe_pad_expert_input_to_capacity;
+  return o;
+}
+
+namespace {
+
+// Softmax of n logits in double (the router's few logits per token).
+void Softmax(const float* x, int64_t n, std::vector<double>* out, double* lse = nullptr) {
+  double max = x[0];
+  for (int64_t i = 1; i < n; ++i) max = std::max(max, double(x[i]));
+  double sum = 0;
+  out->resize(n);
+  for (int64_t i = 0; i < n; ++i) sum += (*out)[i] = std::exp(double(x[i]) - max);
+  for (int64_t i = 0; i < n; ++i) (*out)[i] /= sum;
+  if (lse != nullptr) *lse = max + std::log(sum);
+}
+
+// Megatron's get_capacity(tokens · K, E, factor).
+int64_t Capacity(int64_t tokens, const MoeOptions& o) {
+  return static_cast<int64_t>(std::ceil(static_cast<double>(tokens * o.topk) /
+                                        static_cast<double>(o.experts) * o.capacity_factor));
+}
+
+}  // namespace
+
+absl::StatusOr<Routing> Route(const float* logits, int64_t T, const MoeOptions& o) {
+  const int64_t E = o.experts, K = o.topk;
+  if (E < 1 || K < 1 || K > E || T < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Route: top-", K, " of ", E, " experts for ",
+                                                   T, " tokens (--moe-router-topk, --num-experts)"));
+  }
+  Routing r;
+  r.tokens = T;
+  r.topk = K;
+  r.experts = E;
+  r.expert.resize(T * K);
+  r.prob.resize(T * K);
+  r.row.assign(T * K, -1);
+  r.tokens_per_expert.assign(E, 0);
+  std::vector<int32_t> order(E);
+  std::vector<double> p, all;
+  double aux_dot = 0, z_sum = 0;
+  std::vector<double> score_sum(E, 0.0);  // Σ_t softmax(logits_t)_e, for the aux loss
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits + t * E;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(), [l](int32_t a, int32_t b) {
+      return l[a] > l[b] || (l[a] == l[b] && a < b);
+    });
+    std::vector<float> chosen(K);
+    for (int k = 0; k < K; ++k) chosen[k] = l[order[k]];
+    Softmax(chosen.data(), K, &p);
+    for (int k = 0; k < K; ++k) {
+      r.expert[t * K + k] = order[k];
+      r.prob[t * K + k] = static_cast<float>(p[k]);
+      ++r.tokens_per_expert[order[k]];
+    }
+    double lse = 0;
+    Softmax(l, E, &all, &lse);
+    for (int64_t e = 0; e < E; ++e) score_sum[e] += all[e];
+    z_sum += lse * lse;
+  }
+  for (int64_t e = 0; e < E; ++e) aux_dot += score_sum[e] * double(r.tokens_per_expert[e]);
+  if (o.aux_loss && o.aux_loss_coeff > 0 && T > 0) {
+    // Switch Transformer: E · Σ_e f_e · P_e with f_e the share of the T·K
+    // assignments and P_e the mean router probability (Megatron's formula).
+    r.aux_loss = o.aux_loss_coeff * double(E) / (double(K) * double(T) * double(T)) * aux_dot;
+  }
+  if (o.z_loss_coeff > 0 && T > 0) r.z_loss = o.z_loss_coeff * z_sum / double(T);
+
+  // Assignments per expert in token order; under a capacity each expert
+  // keeps its `capacity` most probable ones (ties: the earlier token).
+  std::vector<std::vector<int64_t>> by_expert(E);  // slots t·K + k
+  for (int64_t slot = 0; slot < T * K; ++slot) by_expert[r.expert[slot]].push_back(slot);
+  if (o.capacity_factor > 0) {
+    r.capacity = Capacity(T, o);
+    for (auto& slots : by_expert) {
+      if (static_cast<int64_t>(slots.size()) <= r.capacity) continue;
+      std::stable_sort(slots.begin(), slots.end(),
+                       [&](int64_t a, int64_t b) { return r.prob[a] > r.prob[b]; });
+      r.dropped += static_cast<int64_t>(slots.size()) - r.capacity;
+      slots.resize(r.capacity);
+      std::sort(slots.begin(), slots.end());  // back to token order
+    }
+  }
+  r.expert_rows.assign(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = static_cast<int64_t>(by_expert[e].size());
+    const int64_t rows = o.pad_to_capacity && r.capacity > 0 ? r.capacity : n;
+    r.expert_rows[e + 1] = r.expert_rows[e] + rows;
+    for (int64_t i = 0; i < rows; ++i) {
+      if (i < n) {
+        const int64_t slot = by_expert[e][i];
+        r.row[slot] = static_cast<int32_t>(r.row_token.size());
+        r.row_token.push_back(static_cast<int32_t>(slot / K));
+      } else {
+        r.row_token.push_back(-1);  // padding: a zero row, weight 0
+      }
+    }
+  }
+  return r;
+}
+
+void RouterBackward(const Routing& r, const float* logits, const float* dprob, float w,
+                    const MoeOptions& o, float* dlogits) {
+  const int64_t T = r.tokens, K = r.topk, E = r.experts;
+  std::fill(dlogits, dlogits + T * E, 0.0f);
+  // The aux loss's gradient with respect to softmax(logits_t)_e is g_e, the
+  // same for every token: w · coeff · E / (K·T²) · tokens_per_expert[e].
+  std::vector<double> g(E, 0.0);
+  const bool aux = o.aux_loss && o.aux_loss_coeff > 0 && T > 0;
+  if (aux) {
+    for (int64_t e = 0; e < E; ++e) {
+      g[e] = double(w) * o.aux_loss_coeff * double(E) / (double(K) * double(T) * double(T)) *
+             double(r.tokens_per_expert[e]);
+    }
+  }
+  const bool z = o.z_loss_coeff > 0 && T > 0;
+  std::vector<double> s;
+  for (int64_t t = 0; t < T; ++t) {
+    float* d = dlogits + t * E;
+    // Through the softmax over the K chosen logits (a dropped assignment has
+    // no gradient of its own but its probability still takes part).
+    double dot = 0;
+    for (int k = 0; k < K; ++k) dot += double(r.prob[t * K + k]) * dprob[t * K + k];
+    for (int k = 0; k < K; ++k) {
+      const double pk = r.prob[t * K + k];
+      d[r.expert[t * K + k]] += static_cast<float>(pk * (double(dprob[t * K + k]) - dot));
+    }
+    if (!z && !aux) continue;
+    double lse = 0;
+    Softmax(logits + t * E, E, &s, &lse);
+    double sg = 0;
+    for (int64_t e = 0; e < E; ++e) sg += s[e] * g[e];
+    const double zg = z ? double(w) * o.z_loss_coeff * 2.0 * lse / double(T) : 0.0;
+    for (int64_t e = 0; e < E; ++e) {
+      d[e] += static_cast<float>(s[e] * (g[e] - sg) + zg * s[e]);
+    }
+  }
+}
+
+int64_t MoeMlp::Saved::Bytes() const {
+  int64_t n = 0;
+  for (const Tensor* t : {&input, &logits, &dispatched, &pre_act, &act, &expert_out}) {
+    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  }
+  return n;
+}
+
+namespace {
+
+// The weight's local shard as the [rows, cols] GEMM operand (SwiGLU's fc1 is
+// stored [2, F·h/p] and used as [2F/p, h]).
+absl::StatusOr<Tensor> Matrix(const Tensor& t, int64_t cols) {
+  return t.Reshape(Shape{t.numel() / cols, cols});
+}
+
+absl::StatusOr<Tensor> Rows(const Tensor& t, int64_t first, int64_t n) {
+  return t.Narrow(first, n);
+}
+
+core::ops::EmbeddingOptions RowGather() {
+  core::ops::EmbeddingOptions o;
+  o.zero_out_of_range = true;  // padding rows (-1): zeros forward, nothing backward
+  return o;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
+  if (!x.device().is_cpu() || x.dtype() != DType::kF32 || x.rank() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE layer: input ", x.DebugString(), ", expected a host f32 [s, b, h]"));
+  }
+  const int64_t h = x.dim(2);
+  Tensor full = x;
+  if (tp_.sequence_parallel) {
+    LOOM_ASSIGN_OR_RETURN(full, AllGatherSeq(tp_, x));
+  }
+  const Shape out_shape = full.shape();
+  const int64_t T = full.numel() / h, E = options_.experts;
+  LOOM_ASSIGN_OR_RETURN(saved->input, full.Reshape(Shape{T, h}));
+  LOOM_ASSIGN_OR_RETURN(saved->logits, Tensor::Empty(Shape{T, E}, DType::kF32));
+  LOOM_RETURN_IF_ERROR(
+      core::ops::Matmul(saved->input, router_->value, &saved->logits, {.trans_b = true}));
+  LOOM_ASSIGN_OR_RETURN(saved->routing, Route(saved->logits.data<float>(), T, options_));
+  const Routing& r = saved->routing;
+
+  // Dispatch: one row per kept assignment, grouped by expert.
+  const int64_t N = static_cast<int64_t>(r.row_token.size());
+  const int64_t f = fc2_[0]->value.dim(1);  // f/p
+  const int64_t f1 = options_.swiglu ? 2 * f : f;
+  LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{std::max<int64_t>(N, 1)}, DType::kI32));
+  std::copy(r.row_token.begin(), r.row_token.end(), ids.data<int32_t>());
+  LOOM_ASSIGN_OR_RETURN(saved->dispatched, Tensor::Empty(Shape{N, h}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(saved->pre_act, Tensor::Empty(Shape{N, f1}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{N, f}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(saved->expert_out, Tensor::Empty(Shape{N, h}, DType::kF32));
+  if (N > 0) {
+    LOOM_ASSIGN_OR_RETURN(Tensor used, ids.Narrow(0, N));
+    LOOM_RETURN_IF_ERROR(
+        core::ops::EmbeddingForward(used, saved->input, &saved->dispatched, RowGather()));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t first = r.expert_rows[e], n = r.expert_rows[e + 1] - first;
+    if (n == 0) continue;  // an expert without tokens: nothing to compute
+    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved->dispatched, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved->pre_act, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved->act, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor out, Rows(saved->expert_out, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[e]->value, h));
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(xe, w1, &pre, {.trans_b = true}));
+    LOOM_RETURN_IF_ERROR(options_.swiglu ? core::ops::SwigluForward(pre, &act)
+                                         : core::ops::GeluForward(pre, &act));
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(act, fc2_[e]->value, &out, {.trans_b = true}));
+  }
+
+  // Combine: y_t = Σ_k prob_tk · out_row(t,k), in k order (deterministic).
+  LOOM_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros(Shape{T, h}, DType::kF32));
+  const float* rows = saved->expert_out.data<float>();
+  float* yp = y.data<float>();
+  const int64_t K = r.topk;
+#pragma omp parallel for
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t row = r.row[t * K + k];
+      if (row < 0) continue;
+      const float p = r.prob[t * K + k];
+      const float* o = rows + row * h;
+      for (int64_t j = 0; j < h; ++j) yp[t * h + j] += p * o[j];
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(y, y.Reshape(out_shape));
+  if (tp_.sequence_parallel) return ReduceScatterSeq(tp_, y);
+  LOOM_RETURN_IF_ERROR(AllReduceTp(tp_, y));
+  return y;
+}
+
+absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
+                                        const Saved& saved) const {
+  const Routing& r = saved.routing;
+  const int64_t T = r.tokens, K = r.topk, E = r.experts, h = saved.input.dim(1);
+  Tensor dfull = dy;
+  if (tp_.sequence_parallel) {
+    LOOM_ASSIGN_OR_RETURN(dfull, AllGatherSeq(tp_, dy));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor d2, dfull.Reshape(Shape{T, h}));
+  const float* g = d2.data<float>();
+  const float* rows = saved.expert_out.data<float>();
+  const int64_t N = saved.expert_out.dim(0);
+
+  // The combine's gradients: d out_row = prob · dy_t; dprob_tk = ⟨dy_t,
+  // out_row⟩, a partial sum over TP (the rows are) completed by an all-reduce.
+  LOOM_ASSIGN_OR_RETURN(Tensor dout, Tensor::Zeros(Shape{N, h}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor dprob, Tensor::Zeros(Shape{T, K}, DType::kF32));
+  float* dop = dout.data<float>();
+  float* dpp = dprob.data<float>();
+#pragma omp parallel for
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t row = r.row[t * K + k];
+      if (row < 0) continue;
+      const float p = r.prob[t * K + k];
+      double dot = 0;
+      for (int64_t j = 0; j < h; ++j) {
+        dop[row * h + j] = p * g[t * h + j];
+        dot += double(g[t * h + j]) * rows[row * h + j];
+      }
+      dpp[t * K + k] = static_cast<float>(dot);
+    }
+  }
+  comm::WorkPtr dprob_sum = AllReduceTpAsync(tp_, dprob);
+
+  // The experts, backwards; their input gradients scatter-add into dx.
+  LOOM_ASSIGN_OR_RETURN(Tensor ddisp, Tensor::Empty(Shape{N, h}, DType::kF32));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t first = r.expert_rows[e], n = r.expert_rows[e + 1] - first;
+    if (n == 0) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved.dispatched, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved.pre_act, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved.act, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dout, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor dxe, Rows(ddisp, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor dact, Tensor::Empty(act.shape(), DType::kF32));
+    LOOM_ASSIGN_OR_RETURN(Tensor dpre, Tensor::Empty(pre.shape(), DType::kF32));
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(de, fc2_[e]->value, &dact));
+    LOOM_RETURN_IF_ERROR(
+        core::ops::Matmul(de, act, &fc2_[e]->grad, {.trans_a = true, .beta = 1.0f}));
+    if (options_.swiglu) {
+      LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, pre, &dpre));
+    } else {
+      LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(pre, dact, &dpre));
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[e]->value, h));
+    LOOM_ASSIGN_OR_RETURN(Tensor dw1, Matrix(fc1_[e]->grad, h));
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(dpre, xe, &dw1, {.trans_a = true, .beta = 1.0f}));
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(dpre, w1, &dxe));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Zeros(Shape{T, h}, DType::kF32));
+  if (N > 0) {
+    LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{N}, DType::kI32));
+    std::copy(r.row_token.begin(), r.row_token.end(), ids.data<int32_t>());
+    LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(ids, ddisp, &dx, RowGather()));
+  }
+
+  // The router: its gradients are whole on every TP rank (same tokens, the
+  // summed dprob), so its input gradient joins after the experts' reduction.
+  if (dprob_sum != nullptr) LOOM_RETURN_IF_ERROR(dprob_sum->Wait());
+  LOOM_ASSIGN_OR_RETURN(Tensor dlogits, Tensor::Empty(Shape{T, E}, DType::kF32));
+  RouterBackward(r, saved.logits.data<float>(), dprob.data<float>(), loss_weight, options_,
+                 dlogits.data<float>());
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dlogits, saved.input, &router_->grad,
+                                         {.trans_a = true, .beta = 1.0f}));
+  LOOM_ASSIGN_OR_RETURN(Tensor drouter, Tensor::Empty(Shape{T, h}, DType::kF32));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dlogits, router_->value, &drouter));
+
+  LOOM_ASSIGN_OR_RETURN(dx, dx.Reshape(dfull.shape()));
+  LOOM_ASSIGN_OR_RETURN(drouter, drouter.Reshape(dfull.shape()));
+  if (tp_.sequence_parallel) {
+    LOOM_ASSIGN_OR_RETURN(dx, ReduceScatterSeq(tp_, dx));
+    const int64_t local = dx.dim(0);
+    LOOM_ASSIGN_OR_RETURN(drouter, drouter.Narrow(tp_.rank() * local, local));
+  } else {
+    LOOM_RETURN_IF_ERROR(AllReduceTp(tp_, dx));
+  }
+  LOOM_RETURN_IF_ERROR(core::ops::Add(dx, drouter, &dx));
+  return dx;
+}
+
+}  // namespace loom::layers

@@ -1,0 +1,111 @@
+#ifndef LOOM_LAYERS_MOE_H_
+#define LOOM_LAYERS_MOE_H_
+
+// Mixture of experts: Megatron's MoE layer (router, top-k, load-balancing and
+// z losses, capacity with token dropping or dropless, token permutation)
+// with experts split over TP like the dense MLP. Expert parallelism (experts
+// over EP ranks, tokens moved by all-to-all-v) is not built yet: every rank
+// holds all E experts.
+//
+// Data path of one MoE layer on T = s·b tokens (the whole sequence: under
+// sequence parallelism the input is all-gathered first, so every TP rank
+// routes the same tokens the same way):
+//   logits = x·Wrᵀ [T, E] (f32) -> Route: top-K experts per token, probs =
+//   softmax over the K chosen logits (Mixtral's and Megatron's default),
+//   capacity drop -> dispatch: the assignments' rows gathered into one
+//   [N, h] buffer, grouped by expert (token order within an expert) -> per
+//   expert: fc1 [n_e, f/p] (SwiGLU: [n_e, 2f/p]), activation, fc2 [n_e, h]
+//   (a partial sum over TP) -> combine: y_t = Σ_k prob_tk · out_row(t,k) ->
+//   all-reduce over TP (SP: reduce-scatter along s).
+// Backward mirrors it; the probabilities' gradient ⟨dy_t, out_row⟩ is summed
+// over TP (the rows are partial), the router's input gradient is complete on
+// every TP rank and added after the experts' reduction.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "layers/gpt_config.h"
+#include "layers/params.h"
+#include "layers/tp_group.h"
+
+namespace loom::layers {
+
+struct MoeOptions {
+  int64_t experts = 0;
+  int64_t topk = 2;
+  bool swiglu = false;
+  bool aux_loss = true;          // --moe-router-load-balancing-type=aux_loss
+  float aux_loss_coeff = 0.0f;
+  float z_loss_coeff = 0.0f;
+  float capacity_factor = 0.0f;  // 0: dropless
+  bool pad_to_capacity = false;
+};
+MoeOptions MoeOptionsOf(const GptConfig& config);
+
+// What the router decided for T tokens, and where each assignment sits in
+// the dispatched buffer.
+struct Routing {
+  int64_t tokens = 0, topk = 0, experts = 0;
+  std::vector<int32_t> expert;  // [T, K]: chosen experts, by descending logit
+  // [T, K]: softmax over the K chosen logits (before any drop: the backward's
+  // Jacobian needs them); an assignment dropped by the capacity has weight 0.
+  std::vector<float> prob;
+  std::vector<int32_t> row;  // [T, K]: its row in the dispatched buffer, -1 if dropped
+  std::vector<int64_t> tokens_per_expert;  // [E] assignments before the capacity
+  std::vector<int64_t> expert_rows;        // [E + 1]: expert e owns rows [r_e, r_{e+1})
+  std::vector<int32_t> row_token;          // [N]: the token of each row (-1: padding)
+  int64_t capacity = 0;                    // 0: dropless
+  int64_t dropped = 0;                     // assignments over the capacity
+  double aux_loss = 0;                     // coefficient included
+  double z_loss = 0;
+
+  bool kept(int64_t t, int k) const { return row[t * topk + k] >= 0; }
+};
+
+// Routes T tokens from their router logits [T, E] (host f32). Deterministic:
+// ties go to the lower expert index, and under a capacity the more probable
+// assignments stay (ties: the earlier token), so every layout drops the same.
+absl::StatusOr<Routing> Route(const float* logits, int64_t tokens, const MoeOptions& options);
+
+// dlogits [T, E] (host f32, written) from the gradient of the combine
+// weights dprob [T, K] and the load-balancing and z losses' gradients scaled
+// by `loss_weight` (the micro-batch's weight in the objective).
+void RouterBackward(const Routing& routing, const float* logits, const float* dprob,
+                    float loss_weight, const MoeOptions& options, float* dlogits);
+
+class MoeMlp {
+ public:
+  struct Saved {
+    core::Tensor input;       // [T, h] all tokens (SP: gathered)
+    core::Tensor logits;      // [T, E] f32
+    Routing routing;
+    core::Tensor dispatched;  // [N, h]
+    core::Tensor pre_act;     // [N, f/p] (SwiGLU: [N, 2f/p])
+    core::Tensor act;         // [N, f/p]
+    core::Tensor expert_out;  // [N, h], partial over TP
+    int64_t Bytes() const;    // for memory accounting
+  };
+  // fc1[e], fc2[e]: expert e's dense_h_to_4h and dense_4h_to_h weights (TP shards).
+  MoeMlp(Param* router, std::vector<Param*> fc1, std::vector<Param*> fc2,
+         const MoeOptions& options, TpGroup tp)
+      : router_(router), fc1_(std::move(fc1)), fc2_(std::move(fc2)), options_(options), tp_(tp) {}
+
+  // x: [s(/p), b, h] -> [s(/p), b, h] (host f32).
+  absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
+  // dy: [s(/p), b, h]; accumulates the router's and experts' gradients.
+  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, float loss_weight,
+                                        const Saved& saved) const;
+
+ private:
+  Param* router_;
+  std::vector<Param*> fc1_, fc2_;
+  MoeOptions options_;
+  TpGroup tp_;
+};
+
+}  // namespace loom::layers
+
+#endif  // LOOM_LAYERS_MOE_H_
