@@ -139,6 +139,11 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(iter_dir));
   const ModelConfig& m = reader->manifest().model();
   const layers::GptConfig c = GptConfigFromProto(m);
+  if (c.moe()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "checkpoint ", iter_dir, " is a mixture of experts (--num-experts=", c.num_experts,
+        "): the MixtralForCausalLM export is not built yet"));
+  }
   const bool llama = c.rms_norm() && c.rope() && c.swiglu && !c.add_bias_linear &&
                      c.rotary_percent == 1.0f;
   const bool gpt2 = !c.rms_norm() && !c.rope() && !c.swiglu && c.add_bias_linear &&

@@ -187,6 +187,11 @@ ModelConfig ModelConfigProto(const layers::GptConfig& c) {
   m.set_num_query_groups(c.num_query_groups);
   m.set_untie_embeddings_and_output_weights(c.untie_embeddings_and_output_weights);
   m.set_disable_bias_linear(!c.add_bias_linear);
+  if (c.moe()) {
+    m.set_num_experts(c.num_experts);
+    m.set_moe_router_topk(c.moe_router_topk);
+    m.set_moe_layer_freq(c.moe_layer_freq);
+  }
   return m;
 }
 
@@ -213,6 +218,9 @@ layers::GptConfig GptConfigFromProto(const ModelConfig& m) {
   if (m.num_query_groups() != 0) c.num_query_groups = m.num_query_groups();
   c.untie_embeddings_and_output_weights = m.untie_embeddings_and_output_weights();
   c.add_bias_linear = !m.disable_bias_linear();
+  c.num_experts = m.num_experts();
+  if (m.moe_router_topk() != 0) c.moe_router_topk = m.moe_router_topk();
+  if (m.moe_layer_freq() != 0) c.moe_layer_freq = m.moe_layer_freq();
   return c;
 }
 
@@ -262,6 +270,11 @@ absl::Status CheckModelConfig(const ModelConfig& saved, const layers::GptConfig&
       {"--untie-embeddings-and-output-weights", b(s.untie_embeddings_and_output_weights),
        b(w.untie_embeddings_and_output_weights)},
       {"--disable-bias-linear", b(!s.add_bias_linear), b(!w.add_bias_linear)},
+      {"--num-experts", absl::StrCat(s.num_experts), absl::StrCat(w.num_experts)},
+      {"--moe-router-topk", absl::StrCat(s.moe() ? s.moe_router_topk : 0),
+       absl::StrCat(w.moe() ? w.moe_router_topk : 0)},
+      {"--moe-layer-freq", absl::StrCat(s.moe() ? s.moe_layer_freq : 0),
+       absl::StrCat(w.moe() ? w.moe_layer_freq : 0)},
   };
   for (const Text& t : texts) {
     if (t.saved != t.flags) return mismatch(t.flag, t.saved, t.flags);

@@ -361,4 +361,12 @@ int64_t ParameterCount(const GptConfig& c) {
   return (c.num_layers - moe_layers) * block + moe_layers * moe_block + embeddings + norm;
 }
 
+int64_t ActiveParameterCount(const GptConfig& c) {
+  if (!c.moe()) return ParameterCount(c);
+  const int64_t h = c.hidden_size, f = c.ffn(), up = c.swiglu ? 2 * f : f;
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.moe_layer(l) ? 1 : 0;
+  return ParameterCount(c) - moe_layers * (c.num_experts - c.moe_router_topk) * (up * h + h * f);
+}
+
 }  // namespace loom::layers

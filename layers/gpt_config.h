@@ -189,6 +189,10 @@ std::vector<ParamSpec> OutputLayerParamSpecs(const GptConfig& config, int tp);
 
 // Global parameter count of the model (unpadded vocabulary), for MFU.
 int64_t ParameterCount(const GptConfig& config);
+// The parameters one token's forward multiplies with: ParameterCount less,
+// in every MoE layer, the E - topk experts the token is not sent to (what
+// model FLOPs count).
+int64_t ActiveParameterCount(const GptConfig& config);
 
 }  // namespace loom::layers
 

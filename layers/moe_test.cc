@@ -217,6 +217,8 @@ TEST(MoeConfigTest, FlagsAreChecked) {
   dense.num_experts = 0;
   const int64_t mlp = 2 * 16 * 64;  // fc1 + fc2, ffn 64
   EXPECT_EQ(ParameterCount(MoeConfig()) - ParameterCount(dense), 2 * (3 * mlp + 4 * 16));
+  // A token uses 2 of the 4 experts: one MLP more than dense, and the router.
+  EXPECT_EQ(ActiveParameterCount(MoeConfig()) - ParameterCount(dense), 2 * (mlp + 4 * 16));
 }
 
 }  // namespace

@@ -66,6 +66,22 @@ ABSL_FLAG(std::string, recompute_method, D().model.recompute_method,
           "--recompute-num-layers layers of each chunk recomputed)");
 ABSL_FLAG(int64_t, recompute_num_layers, D().model.recompute_num_layers,
           "N for --recompute-method: 1 .. layers per model chunk (0: unset)");
+// Mixture of experts (Megatron's flags; layers/moe.h).
+ABSL_FLAG(int64_t, num_experts, D().model.num_experts,
+          "Experts per MoE layer (0: dense MLPs); needs --disable-bias-linear");
+ABSL_FLAG(int64_t, moe_router_topk, D().model.moe_router_topk, "Experts per token");
+ABSL_FLAG(int64_t, moe_layer_freq, D().model.moe_layer_freq,
+          "Layer l is an MoE layer when l % N == 0 (1: every layer)");
+ABSL_FLAG(std::string, moe_router_load_balancing_type, D().model.moe_router_load_balancing_type,
+          "aux_loss (Switch load-balancing loss) | none");
+ABSL_FLAG(float, moe_aux_loss_coeff, D().model.moe_aux_loss_coeff,
+          "Weight of the load-balancing loss");
+ABSL_FLAG(float, moe_z_loss_coeff, D().model.moe_z_loss_coeff, "Weight of the router z-loss");
+ABSL_FLAG(float, moe_expert_capacity_factor, D().model.moe_expert_capacity_factor,
+          "Expert capacity as a multiple of tokens x topk / experts; the least probable "
+          "assignments over it are dropped (0: dropless)");
+ABSL_FLAG(bool, moe_pad_expert_input_to_capacity, D().model.moe_pad_expert_input_to_capacity,
+          "Pad every expert's input to the capacity (with --moe-expert-capacity-factor)");
 ABSL_FLAG(float, hidden_dropout, D().hidden_dropout, "Dropout after attention/MLP and on embeddings");
 ABSL_FLAG(float, attention_dropout, D().attention_dropout, "Dropout on attention probabilities");
 ABSL_FLAG(int64_t, seed, static_cast<int64_t>(D().model.seed),
@@ -196,6 +212,14 @@ TrainConfig ConfigFromFlags() {
   c.model.untie_embeddings_and_output_weights =
       absl::GetFlag(FLAGS_untie_embeddings_and_output_weights);
   c.model.add_bias_linear = !absl::GetFlag(FLAGS_disable_bias_linear);
+  c.model.num_experts = absl::GetFlag(FLAGS_num_experts);
+  c.model.moe_router_topk = absl::GetFlag(FLAGS_moe_router_topk);
+  c.model.moe_layer_freq = absl::GetFlag(FLAGS_moe_layer_freq);
+  c.model.moe_router_load_balancing_type = absl::GetFlag(FLAGS_moe_router_load_balancing_type);
+  c.model.moe_aux_loss_coeff = absl::GetFlag(FLAGS_moe_aux_loss_coeff);
+  c.model.moe_z_loss_coeff = absl::GetFlag(FLAGS_moe_z_loss_coeff);
+  c.model.moe_expert_capacity_factor = absl::GetFlag(FLAGS_moe_expert_capacity_factor);
+  c.model.moe_pad_expert_input_to_capacity = absl::GetFlag(FLAGS_moe_pad_expert_input_to_capacity);
   c.model.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   c.model.recompute_granularity = absl::GetFlag(FLAGS_recompute_granularity);
   c.model.recompute_method = absl::GetFlag(FLAGS_recompute_method);
@@ -326,6 +350,12 @@ absl::StatusOr<std::string> ApplyCheckpointModelArgs(TrainConfig* config,
   bool no_bias = !m.add_bias_linear;
   take({"disable_bias_linear"}, &no_bias, !saved.add_bias_linear, b(!saved.add_bias_linear));
   m.add_bias_linear = !no_bias;
+  take({"num_experts"}, &m.num_experts, saved.num_experts, num(saved.num_experts));
+  if (saved.moe()) {
+    take({"moe_router_topk"}, &m.moe_router_topk, saved.moe_router_topk,
+         num(saved.moe_router_topk));
+    take({"moe_layer_freq"}, &m.moe_layer_freq, saved.moe_layer_freq, num(saved.moe_layer_freq));
+  }
   // What the user typed must match: the checkpoint's comparison, naming the
   // flag (the vocabulary is the tokenizer's, compared when the trainer loads).
   layers::GptConfig check = m;

@@ -12,7 +12,7 @@
 namespace loom::train {
 
 double ModelFlopsPerToken(const layers::GptConfig& c) {
-  return 6.0 * static_cast<double>(layers::ParameterCount(c)) +
+  return 6.0 * static_cast<double>(layers::ActiveParameterCount(c)) +
          12.0 * c.num_layers * c.hidden_size * c.seq_length;
 }
 

@@ -14,7 +14,8 @@
 namespace loom::train {
 
 // Model FLOPs per token, forward + backward, no recomputation
-// (docs/PARALLELISM.md): 6·N + 12·L·h·s, N the parameter count.
+// (docs/PARALLELISM.md): 6·N + 12·L·h·s, N the parameter count (of an MoE
+// model the active ones: top-k of each MoE layer's experts).
 double ModelFlopsPerToken(const layers::GptConfig& config);
 
 // FLOP/s of an n³ GEMM in `dtype` on `device` through core/ops, measured now

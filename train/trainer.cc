@@ -191,6 +191,15 @@ absl::Status Trainer::Setup() {
   }
   if (!m.tied_output_layer()) variant += ", untied output layer";
   if (!m.add_bias_linear) variant += ", no linear biases";
+  if (m.moe()) {
+    absl::StrAppend(&variant, ", MoE: ", m.num_experts, " experts, top-", m.moe_router_topk,
+                    m.moe_layer_freq == 1 ? " in every layer"
+                                          : absl::StrCat(" every ", m.moe_layer_freq, " layers"),
+                    m.moe_expert_capacity_factor > 0
+                        ? absl::StrCat(", capacity factor ", m.moe_expert_capacity_factor)
+                        : std::string(", dropless"),
+                    " (", layers::ActiveParameterCount(m) / 1e6, "M active)");
+  }
   Log(absl::StrFormat(
       "loom: GPT with %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d)%s: %.2fM "
       "parameters",
