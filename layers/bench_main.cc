@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,8 @@ ABSL_FLAG(int64_t, seq_length, 1024, "Sequence length");
 ABSL_FLAG(int64_t, micro_batch_size, 1, "Micro-batch size");
 ABSL_FLAG(int, reps, 5, "Timed repetitions (median reported)");
 ABSL_FLAG(bool, sequence_parallel, false, "Measure TP = 2 with sequence parallelism");
+ABSL_FLAG(int64_t, num_experts, 0, "An MoE layer of this many experts (0: a dense MLP)");
+ABSL_FLAG(int64_t, moe_router_topk, 2, "Experts per token of the MoE layer");
 
 namespace {
 
@@ -144,8 +147,18 @@ int main(int argc, char** argv) {
   const int64_t s = c.seq_length, b = absl::GetFlag(FLAGS_micro_batch_size), h = c.hidden_size;
   const bool sp = absl::GetFlag(FLAGS_sequence_parallel);
   const int reps = absl::GetFlag(FLAGS_reps);
+  // An MoE layer: no biases, every token through K experts' MLPs (8h² each,
+  // x6 for forward + backward) and the router (E·h).
+  const int64_t experts = absl::GetFlag(FLAGS_num_experts);
+  const int64_t topk = absl::GetFlag(FLAGS_moe_router_topk);
+  if (experts > 0) {
+    c.num_experts = experts;
+    c.moe_router_topk = topk;
+    c.add_bias_linear = false;
+  }
   // Forward + backward FLOPs of one layer (docs/PARALLELISM.md's MFU terms).
-  const double flops = (72.0 * h * h + 12.0 * h * s) * s * b;
+  const double mlp = experts > 0 ? 48.0 * h * h * topk + 6.0 * experts * h : 48.0 * h * h;
+  const double flops = (24.0 * h * h + mlp + 12.0 * h * s) * s * b;
 
   // TP = 1: rank 0 alone, with every core.
   double tp1_ms = 0, gemm1 = 0;
@@ -155,6 +168,22 @@ int main(int argc, char** argv) {
     Layer l = MakeLayer(c, {});
     Tensor x = loom::layers::testing::RandomTensor(loom::core::Shape{s, b, h}, 1);
     tp1_ms = MedianMs(reps, [&] { FwdBwd(l, x); });
+    if (experts > 0) {  // the same layer with --moe-grouped-gemm, alternating with the loop
+      loom::layers::GptConfig g = c;
+      g.moe_grouped_gemm = true;
+      Layer grouped = MakeLayer(g, {});
+      std::vector<double> loop_ms, grouped_ms;
+      for (int i = 0; i < reps; ++i) {
+        loop_ms.push_back(MedianMs(1, [&] { FwdBwd(l, x); }));
+        grouped_ms.push_back(MedianMs(1, [&] { FwdBwd(grouped, x); }));
+      }
+      std::sort(loop_ms.begin(), loop_ms.end());
+      std::sort(grouped_ms.begin(), grouped_ms.end());
+      std::printf("MoE layer (%lld experts, top-%lld), TP=1, %d threads: experts one after the "
+                  "other %.1f ms, side by side (--moe-grouped-gemm) %.1f ms: %.2fx\n",
+                  (long long)experts, (long long)topk, cores, loop_ms[reps / 2],
+                  grouped_ms[reps / 2], loop_ms[reps / 2] / grouped_ms[reps / 2]);
+    }
   }
   // The idle rank waits without spinning, so rank 0's TP = 1 run has every core.
   comm::WorkPtr done = tp_comm.Barrier();
@@ -188,9 +217,12 @@ int main(int argc, char** argv) {
   });
   if (rank == 0) {
     const double hidden = std::max(0.0, compute_ms + comm_ms - total_ms);
-    std::printf("One transformer layer fwd+bwd: s=%lld b=%lld h=%lld heads=%lld, %.2f GFLOP, "
+    std::printf("One transformer layer fwd+bwd: s=%lld b=%lld h=%lld heads=%lld%s, %.2f GFLOP, "
                 "backend %s%s\n",
                 (long long)s, (long long)b, (long long)h, (long long)c.num_attention_heads,
+                experts > 0 ? (", MoE " + std::to_string(experts) + " experts top-" +
+                               std::to_string(topk)).c_str()
+                            : "",
                 flops / 1e9, tp_comm.backend_name(), sp ? ", sequence parallel" : "");
     std::printf("| layout | time ms | compute ms | comm ms | overlap (comm hidden) | GFLOP/s | "
                 "GEMM GFLOP/s (same run) | ratio |\n|---|---|---|---|---|---|---|---|\n");

@@ -76,6 +76,9 @@ struct GptConfig {
   float moe_z_loss_coeff = 0.0f;
   float moe_expert_capacity_factor = 0.0f;
   bool moe_pad_expert_input_to_capacity = false;
+  // --moe-grouped-gemm: all experts' GEMMs at once, an expert per thread,
+  // instead of one expert after the other (same numbers).
+  bool moe_grouped_gemm = false;
 
   // Megatron's default with --swiglu keeps the MLP's parameter count near 8h²:
   // int(4h · 2/3 / 64) · 64.

@@ -25,6 +25,7 @@ MoeOptions MoeOptionsOf(const GptConfig& c) {
   o.z_loss_coeff = c.moe_z_loss_coeff;
   o.capacity_factor = c.moe_expert_capacity_factor;
   o.pad_to_capacity = c.moe_pad_expert_input_to_capacity;
+  o.grouped_gemm = c.moe_grouped_gemm;
   return o;
 }
 
@@ -185,6 +186,33 @@ absl::StatusOr<Tensor> Rows(const Tensor& t, int64_t first, int64_t n) {
   return t.Narrow(first, n);
 }
 
+// Runs fn(e) for every expert with rows: one after the other (each GEMM
+// using every core), or with --moe-grouped-gemm all at once, an expert per
+// thread (each GEMM on one core: many small experts fill the machine better
+// than one small GEMM at a time). Experts write disjoint rows and their own
+// gradients. Returns the first error.
+template <typename Fn>
+absl::Status ForEachExpert(const Routing& r, bool grouped, Fn fn) {
+  const int64_t E = r.experts;
+  if (!grouped) {
+    for (int64_t e = 0; e < E; ++e) {
+      if (r.expert_rows[e + 1] > r.expert_rows[e]) LOOM_RETURN_IF_ERROR(fn(e));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status first;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t e = 0; e < E; ++e) {
+    if (r.expert_rows[e + 1] == r.expert_rows[e]) continue;
+    absl::Status s = fn(e);
+    if (!s.ok()) {
+#pragma omp critical(loom_moe_expert_error)
+      if (first.ok()) first = s;
+    }
+  }
+  return first;
+}
+
 core::ops::EmbeddingOptions RowGather() {
   core::ops::EmbeddingOptions o;
   o.zero_out_of_range = true;  // padding rows (-1): zeros forward, nothing backward
@@ -227,9 +255,9 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
     LOOM_RETURN_IF_ERROR(
         core::ops::EmbeddingForward(used, saved->input, &saved->dispatched, RowGather()));
   }
-  for (int64_t e = 0; e < E; ++e) {
+  // An expert without tokens computes nothing.
+  LOOM_RETURN_IF_ERROR(ForEachExpert(r, options_.grouped_gemm, [&](int64_t e) -> absl::Status {
     const int64_t first = r.expert_rows[e], n = r.expert_rows[e + 1] - first;
-    if (n == 0) continue;  // an expert without tokens: nothing to compute
     LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved->dispatched, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved->pre_act, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved->act, first, n));
@@ -238,8 +266,8 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(xe, w1, &pre, {.trans_b = true}));
     LOOM_RETURN_IF_ERROR(options_.swiglu ? core::ops::SwigluForward(pre, &act)
                                          : core::ops::GeluForward(pre, &act));
-    LOOM_RETURN_IF_ERROR(core::ops::Matmul(act, fc2_[e]->value, &out, {.trans_b = true}));
-  }
+    return core::ops::Matmul(act, fc2_[e]->value, &out, {.trans_b = true});
+  }));
 
   // Combine: y_t = Σ_k prob_tk · out_row(t,k), in k order (deterministic).
   LOOM_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros(Shape{T, h}, DType::kF32));
@@ -299,16 +327,17 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
 
   // The experts, backwards; their input gradients scatter-add into dx.
   LOOM_ASSIGN_OR_RETURN(Tensor ddisp, Tensor::Empty(Shape{N, h}, DType::kF32));
-  for (int64_t e = 0; e < E; ++e) {
+  LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor dpre_all, Tensor::Empty(saved.pre_act.shape(), DType::kF32));
+  LOOM_RETURN_IF_ERROR(ForEachExpert(r, options_.grouped_gemm, [&](int64_t e) -> absl::Status {
     const int64_t first = r.expert_rows[e], n = r.expert_rows[e + 1] - first;
-    if (n == 0) continue;
     LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved.dispatched, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved.pre_act, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved.act, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dout, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor dxe, Rows(ddisp, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor dact, Tensor::Empty(act.shape(), DType::kF32));
-    LOOM_ASSIGN_OR_RETURN(Tensor dpre, Tensor::Empty(pre.shape(), DType::kF32));
+    LOOM_ASSIGN_OR_RETURN(Tensor dact, Rows(dact_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, n));
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(de, fc2_[e]->value, &dact));
     LOOM_RETURN_IF_ERROR(
         core::ops::Matmul(de, act, &fc2_[e]->grad, {.trans_a = true, .beta = 1.0f}));
@@ -320,8 +349,8 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
     LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[e]->value, h));
     LOOM_ASSIGN_OR_RETURN(Tensor dw1, Matrix(fc1_[e]->grad, h));
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(dpre, xe, &dw1, {.trans_a = true, .beta = 1.0f}));
-    LOOM_RETURN_IF_ERROR(core::ops::Matmul(dpre, w1, &dxe));
-  }
+    return core::ops::Matmul(dpre, w1, &dxe);
+  }));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Zeros(Shape{T, h}, DType::kF32));
   if (N > 0) {
     LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{N}, DType::kI32));

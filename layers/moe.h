@@ -42,6 +42,7 @@ struct MoeOptions {
   float z_loss_coeff = 0.0f;
   float capacity_factor = 0.0f;  // 0: dropless
   bool pad_to_capacity = false;
+  bool grouped_gemm = false;     // --moe-grouped-gemm: the experts' GEMMs side by side
 };
 MoeOptions MoeOptionsOf(const GptConfig& config);
 

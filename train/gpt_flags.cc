@@ -82,6 +82,9 @@ ABSL_FLAG(float, moe_expert_capacity_factor, D().model.moe_expert_capacity_facto
           "assignments over it are dropped (0: dropless)");
 ABSL_FLAG(bool, moe_pad_expert_input_to_capacity, D().model.moe_pad_expert_input_to_capacity,
           "Pad every expert's input to the capacity (with --moe-expert-capacity-factor)");
+ABSL_FLAG(bool, moe_grouped_gemm, D().model.moe_grouped_gemm,
+          "Run the experts' GEMMs side by side (an expert per thread) instead of one after "
+          "the other");
 ABSL_FLAG(float, hidden_dropout, D().hidden_dropout, "Dropout after attention/MLP and on embeddings");
 ABSL_FLAG(float, attention_dropout, D().attention_dropout, "Dropout on attention probabilities");
 ABSL_FLAG(int64_t, seed, static_cast<int64_t>(D().model.seed),
@@ -220,6 +223,7 @@ TrainConfig ConfigFromFlags() {
   c.model.moe_z_loss_coeff = absl::GetFlag(FLAGS_moe_z_loss_coeff);
   c.model.moe_expert_capacity_factor = absl::GetFlag(FLAGS_moe_expert_capacity_factor);
   c.model.moe_pad_expert_input_to_capacity = absl::GetFlag(FLAGS_moe_pad_expert_input_to_capacity);
+  c.model.moe_grouped_gemm = absl::GetFlag(FLAGS_moe_grouped_gemm);
   c.model.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   c.model.recompute_granularity = absl::GetFlag(FLAGS_recompute_granularity);
   c.model.recompute_method = absl::GetFlag(FLAGS_recompute_method);
