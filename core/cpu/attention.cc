@@ -7,25 +7,19 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/attention_checks.h"
 #include "core/cpu/check.h"
 #include "core/cpu/dropout.h"
 #include "core/cpu/matmul.h"
 #include "core/cpu/philox.h"
-#include "core/cpu/shape_checks.h"
 #include "core/cpu/softmax.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
 namespace {
 
-using internal::CheckInput;
-using internal::CheckOutput;
-
 // Rows per causal block: block i multiplies only the first (i+1)*kBlock keys.
 constexpr int64_t kBlock = 128;
-
-using Dims = AttentionDims;
-
 
 // The regenerated mask of one (batch, local head) pair: Row(i) fills bits
 // with the Philox bits of probabilities row i, columns [0, i].
@@ -35,7 +29,7 @@ struct MaskRows {
   int64_t s;
   uint32_t threshold;
   float scale;
-  MaskRows(const AttentionDropout& dr, const Dims& g, int64_t pair)
+  MaskRows(const AttentionDropout& dr, const AttentionDims& g, int64_t pair)
       : dr(dr),
         s(g.s),
         threshold(DropoutThreshold(dr.p)),
@@ -88,15 +82,9 @@ absl::Status CheckAttentionDropout(const char* op, const AttentionDropout& dr, i
 
 absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
                               const AttentionDropout& dropout) {
-  constexpr const char* kOp = "AttentionForward";
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
-  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "probs", probs));
-  Dims g;
-  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
-  LOOM_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
+  LOOM_ASSIGN_OR_RETURN(const AttentionDims g,
+                        internal::CheckCpuAttentionForward("AttentionForward", qkv, heads, out,
+                                                           AttentionSaved::kProbs, probs, dropout));
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
   const float* pqkv = qkv.data<float>();
@@ -145,17 +133,10 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
 
 absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                int64_t heads, Tensor* dqkv, const AttentionDropout& dropout) {
-  constexpr const char* kOp = "AttentionBackward";
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "probs", probs));
-  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dqkv", dqkv));
-  Dims g;
-  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
-  LOOM_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
+  LOOM_ASSIGN_OR_RETURN(
+      const AttentionDims g,
+      internal::CheckCpuAttentionBackward("AttentionBackward", dout, qkv, /*out=*/nullptr,
+                                          AttentionSaved::kProbs, probs, heads, dqkv, dropout));
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
   const float* pqkv = qkv.data<float>();

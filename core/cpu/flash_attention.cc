@@ -7,18 +7,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/attention_checks.h"
 #include "core/cpu/check.h"
 #include "core/cpu/dropout.h"
 #include "core/cpu/matmul.h"
 #include "core/cpu/philox.h"
-#include "core/cpu/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
 namespace {
 
-using internal::CheckInput;
-using internal::CheckOutput;
 using internal::ExpF;
 
 // Tile sizes: a query tile of kTileQ rows meets key tiles of kTileK rows; the
@@ -319,15 +317,9 @@ FlashBlock PairBlock(const float* qkv, const AttentionDims& g, const AttentionDr
 
 absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* lse,
                                    const AttentionDropout& dropout) {
-  constexpr const char* kOp = "FlashAttentionForward";
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
-  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "lse", lse));
-  AttentionDims g;
-  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "lse", *lse, Shape{g.b, g.heads, g.s}));
-  LOOM_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
+  LOOM_ASSIGN_OR_RETURN(const AttentionDims g, internal::CheckCpuAttentionForward(
+                                                   "FlashAttentionForward", qkv, heads, out,
+                                                   AttentionSaved::kLse, lse, dropout));
   const int64_t ld_out = g.b * g.heads * g.d;
   const float* pqkv = qkv.data<float>();
   float* pout = out->data<float>();
@@ -354,19 +346,10 @@ absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out
 absl::Status FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                     const Tensor& lse, int64_t heads, Tensor* dqkv,
                                     const AttentionDropout& dropout) {
-  constexpr const char* kOp = "FlashAttentionBackward";
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "qkv", qkv));
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(CheckInput(kOp, "lse", lse));
-  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dqkv", dqkv));
-  AttentionDims g;
-  LOOM_RETURN_IF_ERROR(CheckQkv(kOp, qkv, heads, &g));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", out, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "lse", lse, Shape{g.b, g.heads, g.s}));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
-  LOOM_RETURN_IF_ERROR(CheckAttentionDropout(kOp, dropout, heads));
+  LOOM_ASSIGN_OR_RETURN(
+      const AttentionDims g,
+      internal::CheckCpuAttentionBackward("FlashAttentionBackward", dout, qkv, &out,
+                                          AttentionSaved::kLse, lse, heads, dqkv, dropout));
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const float* pqkv = qkv.data<float>();
   const float* pdout = dout.data<float>();

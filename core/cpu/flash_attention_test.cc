@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <ostream>
+#include <string>
 #include <vector>
 
-#include "core/cpu/attention.h"
-#include "core/cpu/philox.h"
-#include "core/cpu/test_tolerances.h"
+#include "core/cpu/attention_test_util.h"
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 
@@ -18,147 +16,28 @@ namespace {
 // f32 roundings of sums over s terms.
 constexpr double kVsOldTol = 2e-5;
 
-// Naive causal attention with dropout in double, forward and backward, over
-// the documented layouts; the mask is DropoutBitsAt at the global index.
-struct Reference {
-  std::vector<double> out, lse, dqkv;
-};
-Reference RefAttention(const Tensor& qkv, const Tensor& dout, int64_t heads,
-                       const AttentionDropout& dr) {
-  const int64_t s = qkv.dim(0), b = qkv.dim(1), d = qkv.dim(2) / (3 * heads);
-  const int64_t total = dr.total_heads == 0 ? heads : dr.total_heads;
-  const std::vector<double> x = ToDouble(qkv), dy = ToDouble(dout);
-  const uint32_t threshold = DropoutThreshold(dr.p);
-  const double keep_scale = dr.p >= 1.0f ? 0.0 : 1.0 / (1.0 - static_cast<double>(dr.p));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  auto at = [&](int64_t t, int64_t bi, int64_t h, int64_t which) {
-    return ((t * b + bi) * heads + h) * 3 * d + which * d;
-  };
-  auto at_out = [&](int64_t t, int64_t bi, int64_t h) { return ((t * b + bi) * heads + h) * d; };
-  Reference ref;
-  ref.out.assign(s * b * heads * d, 0.0);
-  ref.lse.assign(b * heads * s, 0.0);
-  ref.dqkv.assign(x.size(), 0.0);
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t h = 0; h < heads; ++h) {
-      std::vector<double> p(s * s, 0.0), keep(s * s, 0.0);
-      for (int64_t i = 0; i < s; ++i) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += x[at(i, bi, h, 0) + e] * x[at(j, bi, h, 1) + e];
-          p[i * s + j] = dot * scale;
-          mx = std::max(mx, p[i * s + j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += p[i * s + j] = std::exp(p[i * s + j] - mx);
-        ref.lse[(bi * heads + h) * s + i] = mx + std::log(sum);
-        for (int64_t j = 0; j <= i; ++j) {
-          p[i * s + j] /= sum;
-          const uint64_t index =
-              static_cast<uint64_t>(((bi * total + dr.head_offset + h) * s + i) * s + j);
-          keep[i * s + j] =
-              dr.p == 0.0f ? 1.0 : DropoutBitsAt(dr.seed, dr.offset, index) >= threshold ? keep_scale : 0.0;
-          for (int64_t e = 0; e < d; ++e) {
-            ref.out[at_out(i, bi, h) + e] += p[i * s + j] * keep[i * s + j] * x[at(j, bi, h, 2) + e];
-          }
-        }
-      }
-      // Backward: dPd = dO Vᵀ, dP = dPd keep, dS = P (dP - rowsum(P dP)).
-      for (int64_t i = 0; i < s; ++i) {
-        std::vector<double> dp(i + 1);
-        double dot = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          double v = 0;
-          for (int64_t e = 0; e < d; ++e) v += dy[at_out(i, bi, h) + e] * x[at(j, bi, h, 2) + e];
-          dp[j] = v * keep[i * s + j];
-          dot += p[i * s + j] * dp[j];
-          for (int64_t e = 0; e < d; ++e) {  // dV_j += Pd_ij dO_i
-            ref.dqkv[at(j, bi, h, 2) + e] += p[i * s + j] * keep[i * s + j] * dy[at_out(i, bi, h) + e];
-          }
-        }
-        for (int64_t j = 0; j <= i; ++j) {
-          const double ds = p[i * s + j] * (dp[j] - dot) * scale;
-          for (int64_t e = 0; e < d; ++e) {
-            ref.dqkv[at(i, bi, h, 0) + e] += ds * x[at(j, bi, h, 1) + e];
-            ref.dqkv[at(j, bi, h, 1) + e] += ds * x[at(i, bi, h, 0) + e];
-          }
-        }
-      }
-    }
-  }
-  return ref;
-}
-
-struct Case {
-  int64_t s, b, heads, d;
-  float p;
-};
-
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << "s=" << c.s << " b=" << c.b << " heads=" << c.heads << " d=" << c.d << " p=" << c.p;
-}
-
-AttentionDropout Dropout(float p) { return AttentionDropout{p, 11, 22, 0, 0}; }
+using Case = AttentionCase;
 
 class FlashAttentionTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashAttentionTest, MatchesDoubleReference) {
-  const Case c = GetParam();
-  const AttentionDropout dr = Dropout(c.p);
-  const Tensor qkv = Random({c.s, c.b, c.heads * 3 * c.d}, 1, -2.0f, 2.0f);
-  const Tensor dout = Random({c.s, c.b, c.heads * c.d}, 2);
-  Tensor out = Make({c.s, c.b, c.heads * c.d}), lse = Make({c.b, c.heads, c.s});
-  Tensor dqkv = Random(qkv.shape(), 9);  // overwritten
-  LOOM_ASSERT_OK(FlashAttentionForward(qkv, c.heads, &out, &lse, dr));
-  LOOM_ASSERT_OK(FlashAttentionBackward(dout, qkv, out, lse, c.heads, &dqkv, dr));
-  const Reference ref = RefAttention(qkv, dout, c.heads, dr);
-  EXPECT_LE(RelError(out, ref.out), kFwdTol);
-  EXPECT_LE(RelError(lse, ref.lse), kFwdTol);
-  // dQ, dK sum s products of d-long dots: a little above the forward's error.
-  EXPECT_LE(RelError(dqkv, ref.dqkv), 5 * kFwdTol);
+  ExpectMatchesDoubleReference(AttentionSaved::kLse, GetParam());
 }
 
 TEST_P(FlashAttentionTest, MatchesTheProbsKernel) {
   const Case c = GetParam();
-  const AttentionDropout dr = Dropout(c.p);
-  const Tensor qkv = Random({c.s, c.b, c.heads * 3 * c.d}, 3, -2.0f, 2.0f);
-  const Tensor dout = Random({c.s, c.b, c.heads * c.d}, 4);
-  Tensor out = Make({c.s, c.b, c.heads * c.d}), lse = Make({c.b, c.heads, c.s});
-  Tensor dqkv = Make(qkv.shape());
-  LOOM_ASSERT_OK(FlashAttentionForward(qkv, c.heads, &out, &lse, dr));
-  LOOM_ASSERT_OK(FlashAttentionBackward(dout, qkv, out, lse, c.heads, &dqkv, dr));
-  Tensor old_out = Make(out.shape()), probs = Make({c.b, c.heads, c.s, c.s});
-  Tensor old_dqkv = Make(qkv.shape());
-  LOOM_ASSERT_OK(AttentionForward(qkv, c.heads, &old_out, &probs, dr));
-  LOOM_ASSERT_OK(AttentionBackward(dout, qkv, probs, c.heads, &old_dqkv, dr));
-  EXPECT_LE(RelError(out, ToDouble(old_out)), kVsOldTol);
-  EXPECT_LE(RelError(dqkv, ToDouble(old_dqkv)), 5 * kVsOldTol);
+  const Tensor qkv = Random(c.Qkv(), 3, -2.0f, 2.0f);
+  const Tensor dout = Random(c.Out(), 4);
+  const AttentionRun flash = RunAttention(AttentionSaved::kLse, qkv, c.heads, c.Dropout(), &dout);
+  const AttentionRun old = RunAttention(AttentionSaved::kProbs, qkv, c.heads, c.Dropout(), &dout);
+  EXPECT_LE(RelError(flash.out, ToDouble(old.out)), kVsOldTol);
+  EXPECT_LE(RelError(flash.dqkv, ToDouble(old.dqkv)), 5 * kVsOldTol);
 }
 
 TEST_P(FlashAttentionTest, BackwardMatchesFiniteDifferences) {
   const Case c = GetParam();
   if (c.s * c.b * c.heads * c.d > 20000) GTEST_SKIP() << "finite differences on the small cases";
-  const AttentionDropout dr = Dropout(c.p);
-  Tensor qkv = Random({c.s, c.b, c.heads * 3 * c.d}, 5, -1.0f, 1.0f);
-  const Tensor w = Random({c.s, c.b, c.heads * c.d}, 6);
-  Tensor out = Make({c.s, c.b, c.heads * c.d}), lse = Make({c.b, c.heads, c.s});
-  auto loss = [&] {
-    EXPECT_TRUE(FlashAttentionForward(qkv, c.heads, &out, &lse, dr).ok());
-    return Dot(out, w);
-  };
-  loss();
-  Tensor dqkv = Make(qkv.shape());
-  LOOM_ASSERT_OK(FlashAttentionBackward(w, qkv, out, lse, c.heads, &dqkv, dr));
-  for (int which = -1; which < 3; ++which) {  // all of qkv, then q, k, v alone
-    Tensor dir = Random(qkv.shape(), 40 + which);
-    float* p = dir.data<float>();
-    for (int64_t i = 0; i < dir.numel(); ++i) {
-      if (which >= 0 && (i % (3 * c.d)) / c.d != which) p[i] = 0.0f;
-    }
-    const double fd = DirectionalDerivative(qkv, dir, kFdEps, loss);
-    EXPECT_NEAR(Dot(dqkv, dir), fd, kGradTol * std::fabs(fd) + 1e-4) << "direction " << which;
-  }
+  ExpectGradientMatchesFiniteDifferences(AttentionSaved::kLse, c, c.Dropout(), 5, 40);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -186,18 +65,9 @@ TEST(FlashAttentionDropoutTest, DropsExactlyTheElementsOfTheProbsKernel) {
   const int64_t s = 150, b = 2, heads = 2, d = 150;
   const AttentionDropout dr{0.3f, 5, 77, 1, 4};  // a TP rank: heads [1, 3) of 4
   Tensor qkv = Random({s, b, heads * 3 * d}, 1, -0.5f, 0.5f);
-  for (int64_t t = 0; t < s; ++t) {
-    for (int64_t bi = 0; bi < b; ++bi) {
-      for (int64_t h = 0; h < heads; ++h) {
-        float* v = qkv.data<float>() + ((t * b + bi) * heads + h) * 3 * d + 2 * d;
-        for (int64_t e = 0; e < d; ++e) v[e] = e == t ? 1.0f : 0.0f;
-      }
-    }
-  }
-  Tensor out = Make({s, b, heads * d}), lse = Make({b, heads, s});
-  Tensor old_out = Make({s, b, heads * d}), probs = Make({b, heads, s, s});
-  LOOM_ASSERT_OK(FlashAttentionForward(qkv, heads, &out, &lse, dr));
-  LOOM_ASSERT_OK(AttentionForward(qkv, heads, &old_out, &probs, dr));
+  SetIdentityV(&qkv, heads);
+  const Tensor out = RunAttention(AttentionSaved::kLse, qkv, heads, dr).out;
+  const Tensor old_out = RunAttention(AttentionSaved::kProbs, qkv, heads, dr).out;
   int64_t dropped = 0;
   for (int64_t i = 0; i < out.numel(); ++i) {
     const float got = out.data<float>()[i], want = old_out.data<float>()[i];
@@ -211,41 +81,7 @@ TEST(FlashAttentionDropoutTest, DropsExactlyTheElementsOfTheProbsKernel) {
 // A TP rank owning heads [2, 4) of 4 gets bitwise its part of the full run,
 // forward and backward (each pair's result depends only on that pair).
 TEST(FlashAttentionDropoutTest, TensorParallelSliceIsBitwiseTheFullRun) {
-  const int64_t s = 150, b = 2, heads = 4, d = 5, local = 2, first = 2;
-  const AttentionDropout full_dr{0.2f, 3, 9, 0, 0};
-  const AttentionDropout rank_dr{0.2f, 3, 9, first, heads};
-  const Tensor qkv = Random({s, b, heads * 3 * d}, 1);
-  const Tensor dout = Random({s, b, heads * d}, 2);
-  Tensor out = Make({s, b, heads * d}), lse = Make({b, heads, s});
-  Tensor dqkv = Make({s, b, heads * 3 * d});
-  LOOM_ASSERT_OK(FlashAttentionForward(qkv, heads, &out, &lse, full_dr));
-  LOOM_ASSERT_OK(FlashAttentionBackward(dout, qkv, out, lse, heads, &dqkv, full_dr));
-  Tensor qkv_r = Make({s, b, local * 3 * d}), dout_r = Make({s, b, local * d});
-  for (int64_t t = 0; t < s * b; ++t) {
-    for (int64_t e = 0; e < local * 3 * d; ++e) {
-      qkv_r.data<float>()[t * local * 3 * d + e] =
-          qkv.data<float>()[t * heads * 3 * d + first * 3 * d + e];
-    }
-    for (int64_t e = 0; e < local * d; ++e) {
-      dout_r.data<float>()[t * local * d + e] = dout.data<float>()[t * heads * d + first * d + e];
-    }
-  }
-  Tensor out_r = Make({s, b, local * d}), lse_r = Make({b, local, s});
-  Tensor dqkv_r = Make({s, b, local * 3 * d});
-  LOOM_ASSERT_OK(FlashAttentionForward(qkv_r, local, &out_r, &lse_r, rank_dr));
-  LOOM_ASSERT_OK(FlashAttentionBackward(dout_r, qkv_r, out_r, lse_r, local, &dqkv_r, rank_dr));
-  for (int64_t t = 0; t < s * b; ++t) {
-    for (int64_t e = 0; e < local * d; ++e) {
-      ASSERT_EQ(out_r.data<float>()[t * local * d + e],
-                out.data<float>()[t * heads * d + first * d + e])
-          << "out, token " << t << " e " << e;
-    }
-    for (int64_t e = 0; e < local * 3 * d; ++e) {
-      ASSERT_EQ(dqkv_r.data<float>()[t * local * 3 * d + e],
-                dqkv.data<float>()[t * heads * 3 * d + first * 3 * d + e])
-          << "dqkv, token " << t << " e " << e;
-    }
-  }
+  ExpectTensorParallelSliceIsBitwiseTheFullRun(AttentionSaved::kLse);
 }
 
 // ------------------------------------------------------------- block API ----
@@ -403,6 +239,11 @@ TEST(FlashAttentionTest, ErrorsNameOpAndShapes) {
   EXPECT_TRUE(IsInvalidArgument(
       FlashAttentionBackward(Make({4, 2, 6}), Make({4, 2, 18}), out, bad_lse, 2, &dqkv_ok),
       {"FlashAttentionBackward", "lse"}));
+  EXPECT_TRUE(IsInvalidArgument(
+      FlashAttentionBackward(Make({4, 2, 6}), Make({4, 2, 18}), Make({4, 2, 7}), lse, 2, &dqkv_ok),
+      {"FlashAttentionBackward", "out", "expected shape [4, 2, 6]"}));
+  EXPECT_TRUE(IsInvalidArgument(FlashAttentionForward(Make({4, 2, 18}), 2, &out, nullptr),
+                                {"FlashAttentionForward", "output lse is null"}));
 }
 
 }  // namespace

@@ -96,15 +96,4 @@ absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,
   return n;
 }
 
-absl::Status CheckQkv(const char* op, const Tensor& qkv, int64_t heads, AttentionDims* dims) {
-  LOOM_RETURN_IF_ERROR(CheckRank(op, "qkv", qkv, 3));
-  if (heads <= 0 || qkv.dim(2) % (3 * heads) != 0 || qkv.dim(2) == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": qkv ", qkv.DebugString(), " with heads=", heads,
-                     ": last dim must be heads * 3 * head_dim with head_dim > 0"));
-  }
-  *dims = {qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / (3 * heads)};
-  return absl::OkStatus();
-}
-
 }  // namespace loom::core::cpu

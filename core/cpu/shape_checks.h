@@ -5,7 +5,8 @@
 // core/cpu defines the contracts and core/cuda checks the same ones, so a
 // bad argument gets the same error on every device. (Checks of an option
 // struct sit beside it: CheckAttentionDropout in attention.h,
-// CheckDropoutArgs in dropout.h, GemmMatrixDims in matmul.h.) Each failure is an
+// CheckDropoutArgs in dropout.h, GemmMatrixDims in matmul.h; attention's
+// whole contract is attention_checks.h.) Each failure is an
 // InvalidArgument naming the op, the argument and its shape. Placement and
 // dtype checks stay with each device.
 
@@ -52,12 +53,6 @@ absl::StatusOr<SwigluDims> CheckSwigluHalves(const char* op, const Tensor& x, co
 // Logits [..., V] with V > 0 and one target per row; returns the row count.
 absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,
                                            const Tensor& targets);
-
-// The fused QKV activation [s, b, heads * 3 * d] of attention.
-struct AttentionDims {
-  int64_t s, b, heads, d;
-};
-absl::Status CheckQkv(const char* op, const Tensor& qkv, int64_t heads, AttentionDims* dims);
 
 }  // namespace loom::core::cpu
 

@@ -4,20 +4,79 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/attention_checks.h"
 #include "core/cpu/philox.h"
-#include "core/cpu/shape_checks.h"
 #include "core/cuda/blas.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
 namespace {
 
-using cpu::CheckShape;
-using Dims = cpu::AttentionDims;
+using cpu::AttentionDims;
+using cpu::AttentionSaved;
 
-absl::Status CheckQkvRows(const char* op, const Tensor& qkv, int64_t heads, Dims* dims) {
-  LOOM_RETURN_IF_ERROR(cpu::CheckQkv(op, qkv, heads, dims));
-  return internal::CheckRows(op, "probability rows (b * heads * s)", dims->b * heads * dims->s);
+// Each kernel's own launch limits: the s x s kernel's row kernels run one
+// block per probability row; the flash kernel holds a head in shared memory
+// and puts the pairs on the grid's y dimension.
+absl::Status CheckLaunchLimits(const char* op, AttentionSaved kind, const AttentionDims& g) {
+  if (kind == AttentionSaved::kProbs) {
+    return internal::CheckRows(op, "probability rows (b * heads * s)", g.b * g.heads * g.s);
+  }
+  if (g.d > kernels::kFlashMaxHeadDim || g.b * g.heads > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": head dim ", g.d, " and b * heads = ", g.b * g.heads, ": the CUDA flash kernel needs "
+        "head dim <= ", kernels::kFlashMaxHeadDim, " and b * heads <= 65535"));
+  }
+  return absl::OkStatus();
+}
+
+// Every wrapper's checks, all before any CUDA call: dtypes (the activations
+// f32 or bf16, one dtype; probs in that dtype, lse always f32), the shape
+// contract of cpu/attention_checks.h, the launch limits, then placement.
+absl::StatusOr<AttentionDims> CheckForward(const char* op, const Tensor& qkv, int64_t heads,
+                                           Tensor* out, AttentionSaved kind, Tensor* saved,
+                                           const cpu::AttentionDropout& dropout) {
+  const bool probs = kind == AttentionSaved::kProbs;
+  const char* saved_name = cpu::SavedName(kind);
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "qkv", qkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(op, "out", out));
+  if (probs) LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(op, saved_name, saved));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, "out", *out));
+  if (probs) LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, saved_name, *saved));
+  if (!probs) LOOM_RETURN_IF_ERROR(internal::CheckIs(op, saved_name, saved, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(const AttentionDims g, cpu::CheckAttentionForwardShapes(
+                                                   op, qkv, heads, *out, kind, *saved, dropout));
+  LOOM_RETURN_IF_ERROR(CheckLaunchLimits(op, kind, g));
+  LOOM_RETURN_IF_ERROR(
+      internal::CheckDevices(op, {{"qkv", &qkv}, {"out", out}, {saved_name, saved}}));
+  return g;
+}
+
+// As CheckForward; `out` is the flash backward's input (null for the s x s kernel).
+absl::StatusOr<AttentionDims> CheckBackward(const char* op, const Tensor& dout, const Tensor& qkv,
+                                            const Tensor* out, AttentionSaved kind,
+                                            const Tensor& saved, int64_t heads, Tensor* dqkv,
+                                            const cpu::AttentionDropout& dropout) {
+  const bool probs = kind == AttentionSaved::kProbs;
+  const char* saved_name = cpu::SavedName(kind);
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "dout", dout));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "qkv", qkv));
+  if (out != nullptr) LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "out", *out));
+  if (probs) LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, saved_name, saved));
+  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(op, "dqkv", dqkv));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, "dout", dout));
+  if (out != nullptr) LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, "out", *out));
+  if (probs) LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, saved_name, saved));
+  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, "dqkv", *dqkv));
+  if (!probs) LOOM_RETURN_IF_ERROR(internal::CheckIs(op, saved_name, &saved, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(const AttentionDims g,
+                        cpu::CheckAttentionBackwardShapes(op, dout, qkv, out, kind, saved, heads,
+                                                          *dqkv, dropout));
+  LOOM_RETURN_IF_ERROR(CheckLaunchLimits(op, kind, g));
+  // A null `out` is skipped.
+  LOOM_RETURN_IF_ERROR(internal::CheckDevices(
+      op, {{"dout", &dout}, {"qkv", &qkv}, {"out", out}, {saved_name, &saved}, {"dqkv", dqkv}}));
+  return g;
 }
 
 kernels::AttentionMask Mask(const cpu::AttentionDropout& dr, int64_t heads) {
@@ -44,7 +103,7 @@ void* At(Tensor* t, int64_t elems) {
 // One GEMM per (batch, head) pair; pair p = bi * heads + h, whose q/k/v rows
 // start at element 3 d p of qkv (row stride b heads 3 d), its out rows at d p
 // (row stride b heads d), its probabilities at s s p.
-internal::GemmArgs PairGemm(const Dims& g, DType dtype) {
+internal::GemmArgs PairGemm(const AttentionDims& g, DType dtype) {
   internal::GemmArgs a;
   a.batch = g.b * g.heads;
   a.ab = dtype;
@@ -73,18 +132,9 @@ absl::Status ForCausalBlocks(int64_t s, F f) {
 absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
                               const cpu::AttentionDropout& dropout) {
   constexpr const char* kOp = "AttentionForward";
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "qkv", qkv));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "probs", probs));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "out", *out));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "probs", *probs));
-  Dims g;
-  LOOM_RETURN_IF_ERROR(CheckQkvRows(kOp, qkv, heads, &g));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", *probs, Shape{g.b, g.heads, g.s, g.s}));
-  LOOM_RETURN_IF_ERROR(cpu::CheckAttentionDropout(kOp, dropout, heads));
-  LOOM_RETURN_IF_ERROR(
-      internal::CheckDevices(kOp, {{"qkv", &qkv}, {"out", out}, {"probs", probs}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const AttentionDims g,
+      CheckForward(kOp, qkv, heads, out, AttentionSaved::kProbs, probs, dropout));
   if (g.s == 0 || g.b == 0) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   const DType dt = qkv.dtype();
@@ -128,21 +178,9 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
 absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                                int64_t heads, Tensor* dqkv, const cpu::AttentionDropout& dropout) {
   constexpr const char* kOp = "AttentionBackward";
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "dout", dout));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "qkv", qkv));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "probs", probs));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dqkv", dqkv));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dout", dout));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "probs", probs));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dqkv", *dqkv));
-  Dims g;
-  LOOM_RETURN_IF_ERROR(CheckQkvRows(kOp, qkv, heads, &g));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "probs", probs, Shape{g.b, g.heads, g.s, g.s}));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
-  LOOM_RETURN_IF_ERROR(cpu::CheckAttentionDropout(kOp, dropout, heads));
-  LOOM_RETURN_IF_ERROR(internal::CheckDevices(
-      kOp, {{"dout", &dout}, {"qkv", &qkv}, {"probs", &probs}, {"dqkv", dqkv}}));
+  LOOM_ASSIGN_OR_RETURN(const AttentionDims g,
+                        CheckBackward(kOp, dout, qkv, /*out=*/nullptr, AttentionSaved::kProbs,
+                                      probs, heads, dqkv, dropout));
   if (g.s == 0 || g.b == 0) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   const DType dt = qkv.dtype();
@@ -204,34 +242,11 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
   });
 }
 
-namespace {
-
-// Flash kernels' extra limits: head dim and the grid's pair dimension.
-absl::Status CheckFlashDims(const char* op, const Dims& g) {
-  if (g.d > kernels::kFlashMaxHeadDim || g.b * g.heads > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": head dim ", g.d, " and b * heads = ", g.b * g.heads, ": the CUDA flash kernel needs "
-        "head dim <= ", kernels::kFlashMaxHeadDim, " and b * heads <= 65535"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* lse,
                                    const cpu::AttentionDropout& dropout) {
   constexpr const char* kOp = "FlashAttentionForward";
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "qkv", qkv));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "out", *out));
-  LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "lse", lse, DType::kF32));
-  Dims g;
-  LOOM_RETURN_IF_ERROR(cpu::CheckQkv(kOp, qkv, heads, &g));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", *out, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "lse", *lse, Shape{g.b, g.heads, g.s}));
-  LOOM_RETURN_IF_ERROR(cpu::CheckAttentionDropout(kOp, dropout, heads));
-  LOOM_RETURN_IF_ERROR(CheckFlashDims(kOp, g));
-  LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"qkv", &qkv}, {"out", out}, {"lse", lse}}));
+  LOOM_ASSIGN_OR_RETURN(const AttentionDims g,
+                        CheckForward(kOp, qkv, heads, out, AttentionSaved::kLse, lse, dropout));
   if (g.s == 0 || g.b == 0) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_CUDA_LAUNCH(kOp, kernels::FlashAttentionForward(internal::ElemOf(qkv.dtype()), qkv.raw_data(),
@@ -244,24 +259,9 @@ absl::Status FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const
                                     const Tensor& lse, int64_t heads, Tensor* dqkv,
                                     const cpu::AttentionDropout& dropout) {
   constexpr const char* kOp = "FlashAttentionBackward";
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "dout", dout));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "qkv", qkv));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "out", out));
-  LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dqkv", dqkv));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dout", dout));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "out", out));
-  LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "qkv", qkv, "dqkv", *dqkv));
-  LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "lse", &lse, DType::kF32));
-  Dims g;
-  LOOM_RETURN_IF_ERROR(cpu::CheckQkv(kOp, qkv, heads, &g));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "dout", dout, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "out", out, Shape{g.s, g.b, g.heads * g.d}));
-  LOOM_RETURN_IF_ERROR(CheckShape(kOp, "lse", lse, Shape{g.b, g.heads, g.s}));
-  LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "qkv", qkv, "dqkv", *dqkv));
-  LOOM_RETURN_IF_ERROR(cpu::CheckAttentionDropout(kOp, dropout, heads));
-  LOOM_RETURN_IF_ERROR(CheckFlashDims(kOp, g));
-  LOOM_RETURN_IF_ERROR(internal::CheckDevices(
-      kOp, {{"dout", &dout}, {"qkv", &qkv}, {"out", &out}, {"lse", &lse}, {"dqkv", dqkv}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const AttentionDims g,
+      CheckBackward(kOp, dout, qkv, &out, AttentionSaved::kLse, lse, heads, dqkv, dropout));
   if (g.s == 0 || g.b == 0) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_ASSIGN_OR_RETURN(Tensor delta, internal::Scratch(Shape{g.b, g.heads, g.s}, DType::kF32));
