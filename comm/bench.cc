@@ -4,9 +4,10 @@
 // (nccl: buffers on each rank's GPU; the reference is a device-to-device
 // cudaMemcpy and raw MPI is not timed.)
 // Prints, per op, size / time / algbw / busbw (busbw = algbw x 2(n-1)/n for
-// all-reduce, x (n-1)/n for all-gather and reduce-scatter, x 1 for send/recv)
-// and, in the same run, raw MPI_Allreduce (when MPI is linked: the ranks are
-// then started by mpirun) and a memcpy of the same bytes as references.
+// all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all, x 1
+// for send/recv) and, in the same run, raw MPI_Allreduce and MPI_Alltoall
+// (when MPI is linked: the ranks are then started by mpirun) and a memcpy of
+// the same bytes as references.
 // Not a test: numbers from a loaded machine mean little.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,7 +47,8 @@ ABSL_FLAG(std::string, launcher, "auto",
           "auto (mpirun when MPI is linked, else the built-in launcher), mpirun or builtin.");
 ABSL_FLAG(int, rounds, 3,
           "Timed rounds per size; the fastest is reported (the machine may be shared).");
-ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,send_recv", "Ops to run.");
+ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter,all_to_all,send_recv",
+          "Ops to run (all_to_all: also all_to_all_v with equal counts).");
 
 namespace loom::comm {
 namespace {
@@ -224,6 +226,27 @@ void RunBench(Communicator& c, const launch::CommFlags& flags, bool have_mpi) {
           Time(c, iters, [&] { Check(c.ReduceScatter(in, rout, ReduceOp::kSum)->Wait()); }),
           ag_factor);
     }
+    if (ops.find("all_to_all") != std::string::npos && count % n == 0) {
+      // nccl-tests convention: size = one rank's whole input (size / n per
+      // peer); busbw = algbw x (n-1)/n. Ours, per-peer counts (equal here)
+      // and raw MPI_Alltoall in turns.
+      const std::vector<int64_t> per_peer(n, count / n);
+      std::vector<std::function<void()>> turns = {
+          [&] { Check(c.AllToAll(in, out)->Wait()); },
+          [&] { Check(c.AllToAllV(in, per_peer, out, per_peer)->Wait()); }};
+#ifdef LOOM_COMM_HAVE_MPI
+      if (have_mpi) {
+        turns.push_back([&] {
+          MPI_Alltoall(in.raw_data(), static_cast<int>(count / n), MPI_FLOAT, out.raw_data(),
+                       static_cast<int>(count / n), MPI_FLOAT, MPI_COMM_WORLD);
+        });
+      }
+#endif
+      const std::vector<double> t = TimeInTurns(c, iters, turns);
+      add("all_to_all", t[0], ag_factor);
+      add("all_to_all_v", t[1], ag_factor);
+      if (t.size() > 2) add("mpi_alltoall(raw)", t[2], ag_factor);
+    }
     if (ops.find("send_recv") != std::string::npos && n > 1) {
       const int right = (r + 1) % n, left = (r + n - 1) % n;
       add("send_recv", Time(c, iters, [&] {
@@ -263,18 +286,31 @@ void RunBench(Communicator& c, const launch::CommFlags& flags, bool have_mpi) {
                                        x.time_us, x.algbw, x.busbw);
         }
       }
-      // Ours vs raw MPI for all-reduce.
+      // Ours vs raw MPI, timed in the same turns.
       if (have_mpi) {
-        std::cout << absl::StrFormat("#\n# all_reduce vs raw MPI_Allreduce (%s backend)\n# %12s %14s %14s %10s %12s\n",
-                                     flags.backend, "size(B)", "ours busbw", "MPI busbw",
-                                     "ratio", "lat ratio");
-        for (const Row& x : rows) {
-          if (x.op != "all_reduce") continue;
-          for (const Row& m : rows) {
-            if (m.op == "mpi_allreduce(raw)" && m.bytes == x.bytes) {
-              std::cout << absl::StrFormat("  %12d %14.3f %14.3f %10.2f %12.2f\n", x.bytes,
-                                           x.busbw, m.busbw, x.busbw / m.busbw,
-                                           x.time_us / m.time_us);
+        struct VsMpi {
+          const char* ours;
+          const char* raw;   // its row
+          const char* call;  // the MPI call timed
+        };
+        const VsMpi vs_mpi[] = {{"all_reduce", "mpi_allreduce(raw)", "MPI_Allreduce"},
+                                {"all_to_all", "mpi_alltoall(raw)", "MPI_Alltoall"},
+                                {"all_to_all_v", "mpi_alltoall(raw)", "MPI_Alltoall"}};
+        for (const auto& [ours, raw, call] : vs_mpi) {
+          if (std::none_of(rows.begin(), rows.end(), [&](const Row& x) { return x.op == ours; })) {
+            continue;
+          }
+          std::cout << absl::StrFormat(
+              "#\n# %s vs raw %s (%s backend)\n# %12s %14s %14s %10s %12s\n", ours, call,
+              flags.backend, "size(B)", "ours busbw", "MPI busbw", "ratio", "lat ratio");
+          for (const Row& x : rows) {
+            if (x.op != ours) continue;
+            for (const Row& m : rows) {
+              if (m.op == raw && m.bytes == x.bytes) {
+                std::cout << absl::StrFormat("  %12d %14.3f %14.3f %10.2f %12.2f\n", x.bytes,
+                                             x.busbw, m.busbw, x.busbw / m.busbw,
+                                             x.time_us / m.time_us);
+              }
             }
           }
         }

@@ -33,9 +33,10 @@
 //    the other ranks' op with that number can never complete, and this
 //    rank's next op must never pair with it (MPI and NCCL would pair them
 //    silently when count and dtype agree). Every backend.
-//  * In-place is "same memory twice" as in NCCL: AllReduce/Broadcast/Reduce
-//    with input == output; AllGather with input at output's slot `rank`;
-//    ReduceScatter with output at input's slot `rank`.
+//  * In-place is "same memory twice" as in NCCL: AllReduce/Broadcast/Reduce/
+//    AllToAll with input == output; AllGather with input at output's slot
+//    `rank`; ReduceScatter with output at input's slot `rank`. AllToAllV has
+//    no in-place form.
 //  * dtypes: f32, bf16, f16, f64, i32, i64, u8. bf16/f16 reductions are
 //    computed in f32. kAvg on integers is the truncating integer division of
 //    the sum.
@@ -202,6 +203,21 @@ class Communicator {
   // input and output numel = size * n: output block j = input block `rank`
   // of rank j.
   virtual WorkPtr AllToAll(const core::Tensor& input, const core::Tensor& output) = 0;
+  // All-to-all with per-peer counts (MPI_Alltoallv over packed blocks; the
+  // token exchange of mixture-of-experts layers). `send_counts` and
+  // `recv_counts` have size() entries, each >= 0; input holds, in rank order,
+  // send_counts[j] elements for rank j (numel = their sum) and output gets,
+  // in rank order, recv_counts[j] elements from rank j (numel = their sum).
+  // recv_counts[j] here must equal send_counts[rank] on rank j (exchange the
+  // counts first, e.g. with AllToAll): a mismatch is an InvalidArgument from
+  // the receiver on local and ucx, MPI's truncation error or undefined on
+  // mpi, undetected on nccl. Zero counts are allowed (to some or all peers).
+  // No in-place form: input and output must not overlap. Bad arguments
+  // (counts of the wrong length or negative, a tensor whose numel is not
+  // its counts' sum) are InvalidArgument errors naming the argument, like
+  // every op's.
+  virtual WorkPtr AllToAllV(const core::Tensor& input, const std::vector<int64_t>& send_counts,
+                            const core::Tensor& output, const std::vector<int64_t>& recv_counts) = 0;
   // Point to point (see POINT TO POINT above): one message to or from `peer`.
   virtual WorkPtr Send(const core::Tensor& tensor, int peer, int tag = 0) = 0;
   virtual WorkPtr Recv(const core::Tensor& tensor, int peer, int tag = 0) = 0;

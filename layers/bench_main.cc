@@ -59,6 +59,10 @@ class NullCommunicator : public comm::Communicator {
   comm::WorkPtr AllGather(const Tensor&, const Tensor&) override { return Done(); }
   comm::WorkPtr ReduceScatter(const Tensor&, const Tensor&, comm::ReduceOp) override { return Done(); }
   comm::WorkPtr AllToAll(const Tensor&, const Tensor&) override { return Done(); }
+  comm::WorkPtr AllToAllV(const Tensor&, const std::vector<int64_t>&, const Tensor&,
+                          const std::vector<int64_t>&) override {
+    return Done();
+  }
   comm::WorkPtr Send(const Tensor&, int, int) override { return Done(); }
   comm::WorkPtr Recv(const Tensor&, int, int) override { return Done(); }
   comm::WorkPtr BatchSendRecv(const std::vector<comm::P2POp>&) override { return Done(); }

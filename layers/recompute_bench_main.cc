@@ -17,7 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "core/bench/bench_util.h"
+#include "core/bench_util/bench_util.h"
 #include "core/memory_stats.h"
 #include "layers/gpt_model.h"
 #include "layers/test_util.h"

@@ -11,7 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "core/bench/bench_util.h"
+#include "core/bench_util/bench_util.h"
 #include "core/cli.h"
 #include "core/ops/ops.h"
 #include "layers/gpt_model.h"

@@ -172,7 +172,9 @@ class GroupAnalysis {
       issued.push_back(rank);
       any = it->second;
       const Record& r = *it->second;
-      sigs[{r.kind, r.dtype, r.bytes, r.peer}].push_back(rank);
+      // all_to_all_v moves different bytes on every rank: not a disagreement.
+      const uint64_t bytes = r.kind == OpKind::kAllToAllV ? 0 : r.bytes;
+      sigs[{r.kind, r.dtype, bytes, r.peer}].push_back(rank);
     }
     if (any == nullptr) return false;  // gone from every ring (wrapped)
     if (!missing.empty()) {

@@ -143,6 +143,18 @@ TEST(FlightAnalyze, NamesTheRanksThatDisagree) {
       << t;
 }
 
+// all_to_all_v moves per-rank byte counts: only the op and dtype must agree.
+TEST(FlightAnalyze, AllToAllVBytesMayDiffer) {
+  std::vector<RankDump> dumps;
+  for (int r = 0; r < 3; ++r) {
+    Record last = Op(OpKind::kAllToAllV, 4, "completed", 1024 * (r + 1));
+    dumps.push_back(Rank(r, {Comm("ep", {0, 1, 2}, r, AllReduces(4, {last}))}));
+  }
+  Analysis a = Analyze(dumps);
+  EXPECT_EQ(a.exit_code(), 0) << Text(a);
+  EXPECT_TRUE(a.culprits.empty()) << Text(a);
+}
+
 TEST(FlightAnalyze, DisagreementOnTheOpItself) {
   std::vector<RankDump> dumps;
   dumps.push_back(Rank(0, {Comm("pp", {0, 1}, 0, AllReduces(2, {Op(OpKind::kBroadcast, 2, "started", 64, DType::kF32, 0)}))}));

@@ -27,8 +27,8 @@ std::atomic<uint64_t> g_now_us{1};
 namespace {
 
 const char* const kOpNames[kNumOpKinds] = {
-    "all_reduce", "broadcast", "reduce",     "all_gather", "reduce_scatter",
-    "all_to_all", "barrier",   "send",       "recv",       "batch_send_recv",
+    "all_reduce", "broadcast",    "reduce", "all_gather", "reduce_scatter", "all_to_all",
+    "all_to_all_v", "barrier", "send",       "recv",       "batch_send_recv",
 };
 
 // The SIGUSR1 pipe's write end, for the handler (a lock-free atomic: safe in

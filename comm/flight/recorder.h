@@ -62,12 +62,13 @@ enum class OpKind : uint8_t {
   kAllGather,
   kReduceScatter,
   kAllToAll,
+  kAllToAllV,
   kBarrier,
   kSend,
   kRecv,
   kBatchSendRecv,
 };
-constexpr int kNumOpKinds = 10;
+constexpr int kNumOpKinds = 11;
 const char* OpKindName(OpKind kind);  // "all_reduce", ... (comm.h's descriptions)
 bool ParseOpKind(const std::string& name, OpKind* kind);
 inline bool IsPointToPoint(OpKind k) { return k >= OpKind::kSend; }

@@ -1,5 +1,6 @@
 #include "comm/internal/algorithms.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -191,25 +192,71 @@ absl::Status RunReduceScatter(Steps& steps, const core::Tensor& in, const core::
   return absl::OkStatus();
 }
 
-absl::Status RunAllToAll(Steps& steps, const core::Tensor& in, const core::Tensor& out) {
+std::vector<size_t> BlockOffsets(absl::Span<const int64_t> counts, size_t elem_bytes) {
+  std::vector<size_t> off(counts.size() + 1, 0);
+  for (size_t j = 0; j < counts.size(); ++j) off[j + 1] = off[j] + counts[j] * elem_bytes;
+  return off;
+}
+
+namespace {
+
+// This rank's own block is copied; the others go by pairwise exchange: at
+// step k = 1..n-1 it sends block (r + k) % n to that rank and receives block
+// (r - k) % n from that rank: one message in flight each way per rank and
+// step, and no rank the target of every sender at once. When this rank
+// moves at most `small_bytes` in all, every leg is posted at once instead
+// (one round trip, not n-1). all_to_all_v ranks may choose differently (their
+// totals differ); either way each ordered pair exchanges one message, and a
+// pairwise rank's step k waits only on ranks at step k or ranks that posted
+// everything, so no choice of modes can deadlock.
+absl::Status ExchangeBlocks(Steps& steps, const char* src, const std::vector<size_t>& send_off,
+                            char* dst, const std::vector<size_t>& recv_off, size_t small_bytes) {
   const int n = steps.size(), r = steps.rank();
-  const size_t bytes = in.nbytes(), mb = bytes / n;
+  const size_t own = send_off[r + 1] - send_off[r];  // == recv_off's (checks.h)
+  if (own && dst + recv_off[r] != src + send_off[r]) {
+    std::memcpy(dst + recv_off[r], src + send_off[r], own);
+  }
+  const bool at_once = std::max(send_off[n], recv_off[n]) <= small_bytes;
+  std::vector<Leg> legs;
+  for (int k = 1; k < n; ++k) {
+    const int to = Mod(r + k, n), from = Mod(r - k, n);
+    // Zero-byte legs are sent too: a peer with nothing to exchange still
+    // takes part, so a dead or mismatched peer is noticed by every rank.
+    legs.push_back({true, to, 0, const_cast<char*>(src) + send_off[to],
+                    send_off[to + 1] - send_off[to]});
+    legs.push_back({false, from, 0, dst + recv_off[from], recv_off[from + 1] - recv_off[from]});
+    if (at_once && k < n - 1) continue;
+    absl::Status s = steps.Exchange(legs);
+    if (!s.ok()) return s;
+    legs.clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunAllToAll(Steps& steps, const core::Tensor& in, const core::Tensor& out,
+                         size_t small_bytes) {
+  const int n = steps.size();
+  const size_t bytes = in.nbytes();
+  if (bytes == 0) return absl::OkStatus();
   const char* src = P(in);
-  if (src == P(out) && n > 1) {
+  if (src == P(out) && n > 1) {  // in place: sends read what receives overwrite
     char* tmp = steps.Stage(0, bytes);
     std::memcpy(tmp, src, bytes);
     src = tmp;
   }
-  char* o = P(out);
-  if (o + r * mb != src + r * mb) std::memcpy(o + r * mb, src + r * mb, mb);
-  if (n == 1 || mb == 0) return absl::OkStatus();
-  std::vector<Leg> legs;
-  for (int j = 0; j < n; ++j) {
-    if (j == r) continue;
-    legs.push_back({true, j, 0, const_cast<char*>(src) + j * mb, mb});
-    legs.push_back({false, j, 0, o + j * mb, mb});
-  }
-  return steps.Exchange(legs);
+  const std::vector<int64_t> counts(n, in.numel() / n);
+  const std::vector<size_t> off = BlockOffsets(counts, core::DTypeSize(in.dtype()));
+  return ExchangeBlocks(steps, src, off, P(out), off, small_bytes);
+}
+
+absl::Status RunAllToAllV(Steps& steps, const core::Tensor& in,
+                          absl::Span<const int64_t> send_counts, const core::Tensor& out,
+                          absl::Span<const int64_t> recv_counts, size_t small_bytes) {
+  const size_t es = core::DTypeSize(in.dtype());
+  return ExchangeBlocks(steps, P(in), BlockOffsets(send_counts, es), P(out),
+                        BlockOffsets(recv_counts, es), small_bytes);
 }
 
 absl::Status RunBarrier(Steps& steps) {

@@ -10,12 +10,17 @@
 //                rank-ordered reduction; larger: ring reduce-scatter + ring
 //                all-gather.
 //   reduce-scatter / all-gather: ring.  broadcast / reduce: binomial tree.
-//   all-to-all: all pairs at once.  barrier: dissemination.
+//   all-to-all (equal and per-peer counts): <= small_bytes moved by this
+//                rank: every pair at once; larger: pairwise exchange, n-1
+//                steps.
+//   barrier: dissemination.
 // Every rank computes bitwise identical all-reduce results (the same
 // operands in the same order everywhere), in place or not. Arguments are
 // checked beforehand (checks.h).
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -47,6 +52,10 @@ class Steps {
   virtual char* Stage(int i, size_t bytes) = 0;
 };
 
+// Byte offsets of consecutive blocks of counts[j] elements of `elem_bytes`
+// each: block j is [off[j], off[j + 1]) (all-to-all layouts; nccl uses it too).
+std::vector<size_t> BlockOffsets(absl::Span<const int64_t> counts, size_t elem_bytes);
+
 absl::Status RunAllReduce(Steps& s, const core::Tensor& in, const core::Tensor& out, ReduceOp op,
                           size_t small_bytes);
 absl::Status RunBroadcast(Steps& s, const core::Tensor& in, const core::Tensor& out, int root);
@@ -55,7 +64,11 @@ absl::Status RunReduce(Steps& s, const core::Tensor& in, const core::Tensor& out
 absl::Status RunAllGather(Steps& s, const core::Tensor& in, const core::Tensor& out);
 absl::Status RunReduceScatter(Steps& s, const core::Tensor& in, const core::Tensor& out,
                               ReduceOp op);
-absl::Status RunAllToAll(Steps& s, const core::Tensor& in, const core::Tensor& out);
+absl::Status RunAllToAll(Steps& s, const core::Tensor& in, const core::Tensor& out,
+                         size_t small_bytes);
+absl::Status RunAllToAllV(Steps& s, const core::Tensor& in, absl::Span<const int64_t> send_counts,
+                          const core::Tensor& out, absl::Span<const int64_t> recv_counts,
+                          size_t small_bytes);
 absl::Status RunBarrier(Steps& s);
 
 }  // namespace loom::comm::internal

@@ -1,6 +1,7 @@
 #include "comm/internal/checks.h"
 
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
@@ -101,7 +102,36 @@ absl::Status CheckOverlap(const char* what, const Tensor& in, const Tensor& out,
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": input and output overlap but are not the in-place layout (see comm.h: same "
               "memory for all_reduce/broadcast/reduce/all_to_all, input at output slot `rank` for "
-              "all_gather, output at input slot `rank` for reduce_scatter)"));
+              "all_gather, output at input slot `rank` for reduce_scatter, none for "
+              "all_to_all_v)"));
+  }
+  return absl::OkStatus();
+}
+
+// `counts` (the op's argument `arg`) has one entry >= 0 per rank, and they
+// add up to the elements of `t` (the op's argument `tensor_arg`).
+absl::Status CheckCounts(const char* what, const char* arg, const std::vector<int64_t>& counts,
+                         const char* tensor_arg, const Tensor& t, int size) {
+  if (counts.size() != static_cast<size_t>(size)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", arg, " has ", counts.size(),
+                                                   " entries, expected ", size,
+                                                   " (one per rank of the group)"));
+  }
+  int64_t sum = 0;
+  for (int j = 0; j < size; ++j) {
+    if (counts[j] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", arg, "[", j, "] is ", counts[j], ", expected >= 0"));
+    }
+    // Saturates instead of overflowing: the sum then differs from numel.
+    sum = counts[j] > t.numel() - sum ? t.numel() + 1 : sum + counts[j];
+  }
+  if (sum != t.numel()) {
+    const std::string expected =
+        sum > t.numel() ? absl::StrCat("more than ", t.numel()) : absl::StrCat(sum);
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", tensor_arg, " has ", t.numel(),
+                                                   " elements, expected ", expected,
+                                                   " (the sum of ", arg, ")"));
   }
   return absl::OkStatus();
 }
@@ -157,6 +187,22 @@ absl::Status CheckAllToAll(const Tensor& in, const Tensor& out, int size, Device
                                                    size));
   }
   return CheckOverlap("all_to_all", in, out, in.raw_data() == out.raw_data());
+}
+
+absl::Status CheckAllToAllV(const Tensor& in, const std::vector<int64_t>& send_counts,
+                            const Tensor& out, const std::vector<int64_t>& recv_counts,
+                            int rank, int size, Device device) {
+  LOOM_RETURN_IF_ERROR(CheckPair("all_to_all_v", in, out, device));
+  LOOM_RETURN_IF_ERROR(CheckCounts("all_to_all_v", "send_counts", send_counts, "input", in, size));
+  LOOM_RETURN_IF_ERROR(
+      CheckCounts("all_to_all_v", "recv_counts", recv_counts, "output", out, size));
+  // The block a rank sends itself is the one it receives from itself.
+  if (send_counts[rank] != recv_counts[rank]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all_to_all_v: send_counts[", rank, "] is ", send_counts[rank], " but recv_counts[", rank,
+        "] is ", recv_counts[rank], " (this rank's block to itself; they must be equal)"));
+  }
+  return CheckOverlap("all_to_all_v", in, out, /*in_place=*/false);
 }
 
 absl::Status CheckP2P(const char* what, const Tensor& t, int peer, int tag, int rank, int size,

@@ -8,6 +8,7 @@
 // nccl). No device code: these run, and are tested, on any machine.
 // Every failure is an InvalidArgument that starts with the op's name.
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,9 @@ absl::Status CheckReduceScatter(const core::Tensor& in, const core::Tensor& out,
                                 int size, core::Device device);
 absl::Status CheckAllToAll(const core::Tensor& in, const core::Tensor& out, int size,
                            core::Device device);
+absl::Status CheckAllToAllV(const core::Tensor& in, const std::vector<int64_t>& send_counts,
+                            const core::Tensor& out, const std::vector<int64_t>& recv_counts,
+                            int rank, int size, core::Device device);
 // `what`: "send" or "recv".
 absl::Status CheckP2P(const char* what, const core::Tensor& t, int peer, int tag, int rank,
                       int size, core::Device device);

@@ -58,6 +58,18 @@ TEST_P(ChecksTest, SameChecksOnEveryDevice) {
   ExpectInvalid(CheckAllGather(f7, f7, 0, 2, dev_), {"all_gather", "group size x input"});
   ExpectInvalid(CheckReduceScatter(f7, f8, 0, 2, dev_), {"reduce_scatter", "group size x output"});
   ExpectInvalid(CheckAllToAll(f7, f7, 2, dev_), {"all_to_all", "multiple of the group size"});
+  ExpectInvalid(CheckAllToAllV(f7, {3, 4, 0}, f8, {4, 4}, 0, 2, dev_),
+                {"all_to_all_v", "send_counts has 3 entries, expected 2"});
+  ExpectInvalid(CheckAllToAllV(f7, {7, 0}, f8, {9, -1}, 0, 2, dev_),
+                {"all_to_all_v", "recv_counts[1] is -1, expected >= 0"});
+  ExpectInvalid(CheckAllToAllV(f7, {3, 3}, f8, {4, 4}, 0, 2, dev_),
+                {"all_to_all_v", "input has 7 elements, expected 6 (the sum of send_counts)"});
+  ExpectInvalid(CheckAllToAllV(f7, {3, 4}, f8, {4, int64_t{1} << 62}, 0, 2, dev_),
+                {"all_to_all_v", "output has 8 elements, expected more than 8"});
+  ExpectInvalid(CheckAllToAllV(f7, {3, 4}, f7, {3, 4}, 0, 2, dev_), {"all_to_all_v", "overlap"});
+  ExpectInvalid(CheckAllToAllV(f7, {3, 4}, i7, {3, 4}, 0, 2, dev_), {"all_to_all_v", "dtype"});
+  ExpectInvalid(CheckAllToAllV(f7, {3, 4}, f8, {4, 4}, 0, 2, dev_),
+                {"all_to_all_v", "send_counts[0] is 3 but recv_counts[0] is 4"});
   ExpectInvalid(CheckP2P("send", f7, 0, 0, 0, 2, dev_), {"send", "is this rank"});
   ExpectInvalid(CheckP2P("send", f7, 3, 0, 0, 2, dev_), {"send", "out of range"});
   ExpectInvalid(CheckP2P("recv", f7, 1, -4, 0, 2, dev_), {"recv", "tag -4"});
@@ -77,6 +89,8 @@ TEST_P(ChecksTest, ValidLayoutsPass) {
   EXPECT_TRUE(CheckReduceScatter(big, *big.View(8, {8}), 1, 2, dev_).ok());  // in place
   EXPECT_TRUE(CheckAllGather(small, big, 0, 2, dev_).ok());
   EXPECT_TRUE(CheckAllToAll(big, big, 4, dev_).ok());
+  EXPECT_TRUE(CheckAllToAllV(small, {5, 3, 0}, *big.View(8, {8}), {5, 0, 3}, 0, 3, dev_).ok());
+  EXPECT_TRUE(CheckAllToAllV(Mine(0), {0, 0}, Mine(0), {0, 0}, 0, 2, dev_).ok());
   EXPECT_TRUE(CheckBatch({{P2POp::Kind::kSend, small, 1, 3}, {P2POp::Kind::kRecv, small, 1, 4}},
                          0, 2, dev_)
                   .ok());
@@ -99,6 +113,7 @@ TEST_P(ChecksTest, TensorElsewhereIsRejectedNamingOpAndDevices) {
   ExpectInvalid(CheckAllGather(there, here, 0, 1, dev_), {"all_gather", is_on.c_str()});
   ExpectInvalid(CheckReduceScatter(here, there, 0, 1, dev_), {"reduce_scatter", is_on.c_str()});
   ExpectInvalid(CheckAllToAll(there, there, 1, dev_), {"all_to_all", is_on.c_str()});
+  ExpectInvalid(CheckAllToAllV(here, {8}, there, {8}, 0, 1, dev_), {"all_to_all_v", is_on.c_str()});
   ExpectInvalid(CheckP2P("send", there, 1, 0, 0, 2, dev_), {"send", "tensor", is_on.c_str()});
   ExpectInvalid(CheckBatch({{P2POp::Kind::kRecv, there, 1, 0}}, 0, 2, dev_),
                 {"batch_send_recv(recv)", is_on.c_str()});

@@ -19,7 +19,8 @@ namespace loom::comm::internal {
 namespace {
 
 enum OpKind : uint32_t {
-  kAllReduce = 1, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kP2P, kBarrier
+  kAllReduce = 1, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kP2P, kBarrier,
+  kAllToAllV
 };
 
 // The signature a receiver checks: a hash of the call (op, dtype, count and
@@ -341,7 +342,24 @@ WorkPtr Engine::AllToAll(const core::Tensor& input, const core::Tensor& output) 
   if (!s.ok()) return Fail("all_to_all", flight::OpKind::kAllToAll, input, next_seq_, s);
   return Collective("all_to_all", flight::OpKind::kAllToAll, input.dtype(), input.nbytes(), -1,
                     Sig(kAllToAll, input.dtype(), input.numel(), 0),
-                    [input, output](Steps& steps) { return RunAllToAll(steps, input, output); });
+                    [input, output, small = options_.small_bytes](Steps& steps) {
+                      return RunAllToAll(steps, input, output, small);
+                    });
+}
+
+WorkPtr Engine::AllToAllV(const core::Tensor& input, const std::vector<int64_t>& send_counts,
+                          const core::Tensor& output, const std::vector<int64_t>& recv_counts) {
+  absl::Status s =
+      CheckAllToAllV(input, send_counts, output, recv_counts, rank_, size(), device());
+  if (!s.ok()) return Fail("all_to_all_v", flight::OpKind::kAllToAllV, input, next_seq_, s);
+  // Counts differ per pair, so the signature has none: the receiver's exact
+  // length check catches a send count that is not the receive count.
+  return Collective("all_to_all_v", flight::OpKind::kAllToAllV, input.dtype(), input.nbytes(), -1,
+                    Sig(kAllToAllV, input.dtype(), 0, 0),
+                    [input, send_counts, output, recv_counts,
+                     small = options_.small_bytes](Steps& steps) {
+                      return RunAllToAllV(steps, input, send_counts, output, recv_counts, small);
+                    });
 }
 
 WorkPtr Engine::Barrier() { return BarrierWithin(absl::ZeroDuration()); }

@@ -43,7 +43,9 @@ namespace loom::comm::internal {
 
 struct EngineOptions {
   CommOptions comm;
-  size_t small_bytes = 64 << 10;  // all-reduce switches to the ring above this
+  // All-reduce switches to the ring above this; all-to-all to pairwise
+  // exchange above this many bytes moved by a rank.
+  size_t small_bytes = 64 << 10;
 };
 
 class ContextIds;
@@ -72,6 +74,8 @@ class Engine : public Communicator {
   WorkPtr ReduceScatter(const core::Tensor& input, const core::Tensor& output,
                         ReduceOp op) override;
   WorkPtr AllToAll(const core::Tensor& input, const core::Tensor& output) override;
+  WorkPtr AllToAllV(const core::Tensor& input, const std::vector<int64_t>& send_counts,
+                    const core::Tensor& output, const std::vector<int64_t>& recv_counts) override;
   WorkPtr Send(const core::Tensor& tensor, int peer, int tag) override;
   WorkPtr Recv(const core::Tensor& tensor, int peer, int tag) override;
   WorkPtr BatchSendRecv(const std::vector<P2POp>& ops) override;

@@ -17,7 +17,7 @@ namespace loom::comm::local {
 
 struct LocalOptions {
   CommOptions comm;
-  size_t small_bytes = 64 << 10;  // all-reduce algorithm switch (engine.h)
+  size_t small_bytes = 64 << 10;  // all-reduce and all-to-all algorithm switch (engine.h)
 };
 
 // Rank `rank` of a world of `size` threads that share `store` (each thread

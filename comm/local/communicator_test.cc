@@ -50,6 +50,26 @@ INSTANTIATE_TEST_SUITE_P(Local, Conformance, ::testing::ValuesIn(AllParams()),
                                                info.param.world_size);
                          });
 
+// All-to-all's two schedules (every leg at once up to small_bytes moved by a
+// rank, pairwise exchange above), and all_to_all_v ranks that choose
+// differently (6000: some ranks of a call are below, some above).
+TEST(LocalAllToAll, EverySchedule) {
+  for (size_t small : {size_t{0}, size_t{6000}, size_t{1} << 30}) {
+    LocalOptions o;
+    o.small_bytes = small;
+    for (int n : {2, 3, 4}) {
+      for (const Case& c : testing::Cases()) {
+        if (c.name != "AllToAll" && c.name != "AllToAllV") continue;
+        std::vector<absl::Status> st = RunWorld(n, c.body, o);
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(st[r].ok()) << c.name << " small_bytes " << small << " world " << n
+                                  << " rank " << r << ": " << st[r];
+        }
+      }
+    }
+  }
+}
+
 // A thread that stops participating makes the others fail with
 // DeadlineExceeded within the timeout plus slack, naming the missing ranks.
 TEST(LocalDeadPeer, OthersFailWithinTimeout) {

@@ -429,6 +429,34 @@ class MpiCommunicator : public Communicator {
     });
   }
 
+  WorkPtr AllToAllV(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
+                    const std::vector<int64_t>& recv_counts) override {
+    if (auto s = internal::CheckAllToAllV(in, send_counts, out, recv_counts, rank(), size(),
+                                          device());
+        !s.ok()) {
+      return Fail("all_to_all_v", s);
+    }
+    // Counts and displacements are MPI ints (elements): the larger total
+    // bounds every one of them.
+    return Issue("all_to_all_v", {in, out}, std::max(in.numel(), out.numel()), [&](MpiWork& w) {
+      // MPI may read the arrays until the op completes: they live in its
+      // scratch, which stays with its requests (abandoned ones too).
+      const int n = size();
+      w.scratch.resize(4 * n * sizeof(int));
+      int* sc = reinterpret_cast<int*>(w.scratch.data());
+      int *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
+      for (int j = 0; j < n; ++j) {
+        sc[j] = static_cast<int>(send_counts[j]);
+        rc[j] = static_cast<int>(recv_counts[j]);
+        sd[j] = j == 0 ? 0 : sd[j - 1] + sc[j - 1];
+        rd[j] = j == 0 ? 0 : rd[j - 1] + rc[j - 1];
+      }
+      MPI_Datatype t = TypeOf(in.dtype());
+      return MPI_Ialltoallv(in.raw_data(), sc, sd, t, out.raw_data(), rc, rd, t, st_->comm,
+                            &w.reqs[0]);
+    });
+  }
+
   WorkPtr Send(const Tensor& t, int peer, int tag) override {
     if (auto s = internal::CheckP2P("send", t, peer, tag, rank(), size(), device()); !s.ok()) {
       return Fail("send", s, /*point_to_point=*/true);

@@ -19,6 +19,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "comm/flight/recorder.h"
+#include "comm/internal/algorithms.h"
 #include "comm/internal/checks.h"
 #include "comm/nccl/settle.h"
 #include "core/cuda/check.h"
@@ -37,6 +38,7 @@ using core::Tensor;
 using internal::CheckAllGather;
 using internal::CheckAllReduce;
 using internal::CheckAllToAll;
+using internal::CheckAllToAllV;
 using internal::CheckBatch;
 using internal::CheckBroadcast;
 using internal::CheckP2P;
@@ -520,6 +522,39 @@ void StopWatchdog(CommState* st) {
   left.clear();
 }
 
+// An all-to-all as one NCCL group: this rank's own block by a device copy
+// (if `copy_own`), then a send and a receive per peer. Block j of `src` and
+// `dst` is [off[j], off[j + 1]) bytes (internal::BlockOffsets). Empty blocks
+// are skipped on both sides (their counts match, comm.h), so every non-empty
+// pair is one send meeting one receive.
+ncclResult_t GroupedAllToAll(const char* src, const std::vector<size_t>& send_off, char* dst,
+                             const std::vector<size_t>& recv_off, DType dtype, int rank,
+                             bool copy_own, ncclComm_t c, cudaStream_t s) {
+  const int n = static_cast<int>(send_off.size()) - 1;
+  const size_t es = core::DTypeSize(dtype);
+  const size_t own = send_off[rank + 1] - send_off[rank];
+  if (copy_own && own > 0 &&
+      cudaMemcpyAsync(dst + recv_off[rank], src + send_off[rank], own, cudaMemcpyDeviceToDevice,
+                      s) != cudaSuccess) {
+    return ncclUnhandledCudaError;
+  }
+  if (n == 1) return ncclSuccess;
+  const ncclDataType_t t = TypeOf(dtype);
+  ncclResult_t res = ncclGroupStart();
+  if (res != ncclSuccess) return res;
+  for (int j = 0; j < n; ++j) {
+    if (j == rank) continue;
+    const size_t send = (send_off[j + 1] - send_off[j]) / es;
+    const size_t recv = (recv_off[j + 1] - recv_off[j]) / es;
+    if (send > 0) res = ncclSend(src + send_off[j], send, t, j, c, s);
+    if (res != ncclSuccess && res != ncclInProgress) break;
+    if (recv > 0) res = ncclRecv(dst + recv_off[j], recv, t, j, c, s);
+    if (res != ncclSuccess && res != ncclInProgress) break;
+  }
+  ncclResult_t end = ncclGroupEnd();
+  return res != ncclSuccess && res != ncclInProgress ? res : end;
+}
+
 // Enqueues NCCL calls on the NCCL stream; returns what the last NCCL call
 // returned (ncclInProgress allowed).
 using Enqueue = std::function<ncclResult_t(ncclComm_t comm, cudaStream_t stream)>;
@@ -596,19 +631,17 @@ class NcclCommunicator : public Communicator {
 
   WorkPtr AllToAll(const Tensor& in, const Tensor& out) override {
     if (auto s = CheckAllToAll(in, out, size(), device()); !s.ok()) return Fail("all_to_all", s);
-    const int n = size(), r = rank();
-    const size_t block = static_cast<size_t>(in.numel()) / n;
-    const size_t bytes = block * core::DTypeSize(in.dtype());
+    const int n = size();
+    const std::vector<size_t> off = internal::BlockOffsets(
+        std::vector<int64_t>(n, in.numel() / n), core::DTypeSize(in.dtype()));
     const bool in_place = in.raw_data() == out.raw_data();
     auto scratch = std::make_shared<void*>(nullptr);
     return Issue(
         "all_to_all", {in, out},
         [&, scratch](ncclComm_t c, cudaStream_t s) -> ncclResult_t {
-          if (block == 0) return ncclSuccess;
+          if (in.numel() == 0 || (in_place && n == 1)) return ncclSuccess;
           const char* src = static_cast<const char*>(in.raw_data());
-          char* dst = static_cast<char*>(out.raw_data());
           if (in_place) {
-            if (n == 1) return ncclSuccess;
             // Sends must read the input while receives overwrite it: stage it.
             if (cudaMallocAsync(scratch.get(), in.nbytes(), s) != cudaSuccess ||
                 cudaMemcpyAsync(*scratch, src, in.nbytes(), cudaMemcpyDeviceToDevice, s) !=
@@ -616,27 +649,30 @@ class NcclCommunicator : public Communicator {
               return ncclUnhandledCudaError;
             }
             src = static_cast<const char*>(*scratch);
-          } else if (cudaMemcpyAsync(dst + r * bytes, src + r * bytes, bytes,
-                                     cudaMemcpyDeviceToDevice, s) != cudaSuccess) {
-            return ncclUnhandledCudaError;  // own block: a copy
           }
-          if (n == 1) return ncclSuccess;
-          const ncclDataType_t t = TypeOf(in.dtype());
-          ncclResult_t res = ncclGroupStart();
-          if (res != ncclSuccess) return res;
-          for (int j = 0; j < n; ++j) {
-            if (j == r) continue;
-            res = ncclSend(src + j * bytes, block, t, j, c, s);
-            if (res != ncclSuccess && res != ncclInProgress) break;
-            res = ncclRecv(dst + j * bytes, block, t, j, c, s);
-            if (res != ncclSuccess && res != ncclInProgress) break;
-          }
-          ncclResult_t end = ncclGroupEnd();
-          return res != ncclSuccess && res != ncclInProgress ? res : end;
+          // In place, the own block is already where it belongs.
+          return GroupedAllToAll(src, off, static_cast<char*>(out.raw_data()), off, in.dtype(),
+                                 rank(), /*copy_own=*/!in_place, c, s);
         },
         [scratch](cudaStream_t s) {
           if (*scratch != nullptr) cudaFreeAsync(*scratch, s);  // after the group's kernels
         });
+  }
+
+  WorkPtr AllToAllV(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
+                    const std::vector<int64_t>& recv_counts) override {
+    if (auto s = CheckAllToAllV(in, send_counts, out, recv_counts, rank(), size(), device());
+        !s.ok()) {
+      return Fail("all_to_all_v", s);
+    }
+    const size_t es = core::DTypeSize(in.dtype());
+    const std::vector<size_t> send_off = internal::BlockOffsets(send_counts, es);
+    const std::vector<size_t> recv_off = internal::BlockOffsets(recv_counts, es);
+    return Issue("all_to_all_v", {in, out}, [&](ncclComm_t c, cudaStream_t s) {
+      return GroupedAllToAll(static_cast<const char*>(in.raw_data()), send_off,
+                             static_cast<char*>(out.raw_data()), recv_off, in.dtype(), rank(),
+                             /*copy_own=*/true, c, s);
+    });
   }
 
   WorkPtr Send(const Tensor& t, int peer, int tag) override {

@@ -146,6 +146,12 @@ class MirrorCommunicator : public Communicator {
   WorkPtr AllToAll(const Tensor& in, const Tensor& out) override {
     return Run({in, out}, [&](const std::vector<Tensor>& d) { return inner_->AllToAll(d[0], d[1]); });
   }
+  WorkPtr AllToAllV(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
+                    const std::vector<int64_t>& recv_counts) override {
+    return Run({in, out}, [&](const std::vector<Tensor>& d) {
+      return inner_->AllToAllV(d[0], send_counts, d[1], recv_counts);
+    });
+  }
   WorkPtr Send(const Tensor& t, int peer, int tag) override {
     return Run({t}, [&](const std::vector<Tensor>& d) { return inner_->Send(d[0], peer, tag); });
   }

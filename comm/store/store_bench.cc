@@ -22,7 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "comm/store/tcp_store.h"
-#include "core/bench/bench_util.h"
+#include "core/bench_util/bench_util.h"
 
 ABSL_FLAG(std::string, ranks, "2,8", "world sizes to time");
 ABSL_FLAG(int, reps, 50, "rendezvous per world size");

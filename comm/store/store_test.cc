@@ -635,6 +635,11 @@ TEST(TcpStoreLimits, TooManyConnectionsAreClosedAtOnce) {
   auto server = Serve(o);
   auto rank1 = Join(server->port());
   ASSERT_NE(rank1, nullptr);
+  // Served once each: the server has finished rank 0's own client's and rank
+  // 1's handshakes and freed their slots (a client's side of the handshake can
+  // end before the server's does).
+  ASSERT_TRUE(server->Set("ready0", "1").ok());
+  ASSERT_TRUE(rank1->Set("ready1", "1").ok());
   // Two silent connections hold both handshake slots.
   int silent[2] = {ConnectRaw(server->port()), ConnectRaw(server->port())};
   for (int fd : silent) ASSERT_EQ(RecvN(fd, kStoreHelloBytes).size(), kStoreHelloBytes);

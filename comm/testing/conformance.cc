@@ -289,6 +289,69 @@ absl::Status AllToAllCase(Communicator& c, const SuiteOptions& o) {
   return absl::OkStatus();
 }
 
+// all_to_all_v's count patterns: what rank `src` sends rank `dst`, with `m`
+// the pattern's unit.
+struct CountPattern {
+  const char* name;
+  int64_t (*count)(int src, int dst, int n, int64_t m);
+};
+const CountPattern kCountPatterns[] = {
+    {"equal", [](int, int, int, int64_t m) { return m; }},
+    {"unequal", [](int src, int dst, int, int64_t m) { return m * (1 + (src + 2 * dst) % 3); }},
+    // Some pairs (a rank's block to itself too) exchange nothing.
+    {"zero to some peers",
+     [](int src, int dst, int, int64_t m) { return (src + dst) % 2 ? m : int64_t{0}; }},
+    // Rank 0 sends nothing at all; the last rank receives nothing at all.
+    {"silent rank 0, deaf last rank",
+     [](int src, int dst, int n, int64_t m) { return src == 0 || dst == n - 1 ? 0 : m; }},
+    {"nothing at all", [](int, int, int, int64_t) { return int64_t{0}; }},
+};
+
+absl::Status AllToAllVCase(Communicator& c, const SuiteOptions& o) {
+  const int n = c.size(), r = c.rank();
+  for (DType d : kDTypes) {
+    for (const CountPattern& p : kCountPatterns) {
+      // Units: the suite's counts but 0 (a pattern of its own), and for f32
+      // one near large_bytes per rank.
+      std::vector<int64_t> units;
+      for (int64_t count : Counts(o, d, d == DType::kF32, 2 * n)) {
+        if (count > 0) units.push_back(count);
+      }
+      for (int64_t m : units) {
+        std::string label = absl::StrCat("all_to_all_v ", core::DTypeName(d), " ", p.name,
+                                         " unit=", m);
+        std::vector<int64_t> send(n), recv(n);
+        for (int j = 0; j < n; ++j) {
+          send[j] = p.count(r, j, n, m);
+          recv[j] = p.count(j, r, n, m);
+        }
+        int64_t send_total = 0, recv_total = 0;
+        for (int j = 0; j < n; ++j) {
+          send_total += send[j];
+          recv_total += recv[j];
+        }
+        absl::StatusOr<Tensor> in = Make(d, send_total, 0);
+        if (!in.ok()) return in.status();
+        // Rank r's block for rank j: value DataVal(r * n + j, i).
+        int64_t at = 0;
+        for (int j = 0; j < n; at += send[j++]) {
+          for (int64_t i = 0; i < send[j]; ++i) SetAt(*in, at + i, DataVal(r * n + j, i));
+        }
+        absl::StatusOr<Tensor> out = Make(d, recv_total, kGarbage);
+        if (!out.ok()) return out.status();
+        LOOM_RETURN_IF_ERROR(Annotate(c.AllToAllV(*in, send, *out, recv)->Wait(), label));
+        at = 0;
+        for (int src = 0; src < n; at += recv[src++]) {
+          LOOM_RETURN_IF_ERROR(CheckAll(
+              *out, recv[src], [&](int64_t i) { return DataVal(src * n + r, i); },
+              absl::StrCat(label, " block from rank ", src), c, at));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SendRecvCase(Communicator& c, const SuiteOptions& o) {
   const int n = c.size(), r = c.rank();
   if (n == 1) return absl::OkStatus();
@@ -717,6 +780,7 @@ absl::Status BadInputCase(Communicator& world, const SuiteOptions&) {
   struct Bad {
     const char* what;
     WorkPtr work;
+    const char* names = nullptr;  // what the error must say, where checked
   };
   std::vector<Bad> bad = {
       {"all_reduce count mismatch", c.AllReduce(f7, f8, ReduceOp::kSum)},
@@ -738,6 +802,22 @@ absl::Status BadInputCase(Communicator& world, const SuiteOptions&) {
     bad.push_back({"all_to_all not divisible", c.AllToAll(*Make(DType::kF32, n + 1, 0),
                                                           *Make(DType::kF32, n + 1, 0))});
   }
+  const std::vector<int64_t> ones(n, 1);
+  std::vector<int64_t> negative(n, 1);
+  negative[n - 1] = -1;
+  const Tensor fn = *Make(DType::kF32, n, 1), fn_out = *Make(DType::kF32, n, 0);
+  bad.push_back({"all_to_all_v send_counts of the wrong length",
+                 c.AllToAllV(fn, std::vector<int64_t>(n + 1, 0), fn_out, ones),
+                 "send_counts has"});
+  bad.push_back({"all_to_all_v negative count", c.AllToAllV(fn, ones, fn_out, negative),
+                 "is -1, expected >= 0"});
+  bad.push_back({"all_to_all_v input not the sum of send_counts",
+                 c.AllToAllV(*Make(DType::kF32, n + 1, 1), ones, fn_out, ones),
+                 "(the sum of send_counts)"});
+  bad.push_back({"all_to_all_v output not the sum of recv_counts",
+                 c.AllToAllV(fn, ones, *Make(DType::kF32, 2 * n, 0), ones),
+                 "(the sum of recv_counts)"});
+  bad.push_back({"all_to_all_v in place", c.AllToAllV(fn, ones, fn, ones), "overlap"});
   if (n == 1) bad[7] = {"all_gather wrong output size", c.AllGather(f7, f8)};
   absl::Status first_error;
   for (Bad& b : bad) {
@@ -745,6 +825,10 @@ absl::Status BadInputCase(Communicator& world, const SuiteOptions&) {
     if (s.ok()) return absl::InternalError(absl::StrCat(b.what, ": accepted, expected an error"));
     if (!absl::IsInvalidArgument(s)) {
       return absl::InternalError(absl::StrCat(b.what, ": expected InvalidArgument, got ", s.ToString()));
+    }
+    if (b.names != nullptr && !absl::StrContains(s.message(), b.names)) {
+      return absl::InternalError(
+          absl::StrCat(b.what, ": the error must say \"", b.names, "\", got ", s.ToString()));
     }
     if (first_error.ok()) first_error = s;
   }
@@ -784,6 +868,20 @@ absl::Status MismatchCase(Communicator& c, const SuiteOptions&) {
                                             "InvalidArgument, got ", s.ToString()));
   }
   child->reset();
+  // all_to_all_v: rank 0 expects 2 elements from rank 1, which sends 1. Only
+  // rank 0 can tell (the others' messages are as they expect).
+  auto v_child = c.Split(0, r, "mismatch_v");
+  if (!v_child.ok()) return v_child.status();
+  std::vector<int64_t> send(n, 1), recv(n, 1);
+  if (r == 0) recv[1] = 2;
+  Tensor in = *Make(DType::kF32, n, 1), out = *Make(DType::kF32, r == 0 ? n + 1 : n, 0);
+  s = (*v_child)->AllToAllV(in, send, out, recv)->Wait(absl::Seconds(3));
+  if (r == 0 && !absl::IsInvalidArgument(s)) {
+    return absl::InternalError(absl::StrCat(
+        "rank 0: all_to_all_v receiving 2 elements from rank 1, which sends 1, should fail with "
+        "InvalidArgument, got ", s.ToString()));
+  }
+  v_child->reset();
   // The world is unaffected.
   LOOM_RETURN_IF_ERROR(c.Barrier()->Wait());
   return absl::OkStatus();
@@ -850,6 +948,7 @@ std::vector<Case> Cases(const SuiteOptions& o) {
       {"AllGather", bind(AllGatherCase)},
       {"ReduceScatter", bind(ReduceScatterCase)},
       {"AllToAll", bind(AllToAllCase)},
+      {"AllToAllV", bind(AllToAllVCase)},
       {"SendRecv", bind(SendRecvCase)},
       {"BatchSendRecv", bind(BatchCase)},
       {"Barrier", bind(BarrierCase)},
@@ -872,32 +971,54 @@ std::vector<Case> Cases(const SuiteOptions& o) {
 absl::Status DeadPeer(Communicator& world, int victim, const std::function<void()>& die,
                       absl::Duration timeout, absl::Duration slack, bool names_ranks,
                       std::string* observed) {
+  // The all-to-all runs in a child: the all-reduce's failure aborts the world.
+  auto child = world.Split(0, world.rank(), "dead_peer_all_to_all_v");
+  if (!child.ok()) return Annotate(child.status(), "split before the dead-peer test");
   absl::Status s = world.Barrier()->Wait();
   if (!s.ok()) return Annotate(s, "barrier before the dead-peer test");
   if (world.rank() == victim) {
     die();
     return absl::OkStatus();
   }
-  Tensor t = *Make(DType::kF32, 1000, 1);
-  absl::Time start = absl::Now();
-  s = world.AllReduce(t, ReduceOp::kSum)->Wait();
-  absl::Duration took = absl::Now() - start;
   std::string who = absl::StrCat("rank ", world.rank(), " (victim ", victim, "): ");
-  if (observed) *observed = absl::StrCat(s.ToString(), " [after ", absl::FormatDuration(took), "]");
-  if (s.ok()) return absl::InternalError(who + "all_reduce succeeded without the dead peer");
-  if (!absl::IsDeadlineExceeded(s)) {
-    return absl::InternalError(who + "expected DeadlineExceeded, got " + s.ToString());
-  }
-  if (took > timeout + slack) {
-    return absl::InternalError(absl::StrCat(who, "failed only after ", absl::FormatDuration(took),
-                                            " (timeout ", absl::FormatDuration(timeout),
-                                            " + slack ", absl::FormatDuration(slack), ")"));
-  }
-  if (!absl::StrContains(s.message(), "all_reduce") ||
-      (names_ranks && !absl::StrContains(s.message(), "did not arrive"))) {
-    return absl::InternalError(who + "the error must name the op and missing ranks: " +
-                               s.ToString());
-  }
+  // Waits for `work` (op `what`): it must fail with DeadlineExceeded naming
+  // the op (and the missing ranks) within the timeout + slack.
+  auto expect_timeout = [&](const char* what, const WorkPtr& work) -> absl::Status {
+    absl::Time start = absl::Now();
+    absl::Status s = work->Wait();
+    absl::Duration took = absl::Now() - start;
+    if (observed) {
+      absl::StrAppend(observed, observed->empty() ? "" : "; ", s.ToString(), " [after ",
+                      absl::FormatDuration(took), "]");
+    }
+    if (s.ok()) {
+      return absl::InternalError(absl::StrCat(who, what, " succeeded without the dead peer"));
+    }
+    if (!absl::IsDeadlineExceeded(s)) {
+      return absl::InternalError(absl::StrCat(who, what, ": expected DeadlineExceeded, got ",
+                                              s.ToString()));
+    }
+    if (took > timeout + slack) {
+      return absl::InternalError(absl::StrCat(who, what, " failed only after ",
+                                              absl::FormatDuration(took), " (timeout ",
+                                              absl::FormatDuration(timeout), " + slack ",
+                                              absl::FormatDuration(slack), ")"));
+    }
+    if (!absl::StrContains(s.message(), what) ||
+        (names_ranks && !absl::StrContains(s.message(), "did not arrive"))) {
+      return absl::InternalError(
+          absl::StrCat(who, "the error must name the op and missing ranks: ", s.ToString()));
+    }
+    return absl::OkStatus();
+  };
+  if (observed) observed->clear();
+  const int n = world.size();
+  Tensor in = *Make(DType::kF32, 100 * n, 1), out = *Make(DType::kF32, 100 * n, 0);
+  const std::vector<int64_t> counts(n, 100);
+  LOOM_RETURN_IF_ERROR(
+      expect_timeout("all_to_all_v", (*child)->AllToAllV(in, counts, out, counts)));
+  Tensor t = *Make(DType::kF32, 1000, 1);
+  LOOM_RETURN_IF_ERROR(expect_timeout("all_reduce", world.AllReduce(t, ReduceOp::kSum)));
   // The communicator is now aborted: later ops fail fast.
   absl::Status again = world.AllReduce(t, ReduceOp::kSum)->Wait(timeout + slack);
   if (again.ok()) return absl::InternalError(who + "an op after the failure succeeded");

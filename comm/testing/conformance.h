@@ -44,12 +44,13 @@ struct Case {
 
 std::vector<Case> Cases(const SuiteOptions& options = {});
 
-// The dead-peer case. All ranks but `victim` run an all-reduce that must fail
-// with DeadlineExceeded within the communicator's timeout + `slack`; the
-// victim calls `die` instead (kill itself, or for threads just return).
+// The dead-peer case. All ranks but `victim` run an all-to-all-v (in a
+// child of `world`) and then an all-reduce, each of which must fail with
+// DeadlineExceeded within the communicator's timeout + `slack`; the victim
+// calls `die` instead (kill itself, or for threads just return).
 // `timeout` must be the communicator's CommOptions::timeout.
 // `names_ranks`: the error must name the missing ranks ("did not arrive: [..]").
-// `observed` (optional) receives the error the survivor saw.
+// `observed` (optional) receives the errors the survivor saw.
 absl::Status DeadPeer(Communicator& world, int victim, const std::function<void()>& die,
                       absl::Duration timeout, absl::Duration slack, bool names_ranks,
                       std::string* observed = nullptr);

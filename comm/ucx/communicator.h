@@ -25,7 +25,7 @@ namespace loom::comm::ucx {
 
 struct UcxOptions {
   CommOptions comm;
-  size_t small_bytes = 64 << 10;  // all-reduce algorithm switch
+  size_t small_bytes = 64 << 10;  // all-reduce and all-to-all algorithm switch
   // How long to wait for every rank's worker address in the store.
   absl::Duration connect_timeout = absl::Seconds(60);
   // UCP_ERR_HANDLING_MODE_PEER on endpoints (sends to a dead peer fail fast).

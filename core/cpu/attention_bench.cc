@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "core/bench/bench_util.h"
+#include "core/bench_util/bench_util.h"
 #include "core/cpu/attention.h"
 #include "core/cpu/flash_attention.h"
 #include "core/tensor.h"

@@ -1,5 +1,5 @@
-#ifndef LOOM_CORE_BENCH_BENCH_UTIL_H_
-#define LOOM_CORE_BENCH_BENCH_UTIL_H_
+#ifndef LOOM_CORE_BENCH_UTIL_BENCH_UTIL_H_
+#define LOOM_CORE_BENCH_UTIL_BENCH_UTIL_H_
 
 // What every bench main prints or computes the same way: the CPU it ran on
 // and the median of its timed samples. Benches only; tests never time things.
@@ -23,4 +23,4 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start);
 
 }  // namespace loom::core::bench
 
-#endif  // LOOM_CORE_BENCH_BENCH_UTIL_H_
+#endif  // LOOM_CORE_BENCH_UTIL_BENCH_UTIL_H_

@@ -1,4 +1,4 @@
-#include "core/bench/bench_util.h"
+#include "core/bench_util/bench_util.h"
 
 #include <cmath>
 
