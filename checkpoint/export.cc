@@ -55,8 +55,14 @@ absl::Status WriteHfFolder(const std::string& out_dir, const std::vector<hf::Nam
   return WriteFileAtomically(JoinPath(out_dir, "config.json"), config.dump(2) + "\n");
 }
 
+// Mixtral's default; the checkpoint does not record --moe-aux-loss-coeff.
+constexpr double kMixtralAuxLossCoef = 0.001;
+
+// LlamaForCausalLM, or MixtralForCausalLM for an MoE checkpoint whose every
+// layer is MoE (the caller checks): the same names but block_sparse_moe for mlp.
 absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, hf::Dtype dtype) {
   const layers::GptConfig c = GptConfigFromProto(reader.manifest().model());
+  const bool mixtral = c.moe();
   const int64_t h = c.hidden_size, f = c.ffn(), V = c.vocab_size, H = c.num_attention_heads,
                 G = c.query_groups(), d = c.head_dim();
   std::vector<hf::NamedTensor> tensors;
@@ -70,6 +76,14 @@ absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, h
     LOOM_ASSIGN_OR_RETURN(std::vector<float> x, get(ours));
     put(hf_name, std::move(shape), x);
     return absl::OkStatus();
+  };
+  // A SwiGLU MLP (dense, or one expert): dense_h_to_4h's two rows are gate and up.
+  auto swiglu = [&](const std::string& ours, const std::string& gate_name,
+                    const std::string& up_name, const std::string& down_name) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> gu, get(ours + "dense_h_to_4h.weight"));
+    put(gate_name, {f, h}, std::vector<float>(gu.begin(), gu.begin() + f * h));
+    put(up_name, {f, h}, std::vector<float>(gu.begin() + f * h, gu.end()));
+    return copy(ours + "dense_4h_to_h.weight", down_name, {h, f});
   };
   if (!c.tied_output_layer()) {
     LOOM_RETURN_IF_ERROR(copy(layers::kOutputLayerName, "lm_head.weight", {V, h}));
@@ -99,15 +113,23 @@ absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, h
         copy(p + "attention.dense.weight", q + "self_attn.o_proj.weight", {h, H * d}));
     LOOM_RETURN_IF_ERROR(copy(p + "post_attention_layernorm.weight",
                               q + "post_attention_layernorm.weight", {h}));
-    LOOM_ASSIGN_OR_RETURN(std::vector<float> gu, get(p + "mlp.dense_h_to_4h.weight"));
-    put(q + "mlp.gate_proj.weight", {f, h}, std::vector<float>(gu.begin(), gu.begin() + f * h));
-    put(q + "mlp.up_proj.weight", {f, h}, std::vector<float>(gu.begin() + f * h, gu.end()));
-    LOOM_RETURN_IF_ERROR(copy(p + "mlp.dense_4h_to_h.weight", q + "mlp.down_proj.weight", {h, f}));
+    if (mixtral) {
+      const std::string m = q + "block_sparse_moe.";
+      LOOM_RETURN_IF_ERROR(copy(p + "mlp.router.weight", m + "gate.weight", {c.num_experts, h}));
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const std::string x = absl::StrCat(m, "experts.", e, ".");
+        LOOM_RETURN_IF_ERROR(swiglu(absl::StrCat(p, "mlp.experts.", e, "."), x + "w1.weight",
+                                    x + "w3.weight", x + "w2.weight"));
+      }
+    } else {
+      LOOM_RETURN_IF_ERROR(swiglu(p + "mlp.", q + "mlp.gate_proj.weight", q + "mlp.up_proj.weight",
+                                  q + "mlp.down_proj.weight"));
+    }
   }
   LOOM_RETURN_IF_ERROR(copy(layers::kFinalNormWeightName, "model.norm.weight", {h}));
   nlohmann::ordered_json config = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", mixtral ? "mixtral" : "llama"},
       {"vocab_size", V},
       {"hidden_size", h},
       {"intermediate_size", f},
@@ -119,12 +141,23 @@ absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, h
       {"hidden_act", "silu"},
       {"rms_norm_eps", Decimal(c.layernorm_epsilon)},
       {"rope_theta", Decimal(c.rotary_base)},
-      {"attention_bias", false},
-      {"mlp_bias", false},
       {"attention_dropout", 0.0},
       {"initializer_range", Decimal(c.init_method_std)},
       {"tie_word_embeddings", c.tied_output_layer()},
   };
+  if (mixtral) {
+    // Loom's routing is Mixtral's; the capacity factor is not recorded, and
+    // Mixtral is dropless. Null: older transformers default to a 4096 window.
+    config["num_local_experts"] = c.num_experts;
+    config["num_experts_per_tok"] = c.moe_router_topk;
+    config["router_aux_loss_coef"] = kMixtralAuxLossCoef;
+    config["router_jitter_noise"] = 0.0;
+    config["output_router_logits"] = false;
+    config["sliding_window"] = nullptr;
+  } else {
+    config["attention_bias"] = false;
+    config["mlp_bias"] = false;
+  }
   return WriteHfFolder(out_dir, tensors, dtype, std::move(config));
 }
 
@@ -139,13 +172,25 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(iter_dir));
   const ModelConfig& m = reader->manifest().model();
   const layers::GptConfig c = GptConfigFromProto(m);
-  if (c.moe()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "checkpoint ", iter_dir, " is a mixture of experts (--num-experts=", c.num_experts,
-        "): the MixtralForCausalLM export is not built yet"));
-  }
   const bool llama = c.rms_norm() && c.rope() && c.swiglu && !c.add_bias_linear &&
                      c.rotary_percent == 1.0f;
+  if (c.moe()) {
+    // Mixtral: Llama's architecture with every MLP a mixture of SwiGLU experts.
+    if (!llama) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", iter_dir, " is a mixture of experts (--num-experts=", c.num_experts,
+          ") but not Llama's architecture (RMSNorm, rope with --rotary-percent=1, --swiglu, "
+          "--disable-bias-linear): no Hugging Face architecture (MixtralForCausalLM) to export "
+          "it as"));
+    }
+    if (c.moe_layer_freq != 1 && c.num_layers > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", iter_dir, " has --moe-layer-freq=", c.moe_layer_freq,
+          " (dense layers between MoE layers), but MixtralForCausalLM makes every layer MoE: "
+          "no Hugging Face architecture to export it as"));
+    }
+    return ExportLlama(*reader, out_dir, dtype);
+  }
   const bool gpt2 = !c.rms_norm() && !c.rope() && !c.swiglu && c.add_bias_linear &&
                     c.tied_output_layer() && !c.group_query_attention;
   if (llama) return ExportLlama(*reader, out_dir, dtype);

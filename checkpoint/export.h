@@ -24,6 +24,11 @@
 // prefix): the inverse of checkpoint/hf/import.h's mapping (q/k/v_proj from
 // the grouped qkv rows, gate_proj/up_proj from dense_h_to_4h's two rows,
 // lm_head from output_layer.weight when untied).
+//
+// Mixture-of-experts checkpoints of that architecture with every layer MoE
+// (--moe-layer-freq=1) export as MixtralForCausalLM: the same, with
+// block_sparse_moe.gate from mlp.router and experts.e.w1/w3/w2 from
+// mlp.experts.e.* as import.h maps them. Other MoE checkpoints are refused.
 
 #include <string>
 

@@ -1,9 +1,9 @@
 // bazel run //checkpoint:export -- --load=DIR [--load-iteration=N] --format=safetensors --out=OUT
 //
 //     [--dtype=f32|bf16]
-// Writes OUT/model.safetensors (Hugging Face GPT-2 or Llama tensor names) and
-// OUT/config.json: transformers' GPT2LMHeadModel / LlamaForCausalLM
-// .from_pretrained(OUT) loads it.
+// Writes OUT/model.safetensors (Hugging Face GPT-2, Llama or Mixtral tensor
+// names) and OUT/config.json: transformers' GPT2LMHeadModel / LlamaForCausalLM
+// / MixtralForCausalLM .from_pretrained(OUT) loads it.
 #include <cstdio>
 #include <optional>
 #include <string>

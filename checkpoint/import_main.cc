@@ -1,10 +1,10 @@
 // bazel run //checkpoint:import -- --hf-dir=DIR --save=CKPT
 //     [--target-tensor-parallel-size=N --target-pipeline-parallel-size=M] [--seq-length=S]
 //
-// Imports a Hugging Face GPT2LMHeadModel / LlamaForCausalLM / MistralForCausalLM
-// folder (config.json + safetensors, single or sharded) as a Loom checkpoint at
-// iteration 0 without optimizer state, and prints the //train:gpt model flags
-// that load it.
+// Imports a Hugging Face GPT2LMHeadModel / LlamaForCausalLM / MistralForCausalLM /
+// MixtralForCausalLM folder (config.json + safetensors, single or sharded) as a
+// Loom checkpoint at iteration 0 without optimizer state, and prints the
+// //train:gpt model flags that load it.
 #include <cstdio>
 #include <string>
 

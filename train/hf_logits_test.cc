@@ -1,9 +1,10 @@
 // The logits of Hugging Face models imported with checkpoint::hf::
-// ImportHuggingFace (checkpoint/hf/testdata: a tiny GPT-2 and a tiny Llama,
+// ImportHuggingFace (checkpoint/hf/testdata: a tiny GPT-2, Llama and Mixtral,
 // made by transformers) match transformers' own logits on the committed
 // input ids, at TP 1 and 2 x PP 1 and 2 (ranks as threads, stages run one
 // after the other), and a wrong weight mapping does not.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -34,8 +35,9 @@ namespace {
 
 using core::Tensor;
 
-// f32 end to end. Measured (max |error| / max |logit|): 6.8e-7 to 7.8e-7 for both
-// models at TP 1, TP 2 and PP 2; a wrong mapping: above 1.
+// f32 end to end. Measured (max |error| / max |logit|): 6.7e-7 to 7.8e-7 for
+// GPT-2 and Llama, 7.9e-7 to 9.6e-7 for Mixtral, at TP 1, TP 2 and PP 2; a
+// wrong mapping: above 0.8.
 constexpr double kTolerance = 1e-5;
 
 // checkpoint/hf/testdata/<name>: in the runfiles, else from the source tree
@@ -203,8 +205,18 @@ TEST(HfLogitsTest, LlamaMatchesTransformers) {
   }
 }
 
+// Loom's top-2 of 4 experts (softmax over the chosen logits) is Mixtral's
+// (softmax over all, top-2, renormalised).
+TEST(HfLogitsTest, MixtralMatchesTransformers) {
+  for (int tp : {1, 2}) {
+    for (int pp : {1, 2}) EXPECT_LT(LogitsError("mixtral_tiny", tp, pp), kTolerance);
+  }
+}
+
 // A wrong mapping is caught: GPT-2's Conv1D attention output projection
-// left untransposed, and Llama's gate and up projections swapped.
+// left untransposed, Llama's gate and up projections swapped, and Mixtral's
+// router rows of experts 0 and 1 swapped (each router row must stay with its
+// expert).
 TEST(HfLogitsTest, WrongMappingFails) {
   EXPECT_GT(LogitsError("gpt2_tiny", 1, 1,
                         [](layers::GptModel& m) {
@@ -222,6 +234,14 @@ TEST(HfLogitsTest, WrongMappingFails) {
                           const int64_t half = p.value.numel() / 2;
                           float* w = p.value.data<float>();
                           for (int64_t i = 0; i < half; ++i) std::swap(w[i], w[half + i]);
+                        }),
+            100 * kTolerance);
+  EXPECT_GT(LogitsError("mixtral_tiny", 1, 1,
+                        [](layers::GptModel& m) {
+                          layers::Param& p = m.params().at("layers.0.mlp.router.weight");
+                          const int64_t h = p.value.dim(1);
+                          float* w = p.value.data<float>();
+                          std::swap_ranges(w, w + h, w + h);
                         }),
             100 * kTolerance);
 }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/hf/json_util.h"
@@ -88,6 +89,7 @@ constexpr Arch kArchs[] = {
     {"GPT2LMHeadModel", "gpt2"},
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
+    {"MixtralForCausalLM", "mixtral"},
 };
 
 std::string Supported() {
@@ -232,7 +234,31 @@ absl::Status ParseLlama(const Fields& f, HfModelConfig& c) {
   return absl::OkStatus();
 }
 
-std::string Num(double x) { return absl::StrCat(x); }
+// Mixtral's MoE fields, on top of ParseLlama (HF's defaults when absent).
+absl::Status ParseMixtral(const Fields& f, HfModelConfig& c) {
+  LOOM_ASSIGN_OR_RETURN(c.num_experts, f.Int("num_local_experts", 8));
+  LOOM_ASSIGN_OR_RETURN(c.moe_router_topk, f.Int("num_experts_per_tok", 2));
+  if (c.moe_router_topk > c.num_experts) {
+    return f.Error("num_experts_per_tok",
+                   absl::StrCat("more than num_local_experts = ", c.num_experts));
+  }
+  // Training-time noise on the MoE input that Loom's router does not add.
+  LOOM_ASSIGN_OR_RETURN(double jitter, f.Number("router_jitter_noise", 0.0));
+  if (jitter != 0) return f.Error("router_jitter_noise", "router jitter is not supported");
+  LOOM_ASSIGN_OR_RETURN(c.moe_aux_loss_coeff, f.Number("router_aux_loss_coef", 0.001));
+  if (c.moe_aux_loss_coeff < 0) return f.Error("router_aux_loss_coef", "must be >= 0");
+  return absl::OkStatus();
+}
+
+// The shortest decimal that reads back as x, integers in full (1000000, not
+// StrCat's 1e+06, which also rounds to 6 digits).
+std::string Num(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e15) return absl::StrCat(static_cast<int64_t>(x));
+  for (int digits = 6;; ++digits) {
+    const std::string s = absl::StrFormat("%.*g", digits, x);
+    if (digits >= 17 || std::stod(s) == x) return s;
+  }
+}
 
 }  // namespace
 
@@ -271,6 +297,7 @@ absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& text, const std::
     LOOM_RETURN_IF_ERROR(ParseGpt2(f, c));
   } else {
     LOOM_RETURN_IF_ERROR(ParseLlama(f, c));
+    if (c.model_type == "mixtral") LOOM_RETURN_IF_ERROR(ParseMixtral(f, c));
   }
   if (!(c.norm_epsilon > 0)) {
     return f.Error(c.model_type == "gpt2" ? "layer_norm_epsilon" : "rms_norm_eps",
@@ -317,6 +344,13 @@ std::vector<std::string> GptFlags(const HfModelConfig& c) {
     flags.push_back("--untie-embeddings-and-output-weights");
   }
   if (!c.add_bias_linear) flags.push_back("--disable-bias-linear");
+  if (c.num_experts > 0) {
+    flags.push_back(absl::StrCat("--num-experts=", c.num_experts));
+    flags.push_back(absl::StrCat("--moe-router-topk=", c.moe_router_topk));
+    if (c.moe_aux_loss_coeff > 0) {
+      flags.push_back(absl::StrCat("--moe-aux-loss-coeff=", Num(c.moe_aux_loss_coeff)));
+    }
+  }
   return flags;
 }
 

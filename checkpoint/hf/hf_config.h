@@ -2,14 +2,18 @@
 #define LOOM_CHECKPOINT_HF_HF_CONFIG_H_
 
 // A Hugging Face config.json as Megatron's model options (the names of
-// //train:gpt's flags). Supported: GPT2LMHeadModel, LlamaForCausalLM, and
+// //train:gpt's flags). Supported: GPT2LMHeadModel, LlamaForCausalLM,
 // MistralForCausalLM where it is Llama's architecture (no sliding window
-// shorter than the context). Both transformers 4 (rope_theta, rope_scaling,
-// torch_dtype) and 5 (rope_parameters, dtype) spellings are read.
+// shorter than the context), and MixtralForCausalLM (Llama's attention with
+// every MLP a mixture of SwiGLU experts: Loom's --num-experts with
+// --moe-layer-freq=1, Mixtral's top-k routing, dropless). Both transformers 4
+// (rope_theta, rope_scaling, torch_dtype) and 5 (rope_parameters, dtype)
+// spellings are read.
 //
 // Anything that would make a different model than Loom computes (RoPE
 // scaling, a sliding window, biases in Llama, another activation, a head_dim
-// other than hidden/heads, quantized weights, an unknown architecture, ...)
+// other than hidden/heads, router jitter, quantized weights, an unknown
+// architecture, ...)
 // is an InvalidArgument naming the file, the field and its value: a config is
 // never silently taken for a different model. Fields that do not change the
 // model's function (dropouts, token ids, use_cache, ...) are ignored.
@@ -24,8 +28,8 @@ namespace loom::checkpoint::hf {
 
 struct HfModelConfig {
   std::string path;          // the config.json as given (for messages)
-  std::string architecture;  // "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM"
-  std::string model_type;    // "gpt2", "llama", "mistral"
+  std::string architecture;  // "GPT2LMHeadModel", "LlamaForCausalLM", ... "MixtralForCausalLM"
+  std::string model_type;    // "gpt2", "llama", "mistral", "mixtral"
   std::string hidden_act;    // as in the file: "gelu_new", "silu", ...
   std::string dtype;         // the saved torch dtype ("float32", "bfloat16"); "" if absent
 
@@ -46,6 +50,12 @@ struct HfModelConfig {
   bool swiglu = false;
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;
+  // Mixtral (0 experts: dense). Every layer is an MoE layer (--moe-layer-freq=1).
+  int64_t num_experts = 0;      // num_local_experts
+  int64_t moe_router_topk = 0;  // num_experts_per_tok
+  // router_aux_loss_coef. Training only: transformers adds its load-balancing
+  // loss only with output_router_logits, Loom's --moe-aux-loss-coeff always.
+  double moe_aux_loss_coeff = 0;
 
   int64_t head_dim() const { return num_attention_heads ? hidden_size / num_attention_heads : 0; }
 };
@@ -61,6 +71,8 @@ absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& path);
 //   --max-position-embeddings=32 --normalization=RMSNorm --norm-epsilon=1e-05
 //   --position-embedding-type=rope --rotary-base=10000 --swiglu --group-query-attention
 //   --num-query-groups=2 --untie-embeddings-and-output-weights --disable-bias-linear
+// and for Mixtral also --num-experts=E --moe-router-topk=K --moe-aux-loss-coeff=C
+// (C only when positive).
 // Flags at their Megatron default are still written where they define the
 // architecture (normalization, position embedding type); boolean flags appear
 // only when on. The vocabulary is not a flag: //train:gpt takes it from the

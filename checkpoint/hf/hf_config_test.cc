@@ -103,6 +103,30 @@ TEST(HfConfig, MistralWithoutSlidingWindowIsLlama) {
   EXPECT_EQ(GptFlagsString(*c), kLlamaFlags);
 }
 
+// Mixtral: Llama's flags (RoPE base 1e6) and the MoE ones.
+TEST(HfConfig, MixtralTiny) {
+  absl::StatusOr<HfModelConfig> c = ReadHfConfig(TestData("mixtral_tiny"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "MixtralForCausalLM");
+  EXPECT_EQ(c->model_type, "mixtral");
+  EXPECT_EQ(c->num_experts, 4);
+  EXPECT_EQ(c->moe_router_topk, 2);
+  EXPECT_DOUBLE_EQ(c->moe_aux_loss_coeff, 0.001);
+  EXPECT_EQ(GptFlagsString(*c),
+            "--num-layers=2 --hidden-size=32 --num-attention-heads=4 --ffn-hidden-size=64 "
+            "--max-position-embeddings=32 "
+            "--normalization=RMSNorm --norm-epsilon=1e-05 --position-embedding-type=rope "
+            "--rotary-base=1000000 --swiglu --group-query-attention --num-query-groups=2 "
+            "--untie-embeddings-and-output-weights --disable-bias-linear "
+            "--num-experts=4 --moe-router-topk=2 --moe-aux-loss-coeff=0.001");
+  // No load-balancing loss: no flag for it.
+  nlohmann::ordered_json j = ReadJson(TestData("mixtral_tiny/config.json"));
+  j["router_aux_loss_coef"] = 0.0;
+  c = ParseHfConfig(j.dump(), "m.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(GptFlagsString(*c), Not(HasSubstr("--moe-aux-loss-coeff")));
+}
+
 TEST(HfConfig, TiedMultiHeadLlama) {
   absl::StatusOr<HfModelConfig> c = ReadHfConfig(TestData("configs/llama_tied_mha.json"));
   ASSERT_TRUE(c.ok()) << c.status();
@@ -142,6 +166,13 @@ TEST(HfConfig, Transformers4Spelling) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ(c->rotary_percent, 0.5);
   EXPECT_THAT(GptFlagsString(*c), HasSubstr("--rotary-base=500000 --rotary-percent=0.5 --swiglu"));
+  // Every digit of the config's numbers reaches the flags.
+  j["rope_theta"] = 1234567.5;
+  j["rms_norm_eps"] = 1.2345678e-6;
+  c = ParseHfConfig(j.dump(), "v4/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(GptFlagsString(*c), HasSubstr("--norm-epsilon=1.2345678e-06"));
+  EXPECT_THAT(GptFlagsString(*c), HasSubstr("--rotary-base=1234567.5"));
 }
 
 // What //checkpoint:export writes (export.cc's config.json) reads back as
@@ -211,6 +242,14 @@ TEST(HfConfigRefuses, UnsupportedFields) {
       {"llama_tiny", "num_hidden_layers", "0", {"num_hidden_layers = 0"}},
       {"llama_tiny", "rms_norm_eps", "-1.0", {"rms_norm_eps = -1.0"}},
       {"configs/mistral_tiny", "sliding_window", "4", {"sliding_window = 4"}},
+      {"mixtral_tiny", "router_jitter_noise", "0.01", {"router_jitter_noise = 0.01", "jitter"}},
+      {"mixtral_tiny", "num_experts_per_tok", "5",
+       {"num_experts_per_tok = 5", "num_local_experts = 4"}},
+      {"mixtral_tiny", "num_local_experts", "0", {"num_local_experts = 0", "positive integer"}},
+      {"mixtral_tiny", "router_aux_loss_coef", "-0.5", {"router_aux_loss_coef = -0.5"}},
+      {"mixtral_tiny", "sliding_window", "16", {"sliding_window = 16"}},
+      {"mixtral_tiny", "hidden_act", R"("gelu")", {"hidden_act = \"gelu\"", "silu"}},
+      {"mixtral_tiny", "model_type", R"("mistral")", {"model_type = \"mistral\"", "Mixtral"}},
       {"gpt2_tiny", "activation_function", R"("gelu")", {"activation_function = \"gelu\"", "tanh"}},
       {"gpt2_tiny", "activation_function", R"("relu")", {"activation_function = \"relu\""}},
       {"gpt2_tiny", "scale_attn_by_inverse_layer_idx", "true",

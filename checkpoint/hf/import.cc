@@ -92,6 +92,12 @@ layers::GptConfig GptConfigFromHf(const HfModelConfig& hf, int64_t seq_length) {
   if (hf.group_query_attention) c.num_query_groups = hf.num_query_groups;
   c.untie_embeddings_and_output_weights = hf.untie_embeddings_and_output_weights;
   c.add_bias_linear = hf.add_bias_linear;
+  if (hf.num_experts > 0) {  // Mixtral: every layer MoE, dropless (capacity 0)
+    c.num_experts = hf.num_experts;
+    c.moe_router_topk = hf.moe_router_topk;
+    c.moe_layer_freq = 1;
+    c.moe_aux_loss_coeff = static_cast<float>(hf.moe_aux_loss_coeff);
+  }
   return c;
 }
 
@@ -151,7 +157,17 @@ absl::StatusOr<std::vector<LoomTensor>> LoomTensorsFromHf(const HfModelConfig& h
     LOOM_RETURN_IF_ERROR(copy(t + "ln_f.weight", layers::kFinalNormWeightName, {h}));
     LOOM_RETURN_IF_ERROR(copy(t + "ln_f.bias", layers::kFinalNormBiasName, {h}));
   } else {
-    // Llama / Mistral: RMSNorm, RoPE, SwiGLU, no biases (hf_config refuses others).
+    // Llama / Mistral / Mixtral: RMSNorm, RoPE, SwiGLU, no biases (hf_config
+    // refuses others). A SwiGLU MLP (dense, or one Mixtral expert): [gate; up]
+    // -> dense_h_to_4h [2, F·h], down -> dense_4h_to_h.
+    auto swiglu = [&](const std::string& gate_name, const std::string& up_name,
+                      const std::string& down_name, const std::string& ours) -> absl::Status {
+      LOOM_ASSIGN_OR_RETURN(std::vector<float> gate, src.Take(gate_name, {f, h}));
+      LOOM_ASSIGN_OR_RETURN(std::vector<float> up, src.Take(up_name, {f, h}));
+      gate.insert(gate.end(), up.begin(), up.end());
+      put(ours + "dense_h_to_4h.weight", {2, f * h}, std::move(gate));
+      return copy(down_name, ours + "dense_4h_to_h.weight", {h, f});
+    };
     if (!c.tied_output_layer()) {
       LOOM_RETURN_IF_ERROR(copy("lm_head.weight", layers::kOutputLayerName, {V, h}));
     }
@@ -183,12 +199,21 @@ absl::StatusOr<std::vector<LoomTensor>> LoomTensorsFromHf(const HfModelConfig& h
           copy(q + "self_attn.o_proj.weight", p + "attention.dense.weight", {h, H * d}));
       LOOM_RETURN_IF_ERROR(
           copy(q + "post_attention_layernorm.weight", p + "post_attention_layernorm.weight", {h}));
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> gate, src.Take(q + "mlp.gate_proj.weight", {f, h}));
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> up, src.Take(q + "mlp.up_proj.weight", {f, h}));
-      gate.insert(gate.end(), up.begin(), up.end());
-      put(p + "mlp.dense_h_to_4h.weight", {2, f * h}, std::move(gate));
-      LOOM_RETURN_IF_ERROR(
-          copy(q + "mlp.down_proj.weight", p + "mlp.dense_4h_to_h.weight", {h, f}));
+      if (c.moe_layer(i)) {
+        // Mixtral as save_pretrained writes it (transformers 5 fuses the
+        // experts in memory only): w1 gate, w3 up, w2 down.
+        const std::string m = q + "block_sparse_moe.";
+        LOOM_RETURN_IF_ERROR(
+            copy(m + "gate.weight", p + "mlp.router.weight", {c.num_experts, h}));
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          const std::string x = absl::StrCat(m, "experts.", e, ".");
+          LOOM_RETURN_IF_ERROR(swiglu(x + "w1.weight", x + "w3.weight", x + "w2.weight",
+                                      absl::StrCat(p, "mlp.experts.", e, ".")));
+        }
+      } else {
+        LOOM_RETURN_IF_ERROR(swiglu(q + "mlp.gate_proj.weight", q + "mlp.up_proj.weight",
+                                    q + "mlp.down_proj.weight", p + "mlp."));
+      }
     }
     LOOM_RETURN_IF_ERROR(copy("model.norm.weight", layers::kFinalNormWeightName, {h}));
   }

@@ -5,8 +5,8 @@
 // sharded model.safetensors.index.json) into a Loom checkpoint at iteration 0
 // with no optimizer state, laid out for TP target_tp x PP target_pp.
 //
-// Supported: GPT2LMHeadModel and LlamaForCausalLM / MistralForCausalLM (as
-// hf_config.h reads them). Name mapping (HF -> Loom, see layers/gpt_config.h):
+// Supported: GPT2LMHeadModel, LlamaForCausalLM / MistralForCausalLM and
+// MixtralForCausalLM (as hf_config.h reads them). Name mapping (HF -> Loom, see layers/gpt_config.h):
 //   GPT-2 ("transformer." prefix optional; Conv1D weights are [in, out], so
 //   transposed into Loom's [out, in]):
 //     wte.weight -> embedding.word_embeddings.weight, wpe.weight ->
@@ -21,6 +21,10 @@
 //     attention.dense, [gate_proj; up_proj] -> mlp.dense_h_to_4h [2, F·h],
 //     down_proj -> mlp.dense_4h_to_h, norm -> final_layernorm, lm_head ->
 //     output_layer.weight (untied only).
+//   Mixtral: as Llama, but each layer's block_sparse_moe replaces mlp:
+//     gate.weight [E, h] -> mlp.router.weight, experts.e.[w1 (gate); w3 (up)]
+//     -> mlp.experts.e.dense_h_to_4h.weight [2, F·h], experts.e.w2 (down) ->
+//     mlp.experts.e.dense_4h_to_h.weight [h, F].
 //   A tied model's lm_head.weight, when stored, must equal the word embedding.
 // Anything else in the safetensors (apart from GPT-2's attention-mask
 // buffers and rotary inv_freq) is an error, as is a missing or misshapen

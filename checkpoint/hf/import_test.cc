@@ -5,16 +5,20 @@
 // .to(torch.bfloat16); bad input is refused before anything is written.
 #include "checkpoint/hf/import.h"
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
 
 #include "checkpoint/export.h"
 #include "checkpoint/file_util.h"
+#include "checkpoint/format.h"
 #include "checkpoint/hf/hf_config.h"
 #include "checkpoint/hf/safetensors.h"
 #include "checkpoint/hf/test_util.h"
 #include "checkpoint/rank_state.h"
 #include "checkpoint/reader.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace loom::checkpoint::hf {
 namespace {
@@ -74,7 +78,76 @@ TEST_P(RoundTrip, ImportThenExportIsBitExact) {
   ExpectSameArchitecture(*hf, *back);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, RoundTrip, ::testing::Values("gpt2_tiny", "llama_tiny"));
+INSTANTIATE_TEST_SUITE_P(Models, RoundTrip,
+                         ::testing::Values("gpt2_tiny", "llama_tiny", "mixtral_tiny"));
+
+// The manifest records the experts; they reshard over TP 2 x PP 2 (each
+// expert split like the dense MLP) and export back bit for bit.
+TEST(ImportTest, MixtralIntoTp2Pp2) {
+  const std::string ckpt = TempDir("mixtral_ckpt"), out = TempDir("mixtral_out");
+  ASSERT_TRUE(ImportHuggingFace({TestData("mixtral_tiny"), ckpt, 2, 2, 16}).ok());
+  auto reader = CheckpointReader::Open(ckpt + "/iter_0000000");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*reader)->VerifyAll().ok());
+  const ModelConfig& m = (*reader)->manifest().model();
+  EXPECT_EQ(m.num_experts(), 4);
+  EXPECT_EQ(m.moe_router_topk(), 2);
+  EXPECT_EQ(m.moe_layer_freq(), 1);
+  EXPECT_TRUE(m.swiglu());
+  EXPECT_TRUE(m.disable_bias_linear());
+  EXPECT_FLOAT_EQ(m.rotary_base(), 1e6f);
+  // Expert 3 of layer 1: w1 (gate) then w3 (up) in dense_h_to_4h.
+  auto loom = (*reader)->ReadGlobal("layers.1.mlp.experts.3.dense_h_to_4h.weight", PARAM);
+  ASSERT_TRUE(loom.ok()) << loom.status();
+  auto hf = ReadSafetensorsDir(TestData("mixtral_tiny"));
+  ASSERT_TRUE(hf.ok());
+  const NamedTensor* w1 = hf->Find("model.layers.1.block_sparse_moe.experts.3.w1.weight");
+  const NamedTensor* w3 = hf->Find("model.layers.1.block_sparse_moe.experts.3.w3.weight");
+  ASSERT_TRUE(w1 != nullptr && w3 != nullptr);
+  std::vector<float> gate_up = *w1->ToF32();
+  const std::vector<float> up = *w3->ToF32();
+  gate_up.insert(gate_up.end(), up.begin(), up.end());
+  EXPECT_EQ(*loom, gate_up);
+  ASSERT_TRUE(ExportSafetensors(ckpt + "/iter_0000000", out).ok());
+  auto got = ReadSafetensorsDir(out);
+  ASSERT_TRUE(got.ok());
+  ExpectSameTensors(*hf, *got);
+  const auto config = nlohmann::json::parse(*ReadFile(out + "/config.json"));
+  EXPECT_EQ(config["architectures"], nlohmann::json({"MixtralForCausalLM"}));
+  EXPECT_EQ(config["num_local_experts"], 4);
+  EXPECT_EQ(config["num_experts_per_tok"], 2);
+  EXPECT_EQ(config["output_router_logits"], false);
+  EXPECT_TRUE(config["sliding_window"].is_null());
+  EXPECT_FALSE(config.contains("mlp_bias"));
+}
+
+// MoE checkpoints Mixtral cannot express: dense layers between MoE layers,
+// GELU experts. The manifest is edited (export checks it before any tensor).
+TEST(ImportTest, ExportRefusesMoeThatIsNotMixtral) {
+  const std::string ckpt = TempDir("moe_freq_ckpt"), out = TempDir("moe_freq_out");
+  ASSERT_TRUE(ImportHuggingFace({TestData("mixtral_tiny"), ckpt}).ok());
+  const std::string file = ckpt + "/iter_0000000/manifest.pb";
+  auto bytes = ReadFile(file);
+  ASSERT_TRUE(bytes.ok());
+  auto manifest = DecodeManifest(*bytes, file);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  auto refused = [&](auto edit) {
+    Manifest m = *manifest;
+    edit(m.mutable_model());
+    EXPECT_TRUE(WriteFileAtomically(file, EncodeManifest(m)).ok());
+    return ExportSafetensors(ckpt + "/iter_0000000", out);
+  };
+  absl::Status freq = refused([](ModelConfig* m) { m->set_moe_layer_freq(2); });
+  EXPECT_EQ(freq.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_HAS(freq, "--moe-layer-freq=2");
+  EXPECT_HAS(freq, "MixtralForCausalLM");
+  EXPECT_HAS(freq, ckpt);
+  absl::Status gelu = refused([](ModelConfig* m) { m->set_swiglu(false); });
+  EXPECT_EQ(gelu.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_HAS(gelu, "--num-experts=4");
+  EXPECT_HAS(gelu, "--swiglu");
+  EXPECT_FALSE(PathExists(out + "/model.safetensors"));
+}
 
 TEST(ImportTest, ShardedLlamaIntoTp2Pp2) {
   const std::string ckpt = TempDir("sharded_ckpt"), out = TempDir("sharded_out");
@@ -166,6 +239,21 @@ TEST(ImportTest, BadInputNamesTheFileAndWritesNothing) {
   EXPECT_FALSE(IsDirectory(ckpt));
 }
 
+// Imports into `ckpt` the folder `dir_name`: `model`'s config.json with its
+// tensors changed by `edit`.
+absl::Status ImportEdited(const std::string& model, const std::string& dir_name,
+                          const std::string& ckpt,
+                          const std::function<void(std::vector<NamedTensor>*)>& edit) {
+  auto original = ReadSafetensorsDir(TestData(model));
+  EXPECT_TRUE(original.ok()) << original.status();
+  const std::string dir = TempDir(dir_name);
+  CopyFile(TestData(model + "/config.json"), dir + "/config.json");
+  std::vector<NamedTensor> tensors = original->tensors;
+  edit(&tensors);
+  EXPECT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  return ImportHuggingFace({dir, ckpt});
+}
+
 // Tensors the config does not account for, missing or misshapen ones.
 TEST(ImportTest, TensorsMustMatchTheConfig) {
   const std::string ckpt = TempDir("tensors_ckpt");
@@ -173,12 +261,7 @@ TEST(ImportTest, TensorsMustMatchTheConfig) {
   auto original = ReadSafetensorsDir(TestData("llama_tiny"));
   ASSERT_TRUE(original.ok());
   auto variant = [&](const std::string& dir_name, auto edit) {
-    const std::string dir = TempDir(dir_name);
-    CopyFile(TestData("llama_tiny/config.json"), dir + "/config.json");
-    std::vector<NamedTensor> tensors = original->tensors;
-    edit(&tensors);
-    EXPECT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors).ok());
-    return ImportHuggingFace({dir, ckpt});
+    return ImportEdited("llama_tiny", dir_name, ckpt, edit);
   };
   absl::Status extra = variant("extra", [](std::vector<NamedTensor>* t) {
     t->push_back(
@@ -198,6 +281,38 @@ TEST(ImportTest, TensorsMustMatchTheConfig) {
   });
   EXPECT_HAS(shape, "model.norm.weight");
   EXPECT_HAS(shape, "[16]");
+  EXPECT_FALSE(IsDirectory(ckpt));
+}
+
+// The same for Mixtral's experts: a fifth expert the config does not have,
+// a missing one, and an up projection (w3) of the wrong shape.
+TEST(ImportTest, MixtralExpertsMustMatchTheConfig) {
+  const std::string ckpt = TempDir("mixtral_tensors_ckpt");
+  ASSERT_TRUE(RemoveTree(ckpt).ok());
+  auto variant = [&](const std::string& dir_name, auto edit) {
+    return ImportEdited("mixtral_tiny", dir_name, ckpt, edit);
+  };
+  const std::string expert = "model.layers.1.block_sparse_moe.experts.";
+  absl::Status extra = variant("mixtral_extra", [&](std::vector<NamedTensor>* t) {
+    t->push_back(NamedTensor::FromF32(expert + "4.w1.weight", {64, 32}, std::vector<float>(2048)));
+  });
+  EXPECT_HAS(extra, expert + "4.w1.weight");
+  EXPECT_HAS(extra, "has no place");
+  absl::Status missing = variant("mixtral_missing", [&](std::vector<NamedTensor>* t) {
+    t->erase(std::find_if(t->begin(), t->end(),
+                          [&](const NamedTensor& x) { return x.name == expert + "2.w2.weight"; }));
+  });
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_HAS(missing, expert + "2.w2.weight");
+  absl::Status shape = variant("mixtral_shape", [&](std::vector<NamedTensor>* t) {
+    for (NamedTensor& x : *t) {
+      if (x.name == expert + "0.w3.weight") {
+        x = NamedTensor::FromF32(x.name, {32, 64}, std::vector<float>(2048));
+      }
+    }
+  });
+  EXPECT_HAS(shape, expert + "0.w3.weight");
+  EXPECT_HAS(shape, "[64, 32]");
   EXPECT_FALSE(IsDirectory(ckpt));
 }
 

@@ -38,7 +38,7 @@ try:
     from safetensors import safe_open
     from safetensors.torch import save_file
     from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                              MistralConfig)
+                              MistralConfig, MixtralConfig, MixtralForCausalLM)
 except ImportError as e:
     sys.exit(f"make_reference.py: {e}. Run it with the virtual environment of "
              "tools/hf_reference/make_venv.sh (~/.cache/loom/hf-venv/bin/python).")
@@ -104,6 +104,21 @@ def llama_tiny():
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config)
     randomize(model, SEED + 2)
+    return model
+
+
+def mixtral_tiny():
+    """Llama's shape with every MLP a mixture of 4 SwiGLU experts, top-2 (the
+    rope_theta default of Mixtral, 1e6, unlike Llama's)."""
+    config = MixtralConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=64, vocab_size=VOCAB,
+                           max_position_embeddings=32, num_local_experts=4,
+                           num_experts_per_tok=2, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                           initializer_range=INIT_STD, bos_token_id=1, eos_token_id=2,
+                           attn_implementation="eager")
+    torch.manual_seed(SEED)
+    model = MixtralForCausalLM(config)
+    randomize(model, SEED + 3)
     return model
 
 
@@ -241,8 +256,9 @@ Regenerate (the virtual environment is made once, several GB):
     ~/.cache/loom/hf-venv/bin/python tools/hf_reference/make_reference.py
     git diff --stat checkpoint/hf/testdata     # what a newer transformers changed
 
-The script is deterministic: running it twice with the same versions gives the
-same bytes. It also rewrites this README.
+The script is deterministic: running it twice with the same versions on the
+same machine gives the same bytes (another CPU may change the logits' last
+bits, ~2e-6). It also rewrites this README.
 
 | folder | what |
 | --- | --- |
@@ -250,6 +266,7 @@ same bytes. It also rewrites this README.
 | `llama_tiny/` | `LlamaForCausalLM`: 2 layers, hidden 32, 4 heads, 2 KV heads (GQA), FFN 64, vocab 96, 32 positions, RoPE base 10000, RMSNorm eps 1e-5, untied |
 | `llama_tiny_sharded/` | the same Llama saved with `max_shard_size="40KB"`: 3 shards and `model.safetensors.index.json` |
 | `llama_tiny_bf16/` | the same Llama's weights `.to(torch.bfloat16)` (torch's rounding, for Loom's bf16 writer) |
+| `mixtral_tiny/` | `MixtralForCausalLM`: the Llama's shape (RoPE base 1e6) with every MLP 4 SwiGLU experts, top-2 routing; saved as transformers writes it (`block_sparse_moe.gate`, `experts.E.w1/w2/w3`) |
 | `configs/` | `config.json` files only: `mistral_tiny.json` (no sliding window: Llama's architecture), `llama_tied_mha.json` (tied, no GQA), and two Loom refuses: `mistral_sliding_window.json`, `llama_rope_scaling.json` |
 
 Each model folder holds what `save_pretrained` wrote (f32 safetensors,
@@ -261,7 +278,8 @@ the safetensors package reads it, and the package versions. Every weight is
 random with a large init (matrices N(0, {init_std}), norm weights 1 + N(0, 0.2),
 biases N(0, 0.2)) so the logits are far from uniform.
 
-Used by `//checkpoint/hf:safetensors_test` and `//checkpoint/hf:hf_config_test`.
+Used by `//checkpoint/hf:safetensors_test`, `//checkpoint/hf:hf_config_test`,
+`//checkpoint/hf:import_test` and `//train:hf_logits_test`.
 """
 
 
@@ -290,6 +308,7 @@ def main():
                                        "model.safetensors.index.json")):
         sys.exit("llama_tiny_sharded: save_pretrained wrote no index (one shard)")
     save_bf16(llama, os.path.join(args.out, "llama_tiny_bf16"))
+    save(mixtral_tiny(), os.path.join(args.out, "mixtral_tiny"), ids)
     write_configs(args.out)
     write_readme(args.out)
     print("versions:", json.dumps(versions()))
