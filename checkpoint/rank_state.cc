@@ -92,11 +92,12 @@ std::vector<Piece> PiecesToSave(const RankView& v, bool save_optimizer) {
   for (const layers::Param& p : v.params->params()) {
     if (!Owns(p, v)) continue;
     const Placement pl = PlacementOf(p);
-    if (v.dp_rank == 0 && pl.rect.numel() > 0) {
+    const int replica = p.spec->expert ? v.expert_dp_rank : v.dp_rank;
+    if (replica == 0 && pl.rect.numel() > 0) {
       pieces.push_back(Piece{p.spec->name, PARAM, pl.global_shape, pl.rect,
                              p.master.data<float>()});
     }
-    if (!moments || (!v.distributed_optimizer && v.dp_rank != 0)) continue;
+    if (!moments || (!v.distributed_optimizer && replica != 0)) continue;
     for (const MomentPart& part : MomentParts(p, v, pl)) {
       for (const Moment& m : Moments(v)) {
         pieces.push_back(Piece{p.spec->name, m.state, pl.global_shape, part.region,

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 
 namespace loom::distributed {
@@ -125,6 +126,29 @@ absl::Status GradientSync::Layout() {
     }
   }
 
+  // Under EP, each bucket's expert slots and the rest.
+  if (expert_parallel()) {
+    if (sharded()) {
+      return absl::UnimplementedError(
+          "--use-distributed-optimizer with --expert-model-parallel-size > 1 is not built yet");
+    }
+    for (GradBucket& b : buckets_) {
+      auto add = [](std::vector<FlatRange>* v, int64_t from, int64_t to) {
+        if (!v->empty() && v->back().second == from) {
+          v->back().second = to;
+        } else {
+          v->push_back({from, to});
+        }
+      };
+      for (size_t i = 0; i < params.params().size(); ++i) {
+        const layers::Param& p = params.params()[i];
+        const int64_t from = p.offset, to = params.SlotEnd({static_cast<int>(i)});
+        if (from < b.range.first || from >= b.range.second) continue;
+        add(p.spec->expert ? &b.expert_ranges : &b.dense_ranges, from, to);
+      }
+    }
+  }
+
   // Which bucket each unit completes, and which buckets each unit reads.
   unit_bucket_.assign(units.size(), -1);
   unit_buckets_.assign(units.size(), {});
@@ -184,9 +208,28 @@ absl::Status GradientSync::OnBackward(int64_t unit) {
   return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
 }
 
+absl::Status GradientSync::Reduce(comm::Communicator* group, const FlatRange& r, size_t b) {
+  if (group == nullptr || group->size() == 1) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(Tensor part,
+                        model_->params().flat_grads().Narrow(r.first, r.second - r.first));
+  comm::WorkPtr w = group->AllReduce(part, comm::ReduceOp::kAvg);
+  (reduce_works_[b] == nullptr ? reduce_works_[b] : extra_works_.emplace_back()) = std::move(w);
+  return absl::OkStatus();
+}
+
 absl::Status GradientSync::StartBucket(size_t b) {
   const Tensor& grads = model_->params().flat_grads();
   const GradBucket& bucket = buckets_[b];
+  if (expert_parallel()) {  // experts over their own replicas, the rest over DP
+    for (const FlatRange& r : bucket.dense_ranges) LOOM_RETURN_IF_ERROR(Reduce(groups_.dp, r, b));
+    for (const FlatRange& r : bucket.expert_ranges) {
+      LOOM_RETURN_IF_ERROR(Reduce(groups_.expert_dp, r, b));
+    }
+    if (reduce_works_[b] == nullptr) {  // nothing to reduce: mark it started
+      reduce_works_[b] = comm::CompletedWork(absl::OkStatus(), "gradient bucket");
+    }
+    return absl::OkStatus();
+  }
   LOOM_ASSIGN_OR_RETURN(Tensor all,
                         grads.Narrow(bucket.range.first, bucket.range.second - bucket.range.first));
   if (sharded()) {
@@ -233,10 +276,23 @@ absl::Status GradientSync::FinishGradients() {
     if (w != nullptr) works.push_back(std::move(w));
     w = nullptr;
   }
+  for (comm::WorkPtr& w : extra_works_) works.push_back(std::move(w));
+  extra_works_.clear();
   absl::Status waited = comm::WaitAllOnStream(works);
   if (!waited.ok()) {
     status.Update(absl::Status(waited.code(), absl::StrCat("data-parallel gradient reduction: ",
                                                            waited.message())));
+  }
+  if (status.ok() && expert_parallel()) {
+    // Each expert's gradient sums every EP rank's tokens: 1 / EP more makes
+    // it the mean over all DP ranks' losses, as the dense gradients are.
+    for (const GradBucket& bucket : buckets_) {
+      for (const FlatRange& r : bucket.expert_ranges) {
+        LOOM_ASSIGN_OR_RETURN(Tensor part, model_->params().flat_grads().Narrow(
+                                               r.first, r.second - r.first));
+        status.Update(core::ops::Scale(1.0f / static_cast<float>(groups_.expert_parallel), &part));
+      }
+    }
   }
   if (status.ok()) {
     // Sequence-parallel parameters saw 1/TP of the rows on each TP rank.

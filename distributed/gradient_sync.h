@@ -64,6 +64,14 @@ struct GradientSyncGroups {
   // embedding's two copies are summed over it (unused when the model's output
   // layer is untied). Null otherwise.
   comm::Communicator* embedding = nullptr;
+  // Expert parallelism (EP > 1): the MoE experts' weights (ParamSpec::expert)
+  // differ between the EP ranks of a DP group, so instead of DP they are
+  // averaged over `expert_dp`, the DP / EP ranks that hold the same experts
+  // (null or size 1: none), and scaled by 1 / EP: each expert's gradient
+  // already sums the contributions of all EP ranks' tokens, and the step's
+  // loss is the mean over all DP ranks.
+  comm::Communicator* expert_dp = nullptr;
+  int expert_parallel = 1;
 };
 
 // One bucket of the flat buffers.
@@ -72,6 +80,9 @@ struct GradBucket {
   FlatRange owned;                 // the part this rank owns (all of it without ZeRO-1)
   std::vector<int64_t> units;      // units whose gradients complete it
   bool tied_embedding = false;     // summed over the embedding group before DP
+  // Under EP: the expert weights' slots in `range`, and the rest (each a
+  // sorted list of ranges); both empty without EP (the whole range is DP's).
+  std::vector<FlatRange> expert_ranges, dense_ranges;
 };
 
 class GradientSync {
@@ -122,6 +133,10 @@ class GradientSync {
   absl::Status StartBucket(size_t b);
   absl::Status WaitGather(size_t b);
   bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }
+  bool expert_parallel() const { return groups_.expert_parallel > 1; }
+  // EP: averages one range of the gradients over `group` (null or size 1:
+  // nothing); the first of bucket b's is its reduce_works_ entry.
+  absl::Status Reduce(comm::Communicator* group, const FlatRange& r, size_t b);
   bool sharded() const { return options_.distributed_optimizer && data_parallel(); }
 
   layers::GptModel* model_;
@@ -135,6 +150,7 @@ class GradientSync {
   std::vector<int64_t> backwards_;   // per units() index
   std::vector<int> pending_units_;   // per bucket: units not yet complete
   std::vector<comm::WorkPtr> reduce_works_;  // per bucket (null: not started)
+  std::vector<comm::WorkPtr> extra_works_;   // EP: the other ranges' reductions
   std::vector<comm::WorkPtr> gather_works_;  // per bucket (null: none in flight)
   double exposed_grad_s_ = 0, exposed_gather_s_ = 0;
   int started_early_ = 0;

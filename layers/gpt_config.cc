@@ -236,7 +236,8 @@ int64_t QkvWeightRow(const GptConfig& c, QkvPart part, int64_t head, int64_t e) 
   return -1;
 }
 
-std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer) {
+std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer,
+                                       const ExpertShard& shard) {
   const std::string p = absl::StrCat("layers.", layer, ".");
   const int64_t h = c.hidden_size, f = c.ffn();
   const int64_t qkv_rows = (c.num_attention_heads + 2 * c.query_groups()) * c.head_dim();
@@ -275,7 +276,8 @@ std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer) {
     // ValidateMoe). Globally named, so checkpoints do not depend on the layout.
     specs.push_back(Spec(p + "mlp.router.weight", {c.num_experts, h}, TpSplit::kReplicated,
                          Init::kNormal, std, true));
-    for (int64_t e = 0; e < c.num_experts; ++e) {
+    const int64_t first = shard.first(c.num_experts);
+    for (int64_t e = first; e < first + shard.count(c.num_experts); ++e) {
       const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
       specs.push_back(c.swiglu ? Spec(x + "dense_h_to_4h.weight", {2, f * h}, TpSplit::kCols,
                                       Init::kNormal, std, true)
@@ -283,6 +285,7 @@ std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer) {
                                       Init::kNormal, std, true));
       specs.push_back(Spec(x + "dense_4h_to_h.weight", {h, f}, TpSplit::kCols,
                            Init::kScaledNormal, scaled, true));
+      specs[specs.size() - 2].expert = specs.back().expert = true;
     }
     return specs;
   }

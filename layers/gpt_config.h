@@ -182,7 +182,16 @@ enum class QkvPart { kQuery, kKey, kValue };
 int64_t QkvWeightRow(const GptConfig& c, QkvPart part, int64_t head, int64_t e);
 
 // Global parameter specs of layer `layer` (pre-norm transformer block).
-std::vector<ParamSpec> BlockParamSpecs(const GptConfig& config, int64_t layer);
+// Which of an MoE layer's experts a rank holds under expert parallelism:
+// experts [rank·E/size, (rank+1)·E/size) (all of them with size 1).
+struct ExpertShard {
+  int rank = 0;
+  int size = 1;
+  int64_t first(int64_t experts) const { return rank * (experts / size); }
+  int64_t count(int64_t experts) const { return experts / size; }
+};
+std::vector<ParamSpec> BlockParamSpecs(const GptConfig& config, int64_t layer,
+                                       const ExpertShard& experts = {});
 // Token embedding, and the position table with learned_absolute positions
 // (the token table is also the output layer unless untied).
 std::vector<ParamSpec> EmbeddingParamSpecs(const GptConfig& config, int tp);

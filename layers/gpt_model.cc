@@ -82,15 +82,20 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, TpGroup tp,
                                                            CpGroup cp,
                                                            std::vector<ChunkSpec> chunks,
-                                                           int64_t buffer_multiple) {
+                                                           int64_t buffer_multiple, EpGroup ep) {
   LOOM_RETURN_IF_ERROR(
       ValidateLayout(config, tp.size(), tp.sequence_parallel, 1, 1, cp.size()));
+  if (ep.parallel() && (!config.moe() || config.num_experts % ep.size() != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-model-parallel-size (", ep.size(), ") must divide --num-experts (",
+        config.num_experts, ")"));
+  }
   if (cp.parallel() && !config.device.is_cpu()) {
     return absl::UnimplementedError(absl::StrCat(
         "--context-parallel-size ", cp.size(), " runs on --device=cpu only: the ring attention "
         "uses the CPU flash blocks (a device ring is not built yet)"));
   }
-  std::unique_ptr<GptModel> m(new GptModel(config, tp, cp, std::move(chunks)));
+  std::unique_ptr<GptModel> m(new GptModel(config, tp, cp, ep, std::move(chunks)));
   m->padded_vocab_ =
       PaddedVocabSize(config.vocab_size, config.make_vocab_size_divisible_by, tp.size());
   std::vector<ParamSpec> specs;
@@ -116,7 +121,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   }
   for (const ChunkSpec& c : m->chunks_) {
     for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
-      for (ParamSpec& s : BlockParamSpecs(config, l)) specs.push_back(s);
+      for (ParamSpec& s : BlockParamSpecs(config, l, ep.shard())) specs.push_back(s);
     }
   }
   if (has_post) {
@@ -153,7 +158,7 @@ absl::Status GptModel::BuildLayers() {
   for (const ChunkSpec& c : chunks_) {
     std::vector<std::unique_ptr<TransformerBlock>> blocks;
     for (int64_t l = c.first_layer; l < c.first_layer + c.num_layers; ++l) {
-      blocks.push_back(std::make_unique<TransformerBlock>(&params_, config_, l, tp_, cp_));
+      blocks.push_back(std::make_unique<TransformerBlock>(&params_, config_, l, tp_, cp_, ep_));
       units_.push_back({l, handles_with_prefix(absl::StrCat(prefix_of_layer, l, "."))});
     }
     blocks_.push_back(std::move(blocks));

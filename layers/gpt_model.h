@@ -108,10 +108,13 @@ class GptModel {
   // the loss is the mean over its tokens (the mean of the CP ranks' losses
   // is the sequence's), and the gradients are partial sums that GradientSync
   // averages over DP x CP.
+  // Expert parallel over `ep`: an MoE layer's experts are split over its
+  // ranks (this rank's ParamBuffer holds only its own).
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp,
                                                           CpGroup cp,
                                                           std::vector<ChunkSpec> chunks,
-                                                          int64_t buffer_multiple = 1);
+                                                          int64_t buffer_multiple = 1,
+                                                          EpGroup ep = {});
   // The single-chunk, whole-model form.
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp);
 
@@ -163,6 +166,7 @@ class GptModel {
   const GptConfig& config() const { return config_; }
   const TpGroup& tp() const { return tp_; }
   const CpGroup& cp() const { return cp_; }
+  const EpGroup& ep() const { return ep_; }
   // Rows of this rank's sequence before SP: --seq-length / --context-parallel-size.
   int64_t local_seq_length() const { return config_.seq_length / cp_.size(); }
   const std::vector<ChunkSpec>& chunks() const { return chunks_; }
@@ -171,10 +175,12 @@ class GptModel {
   int64_t padded_vocab_size() const { return padded_vocab_; }
 
  private:
-  GptModel(const GptConfig& config, TpGroup tp, CpGroup cp, std::vector<ChunkSpec> chunks)
+  GptModel(const GptConfig& config, TpGroup tp, CpGroup cp, EpGroup ep,
+           std::vector<ChunkSpec> chunks)
       : config_(config),
         tp_(tp),
         cp_(cp),
+        ep_(ep),
         chunks_(std::move(chunks)),
         loss_(tp, config.vocab_size) {}
   absl::Status BuildLayers();
@@ -184,6 +190,7 @@ class GptModel {
   GptConfig config_;
   TpGroup tp_;
   CpGroup cp_;
+  EpGroup ep_;
   std::vector<ChunkSpec> chunks_;
   int64_t padded_vocab_ = 0;
   ParamBuffer params_;

@@ -171,6 +171,10 @@ int64_t MoeMlp::Saved::Bytes() const {
   for (const Tensor* t : {&input, &logits, &dispatched, &pre_act, &act, &expert_out}) {
     if (t->defined()) n += static_cast<int64_t>(t->nbytes());
   }
+  // With EP the experts' rows are a tensor of their own (else `dispatched`).
+  if (expert_in.defined() && expert_in.storage() != dispatched.storage()) {
+    n += static_cast<int64_t>(expert_in.nbytes());
+  }
   return n;
 }
 
@@ -186,24 +190,25 @@ absl::StatusOr<Tensor> Rows(const Tensor& t, int64_t first, int64_t n) {
   return t.Narrow(first, n);
 }
 
-// Runs fn(e) for every expert with rows: one after the other (each GEMM
-// using every core), or with --moe-grouped-gemm all at once, an expert per
-// thread (each GEMM on one core: many small experts fill the machine better
-// than one small GEMM at a time). Experts write disjoint rows and their own
-// gradients. Returns the first error.
+// Runs fn(l) for every local expert with rows (`rows`: [experts + 1] row
+// offsets): one after the other (each GEMM using every core), or with
+// --moe-grouped-gemm all at once, an expert per thread (each GEMM on one
+// core: many small experts fill the machine better than one small GEMM at a
+// time). Experts write disjoint rows and their own gradients. Returns the
+// first error.
 template <typename Fn>
-absl::Status ForEachExpert(const Routing& r, bool grouped, Fn fn) {
-  const int64_t E = r.experts;
+absl::Status ForEachExpert(const std::vector<int64_t>& rows, bool grouped, Fn fn) {
+  const int64_t E = static_cast<int64_t>(rows.size()) - 1;
   if (!grouped) {
     for (int64_t e = 0; e < E; ++e) {
-      if (r.expert_rows[e + 1] > r.expert_rows[e]) LOOM_RETURN_IF_ERROR(fn(e));
+      if (rows[e + 1] > rows[e]) LOOM_RETURN_IF_ERROR(fn(e));
     }
     return absl::OkStatus();
   }
   absl::Status first;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t e = 0; e < E; ++e) {
-    if (r.expert_rows[e + 1] == r.expert_rows[e]) continue;
+    if (rows[e + 1] == rows[e]) continue;
     absl::Status s = fn(e);
     if (!s.ok()) {
 #pragma omp critical(loom_moe_expert_error)
@@ -213,13 +218,98 @@ absl::Status ForEachExpert(const Routing& r, bool grouped, Fn fn) {
   return first;
 }
 
+// Rows `ids` of `table` [R, h] into a new [ids.size(), h] tensor.
+absl::StatusOr<Tensor> GatherRows(const Tensor& table, const std::vector<int32_t>& ids);
+
 core::ops::EmbeddingOptions RowGather() {
   core::ops::EmbeddingOptions o;
   o.zero_out_of_range = true;  // padding rows (-1): zeros forward, nothing backward
   return o;
 }
 
+absl::StatusOr<Tensor> IdsTensor(const std::vector<int32_t>& ids) {
+  LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(Shape{static_cast<int64_t>(ids.size())},
+                                                DType::kI32));
+  std::copy(ids.begin(), ids.end(), t.data<int32_t>());
+  return t;
+}
+
+absl::StatusOr<Tensor> GatherRows(const Tensor& table, const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size()), h = table.dim(1);
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(Shape{n, h}, DType::kF32));
+  if (n == 0) return out;
+  LOOM_ASSIGN_OR_RETURN(Tensor t, IdsTensor(ids));
+  LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(t, table, &out, RowGather()));
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<ExpertExchange> MoeMlp::PlanExchange(const Routing& r, int64_t h) const {
+  ExpertExchange x;
+  if (!ep_.parallel()) {
+    x.local_rows = r.expert_rows;
+    return x;
+  }
+  const int64_t E = r.experts, P = ep_.size(), El = E / P;
+  // Rows per expert: block j (El experts) goes to rank j; back comes, in
+  // block j, rank j's rows for each of this rank's experts.
+  LOOM_ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty(Shape{E}, DType::kI64));
+  LOOM_ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty(Shape{E}, DType::kI64));
+  for (int64_t e = 0; e < E; ++e) {
+    mine.data<int64_t>()[e] = r.expert_rows[e + 1] - r.expert_rows[e];
+  }
+  LOOM_RETURN_IF_ERROR(ep_.comm->AllToAll(mine, theirs)->Wait());
+  const int64_t* count = theirs.data<int64_t>();  // [source j][local expert l]
+  x.send.resize(P);
+  x.recv.resize(P);
+  std::vector<int64_t> source_first(P * El);  // where block (j, l) starts in the received rows
+  int64_t at = 0;
+  for (int64_t j = 0; j < P; ++j) {
+    x.send[j] = (r.expert_rows[(j + 1) * El] - r.expert_rows[j * El]) * h;
+    int64_t rows = 0;
+    for (int64_t l = 0; l < El; ++l) {
+      source_first[j * El + l] = at;
+      at += count[j * El + l];
+      rows += count[j * El + l];
+    }
+    x.recv[j] = rows * h;
+  }
+  // Expert-major: expert l's rows from rank 0, then rank 1, ...
+  x.local_rows.assign(El + 1, 0);
+  x.inverse.resize(at);
+  for (int64_t l = 0; l < El; ++l) {
+    for (int64_t j = 0; j < P; ++j) {
+      for (int64_t i = 0; i < count[j * El + l]; ++i) {
+        x.inverse[source_first[j * El + l] + i] = static_cast<int32_t>(x.perm.size());
+        x.perm.push_back(static_cast<int32_t>(source_first[j * El + l] + i));
+      }
+    }
+    x.local_rows[l + 1] = static_cast<int64_t>(x.perm.size());
+  }
+  return x;
+}
+
+absl::StatusOr<Tensor> MoeMlp::ToExperts(const ExpertExchange& x, const Tensor& rows) const {
+  if (!ep_.parallel()) return rows;
+  const int64_t h = rows.dim(1);
+  LOOM_ASSIGN_OR_RETURN(
+      Tensor received,
+      Tensor::Empty(Shape{static_cast<int64_t>(x.perm.size()), h}, DType::kF32));
+  LOOM_RETURN_IF_ERROR(ep_.comm->AllToAllV(rows, x.send, received, x.recv)->Wait());
+  return GatherRows(received, x.perm);
+}
+
+absl::StatusOr<Tensor> MoeMlp::FromExperts(const ExpertExchange& x, const Tensor& rows) const {
+  if (!ep_.parallel()) return rows;
+  const int64_t h = rows.dim(1);
+  int64_t n = 0;
+  for (int64_t c : x.send) n += c / h;
+  LOOM_ASSIGN_OR_RETURN(Tensor by_source, GatherRows(rows, x.inverse));
+  LOOM_ASSIGN_OR_RETURN(Tensor back, Tensor::Empty(Shape{n, h}, DType::kF32));
+  LOOM_RETURN_IF_ERROR(ep_.comm->AllToAllV(by_source, x.recv, back, x.send)->Wait());
+  return back;
+}
 
 absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   if (!x.device().is_cpu() || x.dtype() != DType::kF32 || x.rank() != 3) {
@@ -240,34 +330,33 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   LOOM_ASSIGN_OR_RETURN(saved->routing, Route(saved->logits.data<float>(), T, options_));
   const Routing& r = saved->routing;
 
-  // Dispatch: one row per kept assignment, grouped by expert.
-  const int64_t N = static_cast<int64_t>(r.row_token.size());
+  // Dispatch: one row per kept assignment, grouped by expert (and so by the
+  // EP rank that owns it), then to the experts.
+  LOOM_ASSIGN_OR_RETURN(saved->dispatched, GatherRows(saved->input, r.row_token));
+  LOOM_ASSIGN_OR_RETURN(saved->exchange, PlanExchange(r, h));
+  const ExpertExchange& xc = saved->exchange;
+  LOOM_ASSIGN_OR_RETURN(saved->expert_in, ToExperts(xc, saved->dispatched));
+  const int64_t M = saved->expert_in.dim(0);
   const int64_t f = fc2_[0]->value.dim(1);  // f/p
   const int64_t f1 = options_.swiglu ? 2 * f : f;
-  LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{std::max<int64_t>(N, 1)}, DType::kI32));
-  std::copy(r.row_token.begin(), r.row_token.end(), ids.data<int32_t>());
-  LOOM_ASSIGN_OR_RETURN(saved->dispatched, Tensor::Empty(Shape{N, h}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(saved->pre_act, Tensor::Empty(Shape{N, f1}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{N, f}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(saved->expert_out, Tensor::Empty(Shape{N, h}, DType::kF32));
-  if (N > 0) {
-    LOOM_ASSIGN_OR_RETURN(Tensor used, ids.Narrow(0, N));
-    LOOM_RETURN_IF_ERROR(
-        core::ops::EmbeddingForward(used, saved->input, &saved->dispatched, RowGather()));
-  }
+  LOOM_ASSIGN_OR_RETURN(saved->pre_act, Tensor::Empty(Shape{M, f1}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{M, f}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor out_rows, Tensor::Empty(Shape{M, h}, DType::kF32));
   // An expert without tokens computes nothing.
-  LOOM_RETURN_IF_ERROR(ForEachExpert(r, options_.grouped_gemm, [&](int64_t e) -> absl::Status {
-    const int64_t first = r.expert_rows[e], n = r.expert_rows[e + 1] - first;
-    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved->dispatched, first, n));
+  LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm,
+                                     [&](int64_t l) -> absl::Status {
+    const int64_t first = xc.local_rows[l], n = xc.local_rows[l + 1] - first;
+    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved->expert_in, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved->pre_act, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved->act, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor out, Rows(saved->expert_out, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[e]->value, h));
+    LOOM_ASSIGN_OR_RETURN(Tensor out, Rows(out_rows, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[l]->value, h));
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(xe, w1, &pre, {.trans_b = true}));
     LOOM_RETURN_IF_ERROR(options_.swiglu ? core::ops::SwigluForward(pre, &act)
                                          : core::ops::GeluForward(pre, &act));
-    return core::ops::Matmul(act, fc2_[e]->value, &out, {.trans_b = true});
+    return core::ops::Matmul(act, fc2_[l]->value, &out, {.trans_b = true});
   }));
+  LOOM_ASSIGN_OR_RETURN(saved->expert_out, FromExperts(xc, out_rows));
 
   // Combine: y_t = Σ_k prob_tk · out_row(t,k), in k order (deterministic).
   LOOM_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros(Shape{T, h}, DType::kF32));
@@ -293,6 +382,7 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
 absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
                                         const Saved& saved) const {
   const Routing& r = saved.routing;
+  const ExpertExchange& xc = saved.exchange;
   const int64_t T = r.tokens, K = r.topk, E = r.experts, h = saved.input.dim(1);
   Tensor dfull = dy;
   if (tp_.sequence_parallel) {
@@ -325,36 +415,40 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
   }
   comm::WorkPtr dprob_sum = AllReduceTpAsync(tp_, dprob);
 
-  // The experts, backwards; their input gradients scatter-add into dx.
-  LOOM_ASSIGN_OR_RETURN(Tensor ddisp, Tensor::Empty(Shape{N, h}, DType::kF32));
+  // The experts, backwards, on the rows they computed; their input gradients
+  // go back to the assignments' owners and scatter-add into dx.
+  LOOM_ASSIGN_OR_RETURN(Tensor dexp_out, ToExperts(xc, dout));
+  const int64_t M = saved.expert_in.dim(0);
+  LOOM_ASSIGN_OR_RETURN(Tensor dexp_in, Tensor::Empty(Shape{M, h}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor dpre_all, Tensor::Empty(saved.pre_act.shape(), DType::kF32));
-  LOOM_RETURN_IF_ERROR(ForEachExpert(r, options_.grouped_gemm, [&](int64_t e) -> absl::Status {
-    const int64_t first = r.expert_rows[e], n = r.expert_rows[e + 1] - first;
-    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved.dispatched, first, n));
+  LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm,
+                                     [&](int64_t l) -> absl::Status {
+    const int64_t first = xc.local_rows[l], n = xc.local_rows[l + 1] - first;
+    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved.expert_in, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved.pre_act, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved.act, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dout, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor dxe, Rows(ddisp, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dexp_out, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor dxe, Rows(dexp_in, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor dact, Rows(dact_all, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, n));
-    LOOM_RETURN_IF_ERROR(core::ops::Matmul(de, fc2_[e]->value, &dact));
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(de, fc2_[l]->value, &dact));
     LOOM_RETURN_IF_ERROR(
-        core::ops::Matmul(de, act, &fc2_[e]->grad, {.trans_a = true, .beta = 1.0f}));
+        core::ops::Matmul(de, act, &fc2_[l]->grad, {.trans_a = true, .beta = 1.0f}));
     if (options_.swiglu) {
       LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, pre, &dpre));
     } else {
       LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(pre, dact, &dpre));
     }
-    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[e]->value, h));
-    LOOM_ASSIGN_OR_RETURN(Tensor dw1, Matrix(fc1_[e]->grad, h));
+    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[l]->value, h));
+    LOOM_ASSIGN_OR_RETURN(Tensor dw1, Matrix(fc1_[l]->grad, h));
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(dpre, xe, &dw1, {.trans_a = true, .beta = 1.0f}));
     return core::ops::Matmul(dpre, w1, &dxe);
   }));
+  LOOM_ASSIGN_OR_RETURN(Tensor ddisp, FromExperts(xc, dexp_in));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Zeros(Shape{T, h}, DType::kF32));
   if (N > 0) {
-    LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{N}, DType::kI32));
-    std::copy(r.row_token.begin(), r.row_token.end(), ids.data<int32_t>());
+    LOOM_ASSIGN_OR_RETURN(Tensor ids, IdsTensor(r.row_token));
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(ids, ddisp, &dx, RowGather()));
   }
 

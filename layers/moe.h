@@ -3,9 +3,9 @@
 
 // Mixture of experts: Megatron's MoE layer (router, top-k, load-balancing and
 // z losses, capacity with token dropping or dropless, token permutation)
-// with experts split over TP like the dense MLP. Expert parallelism (experts
-// over EP ranks, tokens moved by all-to-all-v) is not built yet: every rank
-// holds all E experts.
+// with experts split over TP like the dense MLP, and over the ranks of an
+// expert-parallel group (each holds E/EP experts; tokens travel to their
+// experts and back by all-to-all-v, their counts exchanged first).
 //
 // Data path of one MoE layer on T = s·b tokens (the whole sequence: under
 // sequence parallelism the input is all-gathered first, so every TP rank
@@ -17,6 +17,11 @@
 //   expert: fc1 [n_e, f/p] (SwiGLU: [n_e, 2f/p]), activation, fc2 [n_e, h]
 //   (a partial sum over TP) -> combine: y_t = Σ_k prob_tk · out_row(t,k) ->
 //   all-reduce over TP (SP: reduce-scatter along s).
+// Under expert parallelism each EP rank routes its own tokens; the dispatch
+// buffer, grouped by expert, is grouped by owning rank too, so one
+// all-to-all-v sends each rank the rows of its experts (arriving by source,
+// then expert; a permutation makes them expert-major), and the inverse
+// brings the experts' outputs back in dispatch order.
 // Backward mirrors it; the probabilities' gradient ⟨dy_t, out_row⟩ is summed
 // over TP (the rows are partial), the router's input gradient is complete on
 // every TP rank and added after the experts' reduction.
@@ -26,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "comm/comm.h"
 #include "core/tensor.h"
 #include "layers/gpt_config.h"
 #include "layers/params.h"
@@ -77,22 +83,50 @@ absl::StatusOr<Routing> Route(const float* logits, int64_t tokens, const MoeOpti
 void RouterBackward(const Routing& routing, const float* logits, const float* dprob,
                     float loss_weight, const MoeOptions& options, float* dlogits);
 
+// The expert-parallel group an MoE layer runs in (explicit, like TpGroup):
+// rank r holds experts [r·E/EP, (r+1)·E/EP). Size 1 (comm may be null): all.
+struct EpGroup {
+  comm::Communicator* comm = nullptr;
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+  bool parallel() const { return size() > 1; }
+  ExpertShard shard() const { return {rank(), size()}; }
+};
+
+// How one micro-batch's assignment rows reach this rank's experts and come
+// back (the all-to-all-v plan; without EP the identity).
+struct ExpertExchange {
+  std::vector<int64_t> send, recv;  // elements to / from each EP rank (rows x h)
+  // Expert-major row i at this rank's experts is received row perm[i];
+  // inverse[j] is where received row j went (both empty without EP).
+  std::vector<int32_t> perm, inverse;
+  std::vector<int64_t> local_rows;  // [E/EP + 1]: local expert l owns rows [r_l, r_{l+1})
+};
+
 class MoeMlp {
  public:
   struct Saved {
     core::Tensor input;       // [T, h] all tokens (SP: gathered)
     core::Tensor logits;      // [T, E] f32
     Routing routing;
-    core::Tensor dispatched;  // [N, h]
-    core::Tensor pre_act;     // [N, f/p] (SwiGLU: [N, 2f/p])
-    core::Tensor act;         // [N, f/p]
-    core::Tensor expert_out;  // [N, h], partial over TP
+    ExpertExchange exchange;
+    core::Tensor dispatched;  // [N, h]: this rank's assignments, grouped by expert
+    core::Tensor expert_in;   // [M, h]: the rows at this rank's experts (no EP: dispatched)
+    core::Tensor pre_act;     // [M, f/p] (SwiGLU: [M, 2f/p])
+    core::Tensor act;         // [M, f/p]
+    core::Tensor expert_out;  // [N, h]: the experts' outputs of `dispatched`, partial over TP
     int64_t Bytes() const;    // for memory accounting
   };
-  // fc1[e], fc2[e]: expert e's dense_h_to_4h and dense_4h_to_h weights (TP shards).
+  // fc1[l], fc2[l]: local expert l's dense_h_to_4h and dense_4h_to_h weights
+  // (TP shards; expert ep.shard().first(E) + l).
   MoeMlp(Param* router, std::vector<Param*> fc1, std::vector<Param*> fc2,
-         const MoeOptions& options, TpGroup tp)
-      : router_(router), fc1_(std::move(fc1)), fc2_(std::move(fc2)), options_(options), tp_(tp) {}
+         const MoeOptions& options, TpGroup tp, EpGroup ep = {})
+      : router_(router),
+        fc1_(std::move(fc1)),
+        fc2_(std::move(fc2)),
+        options_(options),
+        tp_(tp),
+        ep_(ep) {}
 
   // x: [s(/p), b, h] -> [s(/p), b, h] (host f32).
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
@@ -101,10 +135,18 @@ class MoeMlp {
                                         const Saved& saved) const;
 
  private:
+  // Collective over EP: the counts of every (rank, local expert) pair.
+  absl::StatusOr<ExpertExchange> PlanExchange(const Routing& routing, int64_t h) const;
+  // Assignment rows [N, h] to the experts' rows [M, h], and back.
+  absl::StatusOr<core::Tensor> ToExperts(const ExpertExchange& x, const core::Tensor& rows) const;
+  absl::StatusOr<core::Tensor> FromExperts(const ExpertExchange& x,
+                                           const core::Tensor& rows) const;
+
   Param* router_;
   std::vector<Param*> fc1_, fc2_;
   MoeOptions options_;
   TpGroup tp_;
+  EpGroup ep_;
 };
 
 }  // namespace loom::layers

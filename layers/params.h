@@ -38,6 +38,10 @@ struct ParamSpec {
   // Rows of the global tensor that hold the model (the vocabulary before it is
   // padded for TP); the rows past them are padding, never stored. 0: all.
   int64_t unpadded_rows = 0;
+  // An MoE expert's weight: split over expert parallelism (each EP rank holds
+  // other experts), so its gradient is reduced over the expert-data-parallel
+  // group and it is saved by that group's first rank.
+  bool expert = false;
 };
 
 // A parameter's identity inside one ParamBuffer: what other packages hold

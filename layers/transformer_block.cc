@@ -59,7 +59,7 @@ absl::Status HiddenDropout(Tensor* x, const DropoutStream& d, uint64_t site_stre
 }
 
 TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t layer, TpGroup tp,
-                                   CpGroup cp)
+                                   CpGroup cp, EpGroup ep)
     : layer_(layer),
       tp_(tp),
       cp_(cp),
@@ -80,13 +80,14 @@ TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t l
                                             c.swiglu)) {
   if (c.moe_layer(layer)) {
     std::vector<Param*> fc1, fc2;
-    for (int64_t e = 0; e < c.num_experts; ++e) {
+    const int64_t first = ep.shard().first(c.num_experts);
+    for (int64_t e = first; e < first + ep.shard().count(c.num_experts); ++e) {
       const std::string x = absl::StrCat("mlp.experts.", e, ".");
       fc1.push_back(&p->at(Name(layer, (x + "dense_h_to_4h.weight").c_str())));
       fc2.push_back(&p->at(Name(layer, (x + "dense_4h_to_h.weight").c_str())));
     }
     moe_.emplace(&p->at(Name(layer, "mlp.router.weight")), std::move(fc1), std::move(fc2),
-                 MoeOptionsOf(c), tp);
+                 MoeOptionsOf(c), tp, ep);
   }
 }
 

@@ -37,8 +37,10 @@ class TransformerBlock {
     ParallelMlp::Saved mlp;  // a dense layer's
     MoeMlp::Saved moe;       // an MoE layer's (GptConfig::moe_layer)
   };
+  // `ep`: the expert-parallel group of an MoE layer (this rank's params hold
+  // only its experts, BlockParamSpecs(config, layer, ep.shard())).
   TransformerBlock(ParamBuffer* params, const GptConfig& config, int64_t layer, TpGroup tp,
-                   CpGroup cp = {});
+                   CpGroup cp = {}, EpGroup ep = {});
 
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, const DropoutStream& dropout,
                                        Saved* saved) const;

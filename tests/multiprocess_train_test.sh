@@ -121,6 +121,17 @@ compare llama_ucx_tp2 llama_reference
 compare llama_ucx_pp2_dp2 llama_reference
 compare llama_ucx_cp2_dp2 llama_reference
 
+# Mixtral-style (8 experts, top-2, load-balancing loss): EP 2 x TP 2 on 4
+# processes, tokens moved to their experts by UCX all-to-all-v, against the
+# single-process curve.
+MIXTRAL=("${LLAMA[@]}" --num-experts=8 --moe-router-topk=2 --moe-aux-loss-coeff=0.01)
+run mixtral_reference "$GPT" --distributed-backend=local --nproc-per-node=1 "${MIXTRAL[@]}"
+run mixtral_ucx_ep2_tp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --tensor-model-parallel-size=2 --expert-model-parallel-size=2 "${MIXTRAL[@]}"
+compare mixtral_ucx_ep2_tp2 mixtral_reference
+grep -q "expert parallel: each MoE layer's 8 experts split over EP 2" mixtral_ucx_ep2_tp2.log ||
+  { echo "FAILED: no expert-parallel line"; cat mixtral_ucx_ep2_tp2.log; exit 1; }
+
 if [ -n "$MPIRUN" ]; then
   export TMPDIR="$TEST_TMPDIR" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   run mpi_tp2_dp2 "$MPIRUN" -np 4 --oversubscribe --mca plm_rsh_agent false --mca btl self,vader \

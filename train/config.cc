@@ -113,6 +113,22 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
         "--pipeline-model-parallel-size (",
         pp, ")"));
   }
+  if (const int ep = c->expert_model_parallel_size; ep != 1) {
+    if (ep < 1 || !c->model.moe() || c->model.num_experts % ep != 0 || dp % ep != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--expert-model-parallel-size (", ep, ") must divide --num-experts (",
+          c->model.num_experts, ") and the data-parallel size (", dp,
+          "): EP ranks are carved out of DP"));
+    }
+    if (c->optimizer.distributed) {
+      return absl::UnimplementedError(
+          "--use-distributed-optimizer with --expert-model-parallel-size > 1 is not built yet");
+    }
+    if (cp > 1) {
+      return absl::UnimplementedError(
+          "--expert-model-parallel-size > 1 with --context-parallel-size > 1 is not built yet");
+    }
+  }
   if (c->sequence_parallel && tp == 1) c->sequence_parallel = false;  // nothing to split
   // Also --seq-length against TP (SP) and CP, and the --recompute-* flags
   // (Megatron's rules), N against the layers of one chunk: --num-layers /
@@ -143,6 +159,17 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
   if (c->log_interval < 1 || c->eval_interval < 0 || c->eval_iters < 0 || c->save_interval < 0) {
     return absl::InvalidArgumentError(
         "--log-interval must be >= 1; --eval-interval, --eval-iters, --save-interval >= 0");
+  }
+  if (c->tensorboard_log_interval < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensorboard-log-interval (",
+                                                   c->tensorboard_log_interval, ") must be >= 1"));
+  }
+  if (c->tensorboard_dir.empty() &&
+      (c->log_memory_to_tensorboard || c->log_validation_ppl_to_tensorboard)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c->log_memory_to_tensorboard ? "--log-memory-to-tensorboard"
+                                     : "--log-validation-ppl-to-tensorboard",
+        " needs --tensorboard-dir=<directory>"));
   }
   if (c->optimizer.bucket_bytes < 4) {
     return absl::InvalidArgumentError(absl::StrCat("--ddp-bucket-size (", c->optimizer.bucket_bytes / 4,

@@ -76,6 +76,10 @@ struct TrainConfig {
   // Context parallelism: the sequence split over CP ranks, ring attention
   // (layers/context_parallel.h); CP ranks share DP's gradient reduction.
   int context_parallel_size = 1;
+  // Expert parallelism: each MoE layer's experts split over EP ranks carved
+  // out of DP (Megatron's --expert-model-parallel-size); tokens travel to
+  // their experts by all-to-all-v (layers/moe.h).
+  int expert_model_parallel_size = 1;
 
   // Distributed run. The launcher's own flags (--nproc-per-node, --rank,
   // --master-addr, --network, --store, ...) are comm/launch/flags.h's.
@@ -116,6 +120,14 @@ struct TrainConfig {
   // --memory-report: after the first step, rank 0 logs every rank's peak
   // bytes per category (core/memory_stats.h) and what would shrink them.
   bool memory_report = false;
+  // TensorBoard (Megatron's flags): rank 0 writes an event file into
+  // tensorboard_dir ("" = none; train/tensorboard): the step's scalars every
+  // tensorboard_log_interval steps, iteration time and throughput with each
+  // log line, the validation loss with each evaluation.
+  std::string tensorboard_dir;
+  int64_t tensorboard_log_interval = 1;
+  bool log_memory_to_tensorboard = false;          // mem-* scalars
+  bool log_validation_ppl_to_tensorboard = false;  // "lm loss validation ppl"
   std::string save, load;
   int64_t save_interval = 0;
   CheckpointFlags checkpoint;

@@ -116,6 +116,21 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   ExpectError(c, 1, {"--overlap-param-gather needs --use-distributed-optimizer"});
 }
 
+TEST(ConfigTest, TensorBoardFlags) {
+  TrainConfig c = Base();
+  c.tensorboard_log_interval = 0;
+  ExpectError(c, 1, {"--tensorboard-log-interval (0) must be >= 1"});
+  c = Base();
+  c.log_memory_to_tensorboard = true;
+  ExpectError(c, 1, {"--log-memory-to-tensorboard needs --tensorboard-dir"});
+  c = Base();
+  c.log_validation_ppl_to_tensorboard = true;
+  ExpectError(c, 1, {"--log-validation-ppl-to-tensorboard needs --tensorboard-dir"});
+  c.tensorboard_dir = "runs";
+  c.log_memory_to_tensorboard = true;
+  EXPECT_TRUE(Finalize(&c, 1).ok());
+}
+
 TEST(ConfigTest, RejectsLlamaFlagsThatCannotWork) {
   TrainConfig c = Base();  // 4 heads
   c.model.group_query_attention = true;

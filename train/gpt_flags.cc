@@ -96,6 +96,9 @@ ABSL_FLAG(int, num_layers_per_virtual_pipeline_stage, D().num_layers_per_virtual
           "Layers per model chunk for interleaved 1F1B (0: no interleaving)");
 ABSL_FLAG(std::string, pipeline_schedule, D().pipeline_schedule, "gpipe | 1f1b | interleaved");
 ABSL_FLAG(bool, sequence_parallel, D().sequence_parallel, "Sequence parallelism (needs TP > 1)");
+ABSL_FLAG(int, expert_model_parallel_size, D().expert_model_parallel_size,
+          "EP degree: each MoE layer's experts split over EP ranks carved out of DP, tokens "
+          "moved by all-to-all-v");
 ABSL_FLAG(int, context_parallel_size, D().context_parallel_size,
           "CP degree: the sequence split over CP ranks in 2 x CP zig-zag chunks, ring attention "
           "(--device=cpu)");
@@ -154,6 +157,14 @@ ABSL_FLAG(std::string, metrics_file, D().metrics_file, "JSON-lines metrics (see 
 ABSL_FLAG(bool, memory_report, D().memory_report,
           "After the first step, log every rank's peak memory per category (parameters, "
           "gradients, optimizer, activations, communication) and what would shrink it");
+ABSL_FLAG(std::string, tensorboard_dir, D().tensorboard_dir,
+          "Folder for a TensorBoard event file (rank 0 writes it; created if missing)");
+ABSL_FLAG(int64_t, tensorboard_log_interval, D().tensorboard_log_interval,
+          "Steps between TensorBoard scalars (loss, learning rate, grad norm, batch size)");
+ABSL_FLAG(bool, log_memory_to_tensorboard, D().log_memory_to_tensorboard,
+          "Also write rank 0's memory (mem-allocated-bytes, mem-max-allocated-bytes, ...)");
+ABSL_FLAG(bool, log_validation_ppl_to_tensorboard, D().log_validation_ppl_to_tensorboard,
+          "Also write the validation perplexity");
 ABSL_FLAG(double, peak_flops, D().peak_flops,
           "Per-rank peak FLOP/s for MFU (0: measure a GEMM at start)");
 ABSL_FLAG(int64_t, sample_tokens, D().sample_tokens,
@@ -238,6 +249,7 @@ TrainConfig ConfigFromFlags() {
   c.pipeline_schedule = absl::GetFlag(FLAGS_pipeline_schedule);
   c.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
   c.context_parallel_size = absl::GetFlag(FLAGS_context_parallel_size);
+  c.expert_model_parallel_size = absl::GetFlag(FLAGS_expert_model_parallel_size);
   c.distributed_backend = absl::GetFlag(FLAGS_distributed_backend);
   if (c.distributed_backend.empty() && comm.backend_given) {
     c.distributed_backend = comm.backend;
@@ -274,6 +286,10 @@ TrainConfig ConfigFromFlags() {
   c.eval_iters = absl::GetFlag(FLAGS_eval_iters);
   c.metrics_file = ResolveUserPath(absl::GetFlag(FLAGS_metrics_file));
   c.memory_report = absl::GetFlag(FLAGS_memory_report);
+  c.tensorboard_dir = ResolveUserPath(absl::GetFlag(FLAGS_tensorboard_dir));
+  c.tensorboard_log_interval = absl::GetFlag(FLAGS_tensorboard_log_interval);
+  c.log_memory_to_tensorboard = absl::GetFlag(FLAGS_log_memory_to_tensorboard);
+  c.log_validation_ppl_to_tensorboard = absl::GetFlag(FLAGS_log_validation_ppl_to_tensorboard);
   c.peak_flops = absl::GetFlag(FLAGS_peak_flops);
   c.sample_tokens = absl::GetFlag(FLAGS_sample_tokens);
   c.save = ResolveUserPath(absl::GetFlag(FLAGS_save));

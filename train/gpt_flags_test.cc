@@ -82,6 +82,10 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   SAME(eval_interval);
   SAME(eval_iters);
   SAME(metrics_file);
+  SAME(tensorboard_dir);
+  SAME(tensorboard_log_interval);
+  SAME(log_memory_to_tensorboard);
+  SAME(log_validation_ppl_to_tensorboard);
   SAME(save);
   SAME(load);
   SAME(save_interval);
@@ -147,6 +151,19 @@ TEST(GptFlagsTest, MegatronNamesWithDashesOrUnderscores) {
   const comm::launch::CommFlags comm = CommFlagsFor(c);
   EXPECT_TRUE(comm.nproc_per_node_given);
   EXPECT_EQ(comm.nproc_per_node, 4);
+}
+
+TEST(GptFlagsTest, TensorBoardFlags) {
+  absl::FlagSaver saver;
+  unsetenv("BUILD_WORKING_DIRECTORY");
+  Parse({"--tensorboard-dir=/tmp/runs", "--tensorboard-log-interval=5",
+         "--log-memory-to-tensorboard", "--log_validation_ppl_to_tensorboard"});
+  const TrainConfig c = ConfigFromFlags();
+  EXPECT_EQ(c.tensorboard_dir, "/tmp/runs");
+  EXPECT_EQ(c.tensorboard_log_interval, 5);
+  EXPECT_TRUE(c.log_memory_to_tensorboard);
+  EXPECT_TRUE(c.log_validation_ppl_to_tensorboard);
+  EXPECT_EQ(TrainConfig{}.tensorboard_log_interval, 1);  // Megatron's default
 }
 
 TEST(GptFlagsTest, ExitFlagsAndFaultVariable) {
@@ -277,13 +294,14 @@ TEST(GptFlagsTest, PathsAreTakenFromWhereBazelRunStarted) {
   absl::FlagSaver saver;
   setenv("BUILD_WORKING_DIRECTORY", "/home/me", 1);
   Parse({"--data-path=data/my", "--data-cache-dir=/abs/cache", "--save=ckpt",
-         "--metrics-file=m.jsonl"});
+         "--metrics-file=m.jsonl", "--tensorboard-dir=runs/a"});
   const TrainConfig c = ConfigFromFlags();
   unsetenv("BUILD_WORKING_DIRECTORY");
   EXPECT_EQ(c.data_path, "/home/me/data/my");
   EXPECT_EQ(c.data_cache_dir, "/abs/cache");
   EXPECT_EQ(c.save, "/home/me/ckpt");
   EXPECT_EQ(c.metrics_file, "/home/me/m.jsonl");
+  EXPECT_EQ(c.tensorboard_dir, "/home/me/runs/a");
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 // interleaved), DP, ZeRO-1 and all of them together — dropless and with a
 // capacity that drops and pads (the same assignments in every layout). A
 // checkpoint saved at TP 2 x PP 2 continues the curve at TP 1 and at DP 2
-// (experts are named globally and reshard like dense weights). Expert
-// parallelism (EP > 1) is not built yet.
+// (experts are named globally and reshard like dense weights), and at EP 2.
+// Expert parallelism (EP 2, 4; with TP + SP and with PP) gives the same curve.
 
 #include <string>
 #include <vector>
@@ -36,6 +36,11 @@ TrainConfig MoeConfig(const Layout& l, int iters, bool capacity) {
   return c;
 }
 
+Layout Ep(int ep, Layout l) {
+  l.ep = ep;
+  return l;
+}
+
 std::vector<double> Train(const Layout& l, bool capacity) {
   testing::RunResult r = testing::Run(MoeConfig(l, kIters, capacity), l);
   EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
@@ -63,6 +68,11 @@ void ExpectEveryLayoutMatches(bool capacity) {
            Layout{1, 1, 2},
            Layout{1, 1, 2, 0, false, /*distributed=*/true},
            Layout{2, 2, 2, 0, /*sp=*/true, /*distributed=*/true},
+           Ep(2, Layout{1, 1, 2}),                        // experts over both DP ranks
+           Ep(2, Layout{1, 1, 4}),                        // EP 2 x 2 expert replicas
+           Ep(4, Layout{1, 1, 4}),
+           Ep(2, Layout{2, 1, 2, 0, /*sp=*/true}),        // EP x TP + SP
+           Ep(2, Layout{1, 2, 2, 0, false, false, "1f1b", /*overlap=*/true}),  // EP x PP
        }) {
     ExpectNear(Train(l, capacity), ref, 0,
                (capacity ? "capacity 1, " : "dropless, ") + l.Describe());
@@ -80,26 +90,48 @@ TEST(MoeTrainingTest, CheckpointReshardsExperts) {
   const Layout whole{1, 1, 1};
   testing::RunResult ref = testing::Run(MoeConfig(whole, kTotal, false), whole);
   ASSERT_TRUE(ref.status.ok()) << ref.status;
-  const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/moe_ckpt";
-  const Layout saved{2, 2, 1};
-  TrainConfig save = MoeConfig(saved, kTotal, false);
-  save.save = dir;
-  save.exit_interval = kSaved;
-  testing::RunResult first = testing::Run(save, saved);
-  ASSERT_TRUE(first.status.ok()) << first.status;
-  for (const Layout& l : {Layout{1, 1, 1}, Layout{1, 1, 2, 0, false, true}}) {
-    TrainConfig load = MoeConfig(l, kTotal, false);
-    load.load = dir;
-    testing::RunResult second = testing::Run(load, l);
-    ASSERT_TRUE(second.status.ok()) << l.Describe() << ": " << second.status;
-    ExpectNear(second.losses, ref.losses, kSaved, "TP2 PP2 -> " + l.Describe());
+  // Saved with the experts split over TP and PP, or over EP (each expert then
+  // written by its own rank); loaded whole, with ZeRO-1, and over EP.
+  int n = 0;
+  for (const Layout& saved : {Layout{2, 2, 1}, Ep(2, Layout{1, 1, 2})}) {
+    const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/moe_ckpt" + std::to_string(n++);
+    TrainConfig save = MoeConfig(saved, kTotal, false);
+    save.save = dir;
+    save.exit_interval = kSaved;
+    testing::RunResult first = testing::Run(save, saved);
+    ASSERT_TRUE(first.status.ok()) << first.status;
+    for (const Layout& l :
+         {Layout{1, 1, 1}, Layout{1, 1, 2, 0, false, true}, Ep(2, Layout{1, 1, 2})}) {
+      TrainConfig load = MoeConfig(l, kTotal, false);
+      load.load = dir;
+      testing::RunResult second = testing::Run(load, l);
+      ASSERT_TRUE(second.status.ok()) << l.Describe() << ": " << second.status;
+      ExpectNear(second.losses, ref.losses, kSaved, saved.Describe() + " -> " + l.Describe());
+    }
+    // A dense model cannot load it, and says which flag differs.
+    TrainConfig dense = testing::TinyLlamaConfig(whole, kTotal);
+    dense.load = dir;
+    testing::RunResult refused = testing::Run(dense, whole);
+    EXPECT_NE(refused.status.message().find("--num-experts is 4"), std::string::npos)
+        << refused.status;
   }
-  // A dense model cannot load it, and says which flag differs.
-  TrainConfig dense = testing::TinyLlamaConfig(whole, kTotal);
-  dense.load = dir;
-  testing::RunResult refused = testing::Run(dense, whole);
-  EXPECT_NE(refused.status.message().find("--num-experts is 4"), std::string::npos)
-      << refused.status;
+}
+
+// EP that cannot work is refused before any work, naming the flags.
+TEST(MoeTrainingTest, BadExpertParallelSizesNameTheFlags) {
+  TrainConfig c = MoeConfig(Ep(3, Layout{1, 1, 3}), 2, false);  // 3 does not divide 4 experts
+  c.global_batch_size = 6;
+  absl::Status s = Finalize(&c, 3);
+  EXPECT_NE(s.message().find("--expert-model-parallel-size (3) must divide --num-experts (4)"),
+            std::string::npos)
+      << s;
+  c = MoeConfig(Ep(2, Layout{1, 1, 1}), 2, false);  // DP 1
+  EXPECT_FALSE(Finalize(&c, 1).ok());
+  c = MoeConfig(Ep(2, Layout{1, 1, 2, 0, false, true}), 2, false);
+  s = Finalize(&c, 2);
+  EXPECT_NE(s.message().find("--use-distributed-optimizer with --expert-model-parallel-size"),
+            std::string::npos)
+      << s;
 }
 
 }  // namespace

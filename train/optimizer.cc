@@ -53,7 +53,7 @@ void Optimizer::BuildRuns() {
   // Parameters sit back to back in the flat buffer (ParamBuffer), each in a
   // slot padded with zeros that stay zero under AdamW, so runs may span the
   // padding.
-  std::vector<Run> norm, update;
+  std::vector<Run> norm, expert_norm, update;
   auto add = [](std::vector<Run>* runs, int64_t begin, int64_t end, bool wd) {
     if (!runs->empty() && runs->back().end == begin && runs->back().weight_decay == wd) {
       runs->back().end = end;
@@ -65,7 +65,10 @@ void Optimizer::BuildRuns() {
   for (size_t i = 0; i < ps.size(); ++i) {
     const layers::ParamHandle h{static_cast<int>(i)};
     const int64_t begin = ps[i].offset, end = params_->SlotEnd(h);
-    if (Counted(ps[i])) add(&norm, begin, end, /*wd=*/false);
+    if (Counted(ps[i])) {
+      add(ps[i].spec->expert && groups_.experts != nullptr ? &expert_norm : &norm, begin, end,
+          /*wd=*/false);
+    }
     add(&update, begin, end, ps[i].spec->weight_decay);
   }
   // Cut to the owned ranges; moments are the owned ranges back to back.
@@ -80,6 +83,7 @@ void Optimizer::BuildRuns() {
     }
   };
   cut(norm, &norm_runs_);
+  cut(expert_norm, &expert_norm_runs_);
   cut(update, &update_runs_);
 }
 
@@ -91,11 +95,20 @@ bool Optimizer::Counted(const layers::Param& p) const {
 absl::StatusOr<double> Optimizer::GradNorm() const {
   // Sum of squares of what this rank owns, each parameter counted once.
   const Tensor& grads = params_->flat_grads();
-  double sq = 0;
-  for (const Run& run : norm_runs_) {
-    LOOM_ASSIGN_OR_RETURN(Tensor part, grads.Narrow(run.begin, run.end - run.begin));
-    LOOM_ASSIGN_OR_RETURN(double s, core::ops::SumSquares(part));
-    sq += s;
+  auto squares = [&](const std::vector<Run>& runs) -> absl::StatusOr<double> {
+    double sq = 0;
+    for (const Run& run : runs) {
+      LOOM_ASSIGN_OR_RETURN(Tensor part, grads.Narrow(run.begin, run.end - run.begin));
+      LOOM_ASSIGN_OR_RETURN(double s, core::ops::SumSquares(part));
+      sq += s;
+    }
+    return sq;
+  };
+  LOOM_ASSIGN_OR_RETURN(double sq, squares(norm_runs_));
+  if (groups_.experts != nullptr) {  // each EP rank holds other experts
+    LOOM_ASSIGN_OR_RETURN(double experts, squares(expert_norm_runs_));
+    LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.experts, comm::ReduceOp::kSum, &experts));
+    sq += experts;
   }
   LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.shards, comm::ReduceOp::kSum, &sq));
   LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.tp, comm::ReduceOp::kSum, &sq));

@@ -30,6 +30,9 @@ struct OptimizerGroups {
   // The group this rank's owned ranges are a shard of (ZeRO-1's DP group);
   // null when every rank of the DP group owns (a replica of) everything.
   comm::Communicator* shards = nullptr;
+  // Expert parallelism: the EP group, whose ranks hold different experts
+  // (ParamSpec::expert): their squares are summed over it in the norm.
+  comm::Communicator* experts = nullptr;
 };
 
 // [begin, end) of the flat parameter buffer.
@@ -81,6 +84,7 @@ class Optimizer {
   };
   void BuildRuns();
   std::vector<Run> norm_runs_;    // owned parameters counted in the global norm
+  std::vector<Run> expert_norm_runs_;  // the expert weights among them (EP)
   std::vector<Run> update_runs_;  // owned parameters, split where weight decay changes
 
   layers::ParamBuffer* params_;

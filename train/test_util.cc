@@ -11,6 +11,7 @@ namespace loom::train::testing {
 
 std::string Layout::Describe() const {
   return absl::StrCat("TP", tp, " PP", pp, cp > 1 ? absl::StrCat(" CP", cp) : "", " DP", dp,
+                      ep > 1 ? absl::StrCat(" EP", ep) : "",
                       vp_layers ? " vp-layers 1" : "",
                       sp ? " SP" : "", distributed ? " dist-opt" : "", overlap ? " overlap" : "",
                       param_gather ? " param-gather" : "", " ",
@@ -49,6 +50,7 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   c.pipeline_schedule = l.schedule;
   c.sequence_parallel = l.sp;
   c.context_parallel_size = l.cp;
+  c.expert_model_parallel_size = l.ep;
   c.optimizer.distributed = l.distributed;
   c.overlap_grad_reduce = l.overlap;
   c.overlap_param_gather = l.param_gather;

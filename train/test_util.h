@@ -23,6 +23,7 @@ struct Layout {
   bool overlap = false;  // --overlap-grad-reduce
   bool param_gather = false;  // --overlap-param-gather
   int cp = 1;                 // --context-parallel-size
+  int ep = 1;                 // --expert-model-parallel-size (within DP)
   int world() const { return tp * pp * cp * dp; }
   std::string Describe() const;
 };

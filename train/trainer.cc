@@ -74,6 +74,16 @@ absl::Status Trainer::Setup() {
                                                        restart));
   coord_ = grid_.Coord(world_->rank());
   LOOM_ASSIGN_OR_RETURN(groups_, comm::MakeParallelGroups(*world_, grid_));
+  if (const int ep = config_.expert_model_parallel_size; ep > 1) {
+    // EP ranks are consecutive DP ranks (Megatron's layout): each group is
+    // named by its first member's global rank.
+    comm::GridCoord first = coord_;
+    first.dp_rank = coord_.dp_rank / ep * ep;
+    LOOM_ASSIGN_OR_RETURN(ep_, world_->Split(grid_.GlobalRank(first), coord_.dp_rank % ep, "ep"));
+    first.dp_rank = coord_.dp_rank % ep;
+    LOOM_ASSIGN_OR_RETURN(expert_dp_, world_->Split(grid_.GlobalRank(first), coord_.dp_rank / ep,
+                                                    "expert_dp"));
+  }
   LOOM_RETURN_IF_ERROR(SetupData());  // fixes the vocabulary size
 
   const int pp = grid_.pp(), vp = config_.virtual_pipeline_size;
@@ -90,7 +100,8 @@ absl::Status Trainer::Setup() {
     core::MemoryScope tag(core::MemoryCategory::kParameters);
     LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(
                                       config_.model, tp, cp, chunks,
-                                      /*buffer_multiple=*/GradientGroup()->size()));
+                                      /*buffer_multiple=*/GradientGroup()->size(),
+                                      layers::EpGroup{ep_.get()}));
   }
   // The model allocates its gradient buffer next to the parameters.
   model_->params().flat_grads().storage()->set_memory_category(core::MemoryCategory::kGradients);
@@ -122,6 +133,8 @@ absl::Status Trainer::Setup() {
   // The gradients between the backward and the optimizer: one owner.
   distributed::GradientSyncGroups gg;
   gg.dp = GradientGroup();
+  gg.expert_dp = expert_dp_.get();
+  gg.expert_parallel = config_.expert_model_parallel_size;
   gg.embedding = groups_.embedding.get();
   distributed::GradientSyncOptions go;
   go.micro_batches = config_.num_micro_batches;
@@ -137,6 +150,7 @@ absl::Status Trainer::Setup() {
   og.tp = groups_.tp.get();
   og.pp = groups_.pp.get();
   og.shards = config_.optimizer.distributed ? GradientGroup() : nullptr;
+  og.experts = ep_.get();
   {
     core::MemoryScope tag(core::MemoryCategory::kOptimizer);
     LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og,
@@ -170,6 +184,15 @@ absl::Status Trainer::Setup() {
 
   if (world_->rank() == 0) {
     LOOM_ASSIGN_OR_RETURN(metrics_, MetricsFile::Open(config_.metrics_file));
+    if (!config_.tensorboard_dir.empty()) {
+      auto tb = tensorboard::EventWriter::Open(config_.tensorboard_dir);
+      if (!tb.ok()) {
+        return absl::Status(tb.status().code(), absl::StrCat("--tensorboard-dir=",
+                                                             config_.tensorboard_dir, ": ",
+                                                             tb.status().message()));
+      }
+      tensorboard_ = std::move(*tb);
+    }
   }
   // Every rank measures its GEMM rate at the same moment, so each sees its
   // share of the machine (the MFU denominator).
@@ -218,6 +241,13 @@ absl::Status Trainer::Setup() {
           : absl::StrCat(GemmReferenceSize(config_.model.device), "^3 ",
                          core::DTypeName(config_.model.compute_dtype),
                          " GEMM measured at start")));
+  if (ep_ != nullptr) {
+    Log(absl::StrFormat(
+        "loom: expert parallel: each MoE layer's %d experts split over EP %d (%d a rank), "
+        "tokens exchanged by all-to-all-v; expert gradients averaged over %d replicas",
+        config_.model.num_experts, ep_->size(), config_.model.num_experts / ep_->size(),
+        expert_dp_->size()));
+  }
   if (GradientGroup()->size() > 1) {
     Log(absl::StrFormat(
         "loom: data-parallel gradients in %d buckets of <= %d parameters (--ddp-bucket-size): %s%s%s",
@@ -573,6 +603,7 @@ checkpoint::RankView Trainer::CheckpointView() {
   v.moment_ranges = optimizer_->owned();
   v.tp_rank = coord_.tp_rank;
   v.dp_rank = GradientGroup()->rank();  // CP ranks hold the same parameters: DP x CP rank
+  v.expert_dp_rank = expert_dp_ ? expert_dp_->rank() : v.dp_rank;
   v.pp_rank = coord_.pp_rank;
   v.distributed_optimizer = config_.optimizer.distributed;
   return v;
@@ -786,6 +817,48 @@ absl::Status Trainer::ExitEarly(ExitReason reason) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::RecordEval(double valid) {
+  if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
+  if (!tensorboard_) return absl::OkStatus();
+  AddTensorBoardScalar("lm loss validation", valid, true);
+  if (config_.log_validation_ppl_to_tensorboard) {
+    // Megatron caps the exponent at 20 (an untrained model's ppl is no number to plot).
+    AddTensorBoardScalar("lm loss validation ppl", std::exp(std::min(20.0, valid)), true);
+  }
+  return tensorboard_->Flush();
+}
+
+void Trainer::AddTensorBoardScalar(const std::string& tag, double value, bool vs_samples) {
+  const double now = tensorboard::WallTime();
+  tensorboard_->AddScalar(tag, static_cast<float>(value), iteration_, now);
+  if (vs_samples) {
+    tensorboard_->AddScalar(tag + " vs samples", static_cast<float>(value), consumed_samples_, now);
+  }
+}
+
+absl::Status Trainer::WriteTensorBoardStep(double loss) {
+  AddTensorBoardScalar("learning-rate", config_.lr.At(iteration_ - 1), true);
+  AddTensorBoardScalar("batch-size", config_.global_batch_size, true);
+  AddTensorBoardScalar("lm loss", loss, true);
+  AddTensorBoardScalar("grad-norm", last_grad_norm_, true);
+  if (config_.log_memory_to_tensorboard) {
+    // Megatron's torch.cuda names for Loom's figures since the setup: bytes
+    // held now, their peak, the caching allocator's reserve (GPU only), and
+    // the peak of each category (core/memory_stats.h).
+    const core::MemoryStats mem = RankMemory();
+    AddTensorBoardScalar("mem-allocated-bytes", mem.total_current, false);
+    AddTensorBoardScalar("mem-max-allocated-bytes", mem.total_peak, false);
+    if (mem.reserved > 0) AddTensorBoardScalar("mem-reserved-bytes", mem.reserved, false);
+    for (int c = 0; c < core::kNumMemoryCategories; ++c) {
+      AddTensorBoardScalar(
+          absl::StrCat("mem-max-allocated-bytes/",
+                       core::MemoryCategoryName(static_cast<core::MemoryCategory>(c))),
+          mem.peak[c], false);
+    }
+  }
+  return tensorboard_->Flush();
+}
+
 absl::Status Trainer::Train() {
   core::LedgerScope memory(memory_);
   if (config_.skip_train) {
@@ -802,7 +875,7 @@ absl::Status Trainer::Train() {
     Log(absl::StrFormat(" validation loss at iteration %d: %.6f (perplexity %.2f, %d batches "
                         "in %.2f s; --skip-train: no training)",
                         iteration_, valid, std::exp(valid), config_.eval_iters, eval_s));
-    if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
+    LOOM_RETURN_IF_ERROR(RecordEval(valid));
     last_eval_loss_ = valid;
     return absl::OkStatus();
   }
@@ -818,6 +891,9 @@ absl::Status Trainer::Train() {
     LOOM_ASSIGN_OR_RETURN(double loss, TrainStep());
     ++window_iters;
     window_loss += loss;
+    if (tensorboard_ && iteration_ % config_.tensorboard_log_interval == 0) {
+      LOOM_RETURN_IF_ERROR(WriteTensorBoardStep(loss));
+    }
     const auto now = std::chrono::steady_clock::now();
     if (iteration_ % config_.log_interval == 0 || iteration_ == config_.train_iters) {
       const double window_s =
@@ -838,6 +914,12 @@ absl::Status Trainer::Train() {
       }
       Log(FormatStep(m, config_.train_iters));
       if (world_->rank() == 0) metrics_.WriteStep(m);
+      if (tensorboard_) {
+        // Megatron's: seconds per iteration and model TFLOP/s per GPU, over the log interval.
+        AddTensorBoardScalar("iteration-time", window_s / window_iters, false);
+        AddTensorBoardScalar("throughput", m.model_tflops_per_rank, false);
+        LOOM_RETURN_IF_ERROR(tensorboard_->Flush());
+      }
       window_start = std::chrono::steady_clock::now();
       window_paused_s = 0;
       window_iters = 0;
@@ -859,7 +941,7 @@ absl::Status Trainer::Train() {
       Log(absl::StrFormat(" validation loss at iteration %d: %.4f (perplexity %.2f, %d batches "
                           "in %.2f s)",
                           iteration_, valid, std::exp(valid), config_.eval_iters, eval_s));
-      if (world_->rank() == 0) metrics_.WriteEval(iteration_, valid);
+      LOOM_RETURN_IF_ERROR(RecordEval(valid));
       last_eval_loss_ = valid;
     }
     if (checkpointer_ && config_.save_interval > 0 && iteration_ % config_.save_interval == 0) {

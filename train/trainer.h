@@ -26,6 +26,7 @@
 #include "train/fault_injection.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
+#include "train/tensorboard/events.h"
 
 namespace loom::train {
 
@@ -146,6 +147,14 @@ class Trainer {
   absl::StatusOr<int64_t> MaxMemoryPeak();
   // Collective: --memory-report's table, logged by rank 0.
   absl::Status ReportMemory();
+  // A validation loss into --metrics-file and --tensorboard-dir (rank 0).
+  absl::Status RecordEval(double valid);
+  // --tensorboard-dir (rank 0): Megatron's scalar `tag` at the iteration,
+  // and with `vs_samples` also "<tag> vs samples" at the samples consumed.
+  void AddTensorBoardScalar(const std::string& tag, double value, bool vs_samples);
+  // Every --tensorboard-log-interval: the step's loss, learning rate, grad
+  // norm, batch size (and memory); flushed, so TensorBoard sees progress.
+  absl::Status WriteTensorBoardStep(double loss);
 
   TrainConfig config_;
   // This rank's ledger (its tensors keep it alive as long as they live).
@@ -155,6 +164,10 @@ class Trainer {
   comm::GridCoord coord_;
   LogFn log_;
   comm::ParallelGroups groups_;
+  // Expert parallelism (EP > 1): the EP group (the DP ranks dp / EP alike,
+  // holding different experts) and the expert-data-parallel group (dp % EP
+  // alike, holding the same experts). Null otherwise.
+  std::unique_ptr<comm::Communicator> ep_, expert_dp_;
   std::unique_ptr<layers::GptModel> model_;
   std::optional<pipeline::Executor> executor_, eval_executor_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -163,6 +176,7 @@ class Trainer {
   std::unique_ptr<IndexedDataset> dataset_;
   std::unique_ptr<GptDataset> train_data_, valid_data_;
   MetricsFile metrics_;
+  std::unique_ptr<tensorboard::EventWriter> tensorboard_;  // rank 0 with --tensorboard-dir
   double peak_flops_ = 0;
   double last_grad_norm_ = 0;
   int64_t iteration_ = 0;
