@@ -114,7 +114,11 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
         pp, ")"));
   }
   if (const int ep = c->expert_model_parallel_size; ep != 1) {
-    if (ep < 1 || !c->model.moe() || c->model.num_experts % ep != 0 || dp % ep != 0) {
+    if (ep > 1 && !c->model.moe()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--expert-model-parallel-size=", ep, " needs MoE layers (--num-experts > 0)"));
+    }
+    if (ep < 1 || c->model.num_experts % ep != 0 || dp % ep != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--expert-model-parallel-size (", ep, ") must divide --num-experts (",
           c->model.num_experts, ") and the data-parallel size (", dp,
