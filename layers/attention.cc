@@ -84,7 +84,7 @@ absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward) const {
   const int64_t s = qk->dim(0);
   // The attention's rows are the CP rank's whole local sequence (SP has
   // gathered it): runs of consecutive global positions, one without CP.
-  for (const RowRun& run : GlobalRowRuns(cp_.Layout(s * cp_.size()), 0, s)) {
+  for (const RowRun& run : ActivationRowRuns(TpGroup{}, cp_, s)) {
     LOOM_ASSIGN_OR_RETURN(Tensor part, qk->Narrow(run.local_first, run.count));
     core::ops::RopeOptions rope = options_.rope_options;
     rope.position_offset = run.global_first;

@@ -177,6 +177,14 @@ std::vector<RowRun> GlobalRowRuns(const ContextParallelLayout& l, int64_t first,
   return runs;
 }
 
+std::vector<RowRun> ActivationRowRuns(const TpGroup& tp, const CpGroup& cp, int64_t rows) {
+  const int64_t sp = tp.sequence_parallel ? tp.size() : 1;
+  const int64_t first = tp.sequence_parallel ? tp.rank() * rows : 0;
+  std::vector<RowRun> runs = GlobalRowRuns(cp.Layout(rows * sp * cp.size()), first, rows);
+  for (RowRun& run : runs) run.local_first -= first;
+  return runs;
+}
+
 absl::StatusOr<Tensor> SelectLocalRows(const Tensor& global, const ContextParallelLayout& l) {
   LOOM_RETURN_IF_ERROR(CheckContextParallelLayout(l));
   if (global.device().type != core::DeviceType::kCPU || global.shape().rank() < 1 ||

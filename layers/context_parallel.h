@@ -28,6 +28,7 @@
 #include "comm/comm.h"
 #include "core/cpu/attention.h"
 #include "core/tensor.h"
+#include "layers/tp_group.h"
 
 namespace loom::layers {
 
@@ -73,6 +74,12 @@ struct RowRun {
 // hidden dropout masks follow these positions, so they are the CP = 1 ones.
 std::vector<RowRun> GlobalRowRuns(const ContextParallelLayout& layout, int64_t first,
                                   int64_t count);
+
+// The runs of an activation of `rows` rows held by this rank: under SP its
+// block of the CP rank's local sequence (TP rank r holds rows [r·rows,
+// (r+1)·rows)), else all of it. Unlike GlobalRowRuns, local_first counts
+// from the activation's own first row.
+std::vector<RowRun> ActivationRowRuns(const TpGroup& tp, const CpGroup& cp, int64_t rows);
 
 // seq_len divisible by 2 * cp, 0 <= rank < cp; the error names
 // --context-parallel-size and --seq-length.

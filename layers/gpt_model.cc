@@ -24,13 +24,11 @@ int64_t Bytes(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nby
 // positions), made on the host and moved to x's device.
 absl::StatusOr<Tensor> PositionIds(const TpGroup& tp, const CpGroup& cp, const Tensor& x) {
   const int64_t s_local = x.dim(0), b = x.dim(1);
-  const int64_t sp = tp.sequence_parallel ? tp.size() : 1;
-  const int64_t first = tp.sequence_parallel ? tp.rank() * s_local : 0;
   LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{s_local, b}, core::DType::kI32));
   int32_t* p = ids.data<int32_t>();
-  for (const RowRun& run : GlobalRowRuns(cp.Layout(s_local * sp * cp.size()), first, s_local)) {
+  for (const RowRun& run : ActivationRowRuns(tp, cp, s_local)) {
     for (int64_t i = 0; i < run.count; ++i) {
-      const int64_t row = run.local_first - first + i;
+      const int64_t row = run.local_first + i;
       for (int64_t j = 0; j < b; ++j) p[row * b + j] = static_cast<int32_t>(run.global_first + i);
     }
   }

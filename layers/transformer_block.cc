@@ -44,11 +44,8 @@ absl::Status HiddenDropout(Tensor* x, const DropoutStream& d, uint64_t site_stre
   opts.seed = d.seed;
   opts.offset = site_stream;
   const int64_t rows = x->dim(0), row_elems = x->numel() / rows;  // one position: b · h
-  // Under SP this rank holds rows [rank·n, (rank+1)·n) of the CP rank's sequence.
-  const int64_t sp = tp.sequence_parallel ? tp.size() : 1;
-  const int64_t first = tp.sequence_parallel ? tp.rank() * rows : 0;
-  for (const RowRun& run : GlobalRowRuns(cp.Layout(rows * sp * cp.size()), first, rows)) {
-    LOOM_ASSIGN_OR_RETURN(Tensor part, x->Narrow(run.local_first - first, run.count));
+  for (const RowRun& run : ActivationRowRuns(tp, cp, rows)) {
+    LOOM_ASSIGN_OR_RETURN(Tensor part, x->Narrow(run.local_first, run.count));
     core::ops::GlobalIndex where;
     where.row_stride = x->dim(x->rank() - 1);
     where.first_index = run.global_first * row_elems;
