@@ -180,6 +180,20 @@ int64_t MoeMlp::Saved::Bytes() const {
 
 namespace {
 
+// Calls fn(t, k, row, prob) for every kept (token, k) assignment, tokens in
+// parallel (one token's calls in k order, so per-token sums are deterministic).
+template <typename Fn>
+void ForEachKept(const Routing& r, Fn&& fn) {
+  const int64_t K = r.topk;
+#pragma omp parallel for
+  for (int64_t t = 0; t < r.tokens; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t row = r.row[t * K + k];
+      if (row >= 0) fn(t, k, row, r.prob[t * K + k]);
+    }
+  }
+}
+
 // The weight's local shard as the [rows, cols] GEMM operand (SwiGLU's fc1 is
 // stored [2, F·h/p] and used as [2F/p, h]).
 absl::StatusOr<Tensor> Matrix(const Tensor& t, int64_t cols) {
@@ -362,17 +376,10 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   LOOM_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros(Shape{T, h}, DType::kF32));
   const float* rows = saved->expert_out.data<float>();
   float* yp = y.data<float>();
-  const int64_t K = r.topk;
-#pragma omp parallel for
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < K; ++k) {
-      const int32_t row = r.row[t * K + k];
-      if (row < 0) continue;
-      const float p = r.prob[t * K + k];
-      const float* o = rows + row * h;
-      for (int64_t j = 0; j < h; ++j) yp[t * h + j] += p * o[j];
-    }
-  }
+  ForEachKept(r, [&](int64_t t, int64_t, int32_t row, float p) {
+    const float* o = rows + row * h;
+    for (int64_t j = 0; j < h; ++j) yp[t * h + j] += p * o[j];
+  });
   LOOM_ASSIGN_OR_RETURN(y, y.Reshape(out_shape));
   if (tp_.sequence_parallel) return ReduceScatterSeq(tp_, y);
   LOOM_RETURN_IF_ERROR(AllReduceTp(tp_, y));
@@ -399,20 +406,14 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
   LOOM_ASSIGN_OR_RETURN(Tensor dprob, Tensor::Zeros(Shape{T, K}, DType::kF32));
   float* dop = dout.data<float>();
   float* dpp = dprob.data<float>();
-#pragma omp parallel for
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < K; ++k) {
-      const int32_t row = r.row[t * K + k];
-      if (row < 0) continue;
-      const float p = r.prob[t * K + k];
-      double dot = 0;
-      for (int64_t j = 0; j < h; ++j) {
-        dop[row * h + j] = p * g[t * h + j];
-        dot += double(g[t * h + j]) * rows[row * h + j];
-      }
-      dpp[t * K + k] = static_cast<float>(dot);
+  ForEachKept(r, [&](int64_t t, int64_t k, int32_t row, float p) {
+    double dot = 0;
+    for (int64_t j = 0; j < h; ++j) {
+      dop[row * h + j] = p * g[t * h + j];
+      dot += double(g[t * h + j]) * rows[row * h + j];
     }
-  }
+    dpp[t * K + k] = static_cast<float>(dot);
+  });
   comm::WorkPtr dprob_sum = AllReduceTpAsync(tp_, dprob);
 
   // The experts, backwards, on the rows they computed; their input gradients
