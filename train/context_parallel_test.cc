@@ -46,15 +46,6 @@ std::vector<double> Train(const Layout& l, bool llama) {
   return r.losses;
 }
 
-void ExpectNear(const std::vector<double>& got, const std::vector<double>& ref, int first,
-                const std::string& what) {
-  ASSERT_EQ(got.size() + first, ref.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], ref[first + i], kTolerance * ref[first + i])
-        << what << ", iteration " << first + i + 1;
-  }
-}
-
 void ExpectEveryCpLayoutMatches(bool llama) {
   const std::vector<double> ref = Train(Layout{1, 1, 1}, llama);
   ASSERT_EQ(ref.size(), static_cast<size_t>(kIters));
@@ -70,7 +61,8 @@ void ExpectEveryCpLayoutMatches(bool llama) {
            Cp(2, 1, 1, /*dp=*/2, false, /*distributed=*/true),  // ZeRO-1 over DP x CP
            Cp(2, 2, 2, 2, /*sp=*/true, /*distributed=*/true),   // all of them: 16 ranks
        }) {
-    ExpectNear(Train(l, llama), ref, 0, (llama ? "Llama-style " : "") + l.Describe());
+    testing::ExpectSameCurve(Train(l, llama), ref, 0, kTolerance,
+                             (llama ? "Llama-style " : "") + l.Describe());
   }
 }
 
@@ -101,15 +93,15 @@ TEST(ContextParallelTest, CheckpointsMoveBetweenCpSizes) {
     save.exit_interval = kSaved;  // saves, then stops
     testing::RunResult first = testing::Run(save, c.save);
     ASSERT_TRUE(first.status.ok()) << c.save.Describe() << ": " << first.status;
-    ExpectNear(first.losses, std::vector<double>(ref.begin(), ref.begin() + kSaved), 0,
-               "saving " + c.save.Describe());
+    testing::ExpectSameCurve(first.losses, std::vector<double>(ref.begin(), ref.begin() + kSaved),
+                             0, kTolerance, "saving " + c.save.Describe());
 
     TrainConfig load = Config(c.load, false, kTotal);
     load.load = dir;
     testing::RunResult second = testing::Run(load, c.load);
     ASSERT_TRUE(second.status.ok()) << c.load.Describe() << ": " << second.status;
-    ExpectNear(second.losses, std::vector<double>(ref.begin(), ref.begin() + kTotal), kSaved,
-               c.save.Describe() + " -> " + c.load.Describe());
+    testing::ExpectSameCurve(second.losses, std::vector<double>(ref.begin(), ref.begin() + kTotal),
+                             kSaved, kTolerance, c.save.Describe() + " -> " + c.load.Describe());
   }
 }
 

@@ -47,15 +47,6 @@ std::vector<double> Train(const Layout& l, bool capacity) {
   return r.losses;
 }
 
-void ExpectNear(const std::vector<double>& got, const std::vector<double>& ref, size_t first,
-                const std::string& what) {
-  ASSERT_EQ(got.size() + first, ref.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], ref[first + i], kTolerance * ref[first + i])
-        << what << ", iteration " << first + i + 1;
-  }
-}
-
 void ExpectEveryLayoutMatches(bool capacity) {
   const std::vector<double> ref = Train(Layout{1, 1, 1}, capacity);
   ASSERT_EQ(ref.size(), static_cast<size_t>(kIters));
@@ -74,8 +65,8 @@ void ExpectEveryLayoutMatches(bool capacity) {
            Ep(2, Layout{2, 1, 2, 0, /*sp=*/true}),        // EP x TP + SP
            Ep(2, Layout{1, 2, 2, 0, false, false, "1f1b", /*overlap=*/true}),  // EP x PP
        }) {
-    ExpectNear(Train(l, capacity), ref, 0,
-               (capacity ? "capacity 1, " : "dropless, ") + l.Describe());
+    testing::ExpectSameCurve(Train(l, capacity), ref, 0, kTolerance,
+                             (capacity ? "capacity 1, " : "dropless, ") + l.Describe());
   }
 }
 
@@ -106,7 +97,8 @@ TEST(MoeTrainingTest, CheckpointReshardsExperts) {
       load.load = dir;
       testing::RunResult second = testing::Run(load, l);
       ASSERT_TRUE(second.status.ok()) << l.Describe() << ": " << second.status;
-      ExpectNear(second.losses, ref.losses, kSaved, saved.Describe() + " -> " + l.Describe());
+      testing::ExpectSameCurve(second.losses, ref.losses, kSaved, kTolerance,
+                               saved.Describe() + " -> " + l.Describe());
     }
     // A dense model cannot load it, and says which flag differs.
     TrainConfig dense = testing::TinyLlamaConfig(whole, kTotal);

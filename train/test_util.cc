@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/testing/ranks_as_threads.h"
+#include "gtest/gtest.h"
 #include "train/data/indexed_dataset.h"
 
 namespace loom::train::testing {
@@ -110,6 +111,15 @@ RunResult Run(const train::TrainConfig& config, const Layout& l, TrainerHook aft
   // By rank, not by time: rank 0's error when it has one (it may name a peer's).
   result.status = comm::testing::RunRanksAsThreadsEach(world, run).lowest;
   return result;
+}
+
+void ExpectSameCurve(const std::vector<double>& got, const std::vector<double>& ref, size_t first,
+                     double relative_tolerance, const std::string& what) {
+  ASSERT_EQ(got.size() + first, ref.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], ref[first + i], relative_tolerance * ref[first + i])
+        << what << ", iteration " << first + i + 1;
+  }
 }
 
 }  // namespace loom::train::testing

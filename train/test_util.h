@@ -54,6 +54,12 @@ RunResult Run(const train::TrainConfig& config, const Layout& layout,
               TrainerHook after_create = nullptr, TrainerHook after_train = nullptr,
               LogHook on_log = nullptr);
 
+// Expects got[i] within `relative_tolerance` of ref[first + i] for every i
+// (a run resumed at iteration `first` against the uninterrupted one), and as
+// many losses as ref holds after `first`. `what` names the run in failures.
+void ExpectSameCurve(const std::vector<double>& got, const std::vector<double>& ref, size_t first,
+                     double relative_tolerance, const std::string& what);
+
 }  // namespace loom::train::testing
 
 #endif  // LOOM_TRAIN_TEST_UTIL_H_

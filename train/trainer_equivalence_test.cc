@@ -51,12 +51,8 @@ void ExpectEveryLayoutMatches(bool llama) {
       {2, 2, 2, 0, true, true, "1f1b", true, true},
   };
   for (const Layout& l : layouts) {
-    const std::vector<double> got = Train(l, llama);
-    ASSERT_EQ(got.size(), ref.size());
-    for (int i = 0; i < kIters; ++i) {
-      EXPECT_NEAR(got[i], ref[i], kTolerance * ref[i])
-          << (llama ? "Llama-style " : "") << l.Describe() << ", iteration " << i + 1;
-    }
+    testing::ExpectSameCurve(Train(l, llama), ref, 0, kTolerance,
+                             (llama ? "Llama-style " : "") + l.Describe());
   }
 }
 
@@ -88,11 +84,7 @@ TEST(TrainerEquivalenceTest, LlamaStyleCheckpointLoadsIntoOtherLayouts) {
     r.checkpoint.load_iteration = kSaved;
     testing::RunResult got = testing::Run(r, l);
     ASSERT_TRUE(got.status.ok()) << l.Describe() << ": " << got.status;
-    ASSERT_EQ(got.losses.size(), static_cast<size_t>(kTotal - kSaved));
-    for (int i = 0; i < kTotal - kSaved; ++i) {
-      EXPECT_NEAR(got.losses[i], ref.losses[kSaved + i], kTolerance * ref.losses[kSaved + i])
-          << l.Describe() << ", iteration " << kSaved + i + 1;
-    }
+    testing::ExpectSameCurve(got.losses, ref.losses, kSaved, kTolerance, l.Describe());
   }
 }
 
