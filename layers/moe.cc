@@ -325,6 +325,20 @@ absl::StatusOr<Tensor> MoeMlp::FromExperts(const ExpertExchange& x, const Tensor
   return back;
 }
 
+MoeMlp MoeMlp::ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, TpGroup tp,
+                        EpGroup ep) {
+  const std::string prefix = absl::StrCat("layers.", layer, ".mlp.");
+  std::vector<Param*> fc1, fc2;
+  const int64_t first = ep.shard().first(c.num_experts);
+  for (int64_t e = first; e < first + ep.shard().count(c.num_experts); ++e) {
+    const std::string expert = absl::StrCat(prefix, "experts.", e, ".");
+    fc1.push_back(&params->at(expert + "dense_h_to_4h.weight"));
+    fc2.push_back(&params->at(expert + "dense_4h_to_h.weight"));
+  }
+  return MoeMlp(&params->at(prefix + "router.weight"), std::move(fc1), std::move(fc2),
+                MoeOptionsOf(c), tp, ep);
+}
+
 absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   if (!x.device().is_cpu() || x.dtype() != DType::kF32 || x.rank() != 3) {
     return absl::InvalidArgumentError(

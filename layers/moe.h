@@ -128,6 +128,11 @@ class MoeMlp {
         tp_(tp),
         ep_(ep) {}
 
+  // The MoE MLP of block `layer` over `params` (BlockParamSpecs' names: the
+  // router and this EP rank's experts, ep.shard() of c.num_experts).
+  static MoeMlp ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, TpGroup tp,
+                         EpGroup ep);
+
   // x: [s(/p), b, h] -> [s(/p), b, h] (host f32).
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
   // dy: [s(/p), b, h]; accumulates the router's and experts' gradients.

@@ -53,18 +53,11 @@ struct Layer {
 Layer MakeLayer(const GptConfig& c, TpGroup tp, EpGroup ep, bool zero_router) {
   Layer l;
   l.params = *ParamBuffer::Create(BlockParamSpecs(c, 0, ep.shard()), tp.rank(), tp.size(), c.seed);
-  std::vector<Param*> fc1, fc2;
-  const ExpertShard shard = ep.shard();
-  for (int64_t e = shard.first(c.num_experts); e < shard.first(c.num_experts) + shard.count(c.num_experts);
-       ++e) {
-    fc1.push_back(&l.params.at("layers.0.mlp.experts." + std::to_string(e) + ".dense_h_to_4h.weight"));
-    fc2.push_back(&l.params.at("layers.0.mlp.experts." + std::to_string(e) + ".dense_4h_to_h.weight"));
-  }
   Param* router = &l.params.at("layers.0.mlp.router.weight");
   if (zero_router) {  // every logit ties: every token to experts 0 and 1
     std::fill(router->value.data<float>(), router->value.data<float>() + router->value.numel(), 0.0f);
   }
-  l.moe = std::make_unique<MoeMlp>(router, fc1, fc2, MoeOptionsOf(c), tp, ep);
+  l.moe = std::make_unique<MoeMlp>(MoeMlp::ForLayer(&l.params, c, 0, tp, ep));
   return l;
 }
 

@@ -75,17 +75,7 @@ TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t l
                                             &p->at(Name(layer, "mlp.dense_4h_to_h.weight")),
                                             Optional(p, Name(layer, "mlp.dense_4h_to_h.bias")), tp,
                                             c.swiglu)) {
-  if (c.moe_layer(layer)) {
-    std::vector<Param*> fc1, fc2;
-    const int64_t first = ep.shard().first(c.num_experts);
-    for (int64_t e = first; e < first + ep.shard().count(c.num_experts); ++e) {
-      const std::string x = absl::StrCat("mlp.experts.", e, ".");
-      fc1.push_back(&p->at(Name(layer, (x + "dense_h_to_4h.weight").c_str())));
-      fc2.push_back(&p->at(Name(layer, (x + "dense_4h_to_h.weight").c_str())));
-    }
-    moe_.emplace(&p->at(Name(layer, "mlp.router.weight")), std::move(fc1), std::move(fc2),
-                 MoeOptionsOf(c), tp, ep);
-  }
+  if (c.moe_layer(layer)) moe_.emplace(MoeMlp::ForLayer(p, c, layer, tp, ep));
 }
 
 absl::Status TransformerBlock::Dropout(Tensor* x, const DropoutStream& d, int site,
