@@ -21,6 +21,7 @@ using core::Tensor;
 using testing::GatherFull;
 using testing::MaxRelativeError;
 using testing::RandomIds;
+using testing::StepDropout;
 using testing::ToVector;
 
 // f32 sums over differently split GEMMs and all-reduces: relative error per
@@ -89,15 +90,6 @@ const char* ArchName(Arch a) {
   return "";
 }
 
-DropoutStream Dropout(int step) {
-  DropoutStream d;
-  d.hidden_p = 0.1f;
-  d.attention_p = 0.1f;
-  d.seed = 7;
-  d.stream = 1000 + step;
-  return d;
-}
-
 struct Reference {
   std::vector<double> losses;
   std::vector<std::vector<float>> logits;                       // per step, [s, b, V]
@@ -116,8 +108,8 @@ Reference RunReference(const GptConfig& config) {
     EXPECT_TRUE((*model)->params().ZeroGrads().ok());
     GptModel::Saved saved;
     double loss = 0;
-    EXPECT_TRUE((*model)->Forward(0, ids, targets, Dropout(step), &saved, &loss).ok());
-    EXPECT_TRUE((*model)->Backward(0, Tensor(), 1.0f, Dropout(step), saved).ok());
+    EXPECT_TRUE((*model)->Forward(0, ids, targets, StepDropout(step), &saved, &loss).ok());
+    EXPECT_TRUE((*model)->Backward(0, Tensor(), 1.0f, StepDropout(step), saved).ok());
     ref.losses.push_back(loss);
     ref.logits.push_back(ToVector(*(*model)->GatherLogits(saved)));
     std::map<std::string, std::vector<float>> g;
@@ -148,9 +140,10 @@ TEST_P(EquivalenceTest, MatchesSingleRank) {
       EXPECT_TRUE((*model)->params().ZeroGrads().ok());
       GptModel::Saved saved;
       double loss = 0;
-      absl::Status f = (*model)->Forward(0, ids, targets, Dropout(step), &saved, &loss).status();
+      absl::Status f =
+          (*model)->Forward(0, ids, targets, StepDropout(step), &saved, &loss).status();
       if (!f.ok()) return f;
-      absl::Status b = (*model)->Backward(0, Tensor(), 1.0f, Dropout(step), saved).status();
+      absl::Status b = (*model)->Backward(0, Tensor(), 1.0f, StepDropout(step), saved).status();
       if (!b.ok()) return b;
       absl::Status r = AllReduceSequenceParallelGrads(
           tp, &(*model)->params(), {{0, (*model)->params().padded_numel()}});
@@ -227,7 +220,7 @@ TEST(EquivalenceSanityTest, DifferentWeightsAreDetected) {
   Tensor targets = RandomIds(config.seq_length, kBatch, config.vocab_size, 200);
   GptModel::Saved saved;
   double loss = 0;
-  ASSERT_TRUE((*model)->Forward(0, ids, targets, Dropout(0), &saved, &loss).ok());
+  ASSERT_TRUE((*model)->Forward(0, ids, targets, StepDropout(0), &saved, &loss).ok());
   EXPECT_GT(MaxRelativeError(ToVector(*(*model)->GatherLogits(saved)), ref.logits[0]), kTolerance);
 }
 
@@ -245,7 +238,7 @@ TEST(EquivalenceSanityTest, AttentionDropoutChangesTrainingOutputOnly) {
     EXPECT_TRUE((*model)->Forward(0, ids, targets, d, &saved, &loss).ok());
     return ToVector(*(*model)->GatherLogits(saved));
   };
-  DropoutStream on = Dropout(0), off = Dropout(0);
+  DropoutStream on = StepDropout(0), off = StepDropout(0);
   off.attention_p = 0.0f;
   EXPECT_GT(MaxRelativeError(logits(on), logits(off)), kTolerance);
   on.training = off.training = false;

@@ -38,18 +38,9 @@ namespace {
 
 using core::MemoryCategory;
 using core::Tensor;
+using testing::Recompute;
 
 constexpr int64_t kLayers = 4, kHidden = 64, kHeads = 4, kSeq = 64, kBatch = 2;
-
-struct Recompute {
-  std::string granularity, method;
-  int64_t n = 0;
-  std::string Name() const {
-    if (granularity.empty()) return "none";
-    if (method.empty()) return granularity;
-    return absl::StrCat(granularity, " ", method, " ", n);
-  }
-};
 
 GptConfig Config(const Recompute& r) {
   GptConfig c;
@@ -58,10 +49,7 @@ GptConfig Config(const Recompute& r) {
   c.num_attention_heads = kHeads;
   c.seq_length = kSeq;
   c.vocab_size = 64;
-  c.recompute_granularity = r.granularity;
-  c.recompute_method = r.method;
-  c.recompute_num_layers = r.n;
-  return c;
+  return r.Apply(c);
 }
 
 struct Measured {

@@ -24,6 +24,8 @@ namespace {
 
 using core::Tensor;
 using testing::RandomIds;
+using testing::Recompute;
+using testing::StepDropout;
 
 constexpr int kSteps = 2;
 constexpr int64_t kBatch = 2;
@@ -48,32 +50,6 @@ GptConfig Config(bool llama) {
     c.untie_embeddings_and_output_weights = true;
     c.add_bias_linear = false;
   }
-  return c;
-}
-
-DropoutStream Dropout(int step) {
-  DropoutStream d;
-  d.hidden_p = 0.1f;
-  d.attention_p = 0.1f;
-  d.seed = 7;
-  d.stream = 1000 + step;
-  return d;
-}
-
-struct Recompute {
-  std::string granularity, method;
-  int64_t n = 0;
-  std::string Name() const {
-    if (granularity.empty()) return "none";
-    if (method.empty()) return granularity;
-    return absl::StrCat(granularity, "_", method, n);
-  }
-};
-
-GptConfig With(GptConfig c, const Recompute& r) {
-  c.recompute_granularity = r.granularity;
-  c.recompute_method = r.method;
-  c.recompute_num_layers = r.n;
   return c;
 }
 
@@ -123,13 +99,14 @@ absl::StatusOr<std::vector<Trace>> Train(const GptConfig& config, const Layout& 
       Tensor x = ids;
       double loss = 0;
       for (int vs = 0; vs < virtual_stages; ++vs) {
-        auto y = stages[vs % l.pp]->Forward(vs / l.pp, x, targets, Dropout(step), &saved[vs], &loss);
+        auto y =
+            stages[vs % l.pp]->Forward(vs / l.pp, x, targets, StepDropout(step), &saved[vs], &loss);
         if (!y.ok()) return y.status();
         x = *y;
       }
       Tensor d;
       for (int vs = virtual_stages; vs-- > 0;) {
-        auto dx = stages[vs % l.pp]->Backward(vs / l.pp, d, 1.0f, Dropout(step), saved[vs]);
+        auto dx = stages[vs % l.pp]->Backward(vs / l.pp, d, 1.0f, StepDropout(step), saved[vs]);
         if (!dx.ok()) return dx.status();
         d = *dx;
         saved[vs] = GptModel::Saved();
@@ -182,7 +159,7 @@ TEST_P(RecomputeEquivalenceTest, BitIdenticalToNoRecomputation) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)[0].losses, (*ref)[0].losses);
   for (const Recompute& r : Settings(base.num_layers / (layout.pp * layout.vp))) {
-    auto got = Train(With(base, r), layout);
+    auto got = Train(r.Apply(base), layout);
     ASSERT_TRUE(got.ok()) << r.Name() << ": " << got.status();
     for (int rank = 0; rank < layout.tp; ++rank) {
       const Trace& want = (*ref)[rank];
@@ -217,7 +194,7 @@ INSTANTIATE_TEST_SUITE_P(
 // forward (what a recomputation that drew fresh masks would do) changes the
 // gradients.
 TEST(RecomputeSanityTest, ADifferentMaskIsDetected) {
-  const GptConfig config = With(Config(false), {"full", "uniform", 1});
+  const GptConfig config = Recompute{"full", "uniform", 1}.Apply(Config(false));
   auto model = GptModel::Create(config, TpGroup{});
   ASSERT_TRUE(model.ok()) << model.status();
   Tensor ids = RandomIds(config.seq_length, kBatch, config.vocab_size, 100);
@@ -226,8 +203,8 @@ TEST(RecomputeSanityTest, ADifferentMaskIsDetected) {
     ASSERT_TRUE((*model)->params().ZeroGrads().ok());
     GptModel::Saved saved;
     double loss = 0;
-    ASSERT_TRUE((*model)->Forward(0, ids, ids, Dropout(0), &saved, &loss).ok());
-    ASSERT_TRUE((*model)->Backward(0, Tensor(), 1.0f, Dropout(variant), saved).ok());
+    ASSERT_TRUE((*model)->Forward(0, ids, ids, StepDropout(0), &saved, &loss).ok());
+    ASSERT_TRUE((*model)->Backward(0, Tensor(), 1.0f, StepDropout(variant), saved).ok());
     for (Param& p : (*model)->params().params()) grads[variant].push_back(testing::ToVector(p.grad));
   }
   int differing = 0;
@@ -238,7 +215,7 @@ TEST(RecomputeSanityTest, ADifferentMaskIsDetected) {
 TEST(RecomputePlanTest, MegatronsMethods) {
   auto plan = [](const Recompute& r, int64_t n) {
     std::string s;
-    for (const BlockRun& run : RecomputePlan(With(GptConfig(), r), n)) {
+    for (const BlockRun& run : RecomputePlan(r.Apply(GptConfig()), n)) {
       absl::StrAppend(&s, run.recompute ? "R" : "K", run.count, " ");
     }
     return s;
@@ -254,7 +231,7 @@ TEST(RecomputePlanTest, MegatronsMethods) {
 
 TEST(RecomputePlanTest, FlagsAreChecked) {
   auto error = [](const Recompute& r, int pp, int vp) {
-    GptConfig c = With(Config(false), r);
+    GptConfig c = r.Apply(Config(false));
     return std::string(ValidateLayout(c, 1, false, pp, vp).message());
   };
   EXPECT_EQ(error({"full", "uniform", 8}, 1, 1), "");
@@ -280,13 +257,13 @@ TEST(RecomputePlanTest, FlagsAreChecked) {
 TEST(RecomputeSavedTest, RecomputationDropsWhatItShould) {
   for (const Recompute& r : {Recompute{"selective", "", 0}, Recompute{"full", "uniform", 3},
                              Recompute{"full", "block", 2}}) {
-    const GptConfig config = With(Config(false), r);
+    const GptConfig config = r.Apply(Config(false));
     auto model = GptModel::Create(config, TpGroup{});
     ASSERT_TRUE(model.ok()) << model.status();
     Tensor ids = RandomIds(config.seq_length, kBatch, config.vocab_size, 100);
     GptModel::Saved saved;
     double loss = 0;
-    ASSERT_TRUE((*model)->Forward(0, ids, ids, Dropout(0), &saved, &loss).ok());
+    ASSERT_TRUE((*model)->Forward(0, ids, ids, StepDropout(0), &saved, &loss).ok());
     const std::vector<BlockRun> plan = RecomputePlan(config, config.num_layers);
     for (const BlockRun& run : plan) {
       for (int64_t i = run.first; i < run.first + run.count; ++i) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "comm/testing/ranks_as_threads.h"
 #include "layers/mappings.h"
 
@@ -57,6 +58,28 @@ double MaxRelativeError(const std::vector<float>& a, const std::vector<float>& b
   }
   if (a.size() != b.size()) return INFINITY;
   return max_diff / max_ref;
+}
+
+std::string Recompute::Name() const {
+  if (granularity.empty()) return "none";
+  if (method.empty()) return granularity;
+  return absl::StrCat(granularity, "_", method, n);
+}
+
+GptConfig Recompute::Apply(GptConfig c) const {
+  c.recompute_granularity = granularity;
+  c.recompute_method = method;
+  c.recompute_num_layers = n;
+  return c;
+}
+
+DropoutStream StepDropout(int step) {
+  DropoutStream d;
+  d.hidden_p = 0.1f;
+  d.attention_p = 0.1f;
+  d.seed = 7;
+  d.stream = 1000 + step;
+  return d;
 }
 
 }  // namespace loom::layers::testing
