@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/internal/reduce.h"
+#include "comm/internal/small_allreduce.h"
 #include "core/dtype.h"
 
 namespace loom::comm::internal {
@@ -14,7 +15,6 @@ namespace {
 char* P(const core::Tensor& t) { return static_cast<char*>(t.raw_data()); }
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 int Ctz(int x) { return __builtin_ctz(static_cast<unsigned>(x)); }
-bool IsPow2(int n) { return (n & (n - 1)) == 0; }
 
 }  // namespace
 
@@ -32,28 +32,12 @@ absl::Status RunAllReduce(Steps& steps, const core::Tensor& in, const core::Tens
   if (n == 1 || bytes <= small_bytes || count < n) {
     if (src != dst) std::memcpy(dst, src, bytes);
     if (n == 1 || count == 0) return absl::OkStatus();
-    if (IsPow2(n)) {
-      char* rb = steps.Stage(0, bytes);
-      for (int mask = 1; mask < n; mask <<= 1) {
-        int partner = r ^ mask;
-        s = steps.Exchange(
-            {{true, partner, Ctz(mask), dst, bytes}, {false, partner, Ctz(mask), rb, bytes}});
-        if (!s.ok()) return s;
-        ReduceInto(dst, rb, count, dt, red);
-      }
-    } else {
-      char* all = steps.Stage(0, bytes * n);
-      std::memcpy(all + r * bytes, dst, bytes);
-      std::vector<Leg> legs;
-      for (int j = 0; j < n; ++j) {
-        if (j == r) continue;
-        legs.push_back({true, j, 0, dst, bytes});
-        legs.push_back({false, j, 0, all + j * bytes, bytes});
-      }
-      s = steps.Exchange(legs);
+    const SmallAllReduce plan(r, n, dst, steps.Stage(0, SmallAllReduce::StageBytes(n, bytes)),
+                              bytes, count, dt, red);
+    for (int i = 0; i < plan.steps(); ++i) {
+      s = steps.Exchange(plan.StepLegs(i));
       if (!s.ok()) return s;
-      std::memcpy(dst, all, bytes);
-      for (int j = 1; j < n; ++j) ReduceInto(dst, all + j * bytes, count, dt, red);
+      plan.Finish(i);
     }
   } else {
     auto blk = [&](int b) {

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,13 +12,16 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "comm/flight/recorder.h"
 #include "comm/internal/checks.h"
 #include "comm/internal/reduce.h"
+#include "comm/internal/small_allreduce.h"
 #include "core/dtype.h"
 
 namespace loom::comm::mpi {
@@ -42,7 +46,7 @@ void UserOp(void* in, void* inout, int* len, MPI_Datatype*) {
 // and every buffer they may still touch: the op's tensors and its staging.
 struct Abandoned {
   std::vector<MPI_Request> reqs;  // MPI_REQUEST_NULL once complete
-  std::vector<Tensor> tensors;
+  absl::InlinedVector<Tensor, 2> tensors;
   std::vector<char> scratch;
   // false after an MPI error: which requests are still valid is unknown, so
   // they are never tested again (and their buffers never freed).
@@ -55,6 +59,8 @@ std::vector<Abandoned>& KeptForever() {
   static auto* kept = new std::vector<Abandoned>();
   return *kept;
 }
+
+class MpiWork;
 
 struct Runtime {
   std::mutex mu;  // every MPI call, and everything below
@@ -70,6 +76,12 @@ struct Runtime {
   MPI_Op half_ops[2][5];  // [bf16, f16][op]
   // Kept until MPI completes (or cancels) their requests; see MpiWork.
   std::vector<Abandoned> abandoned;
+  // Multi-step ops (small all-reduces) in issue order: any poll advances
+  // them all, so a peer waiting on one of them is never held up by which
+  // handle this process happens to wait on. A dropped handle leaves.
+  std::vector<std::weak_ptr<MpiWork>> stepping;
+  bool progressing = false;
+  void ProgressSteppingLocked(const MpiWork* except);  // (mu held)
 
   // Lets go of what MPI is done with (mu held). Cheap when nothing is
   // abandoned: every poll calls it.
@@ -142,6 +154,10 @@ struct CommState {
   std::shared_ptr<flight::Recorder> recorder;
   std::string flight_dir;  // inherited by Split children
   int flight_entries = 2048;
+  // A duplicate of `comm` for the point-to-point steps of our own algorithms
+  // (small all-reduce): they never meet a caller's message or tag.
+  MPI_Comm steps_comm = MPI_COMM_NULL;
+  size_t small_allreduce_bytes = 0;  // inherited by Split children
   // Sets `aborted` (rt->mu held) and dumps if it is the first failure.
   void AbortLocked(const absl::Status& why) {
     if (!aborted.ok()) return;
@@ -150,6 +166,7 @@ struct CommState {
   }
   ~CommState() {
     std::lock_guard<std::mutex> l(rt->mu);
+    if (aborted.ok() && steps_comm != MPI_COMM_NULL) MPI_Comm_free(&steps_comm);
     if (aborted.ok() && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
   MPI_Op OpFor(DType d, ReduceOp op) const {
@@ -166,6 +183,20 @@ struct CommState {
   }
 };
 
+// A monotonic clock read in a few nanoseconds, a few ms coarse: plenty for
+// op timeouts of seconds, and cheap enough to read for every op.
+int64_t CoarseNowNs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+
+// "all_reduce #7 in group 'dp' (mpi backend, rank 0 of 2)".
+std::string DescribeOp(const CommState& st, const char* what, uint64_t seq) {
+  return absl::StrCat(what, " #", seq, " in group '", st.name, "' (mpi backend, rank ", st.rank,
+                      " of ", st.size, ")");
+}
+
 // One op's requests. The contract (comm.h) on failure: the communicator is
 // aborted, and every buffer MPI may still touch stays alive until MPI is
 // done with it. A failed op's requests may stay pending in MPI (a late peer
@@ -177,27 +208,67 @@ struct CommState {
 class MpiWork : public Work {
  public:
   // `timeout`: the op's own limit (zero: the communicator's).
-  MpiWork(std::shared_ptr<CommState> st, std::string desc, uint64_t flight_id,
+  // `what`: the op's name, a string literal (the description is made only
+  // when asked for: an error, a dump).
+  MpiWork(std::shared_ptr<CommState> st, const char* what, uint64_t seq, uint64_t flight_id,
           absl::Duration timeout = absl::ZeroDuration())
-      : st_(std::move(st)),
+      : seq(seq),
+        st_(std::move(st)),
         flight_id_(flight_id),
-        desc_(std::move(desc)),
+        what_(what),
         timeout_(timeout > absl::ZeroDuration() ? timeout : st_->timeout),
-        deadline_(absl::Now() + timeout_) {}
+        deadline_ns_(CoarseNowNs() + absl::ToInt64Nanoseconds(timeout_)) {}
   ~MpiWork() override {
     if (reqs.empty()) return;  // finished, never posted, or already abandoned
     std::lock_guard<std::mutex> l(st_->rt->mu);
     AbandonLocked();
   }
 
+  const uint64_t seq;  // in its sequence (collectives or point-to-point)
   // Set while issuing (rt->mu held). Unposted requests are MPI_REQUEST_NULL.
-  std::vector<MPI_Request> reqs;
-  std::vector<int> expect_elems;      // recv legs: elements expected (-1: not a recv)
-  std::vector<MPI_Datatype> recv_types;
-  std::function<void()> on_success;   // post-processing (avg, copies)
-  std::vector<char> scratch;          // per-op staging (in-place reduce-scatter)
-  std::vector<Tensor> keep;           // the op's tensors, referenced while MPI may use them
-  std::vector<MPI_Status> statuses;
+  // (Inline: a small op's latency is in its allocations.)
+  absl::InlinedVector<MPI_Request, 2> reqs;
+  absl::InlinedVector<int, 2> expect_elems;  // recv legs: elements expected (-1: not a recv)
+  absl::InlinedVector<MPI_Datatype, 2> recv_types;
+  std::function<void()> on_success;  // post-processing (avg, copies)
+  // Per-op staging (in-place reduce-scatter, small all-reduce): on the heap,
+  // so that it stays put when an abandoned op hands it over.
+  std::vector<char> scratch;
+  absl::InlinedVector<Tensor, 2> keep;  // the op's tensors, referenced while MPI may use them
+  absl::InlinedVector<MPI_Status, 2> statuses;
+  // A multi-step op: its steps (legs on st_->steps_comm with tags
+  // plan_tag + leg.step), posted one after the other as each completes.
+  std::optional<internal::SmallAllReduce> plan;
+  int plan_step = 0;
+  int plan_tag = 0;
+
+  bool done() const { return done_; }
+
+  // Posts plan[plan_step]'s legs, receives first (rt->mu held).
+  int PostStepLocked() {
+    const internal::SmallAllReduce::Legs legs = plan->StepLegs(plan_step);
+    reqs.assign(legs.size(), MPI_REQUEST_NULL);
+    expect_elems.assign(legs.size(), -1);
+    recv_types.assign(legs.size(), MPI_BYTE);
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < legs.size(); ++i) {
+        const internal::Leg& leg = legs[i];
+        if (leg.is_send != (pass == 1)) continue;
+        const int bytes = static_cast<int>(leg.bytes);
+        int rc;
+        if (leg.is_send) {
+          rc = MPI_Isend(leg.buf, bytes, MPI_BYTE, leg.peer, plan_tag + leg.step, st_->steps_comm,
+                         &reqs[i]);
+        } else {
+          expect_elems[i] = bytes;
+          rc = MPI_Irecv(leg.buf, bytes, MPI_BYTE, leg.peer, plan_tag + leg.step, st_->steps_comm,
+                         &reqs[i]);
+        }
+        if (rc != MPI_SUCCESS) return rc;
+      }
+    }
+    return MPI_SUCCESS;
+  }
 
   void FailNow(absl::Status s) {
     if (!done_) st_->recorder->Complete(flight_id_, false);
@@ -219,25 +290,27 @@ class MpiWork : public Work {
   }
 
   absl::Status Wait(absl::Duration timeout) override {
-    absl::Time until = absl::Now() + timeout;
+    const int64_t until = CoarseNowNs() + absl::ToInt64Nanoseconds(timeout);
     for (int spins = 1;; ++spins) {
       {
+        // A few polls per lock: taking it costs about as much as a poll.
         std::lock_guard<std::mutex> l(st_->rt->mu);
-        // Reading the clock costs more than an MPI_Testall: do it every 64th.
-        if (PollLocked((spins & 63) == 0)) return status_;
+        for (int k = 0; k < 8; ++k) {
+          if (PollLocked(k == 0 && (spins & 7) == 0)) return status_;
+        }
       }
-      if ((spins & 63) == 0 && absl::Now() >= until) {
+      if ((spins & 7) == 0 && CoarseNowNs() >= until) {
         return absl::DeadlineExceededError(absl::StrCat(
-            desc_, " did not finish within ", absl::FormatDuration(timeout),
+            Describe(), " did not finish within ", absl::FormatDuration(timeout),
             " of waiting (the operation's own limit is ", absl::FormatDuration(timeout_), ")"));
       }
-      if (spins > 256) sched_yield();
+      if (spins > 32) sched_yield();
     }
   }
   absl::Status Wait() override {
     return Wait(timeout_ + std::max(absl::Seconds(5), timeout_ / 10));
   }
-  std::string Describe() const override { return desc_; }
+  std::string Describe() const override { return DescribeOp(*st_, what_, seq); }
 
  private:
   // Hands the pending requests and the buffers they may touch to the
@@ -251,7 +324,7 @@ class MpiWork : public Work {
     }
     if (pending) {
       st_->rt->abandoned.push_back(
-          Abandoned{std::move(reqs), std::move(keep), std::move(scratch), true});
+          Abandoned{{reqs.begin(), reqs.end()}, std::move(keep), std::move(scratch), true});
     }
     Release();
   }
@@ -260,15 +333,26 @@ class MpiWork : public Work {
     reqs.clear();
     keep.clear();
     scratch.clear();
+    plan.reset();          // it points into the op's buffers
     on_success = nullptr;  // holds tensors too
   }
 
   bool PollLocked(bool check_deadline) {
     if (done_) return true;
     st_->rt->SweepLocked();
+    st_->rt->ProgressSteppingLocked(this);
+    return PollSelfLocked(check_deadline);
+  }
+
+ private:
+  friend struct Runtime;
+
+  bool PollSelfLocked(bool check_deadline) {
+    if (done_) return true;
     if (!st_->aborted.ok()) {
       FailNow(absl::FailedPreconditionError(absl::StrCat(
-          desc_, ": the communicator was aborted by an earlier error: ", st_->aborted.message())));
+          Describe(),
+          ": the communicator was aborted by an earlier error: ", st_->aborted.message())));
       AbandonLocked();
       return true;
     }
@@ -285,12 +369,12 @@ class MpiWork : public Work {
           }
         }
       }
-      FailNow(absl::InternalError(absl::StrCat(desc_, ": MPI error: ", detail)));
+      FailNow(absl::InternalError(absl::StrCat(Describe(), ": MPI error: ", detail)));
       st_->AbortLocked(status_);
       st_->rt->poisoned = true;
       // Which requests are still valid is unknown: never test them again.
       KeptForever().push_back(
-          Abandoned{std::move(reqs), std::move(keep), std::move(scratch), false});
+          Abandoned{{reqs.begin(), reqs.end()}, std::move(keep), std::move(scratch), false});
       Release();
       return true;
     }
@@ -301,11 +385,22 @@ class MpiWork : public Work {
         int got = 0;
         MPI_Get_count(&statuses[i], recv_types[i], &got);
         if (got != expect_elems[i]) {
-          FailAndAbortLocked(absl::InvalidArgumentError(
-              absl::StrCat(desc_, ": received ", got, " elements from rank ",
-                           statuses[i].MPI_SOURCE, ", expected ", expect_elems[i],
-                           " (element counts differ across ranks)")));
+          FailAndAbortLocked(absl::InvalidArgumentError(absl::StrCat(
+              Describe(), ": received ", got, " elements from rank ", statuses[i].MPI_SOURCE,
+              ", expected ", expect_elems[i], " (element counts differ across ranks)")));
           return true;
+        }
+      }
+      if (plan) {
+        plan->Finish(plan_step);
+        if (++plan_step < plan->steps()) {
+          const int rc = PostStepLocked();
+          if (rc != MPI_SUCCESS) {
+            FailAndAbortLocked(absl::InternalError(absl::StrCat(
+                Describe(), ": ", MpiError(rc), " (the communicator is now aborted)")));
+            return true;
+          }
+          return false;
         }
       }
       if (on_success) on_success();
@@ -314,10 +409,10 @@ class MpiWork : public Work {
       done_ = true;
       return true;
     }
-    if (check_deadline && absl::Now() >= deadline_) {
+    if (check_deadline && CoarseNowNs() >= deadline_ns_) {
       st_->rt->poisoned = true;  // pending requests: MPI_Finalize would hang
       FailAndAbortLocked(absl::DeadlineExceededError(absl::StrCat(
-          desc_, " timed out after ", absl::FormatDuration(timeout_),
+          Describe(), " timed out after ", absl::FormatDuration(timeout_),
           ": ranks that did not arrive: unknown (MPI cannot report which ranks are missing)")));
     }
     return done_;
@@ -325,12 +420,26 @@ class MpiWork : public Work {
 
   std::shared_ptr<CommState> st_;
   const uint64_t flight_id_;
-  std::string desc_;
+  const char* what_;
   absl::Duration timeout_;
-  absl::Time deadline_;
+  int64_t deadline_ns_;  // CoarseNowNs()
   bool done_ = false;
   absl::Status status_;
 };
+
+void Runtime::ProgressSteppingLocked(const MpiWork* except) {
+  if (stepping.empty() || progressing) return;
+  progressing = true;
+  size_t kept = 0;
+  for (size_t i = 0; i < stepping.size(); ++i) {
+    std::shared_ptr<MpiWork> w = stepping[i].lock();
+    if (w == nullptr || w->done()) continue;
+    if (w.get() != except) w->PollSelfLocked(false);
+    if (!w->done()) stepping[kept++] = stepping[i];
+  }
+  stepping.resize(kept);
+  progressing = false;
+}
 
 class MpiCommunicator : public Communicator {
  public:
@@ -345,6 +454,19 @@ class MpiCommunicator : public Communicator {
 
   WorkPtr AllReduce(const Tensor& in, const Tensor& out, ReduceOp op) override {
     if (auto s = internal::CheckAllReduce(in, out, device()); !s.ok()) return Fail("all_reduce", s);
+    if (size() > 1 && in.numel() > 0 && in.nbytes() <= st_->small_allreduce_bytes) {
+      return Issue("all_reduce", {in, out}, in.numel(), [&](MpiWork& w) {
+        if (in.raw_data() != out.raw_data())
+          std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
+        AddAvg(w, out, op);
+        w.scratch.resize(internal::SmallAllReduce::StageBytes(size(), in.nbytes()));
+        w.plan.emplace(rank(), size(), static_cast<char*>(out.raw_data()), w.scratch.data(),
+                       in.nbytes(), in.numel(), in.dtype(), op);
+        // Tags tell apart up to 256 consecutive all-reduces' steps (< 64 each).
+        w.plan_tag = static_cast<int>(w.seq % 256) * 64;
+        return w.PostStepLocked();
+      });
+    }
     return Issue("all_reduce", {in, out}, in.numel(), [&](MpiWork& w) {
       const void* src = in.raw_data() == out.raw_data() ? MPI_IN_PLACE : in.raw_data();
       AddAvg(w, out, op);
@@ -572,14 +694,16 @@ class MpiCommunicator : public Communicator {
       st_->AbortLocked(e);
       return e;
     }
-    return std::unique_ptr<Communicator>(new MpiCommunicator(
-        Wrap(st_->rt, child, name, st_->timeout, st_->flight_dir, st_->flight_entries)));
+    return std::unique_ptr<Communicator>(
+        new MpiCommunicator(Wrap(st_->rt, child, name, st_->timeout, st_->flight_dir,
+                                 st_->flight_entries, st_->small_allreduce_bytes)));
   }
 
   // `flight_dir`, `flight_entries`: CommOptions' flight recorder settings.
   static std::shared_ptr<CommState> Wrap(std::shared_ptr<Runtime> rt, MPI_Comm comm,
                                          const std::string& name, absl::Duration timeout,
-                                         const std::string& flight_dir, int flight_entries) {
+                                         const std::string& flight_dir, int flight_entries,
+                                         size_t small_allreduce_bytes) {
     auto st = std::make_shared<CommState>();
     st->rt = std::move(rt);
     st->comm = comm;
@@ -587,7 +711,9 @@ class MpiCommunicator : public Communicator {
     st->timeout = timeout;
     st->flight_dir = flight_dir;
     st->flight_entries = flight_entries;
+    st->small_allreduce_bytes = small_allreduce_bytes;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm_dup(comm, &st->steps_comm);  // keeps the error handler
     MPI_Comm_rank(comm, &st->rank);
     MPI_Comm_size(comm, &st->size);
     // The group's members as MPI_COMM_WORLD ranks, for the dumps.
@@ -616,10 +742,7 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  std::string Describe(const char* what, uint64_t seq) const {
-    return absl::StrCat(what, " #", seq, " in group '", st_->name, "' (mpi backend, rank ", rank(),
-                        " of ", size(), ")");
-  }
+  std::string Describe(const char* what, uint64_t seq) const { return DescribeOp(*st_, what, seq); }
 
   // An argument error (comm.h): the handle fails with it, and the op still
   // takes its sequence number and aborts the communicator. MPI matches
@@ -659,10 +782,10 @@ class MpiCommunicator : public Communicator {
   // or more if it resizes them, with MPI_REQUEST_NULL for unposted ones).
   // `point_to_point`: numbered in the point-to-point sequence.
   // `peer`, `tag`: the root or the peer and tag, for the flight recorder.
-  WorkPtr Issue(const char* what, std::vector<Tensor> keep, int64_t count,
-                const std::function<int(MpiWork&)>& start,
-                absl::Duration op_timeout = absl::ZeroDuration(), bool point_to_point = false,
-                int peer = -1, int tag = -1) {
+  template <typename Start>  // int(MpiWork&): not a std::function (no allocation)
+  WorkPtr Issue(const char* what, absl::InlinedVector<Tensor, 2> keep, int64_t count,
+                const Start& start, absl::Duration op_timeout = absl::ZeroDuration(),
+                bool point_to_point = false, int peer = -1, int tag = -1) {
     if (count > INT_MAX) {
       return Fail(what, absl::InvalidArgumentError(absl::StrCat(
                             what, ": ", count, " elements exceed MPI's int count")),
@@ -676,7 +799,7 @@ class MpiCommunicator : public Communicator {
     const uint64_t flight_id = st_->recorder->Issue(
         FlightKind(what), seq, keep.empty() ? DType::kU8 : keep[0].dtype(), bytes, peer, tag);
     st_->recorder->Start(flight_id);  // MPI starts it when posted
-    auto w = std::make_shared<MpiWork>(st_, Describe(what, seq), flight_id, op_timeout);
+    auto w = std::make_shared<MpiWork>(st_, what, seq, flight_id, op_timeout);
     std::lock_guard<std::mutex> l(st_->rt->mu);
     st_->rt->SweepLocked();
     if (!st_->aborted.ok()) {
@@ -693,6 +816,8 @@ class MpiCommunicator : public Communicator {
       // kept alive in any case), so this rank no longer matches the others.
       w->FailAndAbortLocked(absl::InternalError(
           absl::StrCat(w->Describe(), ": ", MpiError(rc), " (the communicator is now aborted)")));
+    } else if (w->plan && w->plan->steps() > 1) {
+      st_->rt->stepping.push_back(w);
     }
     return w;
   }
@@ -712,7 +837,7 @@ class MpiCommunicator : public Communicator {
                     /*point_to_point=*/true);
       }
     }
-    std::vector<Tensor> keep;
+    absl::InlinedVector<Tensor, 2> keep;
     for (const P2POp& p : ops) keep.push_back(p.tensor);
     return Issue(what, std::move(keep), 0, [&](MpiWork& w) {
       w.reqs.assign(ops.size(), MPI_REQUEST_NULL);
@@ -784,10 +909,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateWorld(const MpiOptions& opti
   MakeHalfOps<DType::kF16>(rt->half_ops[1]);
   MPI_Comm world;
   MPI_Comm_dup(MPI_COMM_WORLD, &world);
-  return std::unique_ptr<Communicator>(new MpiCommunicator(
-      MpiCommunicator::Wrap(rt, world, options.comm.group_name, options.comm.timeout,
-                            options.comm.flight_recorder_dir,
-                            options.comm.flight_recorder_entries)));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(MpiCommunicator::Wrap(
+      rt, world, options.comm.group_name, options.comm.timeout, options.comm.flight_recorder_dir,
+      options.comm.flight_recorder_entries, options.small_allreduce_bytes)));
 }
 
 }  // namespace loom::comm::mpi

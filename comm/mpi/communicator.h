@@ -2,7 +2,11 @@
 #define LOOM_COMM_MPI_COMMUNICATOR_H_
 
 // The `mpi` backend (OpenMPI): each collective is one MPI non-blocking call
-// (MPI_Iallreduce, ...) behind a Work handle. Split gathers every rank's
+// (MPI_Iallreduce, ...) behind a Work handle, except small all-reduces
+// (<= small_allreduce_bytes): libnbc's schedules cost about twice blocking
+// MPI_Allreduce's latency, so these run comm/internal/small_allreduce.h's
+// plan (recursive doubling) as MPI_Isend/MPI_Irecv steps on a duplicate of
+// the communicator, advanced whenever any op of the process is polled. Split gathers every rank's
 // (color, key) with MPI_Iallgather under the op timeout (DeadlineExceeded,
 // never a hang, and no MPI lock held while it waits), then makes the child
 // with MPI_Comm_create_group among its members only.
@@ -37,6 +41,9 @@ struct MpiOptions {
   // blocking MPI_Allreduce at >= 256 KiB on 2 ranks, see BENCH_RESULTS.txt),
   // "binomial", "rabenseifner", or "" for OpenMPI's own choice.
   std::string iallreduce_algorithm = "ring";
+  // All-reduces of at most this many bytes run our point-to-point plan
+  // (see above); 0: every all-reduce is MPI_Iallreduce.
+  size_t small_allreduce_bytes = 32 << 10;
 };
 
 // Initialises MPI and returns MPI_COMM_WORLD's communicator. Once per

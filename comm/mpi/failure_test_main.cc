@@ -82,7 +82,11 @@ absl::Status FailedOpKeepsBuffers(Communicator& world) {
   auto slow = world.Split(0, r, "slow");  // rank 1 is late here
   if (!slow.ok()) return slow.status();
   constexpr int64_t kN = 200;  // an 800-byte staging block (a malloc size class of its own)
-  Tensor ar_in = Full(kN, 1), ar_out = Full(kN, 0);
+  // Above MpiOptions::small_allreduce_bytes: MPI_Iallreduce, whose request
+  // cannot be cancelled. (A small all-reduce's receives can be, and its
+  // sends only read: MPI is done with its output once they are swept.)
+  constexpr int64_t kAllReduceN = (128 << 10) / sizeof(float);
+  Tensor ar_in = Full(kAllReduceN, 1), ar_out = Full(kAllReduceN, 0);
   Tensor rs = Full(2 * kN, 1);
   Tensor rs_out = *rs.View(r * kN, {kN});  // in place: output at input's slot `rank`
   Errors errors;

@@ -680,6 +680,37 @@ absl::Status ManyInFlightCase(Communicator& c, const SuiteOptions&) {
   return absl::OkStatus();
 }
 
+// Ops in flight finish whichever handle a rank waits on first: the lower
+// half of the ranks waits in reverse issue order, the upper half in order,
+// on two communicators.
+// (A backend that advances an op only while its own handle is polled
+// deadlocks here once an op takes several steps: recursive doubling.)
+absl::Status WaitInAnyOrderCase(Communicator& c, const SuiteOptions&) {
+  const int n = c.size(), r = c.rank();
+  auto other = c.Split(0, r, "wait_in_any_order");
+  if (!other.ok()) return Annotate(other.status(), "split for the any-order waits");
+  constexpr int kOps = 6;
+  constexpr int64_t kCount = 16;  // small: the latency path of every backend
+  std::vector<Tensor> bufs;
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < kOps; ++k) {
+    bufs.push_back(*Make(DType::kF32, kCount, 0));
+    for (int64_t i = 0; i < kCount; ++i) SetAt(bufs[k], i, RedVal(ReduceOp::kSum, r, i + k));
+    Communicator& on = k % 2 == 0 ? c : **other;
+    works.push_back(on.AllReduce(bufs[k], ReduceOp::kSum));
+  }
+  for (int j = 0; j < kOps; ++j) {
+    const bool reverse = r < n / 2;
+    const int k = reverse ? kOps - 1 - j : j;
+    const std::string label = absl::StrCat("op ", k, " waited ", j, reverse ? " (reverse)" : "");
+    LOOM_RETURN_IF_ERROR(Annotate(works[k]->Wait(), label));
+    LOOM_RETURN_IF_ERROR(CheckAll(
+        bufs[k], kCount, [&](int64_t i) { return Expected(ReduceOp::kSum, DType::kF32, n, i + k); },
+        label, c));
+  }
+  return absl::OkStatus();
+}
+
 // Operations progress with only Poll (no Wait): nobody blocks on them.
 absl::Status PollOnlyCase(Communicator& c, const SuiteOptions&) {
   const int n = c.size();
@@ -956,6 +987,7 @@ std::vector<Case> Cases(const SuiteOptions& o) {
       {"PointToPointOrder", bind(PointToPointOrderCase)},
       {"CollectiveAfterUnequalPointToPoint", bind(CollectiveAfterUnequalPointToPointCase)},
       {"ManyInFlight", bind(ManyInFlightCase)},
+      {"WaitInAnyOrder", bind(WaitInAnyOrderCase)},
       {"PollOnly", bind(PollOnlyCase)},
       {"Split", bind(SplitCase)},
       {"ConcurrentSubgroups", bind(ConcurrentSubgroupsCase)},
