@@ -55,7 +55,7 @@ absl::Status WriteHfFolder(const std::string& out_dir, const std::vector<hf::Nam
   return WriteFileAtomically(JoinPath(out_dir, "config.json"), config.dump(2) + "\n");
 }
 
-// Mixtral's default; the checkpoint does not record --moe-aux-loss-coeff.
+// Mixtral's default, for checkpoints older than their moe_aux_loss_coeff.
 constexpr double kMixtralAuxLossCoef = 0.001;
 
 // LlamaForCausalLM, or MixtralForCausalLM for an MoE checkpoint whose every
@@ -150,7 +150,9 @@ absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, h
     // Mixtral is dropless. Null: older transformers default to a 4096 window.
     config["num_local_experts"] = c.num_experts;
     config["num_experts_per_tok"] = c.moe_router_topk;
-    config["router_aux_loss_coef"] = kMixtralAuxLossCoef;
+    config["router_aux_loss_coef"] = reader.manifest().model().has_moe_aux_loss_coeff()
+                                         ? Decimal(c.moe_aux_loss_coeff)
+                                         : kMixtralAuxLossCoef;
     config["router_jitter_noise"] = 0.0;
     config["output_router_logits"] = false;
     config["sliding_window"] = nullptr;

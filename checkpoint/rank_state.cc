@@ -192,6 +192,8 @@ ModelConfig ModelConfigProto(const layers::GptConfig& c) {
     m.set_num_experts(c.num_experts);
     m.set_moe_router_topk(c.moe_router_topk);
     m.set_moe_layer_freq(c.moe_layer_freq);
+    m.set_moe_aux_loss_coeff(c.moe_router_load_balancing_type == "aux_loss" ? c.moe_aux_loss_coeff
+                                                                            : 0.0f);
   }
   return m;
 }
@@ -222,6 +224,7 @@ layers::GptConfig GptConfigFromProto(const ModelConfig& m) {
   c.num_experts = m.num_experts();
   if (m.moe_router_topk() != 0) c.moe_router_topk = m.moe_router_topk();
   if (m.moe_layer_freq() != 0) c.moe_layer_freq = m.moe_layer_freq();
+  if (m.has_moe_aux_loss_coeff()) c.moe_aux_loss_coeff = m.moe_aux_loss_coeff();
   return c;
 }
 

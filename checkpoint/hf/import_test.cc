@@ -96,6 +96,8 @@ TEST(ImportTest, MixtralIntoTp2Pp2) {
   EXPECT_TRUE(m.swiglu());
   EXPECT_TRUE(m.disable_bias_linear());
   EXPECT_FLOAT_EQ(m.rotary_base(), 1e6f);
+  ASSERT_TRUE(m.has_moe_aux_loss_coeff());
+  EXPECT_FLOAT_EQ(m.moe_aux_loss_coeff(), 0.001f);  // the config's router_aux_loss_coef
   // Expert 3 of layer 1: w1 (gate) then w3 (up) in dense_h_to_4h.
   auto loom = (*reader)->ReadGlobal("layers.1.mlp.experts.3.dense_h_to_4h.weight", PARAM);
   ASSERT_TRUE(loom.ok()) << loom.status();
@@ -117,8 +119,29 @@ TEST(ImportTest, MixtralIntoTp2Pp2) {
   EXPECT_EQ(config["num_local_experts"], 4);
   EXPECT_EQ(config["num_experts_per_tok"], 2);
   EXPECT_EQ(config["output_router_logits"], false);
+  EXPECT_EQ(config["router_aux_loss_coef"], 0.001);  // mixtral_tiny's, through the checkpoint
   EXPECT_TRUE(config["sliding_window"].is_null());
   EXPECT_FALSE(config.contains("mlp_bias"));
+}
+
+// The export writes the coefficient the checkpoint recorded (the run's
+// --moe-aux-loss-coeff), and Mixtral's default for a checkpoint without one.
+TEST(ImportTest, ExportWritesTheRecordedAuxLossCoefficient) {
+  const std::string ckpt = TempDir("aux_coef_ckpt"), out = TempDir("aux_coef_out");
+  ASSERT_TRUE(ImportHuggingFace({TestData("mixtral_tiny"), ckpt}).ok());
+  const std::string file = ckpt + "/iter_0000000/manifest.pb";
+  auto manifest = DecodeManifest(*ReadFile(file), file);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  auto exported = [&](auto edit) {
+    Manifest m = *manifest;
+    edit(m.mutable_model());
+    EXPECT_TRUE(WriteFileAtomically(file, EncodeManifest(m)).ok());
+    EXPECT_TRUE(ExportSafetensors(ckpt + "/iter_0000000", out).ok());
+    return nlohmann::json::parse(*ReadFile(out + "/config.json"))["router_aux_loss_coef"];
+  };
+  EXPECT_EQ(exported([](ModelConfig* m) { m->set_moe_aux_loss_coeff(0.02f); }), 0.02);
+  EXPECT_EQ(exported([](ModelConfig* m) { m->set_moe_aux_loss_coeff(0.0f); }), 0.0);
+  EXPECT_EQ(exported([](ModelConfig* m) { m->clear_moe_aux_loss_coeff(); }), 0.001);
 }
 
 // MoE checkpoints Mixtral cannot express: dense layers between MoE layers,
