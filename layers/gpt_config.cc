@@ -127,10 +127,11 @@ absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp,
                                                    c.max_positions(), ") is below --seq-length (",
                                                    c.seq_length, ")"));
   }
-  if (cp > 1 && c.moe()) {
-    return absl::InvalidArgumentError(
-        "--num-experts with --context-parallel-size > 1 is not supported yet (the router's "
-        "load-balancing loss would need its token counts over the CP group)");
+  if (cp > 1 && c.moe() && c.moe_expert_capacity_factor > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--moe-expert-capacity-factor (", c.moe_expert_capacity_factor,
+        ") with --context-parallel-size > 1 is not supported: each CP rank would drop from its "
+        "own share of the sequence, unlike --context-parallel-size=1 (MoE with CP is dropless)"));
   }
   LOOM_RETURN_IF_ERROR(ValidateMoe(c));
   return ValidateRecompute(c, c.num_layers / (pp * vp));

@@ -48,6 +48,22 @@ int64_t Capacity(int64_t tokens, const MoeOptions& o) {
                                         static_cast<double>(o.experts) * o.capacity_factor));
 }
 
+// Sets r's load-balancing statistics and loss (see Routing).
+void SetAuxLoss(Routing* r, const MoeOptions& o, std::vector<int64_t> counts,
+                const std::vector<double>& score_sum, int64_t tokens, double grad_scale) {
+  r->aux_counts = std::move(counts);
+  r->aux_tokens = tokens;
+  r->aux_grad_scale = grad_scale;
+  r->aux_loss = 0;
+  if (!o.aux_loss || o.aux_loss_coeff <= 0 || tokens <= 0) return;
+  // Switch Transformer: E · Σ_e f_e · P_e with f_e the share of the T·K
+  // assignments and P_e the mean router probability (Megatron's formula).
+  double dot = 0;
+  for (int64_t e = 0; e < r->experts; ++e) dot += score_sum[e] * double(r->aux_counts[e]);
+  const double T = double(tokens);
+  r->aux_loss = o.aux_loss_coeff * double(r->experts) / (double(r->topk) * T * T) * dot;
+}
+
 }  // namespace
 
 absl::StatusOr<Routing> Route(const float* logits, int64_t T, const MoeOptions& o) {
@@ -66,7 +82,7 @@ absl::StatusOr<Routing> Route(const float* logits, int64_t T, const MoeOptions& 
   r.tokens_per_expert.assign(E, 0);
   std::vector<int32_t> order(E);
   std::vector<double> p, all;
-  double aux_dot = 0, z_sum = 0;
+  double z_sum = 0;
   std::vector<double> score_sum(E, 0.0);  // Σ_t softmax(logits_t)_e, for the aux loss
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits + t * E;
@@ -87,12 +103,8 @@ absl::StatusOr<Routing> Route(const float* logits, int64_t T, const MoeOptions& 
     for (int64_t e = 0; e < E; ++e) score_sum[e] += all[e];
     z_sum += lse * lse;
   }
-  for (int64_t e = 0; e < E; ++e) aux_dot += score_sum[e] * double(r.tokens_per_expert[e]);
-  if (o.aux_loss && o.aux_loss_coeff > 0 && T > 0) {
-    // Switch Transformer: E · Σ_e f_e · P_e with f_e the share of the T·K
-    // assignments and P_e the mean router probability (Megatron's formula).
-    r.aux_loss = o.aux_loss_coeff * double(E) / (double(K) * double(T) * double(T)) * aux_dot;
-  }
+  r.score_sum = std::move(score_sum);
+  SetAuxLoss(&r, o, r.tokens_per_expert, r.score_sum, T, 1.0);
   if (o.z_loss_coeff > 0 && T > 0) r.z_loss = o.z_loss_coeff * z_sum / double(T);
 
   // Assignments per expert in token order; under a capacity each expert
@@ -133,13 +145,15 @@ void RouterBackward(const Routing& r, const float* logits, const float* dprob, f
   const int64_t T = r.tokens, K = r.topk, E = r.experts;
   std::fill(dlogits, dlogits + T * E, 0.0f);
   // The aux loss's gradient with respect to softmax(logits_t)_e is g_e, the
-  // same for every token: w · coeff · E / (K·T²) · tokens_per_expert[e].
+  // same for every token: w · coeff · E / (K·T²) · count[e] (T, count: the
+  // aux statistics', times their scale).
   std::vector<double> g(E, 0.0);
-  const bool aux = o.aux_loss && o.aux_loss_coeff > 0 && T > 0;
+  const bool aux = o.aux_loss && o.aux_loss_coeff > 0 && r.aux_tokens > 0 && T > 0;
   if (aux) {
+    const double Ta = double(r.aux_tokens);
     for (int64_t e = 0; e < E; ++e) {
-      g[e] = double(w) * o.aux_loss_coeff * double(E) / (double(K) * double(T) * double(T)) *
-             double(r.tokens_per_expert[e]);
+      g[e] = r.aux_grad_scale * double(w) * o.aux_loss_coeff * double(E) / (double(K) * Ta * Ta) *
+             double(r.aux_counts[e]);
     }
   }
   const bool z = o.z_loss_coeff > 0 && T > 0;
@@ -325,8 +339,25 @@ absl::StatusOr<Tensor> MoeMlp::FromExperts(const ExpertExchange& x, const Tensor
   return back;
 }
 
+absl::Status MoeMlp::AuxStatsOverCp(Routing* r) const {
+  const int64_t E = r->experts;
+  // Counts (exact in f64) and probability sums of every CP rank's tokens.
+  LOOM_ASSIGN_OR_RETURN(Tensor stats, Tensor::Empty(Shape{2 * E}, DType::kF64));
+  double* s = stats.data<double>();
+  for (int64_t e = 0; e < E; ++e) {
+    s[e] = double(r->tokens_per_expert[e]);
+    s[E + e] = r->score_sum[e];
+  }
+  LOOM_RETURN_IF_ERROR(cp_.comm->AllReduce(stats, comm::ReduceOp::kSum)->Wait());
+  std::vector<int64_t> counts(E);
+  for (int64_t e = 0; e < E; ++e) counts[e] = static_cast<int64_t>(s[e]);
+  SetAuxLoss(r, options_, std::move(counts), std::vector<double>(s + E, s + 2 * E),
+             r->tokens * cp_.size(), cp_.size());
+  return absl::OkStatus();
+}
+
 MoeMlp MoeMlp::ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, TpGroup tp,
-                        EpGroup ep) {
+                        EpGroup ep, CpGroup cp) {
   const std::string prefix = absl::StrCat("layers.", layer, ".mlp.");
   std::vector<Param*> fc1, fc2;
   const int64_t first = ep.shard().first(c.num_experts);
@@ -336,7 +367,7 @@ MoeMlp MoeMlp::ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, 
     fc2.push_back(&params->at(expert + "dense_4h_to_h.weight"));
   }
   return MoeMlp(&params->at(prefix + "router.weight"), std::move(fc1), std::move(fc2),
-                MoeOptionsOf(c), tp, ep);
+                MoeOptionsOf(c), tp, ep, cp);
 }
 
 absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
@@ -356,6 +387,7 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   LOOM_RETURN_IF_ERROR(
       core::ops::Matmul(saved->input, router_->value, &saved->logits, {.trans_b = true}));
   LOOM_ASSIGN_OR_RETURN(saved->routing, Route(saved->logits.data<float>(), T, options_));
+  if (cp_.parallel()) LOOM_RETURN_IF_ERROR(AuxStatsOverCp(&saved->routing));
   const Routing& r = saved->routing;
 
   // Dispatch: one row per kept assignment, grouped by expert (and so by the

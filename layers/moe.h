@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "comm/comm.h"
 #include "core/tensor.h"
+#include "layers/context_parallel.h"
 #include "layers/gpt_config.h"
 #include "layers/params.h"
 #include "layers/tp_group.h"
@@ -66,6 +67,14 @@ struct Routing {
   std::vector<int32_t> row_token;          // [N]: the token of each row (-1: padding)
   int64_t capacity = 0;                    // 0: dropless
   int64_t dropped = 0;                     // assignments over the capacity
+  std::vector<double> score_sum;           // [E]: Σ_t softmax(logits_t)_e
+  // The load-balancing loss's statistics: this rank's, or under context
+  // parallelism the whole micro-batch's (summed over the CP group), with the
+  // gradient of this rank's tokens scaled by CP (the gradient sync averages
+  // over DP x CP).
+  std::vector<int64_t> aux_counts;  // [E] assignments per expert
+  int64_t aux_tokens = 0;
+  double aux_grad_scale = 1;
   double aux_loss = 0;                     // coefficient included
   double z_loss = 0;
 
@@ -119,19 +128,22 @@ class MoeMlp {
   };
   // fc1[l], fc2[l]: local expert l's dense_h_to_4h and dense_4h_to_h weights
   // (TP shards; expert ep.shard().first(E) + l).
-  MoeMlp(Param* router, std::vector<Param*> fc1, std::vector<Param*> fc2,
-         const MoeOptions& options, TpGroup tp, EpGroup ep = {})
+  // `cp`: the context-parallel group, over which the load-balancing loss
+  // counts the micro-batch's tokens (capacity is refused with CP).
+  MoeMlp(Param* router, std::vector<Param*> fc1, std::vector<Param*> fc2, const MoeOptions& options,
+         TpGroup tp, EpGroup ep = {}, CpGroup cp = {})
       : router_(router),
         fc1_(std::move(fc1)),
         fc2_(std::move(fc2)),
         options_(options),
         tp_(tp),
-        ep_(ep) {}
+        ep_(ep),
+        cp_(cp) {}
 
   // The MoE MLP of block `layer` over `params` (BlockParamSpecs' names: the
   // router and this EP rank's experts, ep.shard() of c.num_experts).
   static MoeMlp ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, TpGroup tp,
-                         EpGroup ep);
+                         EpGroup ep, CpGroup cp = {});
 
   // x: [s(/p), b, h] -> [s(/p), b, h] (host f32).
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
@@ -140,6 +152,8 @@ class MoeMlp {
                                         const Saved& saved) const;
 
  private:
+  // Collective over CP: the load-balancing statistics of the micro-batch.
+  absl::Status AuxStatsOverCp(Routing* r) const;
   // Collective over EP: the counts of every (rank, local expert) pair.
   absl::StatusOr<ExpertExchange> PlanExchange(const Routing& routing, int64_t h) const;
   // Assignment rows [N, h] to the experts' rows [M, h], and back.
@@ -152,6 +166,7 @@ class MoeMlp {
   MoeOptions options_;
   TpGroup tp_;
   EpGroup ep_;
+  CpGroup cp_;
 };
 
 }  // namespace loom::layers

@@ -75,7 +75,7 @@ TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t l
                                             &p->at(Name(layer, "mlp.dense_4h_to_h.weight")),
                                             Optional(p, Name(layer, "mlp.dense_4h_to_h.bias")), tp,
                                             c.swiglu)) {
-  if (c.moe_layer(layer)) moe_.emplace(MoeMlp::ForLayer(p, c, layer, tp, ep));
+  if (c.moe_layer(layer)) moe_.emplace(MoeMlp::ForLayer(p, c, layer, tp, ep, cp));
 }
 
 absl::Status TransformerBlock::Dropout(Tensor* x, const DropoutStream& d, int site,

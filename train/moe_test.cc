@@ -76,6 +76,35 @@ TEST(MoeTrainingTest, WithCapacityEveryLayoutGivesTheSameLossCurve) {
   ExpectEveryLayoutMatches(true);
 }
 
+Layout Cp(int cp, Layout l) {
+  l.cp = cp;
+  return l;
+}
+
+// Context parallelism splits each sequence over the CP ranks; the router's
+// load-balancing loss still counts the whole micro-batch (its statistics are
+// summed over the CP group), so the curve is the single rank's. Dropless only.
+TEST(MoeTrainingTest, ContextParallelGivesTheSameLossCurve) {
+  const std::vector<double> ref = Train(Layout{1, 1, 1}, false);
+  ASSERT_EQ(ref.size(), static_cast<size_t>(kIters));
+  for (const Layout& l : {
+           Cp(2, Layout{1, 1, 1}),
+           Cp(2, Layout{2, 1, 1, 0, /*sp=*/true}),  // CP x TP + SP
+           Cp(2, Layout{1, 1, 2, 0, false, /*distributed=*/true}),  // CP x DP, ZeRO-1
+           Cp(2, Layout{1, 2, 1}),                  // CP x PP
+       }) {
+    testing::ExpectSameCurve(Train(l, false), ref, 0, kTolerance, "dropless, " + l.Describe());
+  }
+  // A capacity would drop from each CP rank's share: refused, naming the flags.
+  testing::RunResult refused = testing::Run(MoeConfig(Cp(2, Layout{1, 1, 1}), kIters, true),
+                                            Cp(2, Layout{1, 1, 1}));
+  EXPECT_FALSE(refused.status.ok());
+  EXPECT_NE(refused.status.message().find("--moe-expert-capacity-factor"), std::string::npos)
+      << refused.status;
+  EXPECT_NE(refused.status.message().find("--context-parallel-size"), std::string::npos)
+      << refused.status;
+}
+
 TEST(MoeTrainingTest, CheckpointReshardsExperts) {
   constexpr int kTotal = 8, kSaved = 4;
   const Layout whole{1, 1, 1};
