@@ -1,0 +1,45 @@
+#ifndef LOOM_PLAN_HARDWARE_H_
+#define LOOM_PLAN_HARDWARE_H_
+
+// The hardware description (plan/hardware.proto): reading it and the
+// primitive costs every model above it uses.
+//
+//   gemm time        t = flops / (peak · eff(flops))   (eff: the file's curve)
+//   memory-bound     t = bytes / memory_bandwidth
+//   all-reduce       t = latency + 2(n−1)/n · bytes / busbw
+//   all-gather, reduce-scatter, all-to-all
+//                    t = latency + (n−1)/n · bytes / busbw   (bytes: the whole gathered tensor)
+//   send/recv        t = latency + bytes / busbw
+// `bytes` is always the full buffer one rank holds (all-reduce) or the
+// gathered/scattered whole (all-gather, reduce-scatter, all-to-all).
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "plan/hardware.pb.h"
+
+namespace loom::plan {
+
+// Parses text-format Hardware; errors name `what` (the file) and the field.
+absl::StatusOr<Hardware> ParseHardware(const std::string& text, const std::string& what);
+absl::StatusOr<Hardware> LoadHardware(const std::string& path);
+
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
+
+// Efficiency of one GEMM of `flops` FLOPs (1 when the curve is empty).
+double GemmEfficiency(const Hardware& hw, double flops);
+
+// Seconds for a GEMM of m×n×k on one rank; `ranks_on_node` divides the peak
+// when ranks_share_compute.
+double GemmSeconds(const Hardware& hw, double m, double n, double k, int ranks_on_node = 1);
+
+// Seconds to move `bytes` through memory once (read or write).
+double MemorySeconds(const Hardware& hw, double bytes, int ranks_on_node = 1);
+
+// Seconds of one collective over `group` ranks; inter_node picks the link.
+double CollectiveSeconds(const Hardware& hw, CollectiveKind kind, double bytes, int group,
+                         bool inter_node);
+
+}  // namespace loom::plan
+
+#endif  // LOOM_PLAN_HARDWARE_H_

@@ -1,0 +1,71 @@
+#include "plan/hardware.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace loom::plan {
+namespace {
+
+TEST(HardwareTest, CommittedFilesParse) {
+  for (const char* name : {"cpu", "h100_dgx", "a100_dgx"}) {
+    absl::StatusOr<Hardware> hw = LoadHardware(std::string("plan/testdata/") + name + ".textproto");
+    ASSERT_TRUE(hw.ok()) << name << ": " << hw.status();
+    EXPECT_GT(hw->peak_flops(), 0) << name;
+    EXPECT_GT(hw->gemm_efficiency_size(), 2) << name;
+  }
+  absl::StatusOr<Hardware> h100 = LoadHardware("plan/testdata/h100_dgx.textproto");
+  ASSERT_TRUE(h100.ok());
+  EXPECT_EQ(h100->peak_flops(), 989e12);  // the datasheet's dense BF16
+  absl::StatusOr<Hardware> a100 = LoadHardware("plan/testdata/a100_dgx.textproto");
+  ASSERT_TRUE(a100.ok());
+  EXPECT_EQ(a100->peak_flops(), 312e12);
+}
+
+TEST(HardwareTest, ErrorsNameTheFileAndField) {
+  absl::StatusOr<Hardware> bad = ParseHardware("peak_flops: 1e12\nbogus: 3\n", "x.textproto");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--hardware=x.textproto"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("bogus"), std::string::npos) << bad.status();
+  absl::StatusOr<Hardware> missing = ParseHardware("peak_flops: 1e12\n", "y.textproto");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("device_memory_bytes"), std::string::npos);
+}
+
+Hardware Simple() {
+  absl::StatusOr<Hardware> hw = ParseHardware(R"(
+    device_memory_bytes: 1e9 peak_flops: 1e12 memory_bandwidth: 1e11 devices_per_node: 4
+    gemm_efficiency { flops: 1e6 efficiency: 0.2 }
+    gemm_efficiency { flops: 1e8 efficiency: 0.8 }
+    intra_node { all_reduce { bus_bandwidth: 1e10 latency: 1e-5 } }
+    inter_node { all_reduce { bus_bandwidth: 1e9 latency: 1e-4 }
+                 all_gather { bus_bandwidth: 2e9 latency: 2e-4 } }
+  )", "simple");
+  EXPECT_TRUE(hw.ok()) << hw.status();
+  return *hw;
+}
+
+TEST(HardwareTest, EfficiencyInterpolatesInLogFlopsAndClamps) {
+  const Hardware hw = Simple();
+  EXPECT_DOUBLE_EQ(GemmEfficiency(hw, 1e3), 0.2);
+  EXPECT_DOUBLE_EQ(GemmEfficiency(hw, 1e10), 0.8);
+  EXPECT_NEAR(GemmEfficiency(hw, 1e7), 0.5, 1e-12);
+  // 2·100·100·50 = 1e6 FLOPs at 20% of 1e12.
+  EXPECT_NEAR(GemmSeconds(hw, 100, 100, 50), 1e6 / 0.2e12, 1e-15);
+}
+
+TEST(HardwareTest, CollectivesFollowTheRingFormulas) {
+  const Hardware hw = Simple();
+  EXPECT_EQ(CollectiveSeconds(hw, CollectiveKind::kAllReduce, 1e6, 1, false), 0);
+  // all-reduce over 4: latency + 2·3/4 · bytes / busbw.
+  EXPECT_NEAR(CollectiveSeconds(hw, CollectiveKind::kAllReduce, 1e6, 4, false),
+              1e-5 + 1.5 * 1e6 / 1e10, 1e-15);
+  // all-gather falls back to all-reduce's link intra-node, has its own inter-node.
+  EXPECT_NEAR(CollectiveSeconds(hw, CollectiveKind::kAllGather, 1e6, 4, false),
+              1e-5 + 0.75 * 1e6 / 1e10, 1e-15);
+  EXPECT_NEAR(CollectiveSeconds(hw, CollectiveKind::kAllGather, 1e6, 4, true),
+              2e-4 + 0.75 * 1e6 / 2e9, 1e-15);
+}
+
+}  // namespace
+}  // namespace loom::plan

@@ -1,0 +1,251 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "layers/gpt_config.h"
+#include "pipeline/layer_assignment.h"
+#include "pipeline/schedule.h"
+
+namespace loom::plan {
+namespace {
+
+int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+int64_t LocalPadded(const std::vector<layers::ParamSpec>& specs, int tp, int64_t multiple) {
+  int64_t total = 0;
+  for (const layers::ParamSpec& s : specs) {
+    int64_t n = s.global_shape.numel();
+    if (s.split != layers::TpSplit::kReplicated) n /= tp;
+    total += RoundUp(n, multiple);
+  }
+  return total;
+}
+
+pipeline::ScheduleOptions ScheduleOf(const train::TrainConfig& c) {
+  pipeline::ScheduleOptions o;
+  o.kind = c.pipeline_schedule == "gpipe"         ? pipeline::ScheduleKind::kGPipe
+           : c.pipeline_schedule == "interleaved" ? pipeline::ScheduleKind::kInterleaved
+                                                  : pipeline::ScheduleKind::k1F1B;
+  o.pp = c.pipeline_model_parallel_size;
+  o.vp = c.virtual_pipeline_size;
+  o.micro_batches = static_cast<int>(c.num_micro_batches);
+  return o;
+}
+
+// Activation terms of one micro-batch on one rank, bytes.
+struct ActTerms {
+  double x_full = 0;   // X: hidden state [s/c, b, h] in the compute dtype
+  double x_seq = 0;    // Xs: X, or X/t under SP
+  double layer = 0;    // K_layer (dense layer)
+  double moe_layer = 0;
+  double lse = 0;      // P
+  double logits = 0;   // [s/c, b, V/t] f32
+  double stats = 0;    // per-token f32 vector [s/c, b] (times 1/t under SP where split)
+};
+
+ActTerms Terms(const train::TrainConfig& c) {
+  const layers::GptConfig& m = c.model;
+  const double t = c.tensor_model_parallel_size, cp = c.context_parallel_size;
+  const bool sp = c.sequence_parallel;
+  const double e = c.bf16 ? 2 : 4;
+  const double s = static_cast<double>(m.seq_length) / cp, b = c.micro_batch_size;
+  const double h = m.hidden_size;
+  ActTerms a;
+  a.x_full = s * b * h * e;
+  a.x_seq = sp ? a.x_full / t : a.x_full;
+  a.stats = s * b * 4;
+  a.lse = b * (m.num_attention_heads / t) * s * 4;
+  const double heads = m.num_attention_heads, groups = m.query_groups();
+  const double ffn = static_cast<double>(m.ffn()) / h;
+  // qkv, core output; RoPE keeps q and k rotated (the kernel's per-head layout).
+  const double attn_split =
+      (heads + 2 * groups) / heads + 1 + (m.rope() ? (heads + groups) / heads : 0);
+  const double mlp_split = (m.swiglu ? 3 : 2) * ffn;           // up (+gate), activation
+  const double ln = 4 * a.stats / (sp ? t : 1);                // two LayerNorms' mean, rstd
+  auto layer = [&](double mlp) {
+    return sp ? (4 + attn_split + mlp) * a.x_full / t + ln + a.lse
+              : 4 * a.x_full + (attn_split + mlp) * a.x_full / t + ln + a.lse;
+  };
+  a.layer = layer(mlp_split);
+  // An MoE layer also keeps the routed copies of its tokens (dispatched
+  // input, expert output, the permutations: 4·k hidden states of its own
+  // tokens) and, under EP, the rows exchanged with the other EP ranks
+  // (6·k·(EP − 1)/EP; fitted on memory_model_test, where routing is uneven).
+  const double k = static_cast<double>(m.moe_router_topk), ep = c.expert_model_parallel_size;
+  a.moe_layer = layer(mlp_split * k) + k * a.x_seq * (4 + 6 * (ep - 1) / ep);
+  const double vocab = static_cast<double>(
+      layers::EmbeddingParamSpecs(m, c.tensor_model_parallel_size)[0].global_shape.dim(0));
+  a.logits = s * b * (vocab / t) * 4;
+  return a;
+}
+
+// Kept bytes of one chunk for one micro-batch, and what its backward reruns
+// at once (R).
+void ChunkKept(const train::TrainConfig& c, const ActTerms& a, int first, int count,
+               double* kept, double* rerun) {
+  const layers::GptConfig& m = c.model;
+  auto layer = [&](int l) { return m.moe_layer(l) ? a.moe_layer : a.layer; };
+  double all = 0, max_layer = 0;
+  for (int l = first; l < first + count; ++l) {
+    all += layer(l);
+    max_layer = std::max(max_layer, layer(l));
+  }
+  *kept = a.x_seq + all;
+  *rerun = 0;
+  if (m.recompute_selective()) {
+    *kept -= count * a.lse;
+    *rerun = a.lse;
+  } else if (m.recompute_full()) {
+    const int64_t n = std::max<int64_t>(1, m.recompute_num_layers);
+    if (m.recompute_method == "block") {
+      double rest = 0;
+      for (int l = first + static_cast<int>(std::min<int64_t>(n, count)); l < first + count; ++l) {
+        rest += layer(l);
+      }
+      *kept = a.x_seq + std::min<int64_t>(n, count) * a.x_seq + rest;
+      *rerun = max_layer - a.x_seq;
+    } else {
+      const int64_t groups = (count + n - 1) / n;
+      *kept = a.x_seq + groups * a.x_seq;
+      *rerun = std::min<int64_t>(n, count) * max_layer - a.x_seq;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t StageParameters(const train::TrainConfig& c, int pp_rank) {
+  const layers::GptConfig& m = c.model;
+  const int tp = c.tensor_model_parallel_size, pp = c.pipeline_model_parallel_size;
+  const int vp = c.virtual_pipeline_size;
+  const int64_t multiple = static_cast<int64_t>(c.data_parallel_size) * c.context_parallel_size;
+  const int ep = c.expert_model_parallel_size;
+  const int64_t dense = LocalPadded(layers::BlockParamSpecs(m, 0), tp, multiple);
+  int64_t moe = dense;
+  if (m.moe()) {
+    moe = LocalPadded(layers::BlockParamSpecs(m, 0, layers::ExpertShard{0, ep}), tp, multiple);
+  }
+  int64_t total = 0;
+  for (int chunk = 0; chunk < vp; ++chunk) {
+    auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, vp, pp_rank, chunk);
+    if (!range.ok()) continue;
+    for (int l = range->first; l < range->end(); ++l) total += m.moe_layer(l) ? moe : dense;
+  }
+  const bool first = pp_rank == 0, last = pp_rank == pp - 1;
+  const std::vector<layers::ParamSpec> embedding = layers::EmbeddingParamSpecs(m, tp);
+  if (first) total += LocalPadded(embedding, tp, multiple);
+  if (last) {
+    total += LocalPadded(layers::FinalNormParamSpecs(m), tp, multiple);
+    if (m.tied_output_layer()) {
+      if (!first) total += LocalPadded({embedding[0]}, tp, multiple);
+    } else {
+      total += LocalPadded(layers::OutputLayerParamSpecs(m, tp), tp, multiple);
+    }
+  }
+  return total;
+}
+
+std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
+                                       const std::vector<int>& in_flight) {
+  const int pp = c.pipeline_model_parallel_size, vp = c.virtual_pipeline_size;
+  const pipeline::ScheduleOptions schedule = ScheduleOf(c);
+  const ActTerms a = Terms(c);
+  const double t = c.tensor_model_parallel_size;
+  const double group = static_cast<double>(c.data_parallel_size) * c.context_parallel_size;
+  std::vector<StageMemory> stages(pp);
+  for (int r = 0; r < pp; ++r) {
+    StageMemory& st = stages[r];
+    st.pp_rank = r;
+    const int total_chunks = static_cast<int>(c.num_micro_batches) * vp;
+    st.in_flight = r < static_cast<int>(in_flight.size())
+                       ? in_flight[r]
+                       : std::min(pipeline::WarmupForwards(schedule, r) + 1, total_chunks);
+    const double n = static_cast<double>(StageParameters(c, r));
+    MemoryBreakdown& m = st.bytes;
+    m.parameters = 4 * n + (c.bf16 ? 2 * n : 0);
+    m.gradients = 4 * n;
+    // Adam's m and v; when the gradient norm is split over ranks (TP, PP or
+    // ZeRO-1 shards, experts over EP), the f64 scalar it is all-reduced in.
+    const bool split_norm = t * pp > 1 || c.expert_model_parallel_size > 1 ||
+                            (c.optimizer.distributed && group > 1);
+    m.optimizer = (c.optimizer.distributed ? 8 * n / group : 8 * n) + (split_norm ? 8 : 0);
+    // Activations: the average chunk's kept bytes times the chunks in flight.
+    double kept_sum = 0, rerun = 0;
+    for (int chunk = 0; chunk < vp; ++chunk) {
+      auto range = pipeline::LayersOf(static_cast<int>(c.model.num_layers), pp, vp, r, chunk);
+      if (!range.ok()) continue;
+      double k = 0, rr = 0;
+      ChunkKept(c, a, range->first, range->count, &k, &rr);
+      kept_sum += k;
+      rerun = std::max(rerun, rr);
+    }
+    const double kept_chunk = kept_sum / vp;
+    const bool last = r == pp - 1;
+    const double head_kept = a.x_seq + 2 * a.stats / (c.sequence_parallel ? t : 1) + a.logits +
+                             3 * a.stats;
+    const double heads_in_flight =
+        c.pipeline_schedule == "gpipe" ? static_cast<double>(c.num_micro_batches) : 1.0;
+    const double working = 2 * a.x_full + a.x_seq + 4 * a.x_full / t + (last ? a.logits : 0);
+    m.activations = st.in_flight * kept_chunk + (last ? heads_in_flight * head_kept : 0) +
+                    working + rerun;
+    // Communication staging: a DP bucket while it is reduced; the SP gathers
+    // and TP reductions stage one hidden state.
+    double comm = 0;
+    // A DP bucket: ZeRO-1 stages the whole bucket (reduce-scatter, all-gather),
+    // the all-reduce its (g - 1)/g ring share.
+    if (group > 1) {
+      const double bucket = std::min<double>(c.optimizer.bucket_bytes, m.gradients);
+      comm += c.optimizer.distributed ? bucket : bucket * (group - 1) / group;
+    }
+    if (t > 1) comm += a.x_full;
+    m.communication = comm;
+  }
+  return stages;
+}
+
+StageMemory PeakMemory(const std::vector<StageMemory>& stages) {
+  StageMemory best;
+  double most = -1;
+  for (const StageMemory& s : stages) {
+    if (s.bytes.total() > most) {
+      most = s.bytes.total();
+      best = s;
+    }
+  }
+  return best;
+}
+
+std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
+  const ActTerms a = Terms(c);
+  const double n = static_cast<double>(StageParameters(c, st.pp_rank));
+  const double gib = 1024.0 * 1024 * 1024;
+  std::string s = absl::StrFormat(
+      "memory of pipeline stage %d (the largest), bytes:\n"
+      "  n_pad = %.0f local parameter elements (slots padded to DP x CP = %d)\n"
+      "  parameters    = 4 n_pad%s = %.3f GiB\n"
+      "  gradients     = 4 n_pad = %.3f GiB\n"
+      "  optimizer     = 8 n_pad%s = %.3f GiB\n",
+      st.pp_rank, n, c.data_parallel_size * c.context_parallel_size, c.bf16 ? " + 2 n_pad" : "",
+      st.bytes.parameters / gib, st.bytes.gradients / gib,
+      c.optimizer.distributed ? absl::StrCat(" / ", c.data_parallel_size * c.context_parallel_size)
+                              : "",
+      st.bytes.optimizer / gib);
+  absl::StrAppendFormat(
+      &s,
+      "  X  = s/CP x b x h x e = %.0f B; Xs = %.0f B (SP: X / TP); lse P = %.0f B\n"
+      "  K_layer = %s = %.0f B\n"
+      "  activations   = a K_chunk + K_head + W + R, a = %d chunk activations in flight "
+      "(pipeline simulator) = %.3f GiB\n"
+      "  communication = one DP bucket + one hidden state for TP = %.3f GiB\n"
+      "  total         = %.3f GiB\n",
+      a.x_full, a.x_seq, a.lse,
+      c.sequence_parallel ? "16 X/TP + N/TP + P" : "(4 + 12/TP) X + N + P (GPT-2 shape)",
+      a.layer, st.in_flight, st.bytes.activations / gib, st.bytes.communication / gib,
+      st.bytes.total() / gib);
+  return s;
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,142 @@
+// The memory model against Loom itself: small GPTs trained in-process (ranks
+// as threads, local backend) for one step in 22 layouts of two model shapes (MoE with EP included);
+// each rank's peak bytes per category (core/memory_stats.h, the numbers
+// --memory-report prints) against the planner's prediction for its pipeline
+// stage. The proof of issue #20: the total within 10% on every rank.
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/memory_stats.h"
+#include "gtest/gtest.h"
+#include "plan/memory_model.h"
+#include "train/test_util.h"
+
+namespace loom::plan {
+namespace {
+
+using core::MemoryCategory;
+using train::testing::Layout;
+
+struct Shape {
+  const char* name;
+  bool llama;
+};
+
+struct Case {
+  Shape shape;
+  Layout layout;
+  std::string recompute;  // "", "selective", "full"
+  int64_t micro_batch = 2;
+  int64_t experts = 0;    // MoE: --num-experts (top-2, no linear biases)
+};
+
+train::TrainConfig ConfigOf(const Case& c) {
+  train::TrainConfig config = c.shape.llama ? train::testing::TinyLlamaConfig(c.layout, 2)
+                                            : train::testing::TinyConfig(c.layout, 2);
+  config.model.num_layers = 4;
+  config.model.hidden_size = c.shape.llama ? 96 : 128;
+  config.model.num_attention_heads = 4;
+  config.model.seq_length = c.shape.llama ? 128 : 64;
+  if (c.shape.llama) config.model.ffn_hidden_size = 256;
+  config.micro_batch_size = c.micro_batch;
+  config.global_batch_size = 8;
+  if (c.layout.pp > 1 && c.layout.vp_layers > 0) config.global_batch_size = 8;
+  config.optimizer.bucket_bytes = 1 << 20;
+  config.model.recompute_granularity = c.recompute;
+  if (c.experts > 0) {
+    config.model.num_experts = c.experts;
+    config.model.moe_router_topk = 2;
+    config.model.add_bias_linear = false;
+  }
+  if (c.recompute == "full") {
+    config.model.recompute_method = "uniform";
+    config.model.recompute_num_layers = 1;
+  }
+  return config;
+}
+
+double Measured(const core::MemoryStats& s, MemoryCategory c) {
+  return static_cast<double>(s.peak_of(c));
+}
+
+TEST(MemoryModelTest, PredictsLoomsPeakPerRankWithinTenPercent) {
+  const Shape gpt{"gpt2 L4 h128 s64", false}, llama{"llama L4 h96 s128", true};
+  std::vector<Case> cases;
+  for (const Shape& shape : {gpt, llama}) {
+    cases.push_back({shape, Layout{1, 1, 1}, ""});
+    cases.push_back({shape, Layout{2, 1, 1}, ""});
+    cases.push_back({shape, Layout{2, 1, 1, 0, /*sp=*/true}, ""});
+    cases.push_back({shape, Layout{1, 2, 1}, ""});
+    cases.push_back({shape, Layout{1, 1, 2, 0, false, /*distributed=*/true}, ""});
+    cases.push_back({shape, Layout{1, 2, 1, /*vp_layers=*/1}, ""});
+    cases.push_back({shape, Layout{1, 1, 1}, "selective"});
+    cases.push_back({shape, Layout{1, 1, 1}, "full"});
+  }
+  cases.push_back({gpt, Layout{2, 2, 1, 0, true}, ""});
+  cases.push_back({gpt, Layout{1, 2, 1, 0, false, false, "gpipe"}, ""});
+  cases.push_back({gpt, Layout{1, 1, 2}, "", 1});
+  Layout cp2{1, 1, 1};
+  cp2.cp = 2;
+  cases.push_back({llama, cp2, ""});
+  Layout ep2{1, 1, 2};
+  ep2.ep = 2;
+  cases.push_back({gpt, ep2, "", 2, /*experts=*/4});
+  cases.push_back({gpt, Layout{1, 1, 1}, "", 2, /*experts=*/4});
+
+  std::printf("| shape | layout | rank | params | grads | optim | activations (pred) | comm (pred) "
+              "| total measured | total predicted | error |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  int within = 0, compared = 0;
+  for (const Case& c : cases) {
+    const train::TrainConfig config = ConfigOf(c);
+    const int world = c.layout.world();
+    std::vector<core::MemoryStats> stats(world);
+    train::TrainConfig finalized;
+    std::mutex mu;
+    train::testing::RunResult run =
+        train::testing::Run(config, c.layout, nullptr, [&](int rank, train::Trainer& t) {
+          std::lock_guard<std::mutex> lock(mu);
+          stats[rank] = t.RankMemory();
+          if (rank == 0) finalized = t.config();
+        });
+    ASSERT_TRUE(run.status.ok()) << c.layout.Describe() << ": " << run.status;
+    const std::vector<StageMemory> predicted = PredictMemory(finalized);
+    const int per_stage = world / c.layout.pp;
+    for (int rank = 0; rank < world; ++rank) {
+      const MemoryBreakdown& p = predicted[rank / per_stage].bytes;
+      const core::MemoryStats& s = stats[rank];
+      double total = 0;
+      for (MemoryCategory k : {MemoryCategory::kParameters, MemoryCategory::kGradients,
+                               MemoryCategory::kOptimizer, MemoryCategory::kActivations,
+                               MemoryCategory::kCommunication}) {
+        total += Measured(s, k);
+      }
+      const double error = p.total() / total - 1;
+      std::printf("| %s | %s%s | %d | %.0f (%.0f) | %.0f (%.0f) | %.0f (%.0f) | %.0f (%.0f) | "
+                  "%.0f (%.0f) | %.0f | %.0f | %+.1f%% |\n",
+                  c.shape.name, c.layout.Describe().c_str(),
+                  c.recompute.empty() ? "" : (" rc " + c.recompute).c_str(), rank,
+                  Measured(s, MemoryCategory::kParameters), p.parameters,
+                  Measured(s, MemoryCategory::kGradients), p.gradients,
+                  Measured(s, MemoryCategory::kOptimizer), p.optimizer,
+                  Measured(s, MemoryCategory::kActivations), p.activations,
+                  Measured(s, MemoryCategory::kCommunication), p.communication, total, p.total(),
+                  100 * error);
+      ++compared;
+      within += std::abs(error) <= 0.10;
+      EXPECT_LE(std::abs(error), 0.10) << c.shape.name << " " << c.layout.Describe() << " rank "
+                                       << rank;
+      // Parameters, gradients and optimizer are exact arithmetic.
+      EXPECT_EQ(p.parameters, Measured(s, MemoryCategory::kParameters));
+      EXPECT_EQ(p.gradients, Measured(s, MemoryCategory::kGradients));
+      EXPECT_EQ(p.optimizer, Measured(s, MemoryCategory::kOptimizer));
+    }
+  }
+  std::printf("%d of %d ranks within 10%% (%zu layouts)\n", within, compared, cases.size());
+  EXPECT_GE(cases.size(), 12u);
+}
+
+}  // namespace
+}  // namespace loom::plan

@@ -1,0 +1,40 @@
+#ifndef LOOM_PLAN_REPORT_H_
+#define LOOM_PLAN_REPORT_H_
+
+// Planning every layout and printing the table (//train:plan's output).
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "plan/hardware.h"
+#include "plan/layout.h"
+#include "plan/memory_model.h"
+#include "plan/time_model.h"
+#include "train/config.h"
+
+namespace loom::plan {
+
+struct Planned {
+  train::TrainConfig config;
+  StageMemory memory;  // the largest stage
+  StepTime time;
+  bool fits = false;
+};
+
+// Every layout with its memory and time, those that fit first, fastest
+// first within each group.
+absl::StatusOr<std::vector<Planned>> PlanAll(const train::TrainConfig& base, const Hardware& hw,
+                                             const SearchOptions& search,
+                                             const TimeOptions& time, int* rejected = nullptr,
+                                             std::string* first_error = nullptr);
+
+// The table: one row per layout (at most `rows`; 0: all).
+std::string FormatTable(const std::vector<Planned>& plans, const Hardware& hw, size_t rows);
+
+// --explain: the formulas with this layout's numbers.
+std::string Explain(const Planned& p, const Hardware& hw);
+
+}  // namespace loom::plan
+
+#endif  // LOOM_PLAN_REPORT_H_

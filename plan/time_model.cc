@@ -1,0 +1,315 @@
+#include "plan/time_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "layers/gpt_config.h"
+#include "pipeline/layer_assignment.h"
+#include "pipeline/schedule.h"
+#include "pipeline/simulator.h"
+#include "plan/memory_model.h"
+
+namespace loom::plan {
+namespace {
+
+// Costs of one layer's forward and backward for one micro-batch, seconds.
+struct LayerCost {
+  double fwd_compute = 0, bwd_compute = 0;  // GEMMs, attention, element-wise
+  double fwd_comm = 0, bwd_comm = 0;        // exposed TP, CP, EP
+  double attention_fwd = 0;                 // what selective recomputation reruns
+};
+
+struct Ctx {
+  const train::TrainConfig& c;
+  const Hardware& hw;
+  TimeOptions options;
+  int ranks_on_node = 1;
+  double e = 2;          // compute dtype bytes
+  double T = 0;          // tokens per micro-batch per rank (s/CP · b)
+  double s_local = 0;
+  bool tp_inter = false, cp_inter = false, ep_inter = false, dp_inter = false, pp_inter = false;
+};
+
+double Gemm(const Ctx& x, double m, double n, double k) {
+  return GemmSeconds(x.hw, m, n, k, x.ranks_on_node);
+}
+
+LayerCost Layer(const Ctx& x, bool moe) {
+  const layers::GptConfig& m = x.c.model;
+  const double t = x.c.tensor_model_parallel_size, cp = x.c.context_parallel_size;
+  const double h = m.hidden_size, heads = m.num_attention_heads, d = m.head_dim();
+  const double groups = m.query_groups(), ffn = m.ffn(), T = x.T;
+  const double up = (m.swiglu ? 2 : 1) * ffn;
+  LayerCost l;
+  // GEMMs (forward); the backward's dX and dW GEMMs are the same sizes.
+  double attn_gemm = Gemm(x, T, (heads + 2 * groups) * d / t, h) + Gemm(x, T, h, heads * d / t);
+  double mlp_gemm;
+  if (moe) {
+    const double E = m.num_experts, ep = x.c.expert_model_parallel_size, k = m.moe_router_topk;
+    const double rows = T * k * ep / E;  // rows per local expert (balanced routing)
+    mlp_gemm = (E / ep) * (Gemm(x, rows, up / t, h) + Gemm(x, rows, h, ffn / t)) + Gemm(x, T, E, h);
+  } else {
+    mlp_gemm = Gemm(x, T, up / t, h) + Gemm(x, T, h, ffn / t);
+  }
+  // Causal flash attention: QKᵀ and PV over half of the s × s/CP blocks.
+  const double attn_flops = 2 * 2 * T * (x.s_local * cp) * (heads / t) * d * 0.5;
+  const double attn_eff = x.hw.attention_efficiency() > 0 ? x.hw.attention_efficiency() : 1.0;
+  const double share = x.hw.ranks_share_compute() ? x.ranks_on_node : 1;
+  const double attention =
+      attn_flops * share / (x.hw.peak_flops() * GemmEfficiency(x.hw, attn_flops) * attn_eff);
+  // Element-wise (LayerNorm, dropout, residual on the hidden state; bias and
+  // activation on the MLP's), bytes read + written.
+  const double xf = T * h * x.e;
+  const double xs = x.c.sequence_parallel ? xf / t : xf;
+  const double elementwise = MemorySeconds(x.hw, 12 * xs + (2 * up / h + 4) * xf / t, x.ranks_on_node);
+  const double gemm = attn_gemm + mlp_gemm;
+  l.fwd_compute = gemm + attention + elementwise;
+  l.bwd_compute = 2 * gemm + 2.5 * attention + 2 * elementwise;
+  l.attention_fwd = attention;
+  // TP: two all-reduces (or all-gather + reduce-scatter pairs under SP, the
+  // same bus time) of the hidden state forward, two backward.
+  double tp = 0;
+  if (t > 1) {
+    tp = x.c.sequence_parallel
+             ? 2 * (CollectiveSeconds(x.hw, CollectiveKind::kAllGather, xf, t, x.tp_inter) +
+                    CollectiveSeconds(x.hw, CollectiveKind::kReduceScatter, xf, t, x.tp_inter))
+             : 2 * CollectiveSeconds(x.hw, CollectiveKind::kAllReduce, xf, t, x.tp_inter);
+    if (x.c.sequence_parallel) tp /= 2;  // one AG + one RS per linear pair = one all-reduce
+  }
+  l.fwd_comm = x.options.tp_comm_overlap ? std::max(0.0, tp - gemm) : tp;
+  l.bwd_comm = std::max(0.0, tp - gemm);  // dX reduction overlapped with the dW GEMM
+  // CP: K and V around the ring, overlapped with the attention blocks.
+  if (cp > 1) {
+    const double kv = 2 * T * groups / t * d * x.e;
+    const double ring = (cp - 1) * CollectiveSeconds(x.hw, CollectiveKind::kSendRecv, kv, 2, x.cp_inter);
+    l.fwd_comm += std::max(0.0, ring - attention);
+    l.bwd_comm += std::max(0.0, 2 * ring - 2.5 * attention);
+  }
+  // EP: dispatch and combine all-to-alls, forward and backward, not hidden.
+  if (moe && x.c.expert_model_parallel_size > 1) {
+    const double bytes = T * m.moe_router_topk * h * x.e;
+    const double a2a = 2 * CollectiveSeconds(x.hw, CollectiveKind::kAllToAll, bytes,
+                                             x.c.expert_model_parallel_size, x.ep_inter);
+    l.fwd_comm += a2a;
+    l.bwd_comm += a2a;
+  }
+  return l;
+}
+
+}  // namespace
+
+double ModelFlopsPerStep(const train::TrainConfig& c) {
+  const layers::GptConfig& m = c.model;
+  const double per_token = 6.0 * static_cast<double>(layers::ActiveParameterCount(m)) +
+                           12.0 * m.num_layers * m.hidden_size * m.seq_length;
+  return per_token * static_cast<double>(c.global_batch_size) * m.seq_length;
+}
+
+absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hardware& hw,
+                                         const TimeOptions& options) {
+  Ctx x{c, hw, options};
+  const int dpn = std::max(1, hw.devices_per_node());
+  x.ranks_on_node = std::min(c.world_size, dpn);
+  x.e = hw.compute_dtype_bytes() > 0 ? hw.compute_dtype_bytes() : (c.bf16 ? 2 : 4);
+  const int tp = c.tensor_model_parallel_size, cp = c.context_parallel_size;
+  const int dp = c.data_parallel_size, pp = c.pipeline_model_parallel_size;
+  // Rank order (comm/grid.h): TP fastest, then CP, DP, PP.
+  x.tp_inter = tp > dpn;
+  x.cp_inter = tp * cp > dpn;
+  x.ep_inter = tp * cp * c.expert_model_parallel_size > dpn;
+  x.dp_inter = tp * cp * dp > dpn;
+  x.pp_inter = c.world_size > dpn;
+  x.s_local = static_cast<double>(c.model.seq_length) / cp;
+  x.T = x.s_local * c.micro_batch_size;
+  const layers::GptConfig& m = c.model;
+  const LayerCost dense = Layer(x, false);
+  const LayerCost moe = m.moe() ? Layer(x, true) : dense;
+
+  // Embedding (first virtual stage) and head (last): the logits GEMM, the
+  // vocab-parallel cross-entropy and its TP all-reduces.
+  const double t = tp;
+  const double vocab = static_cast<double>(layers::EmbeddingParamSpecs(m, tp)[0].global_shape.dim(0));
+  const double xf = x.T * m.hidden_size * x.e;
+  const double logits_gemm = GemmSeconds(hw, x.T, vocab / t, m.hidden_size, x.ranks_on_node);
+  const double ce = MemorySeconds(hw, 6 * x.T * vocab / t * 4, x.ranks_on_node);
+  const double head_fwd = logits_gemm + ce + MemorySeconds(hw, 4 * xf, x.ranks_on_node);
+  const double head_bwd = 2 * logits_gemm + ce + MemorySeconds(hw, 8 * xf, x.ranks_on_node);
+  const double embed_fwd = MemorySeconds(hw, 3 * xf, x.ranks_on_node) +
+                           (tp > 1 ? CollectiveSeconds(hw, CollectiveKind::kAllReduce, xf, tp, x.tp_inter) : 0);
+  const double embed_bwd = MemorySeconds(hw, 3 * xf, x.ranks_on_node);
+
+  const int vp = c.virtual_pipeline_size;
+  // Per (stage, chunk): forward and backward seconds, and the pure-compute share.
+  std::vector<std::vector<double>> fwd(pp, std::vector<double>(vp)), bwd = fwd, pure = fwd;
+  for (int r = 0; r < pp; ++r) {
+    for (int ch = 0; ch < vp; ++ch) {
+      auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, vp, r, ch);
+      if (!range.ok()) return range.status();
+      double f = 0, b = 0, compute = 0;
+      for (int l = range->first; l < range->end(); ++l) {
+        const LayerCost& lc = m.moe_layer(l) ? moe : dense;
+        f += lc.fwd_compute + lc.fwd_comm;
+        double bc = lc.bwd_compute, bm = lc.bwd_comm;
+        if (m.recompute_full()) {
+          bc += lc.fwd_compute;
+          bm += lc.fwd_comm;
+        } else if (m.recompute_selective()) {
+          bc += lc.attention_fwd;
+        }
+        b += bc + bm;
+        compute += lc.fwd_compute + bc;
+      }
+      const int virtual_stage = pipeline::VirtualStage(pp, r, ch);
+      if (virtual_stage == 0) {
+        f += embed_fwd;
+        b += embed_bwd;
+        compute += embed_fwd + embed_bwd;
+      }
+      if (virtual_stage == pp * vp - 1) {
+        f += head_fwd;
+        b += head_bwd;
+        compute += head_fwd + head_bwd;
+      }
+      fwd[r][ch] = f;
+      bwd[r][ch] = b;
+      pure[r][ch] = compute;
+    }
+  }
+  StepTime out;
+  out.p2p = pp > 1 ? CollectiveSeconds(hw, CollectiveKind::kSendRecv,
+                                       c.sequence_parallel ? xf / t : xf, 2, x.pp_inter)
+                   : 0;
+  pipeline::ScheduleOptions so;
+  so.kind = c.pipeline_schedule == "gpipe"         ? pipeline::ScheduleKind::kGPipe
+            : c.pipeline_schedule == "interleaved" ? pipeline::ScheduleKind::kInterleaved
+                                                   : pipeline::ScheduleKind::k1F1B;
+  so.pp = pp;
+  so.vp = vp;
+  so.micro_batches = static_cast<int>(c.num_micro_batches);
+  absl::StatusOr<pipeline::Schedule> schedule = pipeline::BuildSchedule(so);
+  if (!schedule.ok()) return schedule.status();
+  pipeline::SimOptions sim;
+  sim.comm_mode = pipeline::CommMode::kEager;
+  const double p2p = out.p2p;
+  sim.cost = [&](int r, const pipeline::Action& a) -> double {
+    switch (a.kind) {
+      case pipeline::ActionKind::kForward: return fwd[r][a.chunk];
+      case pipeline::ActionKind::kBackward: return bwd[r][a.chunk];
+      default: return p2p;
+    }
+  };
+  absl::StatusOr<pipeline::SimResult> result = pipeline::Simulate(*schedule, sim);
+  if (!result.ok()) return result.status();
+  out.makespan = result->makespan;
+  out.bubble_fraction = result->bubble_fraction;
+  double busiest_compute = 0;
+  int busiest = 0;
+  for (int r = 0; r < pp; ++r) {
+    out.in_flight.push_back(result->stages[r].peak_activations);
+    if (result->stages[r].busy >= result->stages[busiest].busy) busiest = r;
+  }
+  for (int ch = 0; ch < vp; ++ch) busiest_compute += pure[busiest][ch] * c.num_micro_batches;
+
+  // Data parallelism over the gradient group DP·CP, f32 gradients.
+  const double group = static_cast<double>(dp) * cp;
+  // The largest stage's local parameters: what it reduces and updates.
+  double params = 0;
+  for (int r = 0; r < pp; ++r) params = std::max(params, static_cast<double>(StageParameters(c, r)));
+  const double grad_bytes = 4 * params;
+  const bool dp_inter = x.dp_inter || (cp > 1 && x.cp_inter);
+  double reduce = 0, gather = 0;
+  if (group > 1) {
+    if (c.optimizer.distributed) {
+      reduce = CollectiveSeconds(hw, CollectiveKind::kReduceScatter, grad_bytes, group, dp_inter);
+      gather = CollectiveSeconds(hw, CollectiveKind::kAllGather, 4 * params, group, dp_inter);
+    } else {
+      reduce = CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes, group, dp_inter);
+    }
+  }
+  // Overlap, read off the simulated timeline of the busiest stage. Each chunk's
+  // parameters form its buckets (1/v of the stage's). --overlap-grad-reduce:
+  // a chunk's reduction may start when its last backward (micro-batch M − 1)
+  // ends; reductions run one after the other; what runs past the makespan is
+  // exposed. --overlap-param-gather: a chunk's gather must finish before its
+  // first forward (micro-batch 0) starts; gathers run one after the other from
+  // the start of the step. Without the overlaps all of it is exposed.
+  std::vector<double> last_backward(vp, 0), first_forward(vp, 1e300);
+  for (const pipeline::TimedAction& a : result->stages[busiest].actions) {
+    if (a.action.kind == pipeline::ActionKind::kBackward) {
+      last_backward[a.action.chunk] = std::max(last_backward[a.action.chunk], a.end);
+    } else if (a.action.kind == pipeline::ActionKind::kForward) {
+      first_forward[a.action.chunk] = std::min(first_forward[a.action.chunk], a.start);
+    }
+  }
+  double dp_exposed = 0;
+  if (c.overlap_grad_reduce) {
+    std::vector<int> order(vp);
+    for (int ch = 0; ch < vp; ++ch) order[ch] = ch;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return last_backward[a] < last_backward[b]; });
+    double busy_until = 0;
+    for (int ch : order) busy_until = std::max(busy_until, last_backward[ch]) + reduce / vp;
+    dp_exposed += std::max(reduce / vp / 4, busy_until - result->makespan);
+  } else {
+    dp_exposed += reduce;
+  }
+  if (c.overlap_param_gather) {
+    std::vector<int> order(vp);
+    for (int ch = 0; ch < vp; ++ch) order[ch] = ch;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return first_forward[a] < first_forward[b]; });
+    double done = 0, late = 0;
+    for (int ch : order) {
+      done += gather / vp;
+      late = std::max(late, done - first_forward[ch]);
+    }
+    dp_exposed += std::max(gather / vp / 4, late);
+  } else {
+    dp_exposed += gather;
+  }
+  out.dp_comm = reduce + gather;
+  out.dp_exposed = dp_exposed;
+  // Adam: read master, grad, m, v; write master, m, v, and the compute copy.
+  const double owned = c.optimizer.distributed ? params / group : params;
+  out.optimizer = MemorySeconds(hw, owned * (7 * 4 + x.e), x.ranks_on_node);
+
+  out.forward_chunk = fwd[busiest][0];
+  out.backward_chunk = bwd[busiest][0];
+  out.tp_exposed_per_layer = dense.fwd_comm + dense.bwd_comm;
+  out.compute = busiest_compute + out.optimizer;
+  out.bubble = result->makespan - result->ideal;
+  out.exposed_comm = (result->ideal - busiest_compute) + dp_exposed;
+  out.step = out.compute + out.exposed_comm + out.bubble;
+  out.model_flops_per_step = ModelFlopsPerStep(c);
+  const double tokens = static_cast<double>(c.global_batch_size) * m.seq_length;
+  out.tokens_per_s = tokens / out.step;
+  const double share = hw.ranks_share_compute() ? x.ranks_on_node : 1;
+  out.mfu = out.model_flops_per_step / (out.step * c.world_size * hw.peak_flops() / share);
+  return out;
+}
+
+std::string ExplainTime(const train::TrainConfig& c, const Hardware& hw, const StepTime& t) {
+  std::string s = absl::StrFormat(
+      "time, seconds (hardware %s: peak %.3g FLOP/s, memory %.3g B/s):\n"
+      "  per chunk and micro-batch on the busiest stage: forward f = %.6f, backward b = %.6f\n"
+      "    (GEMMs 2mnk / (peak x eff(2mnk)), attention, element-wise, exposed TP %.6f per layer)\n"
+      "  pipeline::Simulate(%s, P = %d, v = %d, M = %lld, p2p %.6f per transfer):\n"
+      "    makespan %.6f, ideal %.6f, bubble fraction %.4f\n"
+      "  DP over DP x CP = %d: reduce%s %.6f, exposed %.6f%s\n"
+      "  optimizer (Adam, 32 B per owned element at memory bandwidth) %.6f\n"
+      "  step = compute %.6f + exposed communication %.6f + bubble %.6f = %.6f\n"
+      "  model FLOPs per step (6N + 12 L h s per token) %.4g; tokens/s %.1f; MFU %.1f%%\n",
+      hw.name(), hw.peak_flops(), hw.memory_bandwidth(), t.forward_chunk, t.backward_chunk,
+      t.tp_exposed_per_layer, c.pipeline_schedule, c.pipeline_model_parallel_size,
+      c.virtual_pipeline_size, static_cast<long long>(c.num_micro_batches), t.p2p, t.makespan,
+      t.makespan - t.bubble, t.bubble_fraction, c.data_parallel_size * c.context_parallel_size,
+      c.optimizer.distributed ? "-scatter + all-gather" : " (all-reduce)", t.dp_comm,
+      t.dp_exposed, c.overlap_grad_reduce ? " (--overlap-grad-reduce)" : "", t.optimizer,
+      t.compute, t.exposed_comm, t.bubble, t.step, t.model_flops_per_step, t.tokens_per_s,
+      100 * t.mfu);
+  return s;
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,144 @@
+// The time model's arithmetic and its use of the pipeline simulator, and the
+// enumeration and ordering of layouts (no timing: see docs/PLANNER.md).
+#include "plan/time_model.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+#include "layers/gpt_config.h"
+#include "plan/layout.h"
+#include "plan/report.h"
+
+namespace loom::plan {
+namespace {
+
+Hardware Ideal() {
+  // No latency, one efficiency: costs are proportional to FLOPs and bytes.
+  absl::StatusOr<Hardware> hw = ParseHardware(R"(
+    name: "ideal" device_memory_bytes: 1e12 peak_flops: 1e12 memory_bandwidth: 1e15
+    devices_per_node: 64 compute_dtype_bytes: 4
+    intra_node { all_reduce { bus_bandwidth: 1e18 } }
+    inter_node { all_reduce { bus_bandwidth: 1e18 } }
+  )", "ideal");
+  EXPECT_TRUE(hw.ok()) << hw.status();
+  return *hw;
+}
+
+train::TrainConfig Model() {
+  train::TrainConfig c;
+  c.model.num_layers = 8;
+  c.model.hidden_size = 256;
+  c.model.num_attention_heads = 8;
+  c.model.seq_length = 128;
+  c.model.vocab_size = 512;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 16;
+  return c;
+}
+
+TEST(TimeModelTest, ModelFlopsAreTheSpecsFormula) {
+  train::TrainConfig c = Model();
+  ASSERT_TRUE(train::Finalize(&c, 1).ok());
+  const double n = static_cast<double>(layers::ParameterCount(c.model));
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(c), (6 * n + 12.0 * 8 * 256 * 128) * 16 * 128);
+}
+
+TEST(TimeModelTest, PipelineBubbleComesFromTheSimulator) {
+  const Hardware hw = Ideal();
+  train::TrainConfig c = Model();
+  c.pipeline_model_parallel_size = 4;
+  ASSERT_TRUE(train::Finalize(&c, 4).ok());
+  absl::StatusOr<StepTime> t = PredictStepTime(c, hw);
+  ASSERT_TRUE(t.ok()) << t.status();
+  // 1F1B with nearly uniform stages: (P − 1)/M = 3/16, a little more for the head's stage.
+  EXPECT_GT(t->bubble_fraction, 3.0 / 16 * 0.9);
+  EXPECT_LT(t->bubble_fraction, 3.0 / 16 * 1.5);
+  EXPECT_EQ(t->in_flight.size(), 4u);
+  EXPECT_EQ(t->in_flight[0], 4);  // warm-up P − 1 plus the one running
+  EXPECT_EQ(t->in_flight[3], 1);
+  EXPECT_NEAR(t->step, t->compute + t->exposed_comm + t->bubble, 1e-12);
+
+  // Interleaving (v = 2) shrinks the bubble to about (P − 1)/(v·M).
+  train::TrainConfig v = Model();
+  v.pipeline_model_parallel_size = 4;
+  v.num_layers_per_virtual_pipeline_stage = 1;
+  ASSERT_TRUE(train::Finalize(&v, 4).ok());
+  absl::StatusOr<StepTime> tv = PredictStepTime(v, hw);
+  ASSERT_TRUE(tv.ok()) << tv.status();
+  EXPECT_LT(tv->bubble_fraction, t->bubble_fraction * 0.7);
+}
+
+TEST(TimeModelTest, DataParallelismDividesComputeOnFreeLinks) {
+  const Hardware hw = Ideal();
+  train::TrainConfig one = Model(), two = Model();
+  ASSERT_TRUE(train::Finalize(&one, 1).ok());
+  ASSERT_TRUE(train::Finalize(&two, 2).ok());
+  absl::StatusOr<StepTime> a = PredictStepTime(one, hw), b = PredictStepTime(two, hw);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(b->compute / a->compute, 0.5, 0.01);
+  EXPECT_NEAR(b->mfu / a->mfu, 1.0, 0.02);
+}
+
+TEST(TimeModelTest, TensorParallelCommunicationIsExposedOnSlowLinks) {
+  absl::StatusOr<Hardware> slow = ParseHardware(R"(
+    name: "slow" device_memory_bytes: 1e12 peak_flops: 1e12 memory_bandwidth: 1e15
+    devices_per_node: 8
+    intra_node { all_reduce { bus_bandwidth: 1e8 latency: 1e-4 } }
+    inter_node { all_reduce { bus_bandwidth: 1e8 latency: 1e-4 } }
+  )", "slow");
+  ASSERT_TRUE(slow.ok());
+  train::TrainConfig c = Model();
+  c.tensor_model_parallel_size = 2;
+  ASSERT_TRUE(train::Finalize(&c, 2).ok());
+  absl::StatusOr<StepTime> t = PredictStepTime(c, *slow);
+  ASSERT_TRUE(t.ok());
+  EXPECT_GT(t->exposed_comm, t->compute);
+}
+
+TEST(LayoutTest, EveryLayoutIsValidAndCoversTheGrid) {
+  train::TrainConfig base = Model();
+  SearchOptions o;
+  o.gpus = 8;
+  int rejected = 0;
+  const std::vector<train::TrainConfig> all = EnumerateLayouts(base, o, &rejected);
+  ASSERT_FALSE(all.empty());
+  std::set<std::string> seen;
+  for (const train::TrainConfig& c : all) {
+    EXPECT_EQ(c.tensor_model_parallel_size * c.pipeline_model_parallel_size *
+                  c.data_parallel_size * c.context_parallel_size,
+              8);
+    EXPECT_TRUE(seen.insert(LayoutFlags(c)).second) << "duplicate " << LayoutFlags(c);
+    train::TrainConfig again = c;
+    EXPECT_TRUE(train::Finalize(&again, 8).ok()) << DescribeLayout(c);
+  }
+  for (const char* want : {"TP 8 PP 1 DP 1 SP mbs 1", "TP 1 PP 1 DP 8 mbs 2 dist-opt",
+                           "TP 2 PP 2 VP 2 DP 2 mbs 1 rc selective",
+                           "TP 1 PP 4 DP 2 mbs 1 rc full"}) {
+    bool found = false;
+    for (const train::TrainConfig& c : all) found |= DescribeLayout(c) == want;
+    EXPECT_TRUE(found) << want;
+  }
+}
+
+TEST(ReportTest, FittingLayoutsFirstFastestFirst) {
+  absl::StatusOr<Hardware> hw = LoadHardware("plan/testdata/h100_dgx.textproto");
+  ASSERT_TRUE(hw.ok()) << hw.status();
+  train::TrainConfig base = Model();
+  base.device = "cuda";
+  base.bf16 = true;
+  SearchOptions o;
+  o.gpus = 8;
+  absl::StatusOr<std::vector<Planned>> plans = PlanAll(base, *hw, o, {});
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  for (size_t i = 1; i < plans->size(); ++i) {
+    const Planned &a = (*plans)[i - 1], &b = (*plans)[i];
+    EXPECT_TRUE(a.fits >= b.fits);
+    if (a.fits == b.fits) EXPECT_LE(a.time.step, b.time.step);
+  }
+  const std::string table = FormatTable(*plans, *hw, 5);
+  EXPECT_NE(table.find("tokens/s"), std::string::npos);
+  EXPECT_NE(Explain(plans->front(), *hw).find("pipeline::Simulate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::plan
