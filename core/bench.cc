@@ -34,6 +34,7 @@
 #include "core/cpu/adamw.h"
 #include "core/cpu/attention.h"
 #include "core/cpu/convert.h"
+#include "core/cpu/cpu_features.h"
 #include "core/cpu/cross_entropy.h"
 #include "core/cpu/dropout.h"
 #include "core/cpu/elementwise.h"
@@ -53,6 +54,8 @@ ABSL_FLAG(int, rounds, 3,
           "best round's median is reported: other processes on a shared machine slow whole "
           "stretches of seconds, which a median within one round cannot filter out");
 ABSL_FLAG(bool, gemm, true, "run the GEMM table");
+ABSL_FLAG(bool, bf16_gemm, true,
+          "run the bf16-vs-f32 GEMM table (where the CPU has AVX512_BF16 or AMX-BF16)");
 ABSL_FLAG(bool, elementwise, true, "run the element-wise and attention tables");
 ABSL_FLAG(std::string, filter, "", "only element-wise kernels whose name contains this");
 ABSL_FLAG(bool, best, false,
@@ -214,6 +217,90 @@ std::vector<GemmRow> BenchGemm(const std::vector<Blas>& blas) {
     rows.push_back(row);
   }
   return rows;
+}
+
+// ----------------------------------------------------------- bf16 GEMM ----
+
+// bf16 operands, f32 accumulation and result (what --bf16 on the CPU runs)
+// against f32, at GPT-2-small's Linear shapes and its LM head (vocabulary
+// 50257, hidden 768) for M = 256 and 1024 tokens. "bf16" rounds both f32
+// operands into bf16 per call (as the dW GEMM, whose operands are both
+// activations); "bf16 w" passes the weight already in bf16 (the parameters'
+// compute copy, as the forward and dX GEMMs do), so only the activation is
+// rounded per call.
+void BenchGemmBf16(std::string* json) {
+  const absl::Status support = cpu::CheckBf16GemmSupport("the bf16 GEMM table");
+  const cpu::CpuFeatures& f = cpu::HostCpuFeatures();
+  std::printf("\nbf16 GEMM (oneDNN matmul, f32 accumulation) vs f32 (dnnl_sgemm), TFLOP/s; CPU: %s "
+              "(AVX512_BF16 %s, AMX-BF16 %s)\n",
+              f.model.c_str(), f.avx512_bf16 ? "yes" : "no", f.amx_bf16 ? "yes" : "no");
+  *json += ",\"bf16_gemm\":[";
+  if (!support.ok()) {
+    std::printf("skipped: %s\n", std::string(support.message()).c_str());
+    *json += "]";
+    return;
+  }
+  struct Weight {
+    const char* name;
+    int64_t out, in;
+  };
+  const Weight weights[] = {{"768x768", 768, 768},
+                            {"3072x768", 3072, 768},
+                            {"768x3072", 768, 3072},
+                            {"50257x768", 50257, 768}};
+  std::printf("%-10s %-12s %5s %5s %5s %2s  %8s %8s %8s %9s\n", "weight", "pass", "M", "N", "K",
+              "op", "f32", "bf16", "bf16 w", "best/f32");
+  bool first = true;
+  for (const int64_t tokens : {int64_t{256}, int64_t{1024}}) {
+    for (const Weight& w : weights) {
+      const GemmShape shapes[] = {
+          {w.name, "fwd Y=X.W^T", tokens, w.out, w.in, false, true},
+          {w.name, "dX=dY.W", tokens, w.in, w.out, false, false},
+          {w.name, "dW=dY^T.X", w.out, w.in, tokens, true, false},
+      };
+      for (const GemmShape& s : shapes) {
+        const Tensor a = s.ta ? Filled({s.k, s.m}, 1) : Filled({s.m, s.k}, 1);
+        const Tensor b = s.tb ? Filled({s.n, s.k}, 2) : Filled({s.k, s.n}, 2);
+        Tensor c = Empty({s.m, s.n});
+        const bool weight_b = s.pass[0] != 'd' || s.pass[1] != 'W';  // fwd and dX multiply W
+        Tensor b16 = Empty(b.shape(), DType::kBF16);
+        Check(cpu::Convert(b, &b16));
+        const double tflop = 2.0 * s.m * s.n * s.k * 1e-12;
+        const cpu::MatmulOptions f32{s.ta, s.tb, 1.0f, 0.0f};
+        cpu::MatmulOptions bf16 = f32;
+        bf16.bf16 = true;
+        // The variants take turns, each round a median of --reps; the best
+        // round of each is reported (a shared machine's load hits all alike).
+        double s_f32 = 1e30, s_bf16 = 1e30, s_w = 1e30;
+        for (int r = 0; r < std::max(1, absl::GetFlag(FLAGS_rounds)); ++r) {
+          s_f32 = std::min(s_f32, MedianSecondsOnce([&] { Check(cpu::Matmul(a, b, &c, f32)); }));
+          s_bf16 = std::min(s_bf16, MedianSecondsOnce([&] { Check(cpu::Matmul(a, b, &c, bf16)); }));
+          if (weight_b) {
+            s_w = std::min(s_w, MedianSecondsOnce([&] { Check(cpu::Matmul(a, b16, &c, f32)); }));
+          }
+        }
+        const double t_f32 = tflop / s_f32, t_bf16 = tflop / s_bf16;
+        const double t_w = weight_b ? tflop / s_w : 0.0;
+        const std::string op = std::string(s.ta ? "T" : "N") + (s.tb ? "T" : "N");
+        std::printf("%-10s %-12s %5lld %5lld %5lld %2s  %8.3f %8.3f ", s.layer, s.pass,
+                    static_cast<long long>(s.m), static_cast<long long>(s.n),
+                    static_cast<long long>(s.k), op.c_str(), t_f32, t_bf16);
+        if (weight_b) {
+          std::printf("%8.3f", t_w);
+        } else {
+          std::printf("%8s", "-");
+        }
+        std::printf(" %8.2fx\n", std::max(t_bf16, t_w) / t_f32);
+        std::fflush(stdout);
+        *json += absl::StrFormat(
+            "%s{\"weight\":\"%s\",\"pass\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,"
+            "\"f32_tflops\":%.4f,\"bf16_tflops\":%.4f,\"bf16_w_tflops\":%.4f}",
+            first ? "" : ",", s.layer, s.pass, s.m, s.n, s.k, t_f32, t_bf16, t_w);
+        first = false;
+      }
+    }
+  }
+  *json += "]";
 }
 
 // ---------------------------------------------------------- element-wise ----
@@ -414,7 +501,9 @@ int Main() {
           r.onednn, r.libs[0], r.libs[1], r.ratio);
     }
   }
-  json += "],\"elementwise\":[";
+  json += "]";
+  if (absl::GetFlag(FLAGS_bf16_gemm)) BenchGemmBf16(&json);
+  json += ",\"elementwise\":[";
   if (absl::GetFlag(FLAGS_elementwise)) {
     std::printf(
         "\nElement-wise kernels, GB/s counting bytes read + written; memcpy moves the same "

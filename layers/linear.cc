@@ -31,9 +31,24 @@ absl::Status CheckInput(const char* op, const Tensor& x, const Tensor& weight) {
   return absl::OkStatus();
 }
 
-// dW += dYᵀ·X and db += Σ dY over rows (db may be null).
-absl::Status WeightGrads(const Tensor& dy2, const Tensor& x2, Tensor dw, Tensor* db) {
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, x2, &dw, MatmulOptions{true, false, 1.0f, 1.0f}));
+// The weight as the GEMMs take it: on the CPU under --bf16 its bf16 compute
+// copy (Param::gemm_value; activations and gradients stay f32 and are
+// rounded to bf16 inside Matmul, products summed in f32), else its value.
+const Tensor& GemmWeight(const Param& w) {
+  return w.gemm_value.defined() ? w.gemm_value : w.value;
+}
+
+// `o` with the CPU's bf16 GEMM mode on when `w` has a bf16 GEMM copy.
+MatmulOptions GemmOptions(const Param& w, MatmulOptions o) {
+  o.bf16 = w.gemm_value.defined();
+  return o;
+}
+
+// dW += dYᵀ·X and db += Σ dY over rows (db may be null); `bf16`: the CPU's
+// bf16 GEMM (dW itself accumulates in f32).
+absl::Status WeightGrads(const Tensor& dy2, const Tensor& x2, Tensor dw, Tensor* db, bool bf16) {
+  LOOM_RETURN_IF_ERROR(
+      core::ops::Matmul(dy2, x2, &dw, MatmulOptions{true, false, 1.0f, 1.0f, bf16}));
   if (db != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddBackward(dy2, db));
   return absl::OkStatus();
 }
@@ -60,6 +75,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* sav
   LOOM_ASSIGN_OR_RETURN(const Tensor w, Matrix(w_->value));
   const int64_t out = w.dim(0);
   LOOM_RETURN_IF_ERROR(CheckInput("ColumnParallelLinear", x, w));
+  LOOM_ASSIGN_OR_RETURN(const Tensor wg, Matrix(GemmWeight(*w_)));
   Tensor full = x;
   if (tp_.sequence_parallel) {
     absl::StatusOr<Tensor> g = AllGatherSeq(tp_, x);  // [s/p, b, in] -> [s, b, in]
@@ -70,7 +86,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* sav
   absl::StatusOr<Tensor> y = NewActivation(full.dim(0), full.dim(1), out, full);
   if (!y.ok()) return y.status();
   Tensor y2 = *As2D(*y);
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(full), w, &y2, MatmulOptions{false, true}));
+  LOOM_RETURN_IF_ERROR(
+      core::ops::Matmul(*As2D(full), wg, &y2, GemmOptions(*w_, MatmulOptions{false, true})));
   if (b_ != nullptr) {
     LOOM_ASSIGN_OR_RETURN(const Tensor bias, Vector(b_->value));
     LOOM_RETURN_IF_ERROR(core::ops::BiasAddForward(y2, bias, &y2));
@@ -79,7 +96,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* sav
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Saved& saved) const {
-  LOOM_ASSIGN_OR_RETURN(const Tensor w, Matrix(w_->value));
+  LOOM_ASSIGN_OR_RETURN(const Tensor w, Matrix(GemmWeight(*w_)));
   const int64_t in = w.dim(1);
   // SP: start re-gathering the input shard now; it is needed only for dW.
   Tensor full;
@@ -89,7 +106,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
   absl::StatusOr<Tensor> dx = NewActivation(dy.dim(0), dy.dim(1), in, dy);
   if (!dx.ok()) return dx.status();
   Tensor dy2 = *As2D(dy), dx2 = *As2D(*dx);
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w, &dx2, MatmulOptions{}));  // dX = dY·A
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w, &dx2, GemmOptions(*w_, {})));  // dX = dY·A
   if (gather) LOOM_RETURN_IF_ERROR(gather->WaitOnStream());
   // Reduce dX over TP (all-reduce, or reduce-scatter along s with SP) while
   // the weight-gradient GEMM runs.
@@ -102,7 +119,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
   if (b_ != nullptr) {
     LOOM_ASSIGN_OR_RETURN(db, Vector(b_->grad));
   }
-  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), dw, b_ != nullptr ? &db : nullptr));
+  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), dw, b_ != nullptr ? &db : nullptr,
+                                   w_->gemm_value.defined()));
   LOOM_RETURN_IF_ERROR(reduce->WaitOnStream());
   return dx_out;
 }
@@ -116,7 +134,8 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Saved* saved)
   absl::StatusOr<Tensor> partial = NewActivation(x.dim(0), x.dim(1), out, x);
   if (!partial.ok()) return partial.status();
   Tensor p2 = *As2D(*partial);
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(x), w_->value, &p2, MatmulOptions{false, true}));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(x), GemmWeight(*w_), &p2,
+                                         GemmOptions(*w_, MatmulOptions{false, true})));
   Tensor y;
   if (tp_.sequence_parallel) {
     absl::StatusOr<Tensor> rs = ReduceScatterSeq(tp_, *partial);  // -> [s/p, b, out]
@@ -148,8 +167,9 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved
   absl::StatusOr<Tensor> dx = NewActivation(full.dim(0), full.dim(1), in, full);
   if (!dx.ok()) return dx.status();
   Tensor dy2 = *As2D(full), dx2 = *As2D(*dx);
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w_->value, &dx2, MatmulOptions{}));
-  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(saved.input), w_->grad, nullptr));
+  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, GemmWeight(*w_), &dx2, GemmOptions(*w_, {})));
+  LOOM_RETURN_IF_ERROR(
+      WeightGrads(dy2, *As2D(saved.input), w_->grad, nullptr, w_->gemm_value.defined()));
   return dx;
 }
 

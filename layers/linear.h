@@ -6,6 +6,13 @@
 // Backward consumes, so any number of micro-batches can be in flight (the
 // pipeline keeps one Saved per micro-batch). Backward accumulates into the
 // parameters' gradients and returns the input gradient.
+//
+// Precision: the GEMMs follow the weight's dtype (bf16 on a GPU under
+// --bf16, with bf16 activations). On the CPU under --bf16 the weight has a
+// bf16 GEMM copy (Param::gemm_value) while activations, gradients and every
+// other kernel stay f32: the three GEMMs (Y = X·Aᵀ, dX = dY·A, dA += dYᵀ·X)
+// then round their f32 operands to bf16 and sum the products in f32 into f32
+// outputs (core/cpu/matmul.h's bf16 mode: AMX or AVX512_BF16).
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"

@@ -129,7 +129,12 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
     Param& p = buf.params_[i];
     p.master = *buf.values_.View(p.offset, local_shapes[i]);
     p.grad = *buf.grads_.View(p.offset, local_shapes[i]);
-    p.value = buf.compute_.defined() ? *buf.compute_.View(p.offset, local_shapes[i]) : p.master;
+    p.value = buf.compute_.defined() && !device.is_cpu()
+                  ? *buf.compute_.View(p.offset, local_shapes[i])
+                  : p.master;
+    if (buf.compute_.defined() && device.is_cpu()) {
+      p.gemm_value = *buf.compute_.View(p.offset, local_shapes[i]);
+    }
   }
   return buf;
 }
@@ -171,6 +176,7 @@ absl::StatusOr<ParamBuffer> ParamBuffer::HostMirror() const {
     p.master = *m.values_.View(p.offset, p.master.shape());
     p.grad = *m.grads_.View(p.offset, p.grad.shape());
     p.value = p.master;
+    p.gemm_value = core::Tensor();
   }
   return m;
 }

@@ -65,6 +65,10 @@ struct Param {
   // last stage's tied word embedding): its gradient is summed with the
   // original's, and it is counted in the gradient norm and saved only there.
   bool tied_copy = false;
+  // On the CPU with a bf16 compute dtype: the bf16 copy of `master` that the
+  // Linear layers' GEMMs multiply with (there `value` stays f32, because the
+  // CPU's other kernels compute in f32). Undefined elsewhere.
+  core::Tensor gemm_value;
 };
 
 // All parameters of one rank in one contiguous f32 buffer, gradients in a
@@ -81,7 +85,9 @@ class ParamBuffer {
   // optimizer reduce-scatters bucket by bucket).
   // `device`: where the buffers live (initialised on the host, then copied).
   // `compute_dtype`: kF32, or kBF16 for a third flat buffer holding the bf16
-  // copy of the values that the layers use (see SyncComputeCopy).
+  // copy of the values that the layers use (see SyncComputeCopy). On a GPU
+  // that copy is Param::value; on the CPU it is Param::gemm_value (only the
+  // GEMMs take bf16 there) and Param::value stays the f32 master.
   static absl::StatusOr<ParamBuffer> Create(std::vector<ParamSpec> specs, int tp_rank,
                                             int tp_size, uint64_t seed, int64_t multiple = 1,
                                             core::Device device = core::Device::CPU(),

@@ -44,7 +44,10 @@ Executor::Executor(const Schedule& schedule, GptModel* model, comm::Communicator
       pp_(pp),
       options_(options),
       pp_rank_(pp ? pp->rank() : 0),
-      p2p_(pp, schedule.options.vp, boundary, model->config().compute_dtype,
+      // Activations are in the compute dtype, except on the CPU, where
+      // --bf16 changes only the GEMMs' operands (layers/linear.h).
+      p2p_(pp, schedule.options.vp, boundary,
+           model->config().device.is_cpu() ? core::DType::kF32 : model->config().compute_dtype,
            model->config().device) {}
 
 absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* model,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/cpu_features.h"
 #include "train/fault_injection.h"
 
 namespace loom::train {
@@ -55,9 +56,11 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
         c->distributed_backend_flag, "=nccl needs --device=cuda (NCCL moves GPU memory; with "
         "--device=", c->device, " use ucx, mpi or local)"));
   }
-  if (c->bf16 && c->device != "cuda") {
-    return absl::InvalidArgumentError(
-        "--bf16 needs --device=cuda (the CPU kernels compute in f32)");
+  if (c->bf16 && c->device == "cpu") {
+    // The CPU's --bf16 runs the GEMMs on AVX512_BF16 or AMX-BF16 (checked
+    // here, before any work starts, by cpuid).
+    const absl::Status bf16 = core::cpu::CheckBf16GemmSupport("--bf16 on --device=cpu");
+    if (!bf16.ok()) return bf16;
   }
   c->model.device = c->device == "cuda" ? core::Device::CUDA(0) : core::Device::CPU();
   c->model.compute_dtype = c->bf16 ? core::DType::kBF16 : core::DType::kF32;

@@ -1,5 +1,6 @@
 #include "train/config.h"
 
+#include "core/cpu/cpu_features.h"
 #include "gtest/gtest.h"
 
 namespace loom::train {
@@ -35,9 +36,21 @@ TEST(ConfigTest, DeviceAndPrecisionFlags) {
   TrainConfig c = Base();
   c.device = "tpu";
   ExpectError(c, 1, {"--device=tpu", "cpu or cuda"});
+  // --bf16 on the CPU needs AVX512_BF16 or AMX-BF16: refused by name
+  // without them (forced here, so every machine checks the message) ...
   c = Base();
   c.bf16 = true;
-  ExpectError(c, 1, {"--bf16", "--device=cuda"});
+  core::cpu::HideBf16ForTesting(true);
+  ExpectError(c, 1, {"--bf16 on --device=cpu", "AVX512_BF16 or AMX-BF16", "this CPU ("});
+  core::cpu::HideBf16ForTesting(false);
+  // ... and with them the GEMMs compute in bf16 (f32 everything else).
+  c = Base();
+  c.bf16 = true;
+  if (core::cpu::CheckBf16GemmSupport("test").ok()) {
+    ASSERT_TRUE(Finalize(&c, 1).ok());
+    EXPECT_TRUE(c.model.device.is_cpu());
+    EXPECT_EQ(c.model.compute_dtype, core::DType::kBF16);
+  }
   c = Base();
   c.device = "cuda";
   c.bf16 = true;

@@ -109,8 +109,8 @@ ABSL_FLAG(double, distributed_timeout_minutes, 0,
           "Collective timeout in minutes (0: --comm-timeout-s)");
 ABSL_FLAG(std::string, device, D().device,
           "cpu | cuda (rank r uses GPU r mod the node's GPU count)");
-ABSL_FLAG(bool, bf16, D().bf16, "bf16 weights and activations, f32 master weights and gradients "
-          "(needs --device=cuda)");
+ABSL_FLAG(bool, bf16, D().bf16, "bf16 GEMMs, f32 master weights and gradients; cuda: bf16 "
+          "weights and activations; cpu: bf16 GEMM operands only (needs AVX512_BF16 or AMX-BF16)");
 // Batches and schedule.
 ABSL_FLAG(int64_t, micro_batch_size, D().micro_batch_size, "Samples per micro-batch");
 ABSL_FLAG(int64_t, global_batch_size, D().global_batch_size, "Samples per step over all DP ranks");

@@ -3,9 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/bf16_gemm.h"
 #include "core/cpu/check.h"
+#include "core/cpu/convert.h"
+#include "core/cpu/cpu_features.h"
 #include "oneapi/dnnl/dnnl.h"
 
 namespace loom::core::cpu {
@@ -18,6 +22,63 @@ absl::Status CheckAll(const char* op, const Tensor& a, const Tensor& b, const Te
   LOOM_RETURN_IF_ERROR(CheckInput(op, "a", a));
   LOOM_RETURN_IF_ERROR(CheckInput(op, "b", b));
   return CheckOutput(op, "c", c);
+}
+
+// Per-thread scratch for operands rounded to bf16 and a bf16 result's f32 sums.
+struct Bf16Scratch {
+  std::vector<uint16_t> a, b;
+  std::vector<float> c;
+};
+
+Bf16Scratch& Scratch() {
+  thread_local Bf16Scratch scratch;
+  return scratch;
+}
+
+// `t` as bf16 bits: its own data, or rounded into `buf`.
+const uint16_t* AsBf16(const Tensor& t, std::vector<uint16_t>* buf) {
+  if (t.dtype() == DType::kBF16) return static_cast<const uint16_t*>(t.raw_data());
+  if (buf->size() < static_cast<size_t>(t.numel())) buf->resize(t.numel());
+  ConvertF32ToBf16(t.data<float>(), buf->data(), t.numel());
+  return buf->data();
+}
+
+absl::Status CheckFloat(const char* op, const char* arg, const Tensor& t) {
+  return CheckInput(op, arg, t, t.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32);
+}
+
+absl::Status MatmulBf16(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts) {
+  constexpr const char* kOp = "Matmul";
+  LOOM_RETURN_IF_ERROR(CheckFloat(kOp, "a", a));
+  LOOM_RETURN_IF_ERROR(CheckFloat(kOp, "b", b));
+  LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "c", c, c != nullptr && c->defined() &&
+                                                         c->dtype() == DType::kBF16
+                                                     ? DType::kBF16
+                                                     : DType::kF32));
+  LOOM_RETURN_IF_ERROR(CheckRank(kOp, "a", a, 2));
+  LOOM_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
+  LOOM_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
+  GemmDims d;
+  LOOM_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_RETURN_IF_ERROR(CheckBf16GemmSupport("Matmul in bf16 on the CPU"));
+  Bf16Scratch& s = Scratch();
+  const uint16_t* pa = AsBf16(a, &s.a);
+  const uint16_t* pb = AsBf16(b, &s.b);
+  if (c->dtype() == DType::kF32) {
+    return Bf16Gemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha, pa, a.dim(1), pb,
+                    b.dim(1), opts.beta, c->data<float>(), c->dim(1));
+  }
+  // bf16 result: sum in f32, round once.
+  const int64_t cn = c->numel();
+  if (s.c.size() < static_cast<size_t>(cn)) s.c.resize(cn);
+  uint16_t* pc = static_cast<uint16_t*>(c->raw_data());
+  if (opts.beta != 0.0f) {
+    for (int64_t i = 0; i < cn; ++i) s.c[i] = Bf16BitsToFloat(pc[i]);
+  }
+  LOOM_RETURN_IF_ERROR(Bf16Gemm(opts.trans_a, opts.trans_b, d.m, d.n, d.k, opts.alpha, pa,
+                                a.dim(1), pb, b.dim(1), opts.beta, s.c.data(), c->dim(1)));
+  ConvertF32ToBf16(s.c.data(), pc, cn);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -86,6 +147,9 @@ absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts) {
   constexpr const char* kOp = "Matmul";
+  if (opts.bf16 || a.dtype() == DType::kBF16 || b.dtype() == DType::kBF16) {
+    return MatmulBf16(a, b, c, opts);
+  }
   LOOM_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "a", a, 2));
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));

@@ -2,7 +2,9 @@
 #define LOOM_CORE_CPU_MATMUL_H_
 
 // Single-precision GEMM through oneDNN's dnnl_sgemm (the fastest measured on
-// our Zen 5 CPU; see //core:bench). Row-major throughout.
+// our Zen 5 CPU; see //core:bench), and bf16 GEMM with f32 accumulation through
+// oneDNN's matmul primitive (bf16_gemm.h) on CPUs with AVX512_BF16 or AMX-BF16.
+// Row-major throughout.
 
 #include <cstdint>
 
@@ -16,17 +18,27 @@ struct MatmulOptions {
   bool trans_b = false;  // use Bᵀ
   float alpha = 1.0f;
   float beta = 0.0f;  // 0: C is overwritten (its old contents may be NaN); 1: accumulate
+  // CPU: multiply in bf16 even when both operands are f32 (they are rounded
+  // to bf16 in a per-thread scratch; products summed in f32). Implied when an
+  // operand is bf16. Ignored by the CUDA kernels (they follow the dtypes).
+  bool bf16 = false;
 };
 
 // C = alpha * op(A) * op(B) + beta * C.
 //   a: f32[M, K] (or [K, M] with trans_a)
 //   b: f32[K, N] (or [N, K] with trans_b)
 //   c: f32[M, N] (read when beta != 0, written)
+// bf16 mode (an operand is bf16, or opts.bf16): a and b may each be f32 or
+// bf16 (f32 ones are rounded to nearest even bf16 first), c is f32 or bf16
+// (bf16: computed in f32, rounded once at the end); the products are exact
+// and summed in f32. Needs a CPU passing CheckBf16GemmSupport
+// (cpu_features.h); elsewhere it returns that FailedPrecondition.
 // A linear layer y = x·Wᵀ is Matmul(x, w, &y, {.trans_b = true});
 // its grads are dX = dY·W (NN) and dW += dYᵀ·X ({.trans_a = true, .beta = 1}).
 absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts = {});
 
-// The same for a batch of independent products; the leading dims must agree.
+// The same for a batch of independent products; the leading dims must agree
+// (f32 only).
 //   a: f32[B, M, K] or f32[B1, B2, M, K] (last two dims swapped with trans_a)
 //   b: f32[B, K, N] or f32[B1, B2, K, N] (last two dims swapped with trans_b)
 //   c: f32[B, M, N] or f32[B1, B2, M, N]

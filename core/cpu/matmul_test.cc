@@ -1,7 +1,11 @@
 #include "core/cpu/matmul.h"
 
+#include <cmath>
 #include <ostream>
 #include <vector>
+
+#include "core/cpu/convert.h"
+#include "core/cpu/cpu_features.h"
 
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
@@ -138,6 +142,104 @@ TEST(MatmulTest, ErrorsNameOpAndShapes) {
   EXPECT_TRUE(IsInvalidArgument(BatchedMatmul(Make({3, 2, 3}), Make({2, 3, 5}), &cb),
                                 {"BatchedMatmul", "batch dim 0"}));
   EXPECT_TRUE(IsInvalidArgument(BatchedMatmul(a, b2, &c), {"BatchedMatmul", "rank 3"}));
+}
+
+// ---------------------------------------------------------------- bf16
+
+// bf16 has 8 significant bits: rounding an operand moves it by at most
+// u = 2^-8 relative. A product's error is then <= 2u of |a·b|; summed over K
+// products with random signs the error grows like sqrt(K) while the largest
+// output grows like sqrt(K) too, but the worst case (aligned signs) grows like
+// K / sqrt(K) = sqrt(K) relative to the largest output: the bound scales with
+// sqrt(K), from 2u at K <= 16.
+double Bf16Tol(int64_t k) { return 2.0 * std::ldexp(1.0, -8) * std::max(1.0, std::sqrt(k / 16.0)); }
+
+// `t` rounded to bf16 (a bf16 tensor of the same shape).
+Tensor ToBf16(const Tensor& t) {
+  Tensor out = Make(t.shape(), DType::kBF16);
+  EXPECT_TRUE(Convert(t, &out).ok());
+  return out;
+}
+
+// `t` rounded to bf16 and back: the operand the bf16 GEMM really multiplies.
+Tensor RoundedF32(const Tensor& t) {
+  Tensor out = Make(t.shape());
+  EXPECT_TRUE(Convert(ToBf16(t), &out).ok());
+  return out;
+}
+
+bool HasBf16() { return CheckBf16GemmSupport("test").ok(); }
+
+class MatmulBf16Test : public ::testing::TestWithParam<Case> {};
+
+// Three ways in (f32 operands with opts.bf16, a bf16 weight, both bf16):
+// each matches the double product of the bf16-rounded operands to f32
+// accumulation accuracy, and the exact f32 product within Bf16Tol(K).
+TEST_P(MatmulBf16Test, MatchesReferences) {
+  if (!HasBf16()) GTEST_SKIP() << CheckBf16GemmSupport("bf16 GEMM");
+  const Case p = GetParam();
+  const Tensor a = p.ta ? Random({p.k, p.m}, 1) : Random({p.m, p.k}, 1);
+  const Tensor b = p.tb ? Random({p.n, p.k}, 2) : Random({p.k, p.n}, 2);
+  const Tensor c0 = Random({p.m, p.n}, 3);
+  MatmulOptions o{p.ta, p.tb, p.alpha, p.beta};
+  const std::vector<double> exact = RefGemm(a, b, c0, o);
+  const std::vector<double> rounded = RefGemm(RoundedF32(a), RoundedF32(b), c0, o);
+  for (int mode = 0; mode < 3; ++mode) {
+    Tensor c = c0.Clone().value();
+    MatmulOptions om = o;
+    om.bf16 = mode == 0;
+    const Tensor am = mode == 2 ? ToBf16(a) : a;
+    const Tensor bm = mode == 0 ? b : ToBf16(b);
+    LOOM_ASSERT_OK(Matmul(am, bm, &c, om));
+    EXPECT_LE(RelError(c, rounded), kTol) << "mode " << mode;
+    EXPECT_LE(RelError(c, exact), Bf16Tol(p.k)) << "mode " << mode;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MatmulBf16Test,
+    ::testing::Values(Case{7, 5, 3, false, false, 1, 0}, Case{7, 5, 3, true, false, 1, 0},
+                      Case{7, 5, 3, false, true, 1, 0}, Case{7, 5, 3, true, true, 1, 0},
+                      Case{64, 96, 768, false, true, 1, 0},      // Linear forward, K = 768
+                      Case{64, 768, 96, false, false, 1, 0},     // Linear dX = dY·W
+                      Case{96, 80, 128, true, false, 1.0f, 1.0f},  // Linear dW += dYᵀ·X
+                      Case{33, 17, 3072, false, true, 0.5f, 0.25f},
+                      Case{1, 1, 1, false, false, 2.0f, -1.0f}));
+
+TEST(MatmulBf16Test, Bf16OutputRoundsTheF32Sum) {
+  if (!HasBf16()) GTEST_SKIP() << CheckBf16GemmSupport("bf16 GEMM");
+  const Tensor a = ToBf16(Random({16, 64}, 1)), b = ToBf16(Random({64, 24}, 2));
+  Tensor want = Make({16, 24});
+  LOOM_ASSERT_OK(Matmul(a, b, &want));  // f32 result
+  Tensor got = Make({16, 24}, DType::kBF16);
+  LOOM_ASSERT_OK(Matmul(a, b, &got));
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    EXPECT_EQ(static_cast<const uint16_t*>(got.raw_data())[i], FloatToBf16Bits(want.data<float>()[i])) << i;
+  }
+}
+
+TEST(MatmulBf16Test, BetaZeroIgnoresNaNInOutput) {
+  if (!HasBf16()) GTEST_SKIP() << CheckBf16GemmSupport("bf16 GEMM");
+  const Tensor a = Random({4, 3}, 1), b = Random({3, 2}, 2);
+  Tensor c = Make({4, 2});
+  for (int i = 0; i < 8; ++i) c.data<float>()[i] = NAN;
+  MatmulOptions o;
+  o.bf16 = true;
+  LOOM_ASSERT_OK(Matmul(a, b, &c, o));
+  EXPECT_LE(RelError(c, RefGemm(RoundedF32(a), RoundedF32(b), Make({4, 2}), {})), kTol);
+}
+
+// Every machine: a CPU without AVX512_BF16/AMX-BF16 refuses bf16 GEMMs with
+// the instruction sets' names instead of computing something slow or wrong.
+TEST(MatmulBf16Test, WithoutBf16HardwareTheErrorNamesTheInstructionSets) {
+  HideBf16ForTesting(true);
+  Tensor c = Make({2, 2});
+  MatmulOptions o;
+  o.bf16 = true;
+  const absl::Status st = Matmul(Random({2, 3}, 1), Random({3, 2}, 2), &c, o);
+  HideBf16ForTesting(false);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("AVX512_BF16 or AMX-BF16"), std::string::npos) << st;
 }
 
 }  // namespace
