@@ -147,6 +147,7 @@ class GptModel {
   absl::StatusOr<core::Tensor> GatherLogits(const Saved& saved) const;
 
   void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
+  const ModelHooks& hooks() const { return hooks_; }  // to chain another observer
   // This rank's parameter units, in forward order.
   const std::vector<ParamUnit>& units() const { return units_; }
   int64_t head_unit() const { return config_.num_layers; }

@@ -240,13 +240,20 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
 
   for (size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
+    ActionObserver* const observer = options_.observer;
     if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward) {
+      if (observer) observer->Begin(&a, 1);
       absl::Status st = a.kind == ActionKind::kForward ? forward(a) : backward(a);
       if (!st.ok()) return Prefix(me, a, st);
+      if (observer) observer->End(&a, 1);
       ++i;
       continue;
     }
     // A maximal run of communication actions: one batch.
+    size_t batch_end = i;
+    while (batch_end < actions.size() && !IsCompute(actions[batch_end].kind)) ++batch_end;
+    const int batch_size = static_cast<int>(batch_end - i);
+    if (observer) observer->Begin(&a, batch_size);
     std::vector<StageP2P::Leg> legs;
     for (; i < actions.size() && !IsCompute(actions[i].kind); ++i) {
       const Action& c = actions[i];
@@ -275,6 +282,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
         default: break;
       }
     }
+    if (observer) observer->End(&a, batch_size);
   }
 
   if (!saved.empty() || !outputs.empty() || !inputs.empty() || !input_grads.empty() ||

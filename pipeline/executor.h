@@ -62,6 +62,17 @@ struct MicroBatch {
 // Called at most once per micro-batch per step on each rank, when it is first needed.
 using MicroBatchSource = std::function<absl::StatusOr<MicroBatch>(int micro_batch)>;
 
+// Observes what RunStep runs (the trainer's timers and profiler:
+// train/timers.h). Begin and End bracket each compute action (count 1) and
+// each batch of communication actions (the batch, in list order), on the
+// calling thread; End is skipped when the action fails.
+class ActionObserver {
+ public:
+  virtual ~ActionObserver() = default;
+  virtual void Begin(const Action* actions, int count) = 0;
+  virtual void End(const Action* actions, int count) = 0;
+};
+
 struct ExecutorOptions {
   // b: boundary tensors are f32[s (/tp under SP), b, h] (--micro-batch-size).
   int64_t micro_batch_size = 1;
@@ -72,6 +83,9 @@ struct ExecutorOptions {
   bool broadcast_loss = true;
   // The schedule has no backward (BuildForwardOnlySchedule): evaluation.
   bool forward_only = false;
+  // Told of every action (null: nothing, one branch per action). Must
+  // outlive the Executor.
+  ActionObserver* observer = nullptr;
 };
 
 struct StepResult {

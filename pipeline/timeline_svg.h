@@ -2,6 +2,7 @@
 #define LOOM_PIPELINE_TIMELINE_SVG_H_
 
 #include <string>
+#include <vector>
 
 #include "pipeline/schedule.h"
 #include "pipeline/simulator.h"
@@ -24,6 +25,27 @@ struct SvgOptions {
 
 std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
                               const SvgOptions& options = {});
+
+// The same drawing for any rows of boxes (//profile:timeline_svg draws a
+// measured trace with it): one row per entry, labelled, time to the right
+// from 0, boxes <rect class="box" data-row="r" data-name="..."> with their
+// title as tooltip; a box may sit in a sub-lane of its row (nested spans).
+struct SvgBox {
+  double start = 0, end = 0;
+  std::string name;   // data-name, and the label when it fits
+  std::string fill;   // "#rrggbb" (SvgColor)
+  std::string title;  // tooltip
+  int lane = 0;       // 0 .. lanes-1 of its row, top to bottom
+};
+struct SvgRow {
+  std::string label;
+  int lanes = 1;
+  std::vector<SvgBox> boxes;
+};
+std::string RenderRowsSvg(const std::vector<SvgRow>& rows, const std::string& title,
+                          const std::string& time_unit, const SvgOptions& options = {});
+// "#rrggbb" of an HSL colour (hue in degrees, saturation and lightness in [0, 1]).
+std::string SvgColor(double hue, double saturation, double lightness);
 
 }  // namespace loom::pipeline
 

@@ -3,6 +3,8 @@
 //   bazel run //pipeline:visualize -- --schedule=interleaved --pp=4 --vpp=2
 //       --micro-batches=8 --out=schedule.svg   (one line)
 //   bazel run //pipeline:visualize -- --schedule=1f1b --pp=4 --micro-batches=8 --format=text
+//   bazel run //pipeline:visualize -- --schedule=1f1b --pp=4 --format=chrome --us-per-unit=2000
+//       --out=plan.json   (a Chrome trace, like --profile's trace.json: plan beside reality)
 //
 // Flag names may be written with dashes or underscores (--micro-batches, --micro_batches).
 // A relative --out is resolved against the directory `bazel run` was started from.
@@ -18,6 +20,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "profile/chrome_trace.h"
+#include "profile/schedule_trace.h"
 #include "absl/strings/str_format.h"
 #include "core/cli.h"
 #include "pipeline/schedule.h"
@@ -38,7 +42,11 @@ ABSL_FLAG(double, comm_cost, 0.0, "cost of one point-to-point transfer");
 ABSL_FLAG(std::string, comm_mode, "eager",
           "eager (buffered sends) | rendezvous (sends wait for the receive)");
 ABSL_FLAG(std::string, format, "svg",
-          "svg | text (compute order + summary) | actions (with sends/receives)");
+          "svg | text (compute order + summary) | actions (with sends/receives) | chrome (trace-"
+          "event JSON, as //train:gpt --profile writes: Perfetto, chrome://tracing)");
+ABSL_FLAG(double, us_per_unit, 1000,
+          "--format=chrome: microseconds per cost unit (e.g. a measured forward-compute in us "
+          "with --forward-cost=1)");
 ABSL_FLAG(std::string, out, "", "output file; empty writes to stdout");
 
 namespace {
@@ -69,8 +77,11 @@ int main(int argc, char** argv) {
                                 absl::GetFlag(FLAGS_schedule)));
   }
   const std::string format = absl::GetFlag(FLAGS_format);
-  if (format != "svg" && format != "text" && format != "actions") {
-    return Fail(absl::StrFormat("--format='%s': expected svg, text or actions", format));
+  if (format != "svg" && format != "text" && format != "actions" && format != "chrome") {
+    return Fail(absl::StrFormat("--format='%s': expected svg, text, actions or chrome", format));
+  }
+  if (!(absl::GetFlag(FLAGS_us_per_unit) > 0)) {
+    return Fail(absl::StrFormat("--us-per-unit=%g: must be > 0", absl::GetFlag(FLAGS_us_per_unit)));
   }
   const std::string comm_mode = absl::GetFlag(FLAGS_comm_mode);
   if (comm_mode != "eager" && comm_mode != "rendezvous") {
@@ -106,6 +117,9 @@ int main(int argc, char** argv) {
         "label = micro-batch.chunk",
         sim.forward_cost, sim.backward_cost, sim.comm_cost, comm_mode);
     text = lp::RenderTimelineSvg(*schedule, *result, svg);
+  } else if (format == "chrome") {
+    text = loom::profile::FormatMergedTrace(
+        loom::profile::ScheduleTrace(*schedule, *result, absl::GetFlag(FLAGS_us_per_unit)));
   } else if (format == "text") {
     text = lp::RenderComputeText(*schedule) + lp::RenderSummaryText(*schedule, *result);
   } else {

@@ -34,4 +34,23 @@ expect_error "--comm-mode='sync'" --comm-mode=sync
 expect_error "pp" --pp=four
 expect_error "no_such_flag" --no-such-flag=1
 expect_error "--out=" --out=/nonexistent-dir/x.svg
+expect_error "--format='json'" --format=json
+expect_error "--us-per-unit=0" --format=chrome --us-per-unit=0
+
+# --format=chrome: a Chrome trace, one process per stage, M forwards and M
+# backwards of "X" events per stage, in microseconds.
+"$BIN" --schedule=1f1b --pp=2 --micro-batches=3 --format=chrome --us-per-unit=10 \
+    > "$TEST_TMPDIR/plan.json" || fail "chrome run failed"
+python3 - "$TEST_TMPDIR/plan.json" <<'PY' || fail "chrome trace: see above"
+import json, sys
+t = json.load(open(sys.argv[1]))
+x = [e for e in t["traceEvents"] if e["ph"] == "X"]
+for stage in (0, 1):  # pids 1000 + stage: apart from a run's ranks
+    f = [e for e in x if e["pid"] == 1000 + stage and e["name"] == "forward-compute"]
+    b = [e for e in x if e["pid"] == 1000 + stage and e["name"] == "backward-compute"]
+    assert len(f) == 3 and len(b) == 3, (stage, len(f), len(b))
+    assert all(e["dur"] == 10 for e in f) and all(e["dur"] == 20 for e in b), f + b
+names = {e["args"]["name"] for e in t["traceEvents"] if e["name"] == "process_name"}
+assert len(names) == 2 and all(n.startswith("stage ") and "(plan: " in n for n in names), names
+PY
 echo PASS

@@ -178,6 +178,38 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
                                      : "--log-validation-ppl-to-tensorboard",
         " needs --tensorboard-dir=<directory>"));
   }
+  if (c->timing_log_level < 0 || c->timing_log_level > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--timing-log-level=", c->timing_log_level,
+        ": expected 0 (save-checkpoint), 1 (+ forward-backward, optimizer, gradient "
+        "reduction, params-all-gather) or 2 (+ per micro-batch compute, p2p, batch-generator)"));
+  }
+  if (c->log_timers_to_tensorboard && c->tensorboard_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--log-timers-to-tensorboard needs --tensorboard-dir=<directory>");
+  }
+  if (c->profile) {
+    if (c->profile_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "--profile needs --profile-dir=<directory>: each rank writes rank-R.json there and "
+          "rank 0 the merged trace.json");
+    }
+    if (c->profile_step_start < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--profile-step-start=", c->profile_step_start,
+          ": must be >= 0 (iterations completed when profiling starts)"));
+    }
+    if (c->profile_step_end <= c->profile_step_start) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--profile-step-end (", c->profile_step_end, ") must be > --profile-step-start (",
+          c->profile_step_start, "): the steps profiled are [start, end)"));
+    }
+    if (c->profile_step_start >= c->train_iters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--profile-step-start (", c->profile_step_start, ") must be < --train-iters (",
+          c->train_iters, "): the window would never open"));
+    }
+  }
   if (c->optimizer.bucket_bytes < 4) {
     return absl::InvalidArgumentError(absl::StrCat("--ddp-bucket-size (", c->optimizer.bucket_bytes / 4,
                                                    ") must be >= 1 parameter"));

@@ -128,6 +128,22 @@ struct TrainConfig {
   int64_t tensorboard_log_interval = 1;
   bool log_memory_to_tensorboard = false;          // mem-* scalars
   bool log_validation_ppl_to_tensorboard = false;  // "lm loss validation ppl"
+  // Megatron's timers (train/timers.h, Megatron's levels): after each log
+  // line, "(min, max) time across ranks (ms):" of the timers at or below
+  // --timing-log-level (0: save-checkpoint only, after each save; 1: the
+  // step's phases; 2: per micro-batch compute, p2p, batch-generator).
+  int timing_log_level = 0;
+  // With --tensorboard-dir: "<timer>-time" scalars (the max over ranks, s
+  // per iteration) with each log line.
+  bool log_timers_to_tensorboard = false;
+  // --profile: every rank records the steps that start with
+  // profile_step_start .. profile_step_end - 1 iterations completed (the
+  // timers as spans, every collective and p2p op) and writes a Chrome trace;
+  // rank 0 merges them into <profile_dir>/trace.json (profile/profiler.h).
+  bool profile = false;
+  std::string profile_dir;
+  int64_t profile_step_start = 10;
+  int64_t profile_step_end = 12;
   std::string save, load;
   int64_t save_interval = 0;
   CheckpointFlags checkpoint;

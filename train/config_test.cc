@@ -129,6 +129,39 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   ExpectError(c, 1, {"--overlap-param-gather needs --use-distributed-optimizer"});
 }
 
+TEST(ConfigTest, TimerAndProfileFlags) {
+  TrainConfig c = Base();
+  EXPECT_EQ(c.timing_log_level, 0);  // Megatron's default
+  EXPECT_FALSE(c.profile);
+  c.timing_log_level = 3;
+  ExpectError(c, 1, {"--timing-log-level=3", "expected 0"});
+  c = Base();
+  c.timing_log_level = -1;
+  ExpectError(c, 1, {"--timing-log-level=-1"});
+  c = Base();
+  c.log_timers_to_tensorboard = true;
+  ExpectError(c, 1, {"--log-timers-to-tensorboard needs --tensorboard-dir"});
+  c = Base();
+  c.profile = true;
+  ExpectError(c, 1, {"--profile needs --profile-dir"});
+  c.profile_dir = "/tmp/p";
+  c.profile_step_start = 5;
+  c.profile_step_end = 5;
+  ExpectError(c, 1, {"--profile-step-end (5) must be > --profile-step-start (5)"});
+  c.profile_step_start = -1;
+  ExpectError(c, 1, {"--profile-step-start=-1"});
+  c.profile_step_start = 10;
+  c.profile_step_end = 12;
+  c.train_iters = 10;
+  ExpectError(c, 1, {"--profile-step-start (10) must be < --train-iters (10)"});
+  c.train_iters = 11;
+  EXPECT_TRUE(Finalize(&c, 1).ok());
+  c = Base();
+  c.timing_log_level = 2;
+  c.profile_step_end = 0;  // ignored without --profile
+  EXPECT_TRUE(Finalize(&c, 1).ok());
+}
+
 TEST(ConfigTest, TensorBoardFlags) {
   TrainConfig c = Base();
   c.tensorboard_log_interval = 0;

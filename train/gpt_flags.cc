@@ -165,6 +165,21 @@ ABSL_FLAG(bool, log_memory_to_tensorboard, D().log_memory_to_tensorboard,
           "Also write rank 0's memory (mem-allocated-bytes, mem-max-allocated-bytes, ...)");
 ABSL_FLAG(bool, log_validation_ppl_to_tensorboard, D().log_validation_ppl_to_tensorboard,
           "Also write the validation perplexity");
+ABSL_FLAG(int, timing_log_level, D().timing_log_level,
+          "Megatron's timers after each log line, (min, max) over ranks: 0 save-checkpoint, 1 "
+          "+ forward-backward, optimizer, gradient reduction, params-all-gather, 2 + per "
+          "micro-batch forward/backward-compute, p2p, batch-generator");
+ABSL_FLAG(bool, log_timers_to_tensorboard, D().log_timers_to_tensorboard,
+          "Also write the timers as <timer>-time scalars (max over ranks, s per iteration)");
+ABSL_FLAG(bool, profile, D().profile,
+          "Write a Chrome trace (Perfetto, chrome://tracing) of steps --profile-step-start .. "
+          "--profile-step-end of every rank into --profile-dir (merged: trace.json)");
+ABSL_FLAG(std::string, profile_dir, D().profile_dir,
+          "Folder of --profile's traces (created if missing; shared by the hosts)");
+ABSL_FLAG(int64_t, profile_step_start, D().profile_step_start,
+          "--profile starts before the step that begins with this many iterations done");
+ABSL_FLAG(int64_t, profile_step_end, D().profile_step_end,
+          "--profile stops after the step that leaves this many iterations done");
 ABSL_FLAG(double, peak_flops, D().peak_flops,
           "Per-rank peak FLOP/s for MFU (0: measure a GEMM at start)");
 ABSL_FLAG(int64_t, sample_tokens, D().sample_tokens,
@@ -290,6 +305,12 @@ TrainConfig ConfigFromFlags() {
   c.tensorboard_log_interval = absl::GetFlag(FLAGS_tensorboard_log_interval);
   c.log_memory_to_tensorboard = absl::GetFlag(FLAGS_log_memory_to_tensorboard);
   c.log_validation_ppl_to_tensorboard = absl::GetFlag(FLAGS_log_validation_ppl_to_tensorboard);
+  c.timing_log_level = absl::GetFlag(FLAGS_timing_log_level);
+  c.log_timers_to_tensorboard = absl::GetFlag(FLAGS_log_timers_to_tensorboard);
+  c.profile = absl::GetFlag(FLAGS_profile);
+  c.profile_dir = ResolveUserPath(absl::GetFlag(FLAGS_profile_dir));
+  c.profile_step_start = absl::GetFlag(FLAGS_profile_step_start);
+  c.profile_step_end = absl::GetFlag(FLAGS_profile_step_end);
   c.peak_flops = absl::GetFlag(FLAGS_peak_flops);
   c.sample_tokens = absl::GetFlag(FLAGS_sample_tokens);
   c.save = ResolveUserPath(absl::GetFlag(FLAGS_save));

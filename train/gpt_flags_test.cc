@@ -104,6 +104,12 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   SAME(sample_tokens);
   SAME(device);
   SAME(bf16);
+  SAME(timing_log_level);
+  SAME(log_timers_to_tensorboard);
+  SAME(profile);
+  SAME(profile_dir);
+  SAME(profile_step_start);
+  SAME(profile_step_end);
 #undef SAME
 }
 
@@ -164,6 +170,24 @@ TEST(GptFlagsTest, TensorBoardFlags) {
   EXPECT_TRUE(c.log_memory_to_tensorboard);
   EXPECT_TRUE(c.log_validation_ppl_to_tensorboard);
   EXPECT_EQ(TrainConfig{}.tensorboard_log_interval, 1);  // Megatron's default
+}
+
+TEST(GptFlagsTest, TimerAndProfileFlags) {
+  absl::FlagSaver saver;
+  unsetenv("BUILD_WORKING_DIRECTORY");
+  Parse({"--timing-log-level=2", "--log-timers-to-tensorboard", "--profile",
+         "--profile-dir=/tmp/prof", "--profile-step-start=3", "--profile_step_end=5"});
+  const TrainConfig c = ConfigFromFlags();
+  EXPECT_EQ(c.timing_log_level, 2);
+  EXPECT_TRUE(c.log_timers_to_tensorboard);
+  EXPECT_TRUE(c.profile);
+  EXPECT_EQ(c.profile_dir, "/tmp/prof");
+  EXPECT_EQ(c.profile_step_start, 3);
+  EXPECT_EQ(c.profile_step_end, 5);
+  // Megatron's defaults.
+  EXPECT_EQ(TrainConfig{}.timing_log_level, 0);
+  EXPECT_EQ(TrainConfig{}.profile_step_start, 10);
+  EXPECT_EQ(TrainConfig{}.profile_step_end, 12);
 }
 
 TEST(GptFlagsTest, ExitFlagsAndFaultVariable) {

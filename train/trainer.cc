@@ -40,6 +40,14 @@ uint64_t StreamId(int64_t iteration, int64_t first_sample, bool training) {
   return z ^ (z >> 27);
 }
 
+// "\n" + each of Megatron's timer lines ("" when none): appended to the log
+// line they belong to, one record.
+std::string TimerBlock(const std::vector<TimerMinMax>& times) {
+  std::string block;
+  for (const std::string& line : Timers::Format(times)) absl::StrAppend(&block, "\n", line);
+  return block;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config,
@@ -73,6 +81,14 @@ absl::Status Trainer::Setup() {
   LOOM_ASSIGN_OR_RETURN(faults_, FaultInjector::Create(config_.fault_injection, world_->rank(),
                                                        restart));
   coord_ = grid_.Coord(world_->rank());
+  if (config_.profile) {
+    profile::ProfileOptions po;
+    po.dir = config_.profile_dir;
+    po.step_start = config_.profile_step_start;
+    po.step_end = config_.profile_step_end;
+    LOOM_ASSIGN_OR_RETURN(profiler_, profile::Profiler::Create(po, world_->rank()));
+    timers_.set_profiler(profiler_.get());
+  }
   LOOM_ASSIGN_OR_RETURN(groups_, comm::MakeParallelGroups(*world_, grid_));
   if (const int ep = config_.expert_model_parallel_size; ep > 1) {
     // EP ranks are consecutive DP ranks (Megatron's layout): each group is
@@ -115,6 +131,8 @@ absl::Status Trainer::Setup() {
   pipeline::ExecutorOptions eo;
   eo.micro_batch_size = config_.micro_batch_size;
   eo.loss_scale = 1.0f / static_cast<float>(config_.num_micro_batches);
+  // Per-action timers only when logged (level 2) or profiled: else no call at all.
+  if (config_.timing_log_level >= 2 || profiler_) eo.observer = &executor_timers_;
   // The executors' point-to-point traffic shares the pp group with its
   // collectives (the loss broadcast, the gradient norm): collectives match
   // by their place among the group's collectives alone (comm/comm.h).
@@ -125,6 +143,7 @@ absl::Status Trainer::Setup() {
   LOOM_ASSIGN_OR_RETURN(pipeline::Schedule eval_schedule, pipeline::BuildForwardOnlySchedule(so));
   pipeline::ExecutorOptions eval_options = eo;
   eval_options.forward_only = true;
+  eval_options.observer = nullptr;  // the timers are the training steps
   LOOM_ASSIGN_OR_RETURN(pipeline::Executor eval_executor,
                         pipeline::Executor::Create(eval_schedule, model_.get(), groups_.pp.get(),
                                                    eval_options));
@@ -145,6 +164,24 @@ absl::Status Trainer::Setup() {
   {
     core::MemoryScope tag(core::MemoryCategory::kGradients);
     LOOM_ASSIGN_OR_RETURN(gradients_, distributed::GradientSync::Create(model_.get(), gg, go));
+  }
+  if (profiler_) {
+    // Per-layer spans: the model's progress hooks, after GradientSync's.
+    // Without --profile the model keeps GradientSync's hooks alone.
+    executor_timers_.set_head_unit(model_->head_unit());
+    const layers::ModelHooks sync = model_->hooks();
+    layers::ModelHooks chained;
+    chained.before_forward = [this, sync](int64_t unit) {
+      executor_timers_.EndUnit();  // a ZeRO-1 gather wait is no layer's
+      absl::Status s = sync.before_forward ? sync.before_forward(unit) : absl::OkStatus();
+      executor_timers_.UnitForward(unit);
+      return s;
+    };
+    chained.after_backward = [this, sync](int64_t unit) {
+      executor_timers_.UnitBackward(unit);
+      return sync.after_backward ? sync.after_backward(unit) : absl::OkStatus();
+    };
+    model_->set_hooks(std::move(chained));
   }
   OptimizerGroups og;
   og.tp = groups_.tp.get();
@@ -366,13 +403,24 @@ absl::StatusOr<double> Trainer::TrainStep() {
   LOOM_RETURN_IF_ERROR(gradients_->StartStep());
   const int64_t consumed = consumed_samples_;
   std::optional<core::MemoryScope> tag(std::in_place, core::MemoryCategory::kActivations);
+  timers_.Start(TimerId::kForwardBackward);
   LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, executor_->RunStep([&](int m) {
     Beat(iteration_, Phase::kTrain);  // three relaxed stores: every micro-batch
-    return MakeMicroBatch(*train_data_, consumed, m, /*training=*/true);
+    timers_.Start(TimerId::kBatchGenerator);
+    absl::StatusOr<pipeline::MicroBatch> mb =
+        MakeMicroBatch(*train_data_, consumed, m, /*training=*/true);
+    timers_.Stop(TimerId::kBatchGenerator,
+                 timers_.profiling() ? absl::StrCat("{\"micro_batch\":", m, "}") : "");
+    return mb;
   }));
+  timers_.Stop(TimerId::kForwardBackward);
   tag.reset();
   // 2. The gradients made final: DP, the tied embedding, SP (GradientSync).
+  const TimerId grads = config_.optimizer.distributed ? TimerId::kGradsReduceScatter
+                                                      : TimerId::kGradsAllReduce;
+  timers_.Start(grads);
   LOOM_RETURN_IF_ERROR(gradients_->FinishGradients());
+  timers_.Stop(grads);
   // 3. The loss of the global batch: the mean over the DP ranks' means (CP
   //    ranks' means over equal shares of the sequence: their mean is the
   //    sequence's).
@@ -381,9 +429,14 @@ absl::StatusOr<double> Trainer::TrainStep() {
   // 4. Clip by the global norm, AdamW on what this rank owns, then share the
   //    updated parameters (ZeRO-1).
   tag.emplace(core::MemoryCategory::kOptimizer);
+  timers_.Start(TimerId::kOptimizer);
   LOOM_ASSIGN_OR_RETURN(double grad_norm, optimizer_->Step(config_.lr.At(iteration_)));
+  timers_.Stop(TimerId::kOptimizer);
   tag.reset();
+  // ZeRO-1 only: otherwise nothing is gathered (Megatron's params-all-gather).
+  if (config_.optimizer.distributed) timers_.Start(TimerId::kParamsAllGather);
   LOOM_RETURN_IF_ERROR(gradients_->StartParamGather());
+  timers_.Stop(TimerId::kParamsAllGather);
   last_grad_norm_ = grad_norm;
   ++iteration_;
   consumed_samples_ += config_.global_batch_size;
@@ -636,15 +689,23 @@ absl::Status Trainer::SaveCheckpoint() {
   l->set_world_size(world_->size());
   *h.mutable_model() = checkpoint::ModelConfigProto(config_.model);
   Beat(iteration_, Phase::kSave);
+  timers_.Start(TimerId::kSaveCheckpoint);
   LOOM_RETURN_IF_ERROR(gradients_->FinishParamGather());  // --overlap-param-gather
   LOOM_RETURN_IF_ERROR(StageToHost());
   faults_.BeforeSave(iteration_);  // LOOM_FAULT kind=save (tests only)
   LOOM_RETURN_IF_ERROR(checkpointer_->Save(CheckpointView(), h));
+  timers_.Stop(TimerId::kSaveCheckpoint,
+               timers_.profiling() ? absl::StrCat("{\"iteration\":", iteration_, "}") : "");
+  // Megatron logs save-checkpoint (level 0) after every save: with the
+  // save's line here, one record.
+  LOOM_ASSIGN_OR_RETURN(std::vector<TimerMinMax> times,
+                        timers_.MinMaxAcrossRanks(world_, {TimerId::kSaveCheckpoint}, 1, true));
   Beat(iteration_, Phase::kSave);
   last_saved_iteration_ = iteration_;
   Log(absl::StrFormat(" saved checkpoint at iteration %d to %s%s (blocked %.3f s)", iteration_,
                       config_.save, config_.checkpoint.async_save ? " (async)" : "",
-                      checkpointer_->last_stall_seconds()));
+                      checkpointer_->last_stall_seconds()) +
+      TimerBlock(times));
   return absl::OkStatus();
 }
 
@@ -859,6 +920,26 @@ absl::Status Trainer::WriteTensorBoardStep(double loss) {
   return tensorboard_->Flush();
 }
 
+absl::StatusOr<std::string> Trainer::IntervalTimers(int64_t iterations) {
+  const std::vector<TimerId> ids = timers_.IntervalTimers();
+  if (ids.empty() || iterations < 1) return std::string();
+  LOOM_ASSIGN_OR_RETURN(std::vector<TimerMinMax> times,
+                        timers_.MinMaxAcrossRanks(world_, ids, static_cast<double>(iterations),
+                                                  /*reset=*/true));
+  if (tensorboard_ && config_.log_timers_to_tensorboard) {
+    // Megatron's Timers.write: the max over ranks, seconds per iteration.
+    for (const TimerMinMax& t : times) {
+      AddTensorBoardScalar(absl::StrCat(TimerName(t.id), "-time"), t.max_ms / 1000, false);
+    }
+  }
+  return TimerBlock(times);
+}
+
+absl::Status Trainer::CloseProfile() {
+  if (!profiler_) return absl::OkStatus();
+  return profiler_->Close(world_, [this](const std::string& line) { Log(line); });
+}
+
 absl::Status Trainer::Train() {
   core::LedgerScope memory(memory_);
   if (config_.skip_train) {
@@ -879,6 +960,7 @@ absl::Status Trainer::Train() {
     last_eval_loss_ = valid;
     return absl::OkStatus();
   }
+  const auto log_fn = [this](const std::string& line) { Log(line); };
   const double tokens_per_step =
       static_cast<double>(config_.global_batch_size) * config_.model.seq_length;
   const double flops_per_token = ModelFlopsPerToken(config_.model);
@@ -888,7 +970,16 @@ absl::Status Trainer::Train() {
   int64_t window_iters = 0;
   double window_loss = 0;
   while (iteration_ < config_.train_iters) {
+    double step_start_us = 0;
+    if (profiler_) {
+      LOOM_RETURN_IF_ERROR(profiler_->BeforeStep(iteration_, world_));
+      step_start_us = profile::NowUs();
+    }
     LOOM_ASSIGN_OR_RETURN(double loss, TrainStep());
+    if (profiler_) {
+      profiler_->AddSpan("train-step", "step", "main", step_start_us, profile::NowUs(),
+                         absl::StrCat("{\"iteration\":", iteration_, "}"));
+    }
     ++window_iters;
     window_loss += loss;
     if (tensorboard_ && iteration_ % config_.tensorboard_log_interval == 0) {
@@ -912,7 +1003,9 @@ absl::Status Trainer::Train() {
       if (world_->size() > 1) {
         LOOM_ASSIGN_OR_RETURN(m.memory_peak_max, MaxMemoryPeak());
       }
-      Log(FormatStep(m, config_.train_iters));
+      // Megatron's timer block belongs to the log line: one record.
+      LOOM_ASSIGN_OR_RETURN(std::string timers, IntervalTimers(window_iters));
+      Log(FormatStep(m, config_.train_iters) + timers);
       if (world_->rank() == 0) metrics_.WriteStep(m);
       if (tensorboard_) {
         // Megatron's: seconds per iteration and model TFLOP/s per GPU, over the log interval.
@@ -935,7 +1028,12 @@ absl::Status Trainer::Train() {
     }
     if (valid_data_ && config_.eval_interval > 0 &&
         (iteration_ % config_.eval_interval == 0 || last)) {
+      const double eval_start_us = profiler_ ? profile::NowUs() : 0;
       LOOM_ASSIGN_OR_RETURN(double valid, Evaluate());
+      if (profiler_) {
+        profiler_->AddSpan("evaluate", "step", "main", eval_start_us, profile::NowUs(),
+                           absl::StrCat("{\"eval_iters\":", config_.eval_iters, "}"));
+      }
       const double eval_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - pause_start).count();
       Log(absl::StrFormat(" validation loss at iteration %d: %.4f (perplexity %.2f, %d batches "
@@ -951,13 +1049,18 @@ absl::Status Trainer::Train() {
     // At the last iteration only a signal counts: the run is complete.
     LOOM_ASSIGN_OR_RETURN(ExitReason exit, AgreeOnExit());
     if (exit == ExitReason::kSignal || (exit != ExitReason::kNone && !last)) {
-      return ExitEarly(exit);
+      LOOM_RETURN_IF_ERROR(ExitEarly(exit));
+      return CloseProfile();
     }
+    // After the step's log, evaluation and checkpoint: they are in the window
+    // too (writing the traces is a pause, out of tokens/s).
+    if (profiler_) LOOM_RETURN_IF_ERROR(profiler_->AfterStep(iteration_, world_, log_fn));
     window_paused_s +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - pause_start).count();
   }
   if (checkpointer_ && last_saved_iteration_ != iteration_) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
   LOOM_RETURN_IF_ERROR(WaitForCheckpoint());
+  LOOM_RETURN_IF_ERROR(CloseProfile());
   Beat(iteration_, Phase::kExiting);
   return absl::OkStatus();
 }

@@ -19,6 +19,7 @@
 #include "layers/gpt_model.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
+#include "profile/profiler.h"
 #include "train/config.h"
 #include "train/data/gpt_dataset.h"
 #include "train/data/indexed_dataset.h"
@@ -27,6 +28,7 @@
 #include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/tensorboard/events.h"
+#include "train/timers.h"
 
 namespace loom::train {
 
@@ -50,7 +52,10 @@ class Trainer {
                                                          LogFn log = nullptr);
 
   // Runs iterations [iteration(), config.train_iters), logging every
-  // --log-interval and evaluating every --eval-interval. With --skip-train:
+  // --log-interval (with Megatron's "(min, max) time across ranks" block of
+  // the --timing-log-level timers, train/timers.h) and evaluating every
+  // --eval-interval; --profile records the steps of its window and writes
+  // the merged Chrome trace (profile/profiler.h). With --skip-train:
   // one evaluation, logged, and nothing else. --exit-signal-handler,
   // --exit-interval, --exit-duration-in-mins: stops after the step where the
   // ranks agree one holds, saves (with --save), logs one line and returns OK
@@ -112,7 +117,7 @@ class Trainer {
  private:
   Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log)
       : config_(config), world_(world), grid_(grid), log_(std::move(log)),
-        created_(std::chrono::steady_clock::now()) {}
+        created_(std::chrono::steady_clock::now()), timers_(config.timing_log_level) {}
   absl::Status Setup();
   absl::Status SetupData();
   // Micro-batch m of the step that starts at `consumed` samples.
@@ -152,6 +157,13 @@ class Trainer {
   // --tensorboard-dir (rank 0): Megatron's scalar `tag` at the iteration,
   // and with `vs_samples` also "<tag> vs samples" at the samples consumed.
   void AddTensorBoardScalar(const std::string& tag, double value, bool vs_samples);
+  // Collective: --timing-log-level's timers over the ranks since the last
+  // log line (`iterations` of them) as Megatron's block ("\n"-separated
+  // lines to append to the log line; "" when the level has none), and
+  // (--log-timers-to-tensorboard) their <timer>-time scalars.
+  absl::StatusOr<std::string> IntervalTimers(int64_t iterations);
+  // Collective with --profile: closes an open window (training stopped inside it).
+  absl::Status CloseProfile();
   // Every --tensorboard-log-interval: the step's loss, learning rate, grad
   // norm, batch size (and memory); flushed, so TensorBoard sees progress.
   absl::Status WriteTensorBoardStep(double loss);
@@ -191,6 +203,10 @@ class Trainer {
   FaultInjector faults_;  // LOOM_FAULT (tests only): empty unless set
   std::unique_ptr<layers::ParamBuffer> host_params_;  // device runs only
   core::Tensor host_exp_avg_, host_exp_avg_sq_;
+  // Megatron's timers (--timing-log-level); with --profile also the spans.
+  Timers timers_;
+  ExecutorTimers executor_timers_{&timers_};
+  std::unique_ptr<profile::Profiler> profiler_;  // --profile
 };
 
 }  // namespace loom::train

@@ -22,7 +22,10 @@ namespace loom::comm::flight {
 
 namespace detail {
 std::atomic<uint64_t> g_now_us{1};
+std::atomic<Sink*> g_sink{nullptr};
 }  // namespace detail
+
+void SetSink(Sink* sink) { detail::g_sink.store(sink, std::memory_order_release); }
 
 namespace {
 

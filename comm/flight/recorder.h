@@ -108,6 +108,26 @@ struct CommInfo {
   std::string dir;           // CommOptions::flight_recorder_dir ("": never dumped)
 };
 
+// An optional observer of every recorder's operations in this process (a
+// profiler: profile/profiler.h). None is installed by default, and then
+// Issue and Complete pay one load and a not-taken branch each. Installed, it
+// is called from the thread that issues an op (OnIssue, after the entry is
+// written) and from the thread that completes it (OnComplete, which may come
+// twice for a failed op, or for an op issued before the sink was installed:
+// an implementation ignores ids it does not know). It must be thread-safe and
+// outlive its installation; calls already running may finish after
+// SetSink(nullptr) returns, so a sink is never destroyed (a process-wide
+// object).
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void OnIssue(const CommInfo& info, uint64_t id, OpKind kind, uint64_t seq,
+                       core::DType dtype, uint64_t bytes, int peer, int tag) = 0;
+  virtual void OnComplete(const CommInfo& info, uint64_t id, bool ok) = 0;
+};
+// Installs `sink` for every recorder of the process (null: none).
+void SetSink(Sink* sink);
+
 class Recorder {
  public:
   // Registers the recorder with the process (for dumps) and starts the
@@ -170,6 +190,7 @@ std::string DumpPath(const std::string& dir, int world_rank);
 
 namespace detail {
 extern std::atomic<uint64_t> g_now_us;
+extern std::atomic<Sink*> g_sink;
 }  // namespace detail
 
 inline uint64_t NowUs() { return detail::g_now_us.load(std::memory_order_relaxed); }
@@ -193,6 +214,9 @@ inline uint64_t Recorder::Issue(OpKind kind, uint64_t seq, core::DType dtype, ui
                      static_cast<uint8_t>(dtype),
                  std::memory_order_release);
   next_id_.store(id + 1, std::memory_order_release);
+  if (Sink* sink = detail::g_sink.load(std::memory_order_acquire)) {
+    sink->OnIssue(info_, id, kind, seq, dtype, bytes, peer, tag);
+  }
   return id;
 }
 
@@ -203,6 +227,7 @@ inline void Recorder::Start(uint64_t id) {
 inline void Recorder::Complete(uint64_t id, bool ok) {
   slots_[id & mask_].completed.store(Stamp(id, NowUs()) | uint64_t{!ok} << kTimeBits,
                                      std::memory_order_release);
+  if (Sink* sink = detail::g_sink.load(std::memory_order_acquire)) sink->OnComplete(info_, id, ok);
 }
 
 }  // namespace loom::comm::flight
