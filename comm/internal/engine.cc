@@ -119,15 +119,14 @@ class ContextIds {
 
 // One collective of this engine as the algorithms see it: its steps become
 // messages tagged with the op's sequence number and signature.
+// `op.task` owns the op's tensors.
 class Engine::OpSteps : public Steps {
  public:
-  // `buffers` owns the op's tensors.
-  OpSteps(Engine* engine, Op* op, uint32_t sig, std::shared_ptr<const void> buffers)
-      : engine_(engine), op_(op), sig_(sig), buffers_(std::move(buffers)) {}
+  OpSteps(Engine* engine, Op* op, uint32_t sig) : engine_(engine), op_(op), sig_(sig) {}
   int rank() const override { return engine_->rank_; }
   int size() const override { return engine_->size(); }
   absl::Status Exchange(absl::Span<const Leg> legs) override {
-    return engine_->Exchange(*op_, sig_, legs, buffers_);
+    return engine_->Exchange(*op_, sig_, legs);
   }
   char* Stage(int i, size_t bytes) override { return engine_->Stage(i, bytes); }
 
@@ -135,7 +134,25 @@ class Engine::OpSteps : public Steps {
   Engine* const engine_;
   Op* const op_;
   const uint32_t sig_;
-  const std::shared_ptr<const void> buffers_;
+};
+
+// A collective as the scheduler's task: the algorithm with its arguments
+// (the op's tensors) in one allocation, which a request the op gives up
+// keeps alive after the op (Exchange).
+template <typename Algorithm>
+class Engine::CollectiveTask : public Scheduler::Task {
+ public:
+  CollectiveTask(Engine* engine, uint32_t sig, Algorithm run)
+      : engine_(engine), sig_(sig), run_(std::move(run)) {}
+  absl::Status Run(Op& op) override {
+    OpSteps steps(engine_, &op, sig_);
+    return run_(steps);
+  }
+
+ private:
+  Engine* const engine_;
+  const uint32_t sig_;
+  const Algorithm run_;
 };
 
 Engine::Engine(std::shared_ptr<Transport> transport, std::vector<int> members, uint32_t ctx,
@@ -200,16 +217,9 @@ WorkPtr Engine::Collective(const char* name, flight::OpKind kind, core::DType dt
                            uint64_t bytes, int root, uint32_t sig, Run run,
                            absl::Duration timeout) {
   const uint64_t id = recorder_->Issue(kind, next_seq_, dtype, bytes, root);
-  // `run` holds the op's tensors; shared, so that a request the op gives up
-  // can keep them alive after the op (Exchange).
-  auto shared = std::make_shared<const Run>(std::move(run));
-  return scheduler_->Enqueue(
-      name, next_seq_++,
-      [this, sig, shared](Op& op) {
-        OpSteps steps(this, &op, sig, shared);
-        return (*shared)(steps);
-      },
-      timeout, id);
+  return scheduler_->Enqueue(name, next_seq_++,
+                             std::make_shared<CollectiveTask<Run>>(this, sig, std::move(run)),
+                             timeout, id);
 }
 
 WorkPtr Engine::PointToPoint(const char* name, flight::OpKind kind, std::vector<P2POp> ops,
@@ -235,15 +245,16 @@ char* Engine::Stage(int i, size_t bytes) {
   return stage_[i].empty() ? &g_empty : stage_[i].data();
 }
 
-absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs,
-                              const std::shared_ptr<const void>& buffers) {
+absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs) {
   absl::InlinedVector<TransportReq, 4> reqs(legs.size());
+  absl::InlinedVector<TransportReq*, 4> order;
   std::vector<TransportReq*>& ptrs = exchange_ptrs_;  // reused: no allocation per call
   ptrs.clear();
   const int me = transport_->rank();
   // Receives are posted before sends: a peer's message then finds its
   // buffer waiting instead of being staged as unexpected (a copy, and for
-  // large messages a slower rendezvous path).
+  // large messages a slower rendezvous path). (Sends first for small legs
+  // measured 10-20% slower at 4-256 B: the unexpected path costs more.)
   for (size_t k = 0; k < 2 * legs.size(); ++k) {
     const size_t i = k % legs.size();
     const Leg& leg = legs[i];
@@ -255,8 +266,9 @@ absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs,
     r.tag = MakeTag(ctx_, leg.is_send ? me : r.peer, false, payload, sig);
     r.buf = leg.bytes ? leg.buf : &g_empty;
     r.bytes = leg.bytes;
-    transport_->Post(&r);
+    order.push_back(&r);
   }
+  transport_->PostAll(order.data(), order.size());
   for (TransportReq& r : reqs) ptrs.push_back(&r);
   return WaitLegs(
       *transport_, op, ptrs, scheduler_->abort_flag(), [&](size_t i) { return legs[i].peer; },
@@ -272,7 +284,7 @@ absl::Status Engine::Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs,
           std::vector<char> stage[2];
         };
         auto held = std::make_shared<Held>();
-        held->buffers = buffers;
+        held->buffers = op.task;  // the op's tensors
         for (int i = 0; i < 2; ++i) {
           held->stage[i] = std::move(stage_[i]);
           stage_[i] = std::vector<char>();

@@ -94,6 +94,8 @@ class Engine : public Communicator {
  private:
   using Op = Scheduler::Op;
   class OpSteps;
+  template <typename Algorithm>
+  class CollectiveTask;
 
   // A child made by Split: shares `contexts` with its parent.
   Engine(std::shared_ptr<Transport> transport, std::vector<int> members, uint32_t ctx,
@@ -120,11 +122,10 @@ class Engine : public Communicator {
                uint32_t& sequence, absl::Status status);
 
   // Sends/receives all legs of one algorithm step of `op` and waits for them.
-  // `buffers` owns the op's tensors; when the wait fails, the requests not
-  // done are cancelled and the transport keeps `buffers` and the staging
+  // `op.task` owns the op's tensors; when the wait fails, the requests not
+  // done are cancelled and the transport keeps the task and the staging
   // while it may still touch them (comm.h, FAILURE).
-  absl::Status Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs,
-                        const std::shared_ptr<const void>& buffers);
+  absl::Status Exchange(Op& op, uint32_t sig, absl::Span<const Leg> legs);
   // The same for point-to-point ops (`ops` owns their tensors).
   absl::Status P2P(Op& op, const std::shared_ptr<const std::vector<P2POp>>& ops, bool wait_sends);
   char* Stage(int i, size_t bytes);

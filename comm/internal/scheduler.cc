@@ -10,11 +10,25 @@ namespace loom::comm::internal {
 // What a handle needs of its scheduler: a way to help or wake it while it
 // exists, and the names for its description.
 struct SchedulerLink {
-  std::mutex mu;
-  Scheduler* scheduler = nullptr;  // null once the scheduler shuts down
+  // Held while executing operations (the scheduler's executor lock): a
+  // waiting thread that holds it may help, as `scheduler` cannot go away
+  // meanwhile (Shutdown takes it). One lock where a helper took two.
+  std::mutex exec_mu;
+  std::mutex mu;  // for Poll's wake-ups
+  Scheduler* scheduler = nullptr;  // null once the scheduler shuts down (both locks held)
+  absl::Duration default_timeout;     // CommOptions::timeout
+  absl::Duration default_wait_limit;  // WaitLimit(default_timeout)
   Scheduler::Names names;
   std::shared_ptr<flight::Recorder> recorder;  // may be null
 };
+
+// What Work::Wait() waits for an op of limit `op_timeout`: a little slack so
+// the operation's own error (naming the missing ranks) is what the caller
+// sees. (Duration division is slow: computed once per scheduler for the
+// default limit.)
+absl::Duration WaitLimit(absl::Duration op_timeout) {
+  return op_timeout + std::max(absl::Seconds(5), op_timeout / 10);
+}
 
 // A waiting thread's naps between tries (helping, polling sends): a tenth of
 // the wait so far, within these bounds. A wait then lasts at most about a
@@ -29,6 +43,8 @@ class ScheduledWork : public Work {
       : name_(name),
         seq_(seq),
         op_timeout_(op_timeout),
+        wait_limit_(link->default_timeout == op_timeout ? link->default_wait_limit
+                                                        : WaitLimit(op_timeout)),
         link_(std::move(link)),
         flight_id_(flight_id) {}
 
@@ -45,17 +61,27 @@ class ScheduledWork : public Work {
   bool Done() const { return done_.load(std::memory_order_acquire); }
   absl::Status Wait(absl::Duration timeout) override {
     if (Done()) return status_;
-    const absl::Time start = absl::Now();
+    const absl::Time start = Now();
     const absl::Time deadline = start + timeout;
+    absl::Time now = start;
     for (;;) {
       if (link_) {
-        std::lock_guard<std::mutex> hl(link_->mu);
-        if (link_->scheduler) link_->scheduler->Help(this, deadline);
+        // Another thread executing (a helper, the worker): nap below.
+        std::unique_lock<std::mutex> ex(link_->exec_mu, std::try_to_lock);
+        if (ex.owns_lock() && link_->scheduler) link_->scheduler->Help(this, deadline, now);
       }
+      if (Done()) break;  // the usual end: this thread ran the op
       std::unique_lock<std::mutex> l(mu_);
-      if (Done()) break;
-      const absl::Time now = absl::Now();
+      // Finish reads `waiters_` after it sets done_, this thread reads done_
+      // after it counts itself in: one of them sees the other (seq_cst).
+      waiters_.fetch_add(1);
+      if (done_.load()) {
+        waiters_.fetch_sub(1);
+        break;
+      }
+      now = Now();
       if (now >= deadline) {
+        waiters_.fetch_sub(1);
         return absl::DeadlineExceededError(
             absl::StrCat(Describe(), " did not finish within ", absl::FormatDuration(timeout),
                          " of waiting (the operation's own limit is ",
@@ -68,13 +94,14 @@ class ScheduledWork : public Work {
       const absl::Duration nap = std::clamp((now - start) / 10, kMinNap, kMaxNap);
       cv_.wait_for(l, absl::ToChronoNanoseconds(std::min(deadline - now, nap)),
                    [&] { return Done(); });
+      waiters_.fetch_sub(1);
+      now = absl::InfinitePast();  // stale after the nap: Help reads the clock
     }
     return status_;
   }
   absl::Status Wait() override {
-    // A little slack so the operation's own error (naming the missing ranks)
-    // is what the caller sees.
-    return Wait(op_timeout_ + std::max(absl::Seconds(5), op_timeout_ / 10));
+    if (Done()) return status_;
+    return Wait(wait_limit_);
   }
   std::string Describe() const override {
     const Scheduler::Names& n = link_->names;
@@ -82,25 +109,31 @@ class ScheduledWork : public Work {
                         " backend, rank ", n.rank, " of ", n.size, ")");
   }
 
+  // Callers are serialized: the executor (under the exec lock), or the
+  // issuing thread before the handle is returned (Reject, Push). No lock
+  // unless a thread sleeps in Wait (each locked instruction counts in a
+  // sub-microsecond op).
   void Finish(absl::Status status) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (done_.load(std::memory_order_relaxed)) return;
-      if (link_->recorder) link_->recorder->Complete(flight_id_, status.ok());
-      status_ = std::move(status);
-      done_.store(true, std::memory_order_release);
+    if (done_.load(std::memory_order_relaxed)) return;
+    if (link_->recorder) link_->recorder->Complete(flight_id_, status.ok());
+    status_ = std::move(status);
+    done_.store(true);  // seq_cst: see Wait
+    if (waiters_.load() > 0) {
+      { std::lock_guard<std::mutex> l(mu_); }  // a waiter is asleep or will see done_
+      cv_.notify_all();
     }
-    cv_.notify_all();
   }
 
  private:
   const char* const name_;
   const uint32_t seq_;
   const absl::Duration op_timeout_;
+  const absl::Duration wait_limit_;  // of Wait()
   const std::shared_ptr<SchedulerLink> link_;
   const uint64_t flight_id_;
   std::mutex mu_;
   std::condition_variable cv_;
+  std::atomic<int> waiters_{0};  // threads in Wait that may sleep on cv_
   std::atomic<bool> done_{false};
   absl::Status status_;
 };
@@ -129,6 +162,8 @@ Scheduler::Scheduler(std::shared_ptr<Transport> transport, Names names, absl::Du
   link_->scheduler = this;
   link_->names = std::move(names);
   link_->recorder = recorder_;
+  link_->default_timeout = timeout_;
+  link_->default_wait_limit = WaitLimit(timeout_);
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -142,17 +177,39 @@ void Scheduler::Shutdown() {
   abort_flag_ = true;
   cv_.notify_all();
   {
-    std::lock_guard<std::mutex> hl(link_->mu);  // waits for a helping thread to stop
+    // Waits for the executing thread (a helper, or the worker) to end its
+    // op, which the abort flag ends promptly.
+    std::unique_lock<std::mutex> ex(link_->exec_mu, std::defer_lock);
+    if (worker_.get_id() != std::this_thread::get_id()) ex.lock();
+    std::lock_guard<std::mutex> hl(link_->mu);
     link_->scheduler = nullptr;
   }
   if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
 }
 
+namespace {
+
+class FunctionTask : public Scheduler::Task {
+ public:
+  explicit FunctionTask(std::function<absl::Status(Scheduler::Op&)> run) : run_(std::move(run)) {}
+  absl::Status Run(Scheduler::Op& op) override { return run_(op); }
+
+ private:
+  std::function<absl::Status(Scheduler::Op&)> run_;
+};
+
+}  // namespace
+
 WorkPtr Scheduler::Enqueue(const char* name, uint32_t seq, std::function<absl::Status(Op&)> run,
+                           absl::Duration timeout, uint64_t flight_id) {
+  return Enqueue(name, seq, std::make_shared<FunctionTask>(std::move(run)), timeout, flight_id);
+}
+
+WorkPtr Scheduler::Enqueue(const char* name, uint32_t seq, std::shared_ptr<Task> task,
                            absl::Duration timeout, uint64_t flight_id) {
   if (timeout <= absl::ZeroDuration()) timeout = timeout_;
   auto work = std::make_shared<ScheduledWork>(name, seq, timeout, link_, flight_id);
-  return Push(Op{work, seq, std::move(run), absl::Now(), timeout, flight_id});
+  return Push(Op{std::move(work), seq, std::move(task), Now(), timeout, flight_id});
 }
 
 WorkPtr Scheduler::Reject(const char* name, uint32_t seq, absl::Status error,
@@ -164,8 +221,8 @@ WorkPtr Scheduler::Reject(const char* name, uint32_t seq, absl::Status error,
   // A marker that fails when reached in issue order (Finish is a no-op on
   // the finished handle; RunOp records the abort). It takes no time, so any
   // waiter may run it (no limit).
-  return Push(Op{work, seq, [abort](Op&) { return abort; }, absl::Now(), absl::ZeroDuration(),
-                 flight_id});
+  return Push(Op{work, seq, std::make_shared<FunctionTask>([abort](Op&) { return abort; }),
+                 Now(), absl::ZeroDuration(), flight_id});
 }
 
 WorkPtr Scheduler::Push(Op op) {
@@ -192,7 +249,7 @@ void Scheduler::MaybeWakeWorker() {
   bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
-    wake = !queue_.empty() && absl::Now() - queue_.front().deadline >= kWorkerGrace;
+    wake = !queue_.empty() && Now() - queue_.front().deadline >= kWorkerGrace;
   }
   if (wake) cv_.notify_all();
 }
@@ -216,7 +273,7 @@ void Scheduler::WorkerLoop() {
       // Grace period: a thread about to Wait on the op runs it itself (no
       // hand-off); the worker takes ops nobody picked up.
       if (!queue_.empty()) {
-        absl::Duration age = absl::Now() - queue_.front().deadline;
+        absl::Duration age = Now() - queue_.front().deadline;
         if (age < kWorkerGrace) {
           cv_.wait_for(l, absl::ToChronoNanoseconds(std::max(kWorkerGrace - age, kWorkerPeriod)));
           continue;
@@ -225,7 +282,7 @@ void Scheduler::WorkerLoop() {
     }
     // A thread waiting on a handle may be executing: then leave the queue
     // to it and look again shortly.
-    std::unique_lock<std::mutex> ex(exec_mu_, std::try_to_lock);
+    std::unique_lock<std::mutex> ex(link_->exec_mu, std::try_to_lock);
     if (!ex.owns_lock()) {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait_for(l, std::chrono::microseconds(500));
@@ -237,7 +294,7 @@ void Scheduler::WorkerLoop() {
     send_poll = progressed ? kMinSendPoll : std::min(2 * send_poll, kMaxSendPoll);
   }
   // Shutting down: fail what is left.
-  std::lock_guard<std::mutex> ex(exec_mu_);
+  std::lock_guard<std::mutex> ex(link_->exec_mu);
   std::deque<Op> left;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -252,25 +309,25 @@ void Scheduler::WorkerLoop() {
   num_pending_ = 0;
 }
 
-void Scheduler::Help(ScheduledWork* work, absl::Time wait_deadline) {
-  std::unique_lock<std::mutex> ex(exec_mu_, std::try_to_lock);
-  if (!ex.owns_lock()) return;  // another thread is executing
+void Scheduler::Help(ScheduledWork* work, absl::Time wait_deadline, absl::Time now) {
   // Running an op inline blocks until it ends, at worst at its own limit:
   // RunNext takes only ops that end by then before this wait does, so a
   // Wait(timeout) never lasts longer by running the ops queued before its own.
-  while (!work->Done() && RunNext(wait_deadline)) {
-  }
+  // (`now` holds for the first op only.)
+  while (!work->Done() && RunNext(wait_deadline, now)) now = absl::InfinitePast();
   PollPendingSends();  // `work` may be a send left to the background
-  ex.unlock();
-  if (!work->Done()) MaybeWakeWorker();  // ops this wait left to the worker
+  // Ops this wait left to the worker (still under the exec lock, which
+  // keeps this scheduler alive; the waiter lets go of it right after).
+  if (!work->Done()) MaybeWakeWorker();
 }
 
-bool Scheduler::RunNext(absl::Time must_end_by) {
+bool Scheduler::RunNext(absl::Time must_end_by, absl::Time now) {
   Op op;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (queue_.empty() || stopping_) return false;
-    if (aborted_.ok() && absl::Now() + queue_.front().timeout > must_end_by) return false;
+    if (now == absl::InfinitePast()) now = Now();
+    if (aborted_.ok() && now + queue_.front().timeout > must_end_by) return false;
     op = std::move(queue_.front());
     queue_.pop_front();
     if (!aborted_.ok()) {
@@ -281,17 +338,18 @@ bool Scheduler::RunNext(absl::Time must_end_by) {
       return true;
     }
   }
-  RunOp(op);
+  RunOp(op, now);
   PollPendingSends();
   return true;
 }
 
-void Scheduler::RunOp(Op& op) {
-  op.deadline = absl::Now() + op.timeout;
+void Scheduler::RunOp(Op& op, absl::Time now) {
+  op.deadline = (now == absl::InfinitePast() ? Now() : now) + op.timeout;
   if (recorder_ && !op.work->Done()) recorder_->Start(op.flight_id);  // Done: rejected
-  std::shared_ptr<ScheduledWork> work = op.work;
-  absl::Status status = op.run(op);
-  if (op.work == nullptr) return;  // left to the background: finishes in PollPendingSends
+  absl::Status status = op.task->Run(op);
+  // Left to the background: finishes in PollPendingSends (which holds it).
+  if (op.work == nullptr) return;
+  ScheduledWork* work = op.work.get();
   bool first = false;
   if (!status.ok()) {
     std::lock_guard<std::mutex> l(mu_);
@@ -304,7 +362,7 @@ void Scheduler::RunOp(Op& op) {
   // exit on it), with the op recorded as failed.
   if (first && recorder_) recorder_->Complete(op.flight_id, false);
   if (first) Aborted(status);
-  work->Finish(status);
+  work->Finish(std::move(status));
 }
 
 void Scheduler::Aborted(const absl::Status& status) {
@@ -324,7 +382,7 @@ bool Scheduler::PollPendingSends() {
   std::vector<TransportReq*> reqs;
   for (PendingSend& p : pending_sends_) reqs.push_back(p.req.get());
   transport_->Test(reqs);
-  absl::Time now = absl::Now();
+  absl::Time now = Now();
   std::vector<PendingSend> keep;
   for (PendingSend& p : pending_sends_) {
     // Any thread progressing the transport may have completed the send (a

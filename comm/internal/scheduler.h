@@ -56,11 +56,20 @@ class Scheduler {
     int rank, size;
   };
 
+  struct Op;
+  // What an operation does (the engine's collectives derive from it: the op
+  // and its arguments in one allocation, called without a std::function).
+  class Task {
+   public:
+    virtual ~Task() = default;
+    virtual absl::Status Run(Op& op) = 0;
+  };
+
   // One operation, as the scheduler runs it.
   struct Op {
     std::shared_ptr<ScheduledWork> work;  // null once left to the background
     uint32_t seq;                         // its number, for descriptions
-    std::function<absl::Status(Op&)> run;
+    std::shared_ptr<Task> task;           // holds the op's arguments while it lives
     absl::Time deadline;  // while queued: when it was issued; once started: its deadline
     absl::Duration timeout;  // its own limit, from when it starts
     uint64_t flight_id = 0;  // its entry in the flight recorder
@@ -79,6 +88,9 @@ class Scheduler {
   // limit `timeout` (zero: the default) and returns its handle. `flight_id`:
   // the op's id in the recorder (Recorder::Issue; ignored without one).
   WorkPtr Enqueue(const char* name, uint32_t seq, std::function<absl::Status(Op&)> run,
+                  absl::Duration timeout = absl::ZeroDuration(), uint64_t flight_id = 0);
+  // The same with the op as a Task.
+  WorkPtr Enqueue(const char* name, uint32_t seq, std::shared_ptr<Task> task,
                   absl::Duration timeout = absl::ZeroDuration(), uint64_t flight_id = 0);
 
   // An operation that failed its argument checks, numbered `seq` like the
@@ -104,18 +116,22 @@ class Scheduler {
 
   WorkPtr Push(Op op);
   void WorkerLoop();
-  // Caller holds exec_mu_. Runs the next queued op (or fails it, once
+  // Caller holds the exec lock (link_->exec_mu). Runs the next queued op (or fails it, once
   // aborted); false if there is none, or if it might not end (at its own
-  // limit) by `must_end_by`.
-  bool RunNext(absl::Time must_end_by = absl::InfiniteFuture());
-  void RunOp(Op& op);
-  // Caller holds exec_mu_. Finishes the sends left to the background that
+  // limit) by `must_end_by`. `now`: the time, if the caller just read it
+  // (InfinitePast: read it here).
+  bool RunNext(absl::Time must_end_by = absl::InfiniteFuture(),
+               absl::Time now = absl::InfinitePast());
+  // `now`: as for RunNext.
+  void RunOp(Op& op, absl::Time now = absl::InfinitePast());
+  // Caller holds the exec lock (link_->exec_mu). Finishes the sends left to the background that
   // are done or past their deadline; true if any finished.
   bool PollPendingSends();
   // Called by a thread waiting on `work` until `wait_deadline`, between
-  // naps: if no other thread is executing, runs the queued operations up to
-  // `work` that end by `wait_deadline`, and polls the pending sends.
-  void Help(ScheduledWork* work, absl::Time wait_deadline);
+  // naps, holding the exec lock (no other thread is executing): runs the
+  // queued operations up to `work` that end by `wait_deadline`, and polls
+  // the pending sends. `now`: the time the caller just read.
+  void Help(ScheduledWork* work, absl::Time wait_deadline, absl::Time now);
   // Wakes the worker if the oldest queued op has waited past the grace period.
   void MaybeWakeWorker();
   // The first failure aborted the scheduler: the recorder dumps (no lock held).
@@ -124,8 +140,8 @@ class Scheduler {
   std::shared_ptr<Transport> transport_;
   const absl::Duration timeout_;
   const std::shared_ptr<flight::Recorder> recorder_;
-  std::shared_ptr<SchedulerLink> link_;  // shared with the handles
-  std::mutex exec_mu_;  // held while executing operations
+  std::shared_ptr<SchedulerLink> link_;  // shared with the handles; its exec_mu is
+                                         // held while executing operations
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;
@@ -133,7 +149,7 @@ class Scheduler {
   absl::Status aborted_;  // first fatal error (guarded by mu_)
   std::atomic<bool> abort_flag_{false};
 
-  // Executor state (guarded by exec_mu_).
+  // Executor state (guarded by the exec lock).
   std::atomic<int> num_pending_{0};
   struct PendingSend {
     std::shared_ptr<ScheduledWork> work;

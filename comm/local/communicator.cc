@@ -97,7 +97,7 @@ class LocalTransport : public internal::Transport {
       for (TransportReq* r : reqs) all = all && r->done;
       if (all) return absl::OkStatus();
       if (abort) return absl::CancelledError("communicator shut down");
-      absl::Time now = absl::Now();
+      absl::Time now = internal::Now();
       if (now >= deadline) return absl::DeadlineExceededError("deadline");
       std::unique_lock<std::mutex> l(box.mu);
       if (box.version == seen) {

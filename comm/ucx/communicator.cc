@@ -44,13 +44,24 @@ struct ReqState {
   // the callback then only marks `finished`, and Post frees the request.
   bool in_post = false;
   bool finished = false;
+  // Where a finished state goes for reuse (the transport's; every use is
+  // under its mutex): no allocation per message.
+  std::vector<ReqState*>* free_list = nullptr;
 };
+
+// Back to the free list, holding nothing (an abandoned request's buffers go).
+void Recycle(ReqState* st) {
+  std::vector<ReqState*>* free_list = st->free_list;
+  *st = ReqState();
+  st->free_list = free_list;
+  free_list->push_back(st);
+}
 
 // The request is over: UCX touches neither it nor its buffer again.
 void Release(void* request, ReqState* st) {
   ucp_request_free(request);
   if (st->abandoned) st->abandoned->erase(st);
-  delete st;  // and with it the abandoned request's buffers
+  Recycle(st);
 }
 
 // Publishes `done` last (transport.h): the owner may free `r` right after.
@@ -145,13 +156,19 @@ struct Lane {
 };
 
 // When every rank is on one host and the user did not choose UCX_TLS, the
-// context is shared memory only (no TCP) with the eager protocol for every
-// size. Measured here, in turns with raw MPI in the same run: progressing a
-// worker that has a TCP interface costs a poll() system call per call (2x
-// small-message latency), and UCX's rendezvous (CMA put/get) moved 1-16 MiB
-// all-reduces at 0.94-1.38x raw MPI where eager copies through the
-// shared-memory FIFO reach 1.58-1.85x. Across hosts (or with UCX_TLS set) UCX
-// chooses transports and protocols itself.
+// context is shared memory only (no TCP), with the eager protocol below
+// kSameHostRndvThresh and rendezvous (CMA, put_zcopy) from there on.
+// Measured here, in turns with raw MPI in the same run: progressing a worker
+// that has a TCP interface costs a poll() system call per call (2x
+// small-message latency). Eager copies through the shared-memory FIFO need
+// both ranks running at once (the FIFO holds a few fragments), which a
+// loaded 2-vCPU VM often does not give: with eager everything, 256 KiB-16 MiB
+// all-reduces ran 0.32-5x raw MPI (1.1-3.9 GB/s), with rendezvous from 128
+// KiB 0.69-5x (1.1-9.9 GB/s; 256 KiB 5.5-9.9 GB/s against 2.1-3.3), six
+// alternating runs each (issue #22). An earlier, quieter machine had shown
+// eager ahead at 1-16 MiB. Across hosts (or with UCX_TLS set) UCX chooses
+// transports and protocols itself.
+constexpr char kSameHostRndvThresh[] = "128K";
 class UcxTransport : public internal::Transport {
  public:
   UcxTransport(int rank, int size, std::shared_ptr<Store> store, bool peer_failure_mode,
@@ -207,6 +224,7 @@ class UcxTransport : public internal::Transport {
     ucp_worker_destroy(lane_.worker);
     ucp_cleanup(lane_.context);
     for (ReqState* st : abandoned) delete st;
+    for (ReqState* st : free_states_) delete st;
   }
 
   // `same_host_tuning`: see the comment above this class.
@@ -225,7 +243,9 @@ class UcxTransport : public internal::Transport {
       if (!one_host.ok()) return one_host.status();
       if (*one_host) {
         std::vector<std::pair<const char*, const char*>> shm = {{"TLS", "^tcp"}};
-        if (std::getenv("UCX_RNDV_THRESH") == nullptr) shm.push_back({"RNDV_THRESH", "inf"});
+        if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
+          shm.push_back({"RNDV_THRESH", kSameHostRndvThresh});
+        }
         return InitLane(&lane_, "shm", shm, timeout);
       }
     }
@@ -237,7 +257,25 @@ class UcxTransport : public internal::Transport {
 
   void Post(TransportReq* r) override {
     std::lock_guard<std::mutex> l(mu_);
-    auto* st = new ReqState;
+    PostLocked(r);
+  }
+
+  void PostAll(TransportReq* const* reqs, size_t n) override {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 0; i < n; ++i) PostLocked(reqs[i]);
+  }
+
+  void Test(const std::vector<TransportReq*>& reqs) override {
+    std::lock_guard<std::mutex> l(mu_);
+    // Until idle, but bounded: a sibling communicator's traffic on the
+    // worker may never let it be idle.
+    for (int i = 0; i < 64 && ucp_worker_progress(lane_.worker) != 0; ++i) {
+    }
+  }
+
+  // Caller holds mu_.
+  void PostLocked(TransportReq* r) {
+    ReqState* st = NewState();
     st->owner = r;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -260,36 +298,42 @@ class UcxTransport : public internal::Transport {
     st->in_post = false;
     if (ret == nullptr) {  // completed immediately; no callback will come
       Complete(r, UCS_OK, r->is_send ? nullptr : &st->info);
-      delete st;
+      Recycle(st);
     } else if (UCS_PTR_IS_ERR(ret)) {
       Complete(r, UCS_PTR_STATUS(ret), nullptr);
-      delete st;
+      Recycle(st);
     } else if (st->finished) {  // the callback ran inside the call and reported to `r`
       ucp_request_free(ret);
-      delete st;
+      Recycle(st);
     } else {
       st->handle = ret;
       r->impl = st;
     }
   }
 
-  void Test(const std::vector<TransportReq*>& reqs) override {
-    std::lock_guard<std::mutex> l(mu_);
-    // Until idle, but bounded: a sibling communicator's traffic on the
-    // worker may never let it be idle.
-    for (int i = 0; i < 64 && ucp_worker_progress(lane_.worker) != 0; ++i) {
-    }
-  }
-
   absl::Status WaitAll(const std::vector<TransportReq*>& reqs, absl::Time deadline,
                        const std::atomic<bool>& abort) override {
+    auto all_done = [&] {
+      for (TransportReq* r : reqs) {
+        if (!r->done.load(std::memory_order_acquire)) return false;
+      }
+      return true;
+    };
+    // Small messages are often done once posted (eager sends), or after one
+    // progress call.
+    if (all_done()) return absl::OkStatus();
     return WaitForRequests(
         [&] {
+          // A few progress calls per lock while nothing happens: the lock
+          // costs about as much as an idle progress call, and the sooner
+          // the next call, the sooner an arriving message is seen.
           std::lock_guard<std::mutex> l(mu_);
           WaitPass p;
-          p.events = ucp_worker_progress(lane_.worker);
-          p.done = true;
-          for (TransportReq* r : reqs) p.done = p.done && r->done;
+          for (int i = 0; i < kProgressPerLock; ++i) {
+            p.events = ucp_worker_progress(lane_.worker);
+            if (p.events) break;
+          }
+          p.done = all_done();
           return p;
         },
         deadline, abort);
@@ -409,6 +453,21 @@ class UcxTransport : public internal::Transport {
     return absl::OkStatus();
   }
 
+  // Caller holds mu_.
+  ReqState* NewState() {
+    if (free_states_.empty()) {
+      auto* st = new ReqState;
+      st->free_list = &free_states_;
+      return st;
+    }
+    ReqState* st = free_states_.back();
+    free_states_.pop_back();
+    return st;
+  }
+
+  // Idle progress calls per lock acquisition in WaitAll.
+  static constexpr int kProgressPerLock = 4;
+
   // Flow control (UcxOptions::max_bytes_ahead); caller holds mu_. Counts
   // the bytes sent to `peer` since the last synchronous send (a message
   // costs the receiver a descriptor, so at least kMessageCost); true when
@@ -434,6 +493,7 @@ class UcxTransport : public internal::Transport {
   Lane lane_;
   std::vector<size_t> bytes_ahead_;  // by peer
   std::set<ReqState*> abandoned_;    // given up, still running in UCX
+  std::vector<ReqState*> free_states_;  // finished, for reuse (NewState)
   bool gave_up_ = false;             // a request was given up (an op failed)
 };
 

@@ -2,7 +2,7 @@
 #define LOOM_COMM_UCX_COMMUNICATOR_H_
 
 // The `ucx` backend: one UCP worker per process (on a single host, shared
-// memory with the eager protocol: see UcxOptions::same_host_tuning), one
+// memory, rendezvous from 128 KiB: see UcxOptions::same_host_tuning), one
 // endpoint per peer,
 // worker addresses exchanged through the rendezvous Store, and our own
 // algorithms (comm/internal/engine.h: ring reduce-scatter + all-gather for
@@ -39,8 +39,9 @@ struct UcxOptions {
   // messages between two processes here (see BENCH_RESULTS.txt).
   std::string rndv_scheme = "put_zcopy";
   // When all ranks share a host and UCX_TLS is unset: shared-memory
-  // transports only (no TCP) and the eager protocol for every message size
-  // (measured in communicator.cc). Off: UCX's own choices everywhere.
+  // transports only (no TCP), and the eager protocol below 128 KiB,
+  // rendezvous from there (UCX_RNDV_THRESH, unless set; measured in
+  // communicator.cc). Off: UCX's own choices everywhere.
   bool same_host_tuning = true;
   // Flow control of eager messages: a sender gets at most about this many
   // bytes (per receiving rank, plus one message) ahead of what the receiver
