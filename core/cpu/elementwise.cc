@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -287,6 +288,22 @@ absl::Status Scale(float scale, Tensor* x) {
   float* px = x->data<float>();
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) px[i] *= scale;
+  return absl::OkStatus();
+}
+
+absl::Status Zero(Tensor* t) {
+  if (t == nullptr || !t->defined()) return absl::InvalidArgumentError("Zero: undefined tensor");
+  char* p = static_cast<char*>(t->raw_data());
+  const int64_t bytes = static_cast<int64_t>(t->nbytes());
+  constexpr int64_t kBlock = int64_t{1} << 20;  // bytes per task
+  if (bytes <= 4 * kBlock) {
+    std::memset(p, 0, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < bytes; b += kBlock) {
+    std::memset(p + b, 0, static_cast<size_t>(std::min(kBlock, bytes - b)));
+  }
   return absl::OkStatus();
 }
 

@@ -103,6 +103,16 @@ TEST(AddScaleTest, MatchReference) {
   EXPECT_LE(RelError(out, want), kFwdTol);
 }
 
+TEST(ZeroTest, ClearsSmallAndBlockedBuffers) {
+  // 5 floats (one memset) and 5M + 3 floats (parallel 1 MiB blocks, ragged end).
+  for (int64_t n : {int64_t{5}, int64_t{5 * 1024 * 1024 + 3}}) {
+    Tensor t = Random({n}, 3);
+    LOOM_ASSERT_OK(Zero(&t));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(t.data<float>()[i], 0.0f) << "n " << n << " at " << i;
+  }
+  EXPECT_FALSE(Zero(nullptr).ok());
+}
+
 TEST(DispatchTest, PathMatchesEnvironment) {
   const char* off = std::getenv("LOOM_CPU_NO_AVX512");
   if (off != nullptr && std::string(off) == "1") {

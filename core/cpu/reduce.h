@@ -2,7 +2,9 @@
 #define LOOM_CORE_CPU_REDUCE_H_
 
 // Whole-tensor reductions, accumulated in double (gradient-norm clipping sums
-// the squares of every shard of every parameter).
+// the squares of every shard of every parameter). Blocks of 64K elements are
+// summed in parallel and added in order: the same bits for any thread count,
+// and on the AVX2 and AVX-512 paths.
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"

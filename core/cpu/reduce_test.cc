@@ -1,5 +1,7 @@
 #include "core/cpu/reduce.h"
 
+#include <omp.h>
+
 #include <cmath>
 
 #include "core/cpu/test_util.h"
@@ -23,6 +25,17 @@ TEST(ReduceTest, SumAndSquaresMatchDoubleReference) {
   EXPECT_NEAR(*SumSquares(x), ss, kTol * ss);
   EXPECT_NEAR(*L2Norm(x), std::sqrt(ss), kTol * std::sqrt(ss));
   EXPECT_EQ(*Sum(Make({0})), 0.0);
+}
+
+TEST(ReduceTest, SameBitsForAnyThreadCount) {
+  const Tensor x = Random({5, 70001}, 2, -1.0f, 1.0f);  // 6 blocks of 64K, ragged end
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double one_sum = *Sum(x), one_squares = *SumSquares(x);
+  omp_set_num_threads(threads > 1 ? threads : 2);
+  EXPECT_EQ(*Sum(x), one_sum);
+  EXPECT_EQ(*SumSquares(x), one_squares);
+  omp_set_num_threads(threads);
 }
 
 TEST(ReduceTest, ErrorsNameOp) {

@@ -5,9 +5,45 @@
 #include <limits>
 
 #include "core/cpu/check.h"
+#include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
 namespace {
+
+// The row passes below are compiled for AVX2 and AVX-512 (LOOM_CPU_MULTIVERSION:
+// the same operations in the same order, so both paths give the same bits).
+
+LOOM_CPU_INLINE void RowMaxBody(const float* row, int64_t v, float* max) {
+  *max = internal::MaxOf(row, v);
+}
+LOOM_CPU_MULTIVERSION(RowMax, (const float* row, int64_t v, float* max), (row, v, max))
+
+// Elements per float partial sum of SumExpRow; the blocks' sums are added in
+// double, so a row of 50k terms of very different size loses no more than a
+// block of kSumBlock does.
+constexpr int64_t kSumBlock = 1024;
+
+// sum_j exp(row[j] - mx).
+LOOM_CPU_INLINE void SumExpRowBody(const float* row, int64_t v, float mx, double* sum) {
+  double s = 0;
+  for (int64_t b = 0; b < v; b += kSumBlock) {
+    const float* block = row + b;
+    const int64_t len = std::min(kSumBlock, v - b);
+    s += internal::SumOf(len, [&](int64_t j) { return internal::ExpF(block[j] - mx); });
+  }
+  *sum = s;
+}
+LOOM_CPU_MULTIVERSION(SumExpRow, (const float* row, int64_t v, float mx, double* sum),
+                      (row, v, mx, sum))
+
+// drow = exp(row - mx) * g.
+LOOM_CPU_INLINE void ScaledExpRowBody(const float* row, float* drow, int64_t v, float mx,
+                                      float g) {
+#pragma omp simd
+  for (int64_t j = 0; j < v; ++j) drow[j] = internal::ExpF(row[j] - mx) * g;
+}
+LOOM_CPU_MULTIVERSION(ScaledExpRow, (const float* row, float* drow, int64_t v, float mx, float g),
+                      (row, drow, v, mx, g))
 
 // Checks the common arguments; returns the number of rows N.
 absl::StatusOr<int64_t> CheckShard(const char* op, const Tensor& logits, const Tensor& targets,
@@ -41,11 +77,7 @@ absl::Status VocabShardRowMax(const Tensor& logits, const VocabShard& shard, Ten
   const float* l = logits.data<float>();
   float* m = max->data<float>();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float best = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < shard.valid; ++v) best = std::max(best, l[i * vp + v]);
-    m[i] = best;
-  }
+  for (int64_t i = 0; i < n; ++i) RowMax(l + i * vp, shard.valid, &m[i]);
   return absl::OkStatus();
 }
 
@@ -74,8 +106,8 @@ absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = internal::IndexAt(targets, i) - shard.vocab_start;
-    double s = 0;  // double: V terms of very different size
-    for (int64_t v = 0; v < shard.valid; ++v) s += std::exp(l[i * vp + v] - m[i]);
+    double s;
+    SumExpRow(l + i * vp, shard.valid, m[i], &s);
     sum[i] = static_cast<float>(s);
     target_logit[i] = (t >= 0 && t < shard.valid) ? l[i * vp + t] - m[i] : 0.0f;
   }
@@ -103,7 +135,7 @@ absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& 
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float inv = 1.0f / s[i];
-    for (int64_t v = 0; v < shard.valid; ++v) g[i * vp + v] = std::exp(l[i * vp + v] - m[i]) * inv * scale;
+    ScaledExpRow(l + i * vp, g + i * vp, shard.valid, m[i], inv * scale);
     for (int64_t v = shard.valid; v < vp; ++v) g[i * vp + v] = 0.0f;  // padding
     const int64_t t = internal::IndexAt(targets, i) - shard.vocab_start;
     if (t >= 0 && t < shard.valid) g[i * vp + t] -= scale;

@@ -8,18 +8,13 @@
 namespace loom::core::ops {
 namespace {
 
-absl::Status CpuZero(Tensor* t) {
-  std::memset(t->raw_data(), 0, t->nbytes());
-  return absl::OkStatus();
-}
-
 absl::Status CpuSynchronize() { return absl::OkStatus(); }
 
 const KernelTable* CpuTable() {
   static const KernelTable* table = [] {
     auto* t = new KernelTable;
     t->name = "cpu";
-    t->zero = &CpuZero;
+    t->zero = &cpu::Zero;
     t->synchronize = &CpuSynchronize;
     t->matmul = &cpu::Matmul;
     t->batched_matmul = &cpu::BatchedMatmul;
