@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "comm/backends.h"
@@ -25,10 +27,23 @@
 #include "comm/launch/plan.h"
 #include "comm/local/communicator.h"
 #include "core/cli.h"
+#include "core/storage.h"
+#include "plan/auto_layout.h"
 #include "train/config.h"
+#include "train/data/tokenizer.h"
 #include "train/device_setup.h"
 #include "train/gpt_flags.h"
 #include "train/trainer.h"
+
+// The planner's choice (plan/auto_layout.h). Here, not in gpt_flags.cc:
+// //train:plan links those flags and has its own --hardware.
+ABSL_FLAG(bool, auto_layout, false,
+          "Take the layout (TP, PP, VP, CP, EP, SP, micro-batch, recomputation, distributed "
+          "optimizer) from the planner: the fastest that fits on this world's ranks "
+          "(row 1 of `bazel run //train:plan` with the same flags); refuses layout flags");
+ABSL_FLAG(std::string, hardware, "",
+          "--auto-layout's hardware description (plan/hardware.proto text; empty: the built-in "
+          "plan/testdata/cpu.textproto, h100_dgx.textproto with --device=cuda)");
 
 namespace {
 
@@ -46,6 +61,7 @@ constexpr int kDefaultNprocPerNode = 2;
 // --help shows the trainer's and the launcher's flags, not Abseil's own.
 bool IsHelpFile(absl::string_view file) {
   return absl::StrContains(file, "train/gpt_flags.cc") ||
+         absl::StrContains(file, "train/gpt_main.cc") ||
          absl::StrContains(file, "comm/launch/flags.cc");
 }
 
@@ -135,6 +151,7 @@ int RunThreads(const TrainConfig& config, const launch::CommFlags& comm, int n) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::core::ReuseFreedHostBlocks();  // no fresh pages for every step's large tensors
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = IsHelpFile;
   usage.contains_helpshort_flags = IsHelpFile;
@@ -178,6 +195,38 @@ int main(int argc, char** argv) {
   const bool is_rank = plan->role == launch::Role::kRank;
   // Ranks started by someone else all fail the same way: one message per node.
   const bool speaks = !is_rank || plan->rank.rank == 0 || plan->rank.local_rank == 0;
+  // --auto-layout: every process that gets here computes the same choice
+  // (plan/auto_layout.h); the launcher passes it to its ranks as flags.
+  std::vector<std::string> layout_flags;
+  if (absl::GetFlag(FLAGS_auto_layout)) {
+    s = loom::plan::CheckNoLayoutFlags(std::set<std::string>(names.begin(), names.end()));
+    std::string hardware_name;
+    absl::StatusOr<loom::plan::Hardware> hw =
+        s.ok() ? loom::plan::AutoLayoutHardware(
+                     loom::core::ResolveUserPath(absl::GetFlag(FLAGS_hardware)), config.device,
+                     &hardware_name)
+               : absl::StatusOr<loom::plan::Hardware>(s);
+    // The planner sizes the embedding and logits with the tokenizer's vocabulary.
+    absl::StatusOr<std::unique_ptr<loom::train::Tokenizer>> tokenizer =
+        hw.ok() ? loom::train::MakeTokenizer(
+                      config.tokenizer_type,
+                      {config.vocab_file, config.merge_file, config.tokenizer_model})
+                : absl::StatusOr<std::unique_ptr<loom::train::Tokenizer>>(hw.status());
+    if (tokenizer.ok()) config.model.vocab_size = (*tokenizer)->vocab_size();
+    absl::StatusOr<loom::plan::AutoLayout> chosen =
+        tokenizer.ok() ? loom::plan::ChooseLayout(config, plan->world_size, *hw, hardware_name)
+                       : absl::StatusOr<loom::plan::AutoLayout>(tokenizer.status());
+    if (!chosen.ok()) {
+      if (speaks) PrintError(chosen.status());
+      return 2;
+    }
+    config = chosen->config;
+    layout_flags = chosen->flags;
+    if (!is_rank || plan->rank.rank == 0) {
+      std::printf("%s\n", chosen->log_line.c_str());
+      std::fflush(stdout);
+    }
+  }
   if (!from_checkpoint->empty() && (!is_rank || plan->rank.rank == 0)) {
     std::printf("%s\n", from_checkpoint->c_str());
     std::fflush(stdout);
@@ -201,7 +250,18 @@ int main(int argc, char** argv) {
       launch::LaunchOptions lo = launch::LaunchOptionsFor(comm, *plan);
       // A preemption's SIGTERM: the ranks finish the step and save first.
       if (config.exit_signal_handler) lo.signal_grace = absl::Seconds(comm.timeout_s);
-      s = launch::LaunchAndWait(lo, argc, argv);
+      // The ranks get the chosen layout as flags (the last of a flag wins):
+      // they do not plan again, nor log the choice twice.
+      std::vector<std::string> args(argv, argv + argc);
+      if (!layout_flags.empty()) {
+        auto end = std::find(args.begin() + 1, args.end(), std::string("--"));
+        layout_flags.push_back("--auto_layout=false");
+        args.insert(end, layout_flags.begin(), layout_flags.end());
+      }
+      std::vector<char*> child_argv;
+      for (std::string& a : args) child_argv.push_back(a.data());
+      child_argv.push_back(nullptr);
+      s = launch::LaunchAndWait(lo, static_cast<int>(args.size()), child_argv.data());
       if (!s.ok()) PrintError(s);
       return s.ok() ? 0 : 1;
     }
