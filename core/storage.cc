@@ -1,5 +1,7 @@
 #include "core/storage.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +60,11 @@ Allocator* SetAllocator(DeviceType type, Allocator* allocator) {
 }
 
 Allocator* GetAllocator(DeviceType type) { return Slot(type).load(); }
+
+void ReuseFreedHostBlocks() {
+  mallopt(M_MMAP_MAX, 0);                // every block from the heap
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);    // and the heap kept, up to 1 GiB free at its top
+}
 
 absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(size_t bytes, Device device) {
   Allocator* allocator = GetAllocator(device.type);

@@ -5,7 +5,6 @@
 // tokens/s, and the achieved model FLOP/s as a fraction of the GEMM rate
 // measured in the same run through the same kernel path: a 1024³ f32 GEMM
 // (oneDNN) on the CPU, a 4096³ GEMM in the compute dtype (cuBLAS) on a GPU.
-#include <malloc.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "core/bench_util/bench_util.h"
 #include "core/cli.h"
 #include "core/ops/ops.h"
+#include "core/storage.h"
 #include "layers/gpt_model.h"
 #include "layers/test_util.h"
 #include "train/metrics.h"
@@ -41,14 +41,8 @@ ABSL_FLAG(bool, reuse_large_blocks, true,
 int main(int argc, char** argv) {
   loom::core::NormalizedArgv args(argc, argv);
   absl::ParseCommandLine(args.argc(), args.argv());
-  if (absl::GetFlag(FLAGS_reuse_large_blocks)) {
-    // glibc mmaps each block above 32 MB (its largest mmap threshold) and unmaps it on
-    // free, so every step's [tokens, vocab] logits and their gradient were fresh pages:
-    // ~100k page faults and 412 MB of kernel zeroing per step at seq 1024 (9 % of
-    // the step's CPU time). The heap keeps freed blocks for the next step instead.
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  }
+  // ~100k page faults and 412 MB of kernel zeroing per step at seq 1024 without it.
+  if (absl::GetFlag(FLAGS_reuse_large_blocks)) loom::core::ReuseFreedHostBlocks();
   using loom::core::Tensor;
   loom::layers::GptConfig c;
   c.num_layers = absl::GetFlag(FLAGS_num_layers);
