@@ -92,9 +92,12 @@ struct TrainConfig {
   double distributed_timeout_s = 300;
 
   // Batches and iterations.
+  // The default job: 700 steps of 8 x 128 tokens (0.72M tokens) train to a
+  // validation loss well below the corpus's unigram entropy in under 4
+  // minutes on a 2-core AVX2 machine (README, Default job).
   int64_t micro_batch_size = 4;
-  int64_t global_batch_size = 16;
-  int64_t train_iters = 1000;
+  int64_t global_batch_size = 8;
+  int64_t train_iters = 700;
 
   // Optimisation.
   LrSchedule lr = DefaultLrSchedule();

@@ -212,11 +212,11 @@ TEST(ConfigTest, RejectsLlamaFlagsThatCannotWork) {
 TEST(ConfigTest, DefaultsAreTheDefaultJob) {
   TrainConfig c;  // what `bazel run //train:gpt` runs with no flags (2 ranks)
   ASSERT_TRUE(Finalize(&c, 2).ok());
-  EXPECT_EQ(c.train_iters, 1000);
+  EXPECT_EQ(c.train_iters, 700);
   EXPECT_EQ(c.data_parallel_size, 2);
-  EXPECT_EQ(c.num_micro_batches, 2);
+  EXPECT_EQ(c.num_micro_batches, 1);
   EXPECT_EQ(c.lr.warmup_iters, 20);
-  EXPECT_EQ(c.lr.decay_iters, 1000);
+  EXPECT_EQ(c.lr.decay_iters, 700);
   EXPECT_EQ(c.distributed_backend, "ucx");
 }
 

@@ -120,7 +120,8 @@ TEST(GptFlagsTest, DefaultsAreTheStructsDefaults) {
   ExpectSameConfig(ConfigFromFlags(), TrainConfig{});
   // The default job the README documents.
   const TrainConfig d;
-  EXPECT_EQ(d.train_iters, 1000);
+  EXPECT_EQ(d.train_iters, 700);
+  EXPECT_EQ(d.global_batch_size, 8);
   EXPECT_EQ(d.model.num_layers, 4);
   EXPECT_EQ(d.model.hidden_size, 256);
   EXPECT_EQ(d.model.num_attention_heads, 8);
