@@ -47,8 +47,13 @@ Allocator* GetAllocator(DeviceType type);  // null when none is registered
 // maps each block above its mmap threshold (at most 32 MB) afresh and unmaps
 // it when freed, so every step's large tensors ([tokens, vocab] logits and
 // their gradient) were new pages for the kernel to fault in and zero (9 % of
-// a GPT-2-small step at seq 1024). For a training process's main(): it
-// changes glibc's policy for the whole process.
+// a GPT-2-small step at seq 1024). For a benchmark's main() only: it changes
+// glibc's policy for the whole process, and a process that keeps small
+// allocations across steps (the trainer's --profile spans, logs) fragments
+// the heap it keeps: freed large blocks get split for small requests and the
+// next step's large tensors need new ones (the trainer grew by ~20 MB a step
+// under --profile with it). The trainer needs a size-keyed cache of large
+// blocks in the CPU allocator instead (not built yet).
 void ReuseFreedHostBlocks();
 
 // A reference-counted block of device memory; tensors and their views hold a

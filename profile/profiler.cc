@@ -108,6 +108,11 @@ absl::Status Profiler::BeforeStep(int64_t iteration, comm::Communicator* world) 
   absl::Status s = world->Barrier()->Wait();
   if (!s.ok()) return s;
   sync_us_ = NowUs();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    spans_.reserve(std::max<size_t>(spans_.capacity(), 1 << 16));
+    args_.reserve(std::max<size_t>(args_.capacity(), 8 << 20));
+  }
   active_.store(true, std::memory_order_relaxed);
   return absl::OkStatus();
 }
@@ -118,24 +123,47 @@ absl::Status Profiler::AfterStep(int64_t iteration, comm::Communicator* world,
   return Close(world, log);
 }
 
+uint32_t Profiler::InternLocked(const std::string& s) {
+  auto [it, added] = string_ids_.try_emplace(s, static_cast<uint32_t>(strings_.size()));
+  if (added) strings_.push_back(s);
+  return it->second;
+}
+
+void Profiler::AddLocked(const std::string& name, const std::string& cat,
+                         const std::string& track, double ts_us, double dur_us,
+                         const std::string& args) {
+  spans_.push_back({InternLocked(name), InternLocked(cat), InternLocked(track), ts_us, dur_us,
+                    args_.size(), static_cast<uint32_t>(args.size())});
+  args_ += args;
+}
+
+std::vector<Event> Profiler::EventsLocked() const {
+  std::vector<Event> events;
+  events.reserve(spans_.size());
+  for (const Span& s : spans_) {
+    Event e;
+    e.name = strings_[s.name];
+    e.cat = strings_[s.cat];
+    e.track = strings_[s.track];
+    e.ts_us = s.ts_us;
+    e.dur_us = s.dur_us;
+    e.args = args_.substr(s.args_begin, s.args_len);
+    e.pid = world_rank_;
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
 void Profiler::AddSpan(std::string name, std::string cat, std::string track, double start_us,
                        double end_us, std::string args) {
   if (!active()) return;
-  Event e;
-  e.name = std::move(name);
-  e.cat = std::move(cat);
-  e.track = std::move(track);
-  e.ts_us = start_us;
-  e.dur_us = end_us - start_us;
-  e.args = std::move(args);
-  e.pid = world_rank_;
   std::lock_guard<std::mutex> l(mu_);
-  events_.push_back(std::move(e));
+  AddLocked(name, cat, track, start_us, end_us - start_us, args);
 }
 
 std::vector<Event> Profiler::events() const {
   std::lock_guard<std::mutex> l(mu_);
-  return events_;
+  return EventsLocked();
 }
 
 void Profiler::OnCommIssue(const CommInfo& info, uint64_t id, OpKind kind, uint64_t seq,
@@ -171,15 +199,9 @@ void Profiler::OnCommComplete(const CommInfo& info, uint64_t id, bool ok) {
   if (op.tag >= 0) absl::StrAppend(&args, ",\"tag\":", op.tag);
   if (!ok) args += ",\"failed\":true";
   args += "}";
-  Event e;
-  e.name = comm::flight::OpKindName(op.kind);
-  e.cat = p2p ? "p2p" : "comm";
-  e.track = absl::StrCat("comm ", info.group.empty() ? "world" : info.group);
-  e.ts_us = op.issued_us;
-  e.dur_us = now - op.issued_us;
-  e.args = std::move(args);
-  e.pid = world_rank_;
-  events_.push_back(std::move(e));
+  AddLocked(comm::flight::OpKindName(op.kind), p2p ? "p2p" : "comm",
+            absl::StrCat("comm ", info.group.empty() ? "world" : info.group), op.issued_us,
+            now - op.issued_us, args);
 }
 
 absl::Status Profiler::Close(comm::Communicator* world,
@@ -197,7 +219,7 @@ absl::Status Profiler::Close(comm::Communicator* world,
   mine.step_end = options_.step_end;
   {
     std::lock_guard<std::mutex> l(mu_);
-    mine.events = events_;
+    mine.events = EventsLocked();
     pending_.clear();  // ops still in flight end outside the window
   }
   absl::Status written = WriteText(RankFile(options_.dir, world_rank_), FormatRankTrace(mine));

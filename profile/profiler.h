@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "comm/comm.h"
 #include "comm/flight/recorder.h"
@@ -112,8 +113,27 @@ class Profiler {
   std::atomic<bool> active_{false};
   bool closed_ = false;
   double sync_us_ = 0;
+  // The spans, compact: names interned, arguments in one pool, capacity
+  // reserved when the window opens. A span is then no allocation of its own:
+  // small allocations kept across steps fragment the heap that the next
+  // step's tensors come from (each pinned a freed activation block: +190
+  // MB/s per rank with a std::string-holding Event per span).
+  struct Span {
+    uint32_t name, cat, track;  // into strings_
+    double ts_us, dur_us;
+    uint64_t args_begin;  // into args_
+    uint32_t args_len;
+  };
+  uint32_t InternLocked(const std::string& s);
+  void AddLocked(const std::string& name, const std::string& cat, const std::string& track,
+                 double ts_us, double dur_us, const std::string& args);
+  std::vector<Event> EventsLocked() const;
+
   mutable std::mutex mu_;
-  std::vector<Event> events_;
+  std::vector<Span> spans_;
+  std::vector<std::string> strings_;
+  absl::flat_hash_map<std::string, uint32_t> string_ids_;
+  std::string args_;
   std::map<std::pair<const comm::flight::CommInfo*, uint64_t>, PendingOp> pending_;
 };
 

@@ -27,7 +27,6 @@
 #include "comm/launch/plan.h"
 #include "comm/local/communicator.h"
 #include "core/cli.h"
-#include "core/storage.h"
 #include "plan/auto_layout.h"
 #include "train/config.h"
 #include "train/data/tokenizer.h"
@@ -151,7 +150,6 @@ int RunThreads(const TrainConfig& config, const launch::CommFlags& comm, int n) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  loom::core::ReuseFreedHostBlocks();  // no fresh pages for every step's large tensors
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = IsHelpFile;
   usage.contains_helpshort_flags = IsHelpFile;
