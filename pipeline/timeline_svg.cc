@@ -56,6 +56,28 @@ double TickStep(double makespan) {
   return step;
 }
 
+// The time axis under the rows: a line, ticks at TickStep, and its unit.
+void AppendTimeAxis(std::string* svg, int axis_y, int plot_w, double makespan, double ppu,
+                    const std::string& unit) {
+  absl::StrAppendFormat(svg,
+                        "<g class=\"axis\"><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
+                        "stroke=\"#333\"/>\n",
+                        kLeft, axis_y, kLeft + plot_w, axis_y);
+  const double step = TickStep(makespan);
+  for (double t = 0; t <= makespan + 1e-9; t += step) {
+    const double x = kLeft + t * ppu;
+    absl::StrAppendFormat(svg,
+                          "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333\"/>"
+                          "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">"
+                          "%g</text>\n",
+                          x, axis_y, x, axis_y + 4, x, axis_y + 16, t);
+  }
+  absl::StrAppendFormat(svg,
+                        "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#444\">time (%s)"
+                        "</text></g>\n",
+                        kLeft, axis_y + 34, EscapeXml(unit));
+}
+
 }  // namespace
 
 std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
@@ -143,24 +165,7 @@ std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
     svg += "</g>\n";
   }
 
-  // Time axis.
-  absl::StrAppendFormat(&svg,
-                        "<g class=\"axis\"><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
-                        "stroke=\"#333\"/>\n",
-                        kLeft, axis_y, kLeft + plot_w, axis_y);
-  const double step = TickStep(makespan);
-  for (double t = 0; t <= makespan + 1e-9; t += step) {
-    const double x = kLeft + t * ppu;
-    absl::StrAppendFormat(&svg,
-                          "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333\"/>"
-                          "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">"
-                          "%g</text>\n",
-                          x, axis_y, x, axis_y + 4, x, axis_y + 16, t);
-  }
-  absl::StrAppendFormat(&svg,
-                        "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#444\">time (cost "
-                        "units)</text></g>\n",
-                        kLeft, axis_y + 34);
+  AppendTimeAxis(&svg, axis_y, plot_w, makespan, ppu, "cost units");
   svg += "</svg>\n";
   return svg;
 }
@@ -233,23 +238,7 @@ std::string RenderRowsSvg(const std::vector<SvgRow>& rows, const std::string& ti
     }
     svg += "</g>\n";
   }
-  absl::StrAppendFormat(&svg,
-                        "<g class=\"axis\"><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
-                        "stroke=\"#333\"/>\n",
-                        kLeft, axis_y, kLeft + plot_w, axis_y);
-  const double step = TickStep(makespan);
-  for (double t = 0; t <= makespan + 1e-9; t += step) {
-    const double x = kLeft + t * ppu;
-    absl::StrAppendFormat(&svg,
-                          "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333\"/>"
-                          "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">"
-                          "%g</text>\n",
-                          x, axis_y, x, axis_y + 4, x, axis_y + 16, t);
-  }
-  absl::StrAppendFormat(&svg,
-                        "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#444\">time (%s)"
-                        "</text></g>\n",
-                        kLeft, axis_y + 34, EscapeXml(time_unit));
+  AppendTimeAxis(&svg, axis_y, plot_w, makespan, ppu, time_unit);
   svg += "</svg>\n";
   return svg;
 }
