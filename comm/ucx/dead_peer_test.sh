@@ -9,6 +9,11 @@ PORT=$(( 20000 + RANDOM % 20000 ))
 # Ranks started by hand prove one secret to rank 0's store (the launcher
 # would make one for them).
 export LOOM_RENDEZVOUS_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+# The survivors _exit with the world broken (nothing is torn down, by
+# design), so a store handler thread whose client just hung up may not be
+# joined yet: ThreadSanitizer would call that a leak. Everything else of
+# TSan stays on.
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}report_thread_leaks=0"
 pids=()
 for r in 0 1 2; do
   RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
