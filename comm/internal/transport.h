@@ -6,8 +6,6 @@
 // local backend, processes for UCX) and moves tagged byte messages. Sub-groups
 // from Split share their parent's transport and get their own tag space.
 
-#include <time.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -16,18 +14,10 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "comm/internal/clock.h"
 
 namespace loom::comm::internal {
 
-// The time, as absl::Now() tells it (the same clock: deadlines mix freely),
-// read straight from the vDSO: absl::Now() measured 80-100 ns a call on this
-// VM (its calibrated-TSC path), clock_gettime(CLOCK_REALTIME) 16-25 ns. The
-// engine reads it a few times per op, and every few passes of a wait.
-inline absl::Time Now() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return absl::TimeFromTimespec(ts);
-}
 
 // Tag layout (64 bits): ctx(12) | src(12) | p2p(1) | payload(19) | sig(20).
 // Receivers match on everything above `sig`; `sig` is a hash of the call's

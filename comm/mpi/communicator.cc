@@ -2,7 +2,6 @@
 
 #include <mpi.h>
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/flight/recorder.h"
 #include "comm/internal/checks.h"
+#include "comm/internal/clock.h"
 #include "comm/internal/reduce.h"
 #include "comm/internal/small_allreduce.h"
 #include "core/dtype.h"
@@ -183,14 +183,6 @@ struct CommState {
   }
 };
 
-// A monotonic clock read in a few nanoseconds, a few ms coarse: plenty for
-// op timeouts of seconds, and cheap enough to read for every op.
-int64_t CoarseNowNs() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
-  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
-}
-
 // "all_reduce #7 in group 'dp' (mpi backend, rank 0 of 2)".
 std::string DescribeOp(const CommState& st, const char* what, uint64_t seq) {
   return absl::StrCat(what, " #", seq, " in group '", st.name, "' (mpi backend, rank ", st.rank,
@@ -217,7 +209,7 @@ class MpiWork : public Work {
         flight_id_(flight_id),
         what_(what),
         timeout_(timeout > absl::ZeroDuration() ? timeout : st_->timeout),
-        deadline_ns_(CoarseNowNs() + absl::ToInt64Nanoseconds(timeout_)) {}
+        deadline_ns_(internal::CoarseNowNs() + absl::ToInt64Nanoseconds(timeout_)) {}
   ~MpiWork() override {
     if (reqs.empty()) return;  // finished, never posted, or already abandoned
     std::lock_guard<std::mutex> l(st_->rt->mu);
@@ -290,7 +282,7 @@ class MpiWork : public Work {
   }
 
   absl::Status Wait(absl::Duration timeout) override {
-    const int64_t until = CoarseNowNs() + absl::ToInt64Nanoseconds(timeout);
+    const int64_t until = internal::CoarseNowNs() + absl::ToInt64Nanoseconds(timeout);
     for (int spins = 1;; ++spins) {
       {
         // A few polls per lock: taking it costs about as much as a poll.
@@ -299,7 +291,7 @@ class MpiWork : public Work {
           if (PollLocked(k == 0 && (spins & 7) == 0)) return status_;
         }
       }
-      if ((spins & 7) == 0 && CoarseNowNs() >= until) {
+      if ((spins & 7) == 0 && internal::CoarseNowNs() >= until) {
         return absl::DeadlineExceededError(absl::StrCat(
             Describe(), " did not finish within ", absl::FormatDuration(timeout),
             " of waiting (the operation's own limit is ", absl::FormatDuration(timeout_), ")"));
@@ -409,7 +401,7 @@ class MpiWork : public Work {
       done_ = true;
       return true;
     }
-    if (check_deadline && CoarseNowNs() >= deadline_ns_) {
+    if (check_deadline && internal::CoarseNowNs() >= deadline_ns_) {
       st_->rt->poisoned = true;  // pending requests: MPI_Finalize would hang
       FailAndAbortLocked(absl::DeadlineExceededError(absl::StrCat(
           Describe(), " timed out after ", absl::FormatDuration(timeout_),
@@ -422,7 +414,7 @@ class MpiWork : public Work {
   const uint64_t flight_id_;
   const char* what_;
   absl::Duration timeout_;
-  int64_t deadline_ns_;  // CoarseNowNs()
+  int64_t deadline_ns_;  // internal::CoarseNowNs()
   bool done_ = false;
   absl::Status status_;
 };

@@ -5,23 +5,15 @@
 // that its timing can be tested with a fake worker (wait_test.cc).
 
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "comm/internal/clock.h"
 
 namespace loom::comm::ucx {
-
-// The time, as absl::Now() tells it, read straight from the vDSO (16-25 ns
-// here, absl::Now() 80-100 ns; comm/internal/transport.h's Now()).
-inline absl::Time WaitClock() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return absl::TimeFromTimespec(ts);
-}
 
 // One pass of a wait: the worker progressed (`events`: what
 // ucp_worker_progress returned) and whether every awaited request is done.
@@ -58,14 +50,14 @@ absl::Status WaitForRequests(Pass&& pass, absl::Time deadline, const std::atomic
     if (p.events) {
       idle = 0;
       idle_since = absl::InfinitePast();
-      if ((++passes % kPassesPerClockRead) == 0 && WaitClock() >= deadline) {
+      if ((++passes % kPassesPerClockRead) == 0 && internal::Now() >= deadline) {
         return absl::DeadlineExceededError("deadline");
       }
       continue;
     }
     ++idle;
     if ((++passes % kPassesPerClockRead) != 0 && (idle & 255) != 255) continue;
-    const absl::Time now = WaitClock();
+    const absl::Time now = internal::Now();
     if (now >= deadline) return absl::DeadlineExceededError("deadline");
     if ((idle & 255) != 255) continue;
     if (idle_since == absl::InfinitePast()) idle_since = now;
