@@ -30,10 +30,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ConvertAvx5
   for (; i < n; ++i) dst[i] = FloatToBf16Bits(src[i]);
 }
 
-void ConvertScalar(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16Bits(src[i]);
-}
-
 // ---------------------------------------------------------------- primitives
 
 struct Key {
@@ -116,16 +112,16 @@ absl::StatusOr<Cached*> Lookup(const Key& key) {
 
 void ConvertF32ToBf16(const float* src, uint16_t* dst, int64_t n) {
   static const bool avx512_bf16 = HostCpuFeatures().avx512_bf16;
+  if (!avx512_bf16) {  // (AMX-BF16 without AVX512_BF16) convert.h's exact rounding
+    F32ToBf16(src, dst, n);
+    return;
+  }
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1 && !omp_in_parallel())
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk, len = std::min(kChunk, n - begin);
-    if (avx512_bf16) {
-      ConvertAvx512Bf16(src + begin, dst + begin, len);
-    } else {
-      ConvertScalar(src + begin, dst + begin, len);
-    }
+    const int64_t begin = c * kChunk;
+    ConvertAvx512Bf16(src + begin, dst + begin, std::min(kChunk, n - begin));
   }
 }
 

@@ -25,7 +25,7 @@ absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 // dst[i] = bf16(src[i]) rounded to nearest even, n elements, OpenMP over the
 // cores. With AVX512_BF16 it is VCVTNE2PS2BF16, which also flushes subnormal
 // inputs to zero (irrelevant to GEMM operands: they are below bf16's
-// resolution of any sum they enter); elsewhere FloatToBf16Bits (convert.h).
+// resolution of any sum they enter); elsewhere F32ToBf16 (convert.h).
 void ConvertF32ToBf16(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace loom::core::cpu

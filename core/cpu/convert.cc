@@ -40,19 +40,6 @@ void ConvertChunks(const Src* src, Dst* dst, int64_t n, Vec vec, One one) {
   }
 }
 
-void F32ToBf16(const float* src, uint16_t* dst, int64_t n) {
-  ConvertChunks<16>(
-      src, dst, n,
-      [](const float* s, uint16_t* d) {
-        const __m256i a = Bf16Lanes(_mm256_castps_si256(_mm256_loadu_ps(s)));
-        const __m256i b = Bf16Lanes(_mm256_castps_si256(_mm256_loadu_ps(s + 8)));
-        // packus interleaves 128-bit lanes (a0-3 b0-3 a4-7 b4-7): restore order.
-        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), packed);
-      },
-      [](float f) { return FloatToBf16Bits(f); });
-}
-
 void Bf16ToF32(const uint16_t* src, float* dst, int64_t n) {
   uint32_t* d = reinterpret_cast<uint32_t*>(dst);
 #pragma omp parallel for simd schedule(static)
@@ -79,6 +66,19 @@ void F16ToF32(const uint16_t* src, float* dst, int64_t n) {
 }
 
 }  // namespace
+
+void F32ToBf16(const float* src, uint16_t* dst, int64_t n) {
+  ConvertChunks<16>(
+      src, dst, n,
+      [](const float* s, uint16_t* d) {
+        const __m256i a = Bf16Lanes(_mm256_castps_si256(_mm256_loadu_ps(s)));
+        const __m256i b = Bf16Lanes(_mm256_castps_si256(_mm256_loadu_ps(s + 8)));
+        // packus interleaves 128-bit lanes (a0-3 b0-3 a4-7 b4-7): restore order.
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), packed);
+      },
+      [](float f) { return FloatToBf16Bits(f); });
+}
 
 uint16_t FloatToF16Bits(float f) {
   const __m128i h = _mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT);

@@ -31,6 +31,10 @@ inline float Bf16BitsToFloat(uint16_t b) {
 uint16_t FloatToF16Bits(float f);
 float F16BitsToFloat(uint16_t h);
 
+// dst[i] = src[i] rounded to bf16 (nearest even; NaN stays a quiet NaN;
+// subnormals kept), vectorised, in parallel chunks.
+void F32ToBf16(const float* src, uint16_t* dst, int64_t n);
+
 // dst = src converted element-wise. Supported pairs: f32 -> bf16, bf16 -> f32,
 // f32 -> f16, f16 -> f32, and same-dtype copies.
 //   src: [any];  dst: same numel (shapes may differ), the target dtype
