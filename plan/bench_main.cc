@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bench_util/bench_util.h"
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/time_model.h"
@@ -20,11 +21,6 @@
 namespace {
 
 using loom::train::testing::Layout;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -93,7 +89,7 @@ int main(int argc, char** argv) {
       if (at == std::string::npos || n++ == 0) continue;  // the first step warms up
       steps.push_back(tokens / std::atof(line.c_str() + at + 16));
     }
-    const double measured = Median(steps);
+    const double measured = loom::core::bench::Median(steps);
     absl::StatusOr<loom::plan::StepTime> p = loom::plan::PredictStepTime(finalized, *hw);
     if (!p.ok()) {
       std::fprintf(stderr, "bench: %s\n", std::string(p.status().message()).c_str());

@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "comm/local/communicator.h"
 #include "comm/testing/ranks_as_threads.h"
+#include "core/bench_util/bench_util.h"
 #include "profile/profiler.h"
 #include "train/timers.h"
 
@@ -31,10 +32,9 @@ double MedianNs(int n, int repeats, F f) {
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
     for (int i = 0; i < n; ++i) f(i);
-    runs.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / n);
+    runs.push_back(loom::core::bench::MillisecondsSince(t0) * 1e6 / n);
   }
-  std::sort(runs.begin(), runs.end());
-  return runs[runs.size() / 2];
+  return loom::core::bench::Median(runs);
 }
 
 int Main() {
