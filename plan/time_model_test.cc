@@ -133,7 +133,9 @@ TEST(ReportTest, FittingLayoutsFirstFastestFirst) {
   for (size_t i = 1; i < plans->size(); ++i) {
     const Planned &a = (*plans)[i - 1], &b = (*plans)[i];
     EXPECT_TRUE(a.fits >= b.fits);
-    if (a.fits == b.fits) EXPECT_LE(a.time.step, b.time.step);
+    if (a.fits == b.fits) {
+      EXPECT_LE(a.time.step, b.time.step);
+    }
   }
   const std::string table = FormatTable(*plans, *hw, 5);
   EXPECT_NE(table.find("tokens/s"), std::string::npos);

@@ -845,6 +845,10 @@ absl::StatusOr<Trainer::ExitReason> Trainer::AgreeOnExit() {
 }
 
 absl::Status Trainer::ExitEarly(ExitReason reason) {
+  // --overlap-param-gather: the last step's gather would otherwise finish in
+  // a forward that never comes (the parameters a caller reads, exports or
+  // generates with must be whole).
+  LOOM_RETURN_IF_ERROR(gradients_->FinishParamGather());
   std::string saved = "nothing saved (no --save)";
   if (checkpointer_) {
     if (last_saved_iteration_ != iteration_) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
@@ -1058,6 +1062,7 @@ absl::Status Trainer::Train() {
     window_paused_s +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - pause_start).count();
   }
+  LOOM_RETURN_IF_ERROR(gradients_->FinishParamGather());  // as in ExitEarly
   if (checkpointer_ && last_saved_iteration_ != iteration_) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
   LOOM_RETURN_IF_ERROR(WaitForCheckpoint());
   LOOM_RETURN_IF_ERROR(CloseProfile());

@@ -6,7 +6,9 @@
 // GPT-2 and for a Llama-style model.
 
 #include <string>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "train/test_util.h"
 
@@ -57,6 +59,29 @@ void ExpectEveryLayoutMatches(bool llama) {
 }
 
 TEST(TrainerEquivalenceTest, EveryLayoutGivesTheSameLossCurve) { ExpectEveryLayoutMatches(false); }
+// --overlap-param-gather leaves the last step's gather to the next forward;
+// Train() must finish it, or what a caller then reads (the final parameters,
+// an export, a generated text) mixes updated and stale shards. Every DP
+// replica holds the same parameters when Train() returns.
+TEST(TrainerEquivalenceTest, OverlappedParamGatherHasLandedWhenTrainReturns) {
+  const Layout l{1, 1, 2, 0, false, true, "1f1b", true, true};
+  std::vector<std::vector<float>> params(l.world());
+  absl::Mutex mu;
+  testing::RunResult r =
+      testing::Run(testing::TinyConfig(l, 3), l, nullptr, [&](int rank, Trainer& t) {
+        const core::Tensor& flat = t.model().params().flat_values();
+        const float* p = flat.data<float>();
+        std::vector<float> v(p, p + flat.numel());
+        absl::MutexLock lock(&mu);
+        params[rank] = std::move(v);
+      });
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(params[0].size(), params[1].size());
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    ASSERT_EQ(params[0][i], params[1][i])
+        << "parameter element " << i << " of " << params[0].size();
+  }
+}
 
 // RMSNorm, RoPE, SwiGLU, 2 query groups, untied output layer (no tied sum
 // over PP: each end stage owns its own table), no biases.
