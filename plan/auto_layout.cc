@@ -5,8 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "plan/builtin_hardware.h"
 #include "plan/layout.h"
 
@@ -15,22 +13,49 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
-// "TP 1 x PP 1 x DP 2, micro-batch 4, ZeRO-1": the trainer's own words.
-std::string Describe(const train::TrainConfig& c) {
-  std::string s = absl::StrCat("TP ", c.tensor_model_parallel_size, " x PP ",
-                               c.pipeline_model_parallel_size);
-  if (c.virtual_pipeline_size > 1) absl::StrAppend(&s, " (VP ", c.virtual_pipeline_size, ")");
-  if (c.context_parallel_size > 1) absl::StrAppend(&s, " x CP ", c.context_parallel_size);
+// " (typed)" after a field the user fixed with `flag`.
+std::string Mark(const std::set<std::string>& fixed, const char* flag) {
+  return fixed.count(flag) ? " (typed)" : "";
+}
+
+// "TP 1 x PP 1 x DP 2, micro-batch 4, ZeRO-1": the trainer's own words. A
+// typed field is marked and shown even at its default ("no ZeRO-1 (typed)").
+std::string Describe(const train::TrainConfig& c, const std::set<std::string>& fixed = {}) {
+  auto typed = [&](const char* flag) { return fixed.count(flag) > 0; };
+  std::string s = absl::StrCat(
+      "TP ", c.tensor_model_parallel_size, Mark(fixed, "tensor_model_parallel_size"), " x PP ",
+      c.pipeline_model_parallel_size, Mark(fixed, "pipeline_model_parallel_size"));
+  if (c.virtual_pipeline_size > 1 || typed("num_layers_per_virtual_pipeline_stage")) {
+    absl::StrAppend(&s, " (VP ", c.virtual_pipeline_size,
+                    Mark(fixed, "num_layers_per_virtual_pipeline_stage"), ")");
+  }
+  if (c.context_parallel_size > 1 || typed("context_parallel_size")) {
+    absl::StrAppend(&s, " x CP ", c.context_parallel_size, Mark(fixed, "context_parallel_size"));
+  }
   absl::StrAppend(&s, " x DP ", c.data_parallel_size);
-  if (c.sequence_parallel) absl::StrAppend(&s, " + SP");
-  if (c.expert_model_parallel_size > 1) {
-    absl::StrAppend(&s, ", EP ", c.expert_model_parallel_size);
+  if (c.sequence_parallel) absl::StrAppend(&s, " + SP", Mark(fixed, "sequence_parallel"));
+  if (!c.sequence_parallel && typed("sequence_parallel")) absl::StrAppend(&s, ", no SP (typed)");
+  if (c.expert_model_parallel_size > 1 || typed("expert_model_parallel_size")) {
+    absl::StrAppend(&s, ", EP ", c.expert_model_parallel_size,
+                    Mark(fixed, "expert_model_parallel_size"));
   }
-  absl::StrAppend(&s, ", micro-batch ", c.micro_batch_size);
+  if (typed("pipeline_schedule")) {
+    absl::StrAppend(&s, ", schedule ", c.pipeline_schedule, " (typed)");
+  }
+  absl::StrAppend(&s, ", micro-batch ", c.micro_batch_size, Mark(fixed, "micro_batch_size"));
+  const bool recompute_typed =
+      typed("recompute_granularity") || typed("recompute_method") || typed("recompute_num_layers");
   if (!c.model.recompute_granularity.empty()) {
-    absl::StrAppend(&s, ", recompute ", c.model.recompute_granularity);
+    absl::StrAppend(&s, ", recompute ", c.model.recompute_granularity,
+                    recompute_typed ? " (typed)" : "");
+  } else if (recompute_typed) {
+    absl::StrAppend(&s, ", no recompute (typed)");
   }
-  if (c.optimizer.distributed) absl::StrAppend(&s, ", ZeRO-1");
+  if (c.optimizer.distributed) {
+    absl::StrAppend(&s, ", ZeRO-1", Mark(fixed, "use_distributed_optimizer"));
+  } else if (typed("use_distributed_optimizer")) {
+    absl::StrAppend(&s, ", no ZeRO-1 (typed)");
+  }
   return s;
 }
 
@@ -46,40 +71,17 @@ std::string Predicted(const Planned& p) {
 
 const char* Bool(bool b) { return b ? "true" : "false"; }
 
+// Why no layout is valid: the trainer's first refusal, or (when the search
+// reached no candidate) Finalize's verdict on the flags as typed.
+std::string NoLayoutReason(const train::TrainConfig& config, int world_size,
+                           const std::string& first_error) {
+  if (!first_error.empty()) return absl::StrCat("the first refusal: ", first_error);
+  train::TrainConfig typed = config;
+  absl::Status s = train::Finalize(&typed, world_size);
+  return s.ok() ? "the search reached no candidate" : std::string(s.message());
+}
+
 }  // namespace
-
-const std::vector<std::string>& AutoLayoutFlagNames() {
-  static const auto* names = new std::vector<std::string>{
-      "tensor_model_parallel_size",
-      "pipeline_model_parallel_size",
-      "num_layers_per_virtual_pipeline_stage",
-      "pipeline_schedule",
-      "context_parallel_size",
-      "expert_model_parallel_size",
-      "sequence_parallel",
-      "micro_batch_size",
-      "recompute_granularity",
-      "recompute_method",
-      "recompute_num_layers",
-      "use_distributed_optimizer",
-  };
-  return *names;
-}
-
-absl::Status CheckNoLayoutFlags(const std::set<std::string>& typed) {
-  std::vector<std::string> given;
-  for (const std::string& name : AutoLayoutFlagNames()) {
-    if (typed.count(name) || typed.count(absl::StrCat("no", name))) {
-      given.push_back(absl::StrCat("--", absl::StrReplaceAll(name, {{"_", "-"}})));
-    }
-  }
-  if (given.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--auto-layout with ", absl::StrJoin(given, ", "),
-      ": choose one (--auto-layout sets the layout flags itself; drop it, or drop ",
-      given.size() == 1 ? "that flag" : "those flags",
-      "; `bazel run //train:plan` lists the layouts it chooses from)"));
-}
 
 absl::StatusOr<Hardware> AutoLayoutHardware(const std::string& path, const std::string& device,
                                             std::string* what) {
@@ -96,20 +98,29 @@ absl::StatusOr<Hardware> AutoLayoutHardware(const std::string& path, const std::
 }
 
 absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int world_size,
-                                        const Hardware& hw, const std::string& hardware_name) {
+                                        const Hardware& hw, const std::string& hardware_name,
+                                        const std::set<std::string>& fixed) {
   SearchOptions search;  // //train:plan's defaults, so its row 1 is this choice
   search.gpus = world_size;
   search.devices_per_node = hw.devices_per_node();
+  search.fixed = fixed;
+  // "--auto-layout --tensor-model-parallel-size=3": the constraints as typed.
+  const std::string typed =
+      absl::StrCat("--auto-layout", fixed.empty() ? "" : " ", FixedFlags(config, fixed));
   int rejected = 0;
   std::string first_error;
   absl::StatusOr<std::vector<Planned>> plans =
       PlanAll(config, hw, search, TimeOptions{}, &rejected, &first_error);
-  if (!plans.ok()) return plans.status();
+  if (!plans.ok()) {
+    return absl::Status(plans.status().code(), absl::StrCat(typed, ": ", plans.status().message()));
+  }
   if (plans->empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--auto-layout: no layout of this model is valid on ", world_size, " ranks (",
-        rejected, " refused; the first: ", first_error,
-        "); change --nproc-per-node / --nnodes or --global-batch-size"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(typed, ": no layout of this model ", fixed.empty() ? "" : "with these values ",
+                     "is valid on ", world_size, " ranks (", rejected, " refused; ",
+                     NoLayoutReason(config, world_size, first_error), "); change ",
+                     fixed.empty() ? "" : "or drop the typed layout flags, ",
+                     "--nproc-per-node / --nnodes or --global-batch-size"));
   }
   const Planned& best = plans->front();
   if (!best.fits) {
@@ -118,12 +129,13 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
           return a.memory.bytes.total() < b.memory.bytes.total();
         });
     return absl::FailedPreconditionError(absl::StrFormat(
-        "--auto-layout: none of the %d valid layouts on %d ranks fits in %s per device%s "
-        "(%s); the smallest, %s, needs %s per rank; add ranks, shrink the model or pass "
+        "%s: none of the %d valid layouts on %d ranks fits in %s per device%s "
+        "(%s); the smallest, %s, needs %s per rank; add ranks, shrink the model%s or pass "
         "--hardware=FILE describing a larger device",
-        static_cast<int>(plans->size()), world_size, Bytes(hw.device_memory_bytes()),
+        typed, static_cast<int>(plans->size()), world_size, Bytes(hw.device_memory_bytes()),
         hw.ranks_share_compute() ? ", shared by the node's ranks" : "", hardware_name,
-        Describe(smallest->config), Bytes(smallest->memory.bytes.total())));
+        Describe(smallest->config, fixed), Bytes(smallest->memory.bytes.total()),
+        fixed.empty() ? "" : ", drop the typed layout flags"));
   }
 
   AutoLayout out;
@@ -138,7 +150,7 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
   t.tensor_model_parallel_size = c.tensor_model_parallel_size;
   t.pipeline_model_parallel_size = c.pipeline_model_parallel_size;
   t.num_layers_per_virtual_pipeline_stage = c.num_layers_per_virtual_pipeline_stage;
-  t.pipeline_schedule = "1f1b";
+  if (!fixed.count("pipeline_schedule")) t.pipeline_schedule = "1f1b";
   t.context_parallel_size = c.context_parallel_size;
   t.expert_model_parallel_size = c.expert_model_parallel_size;
   t.sequence_parallel = c.sequence_parallel;
@@ -166,7 +178,7 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
       absl::StrCat("--overlap_param_gather=", Bool(t.overlap_param_gather)),
   };
 
-  out.log_line = absl::StrCat("loom: --auto-layout chose ", Describe(c), " (predicted ",
+  out.log_line = absl::StrCat("loom: --auto-layout chose ", Describe(c, fixed), " (predicted ",
                               Predicted(best), " on ", hw.name(), "; ");
   if (out.runners_up.empty()) {
     absl::StrAppend(&out.log_line, "no other layout fits");

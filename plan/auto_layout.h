@@ -7,7 +7,8 @@
 // The choice is a pure function of (config, world size, hardware text): the
 // enumeration is deterministic and ties keep the report's order (PlanAll's
 // stable sort), so every rank that recomputes it gets the same layout. It is
-// row 1 of `//train:plan` run with the same flags, --gpus and --hardware.
+// row 1 of `//train:plan` run with the same flags (layout flags included:
+// both take them as constraints), --gpus and --hardware.
 
 #include <set>
 #include <string>
@@ -15,18 +16,11 @@
 
 #include "absl/status/statusor.h"
 #include "plan/hardware.h"
+#include "plan/layout.h"
 #include "plan/report.h"
 #include "train/config.h"
 
 namespace loom::plan {
-
-// The //train:gpt flags (underscore names) whose fields --auto-layout sets.
-const std::vector<std::string>& AutoLayoutFlagNames();
-
-// OK unless `typed` (core::FlagNamesIn's names; "noX" counts as X) holds a
-// layout flag: then InvalidArgument naming them ("--auto-layout with
-// --tensor-model-parallel-size=...: choose one").
-absl::Status CheckNoLayoutFlags(const std::set<std::string>& typed);
 
 // The hardware --auto-layout plans for: the file `path` when not empty (its
 // errors name it), else the built-in description of `device` ("cpu":
@@ -45,10 +39,14 @@ struct AutoLayout {
 };
 
 // Plans every layout of `config`'s model on `world_size` ranks of `hw` and
-// takes the fastest that fits. FailedPrecondition (with the trainer's first
-// refusal, or the smallest predicted peak) when none is valid or none fits.
+// takes the fastest that fits. `fixed` (TypedLayoutFlags of the command line)
+// are constraints: only layouts with `config`'s values of those flags. The
+// log line marks them "(typed)". FailedPrecondition (with the typed flags, and
+// the trainer's first refusal or the smallest predicted peak) when none is
+// valid or none fits.
 absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int world_size,
-                                        const Hardware& hw, const std::string& hardware_name);
+                                        const Hardware& hw, const std::string& hardware_name,
+                                        const std::set<std::string>& fixed = {});
 
 }  // namespace loom::plan
 

@@ -1,6 +1,7 @@
 #include "plan/auto_layout.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "plan/report.h"
 
@@ -81,14 +82,69 @@ TEST(AutoLayout, NothingFits) {
   EXPECT_TRUE(absl::StrContains(a.status().message(), "tiny.textproto")) << a.status();
 }
 
-TEST(AutoLayout, ExplicitLayoutFlagsAreNamed) {
-  EXPECT_TRUE(CheckNoLayoutFlags({"seq_length", "auto_layout"}).ok());
-  absl::Status s = CheckNoLayoutFlags({"tensor_model_parallel_size", "nouse_distributed_optimizer"});
-  ASSERT_FALSE(s.ok());
-  EXPECT_TRUE(absl::StrContains(
-      s.message(), "--auto-layout with --tensor-model-parallel-size, --use-distributed-optimizer: "
-                   "choose one"))
-      << s;
+TEST(AutoLayout, TypedLayoutFlagsAreConstraints) {
+  const std::set<std::string> fixed =
+      TypedLayoutFlags({"gpt", "seq_length", "auto_layout", "tensor_model_parallel_size",
+                        "nouse_distributed_optimizer"});
+  EXPECT_EQ(fixed,
+            (std::set<std::string>{"tensor_model_parallel_size", "use_distributed_optimizer"}));
+  train::TrainConfig c = Tiny();
+  c.tensor_model_parallel_size = 2;
+  EXPECT_EQ(FixedFlags(c, fixed), "--tensor-model-parallel-size=2 --nouse-distributed-optimizer");
+}
+
+TEST(AutoLayout, TypedTensorParallelSizeIsKept) {
+  absl::StatusOr<AutoLayout> free = ChooseLayout(Tiny(), 4, Cpu(), "cpu");
+  ASSERT_TRUE(free.ok()) << free.status();
+  // A TP the unconstrained choice did not take, so the constraint matters.
+  const int want = free->config.tensor_model_parallel_size == 1 ? 2 : 1;
+  train::TrainConfig c = Tiny();
+  c.tensor_model_parallel_size = want;
+  absl::StatusOr<AutoLayout> a = ChooseLayout(c, 4, Cpu(), "cpu", {"tensor_model_parallel_size"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->config.tensor_model_parallel_size, want);
+  ASSERT_FALSE(a->runners_up.empty());
+  EXPECT_EQ(a->runners_up[0].config.tensor_model_parallel_size, want);
+  EXPECT_TRUE(absl::StartsWith(
+      a->log_line, absl::StrCat("loom: --auto-layout chose TP ", want, " (typed) x PP ")))
+      << a->log_line;
+  EXPECT_LT(a->candidates, free->candidates);
+}
+
+TEST(AutoLayout, TypedDistributedOptimizerOnAndOff) {
+  for (bool on : {true, false}) {
+    train::TrainConfig c = Tiny();
+    c.optimizer.distributed = on;
+    absl::StatusOr<AutoLayout> a = ChooseLayout(c, 2, Cpu(), "cpu", {"use_distributed_optimizer"});
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->config.optimizer.distributed, on);
+    EXPECT_TRUE(absl::StrContains(a->log_line, on ? ", ZeRO-1 (typed)" : ", no ZeRO-1 (typed)"))
+        << a->log_line;
+  }
+}
+
+// --recompute-method=block alone: the planner fills in full granularity.
+TEST(AutoLayout, TypedRecomputeFieldReplacesItsOwn) {
+  train::TrainConfig c = Tiny();
+  c.model.recompute_method = "block";
+  absl::StatusOr<AutoLayout> a = ChooseLayout(c, 2, Cpu(), "cpu", {"recompute_method"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->config.model.recompute_granularity, "full");
+  EXPECT_EQ(a->config.model.recompute_method, "block");
+  EXPECT_TRUE(absl::StrContains(a->log_line, ", recompute full (typed)")) << a->log_line;
+}
+
+TEST(AutoLayout, ImpossibleConstraintIsNamed) {
+  train::TrainConfig c = Tiny();
+  c.tensor_model_parallel_size = 3;
+  absl::StatusOr<AutoLayout> a = ChooseLayout(c, 4, Cpu(), "cpu", {"tensor_model_parallel_size"});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StartsWith(a.status().message(),
+                               "--auto-layout --tensor-model-parallel-size=3: no layout of this "
+                               "model with these values is valid on 4 ranks"))
+      << a.status();
+  EXPECT_TRUE(absl::StrContains(a.status().message(), "TP 3 ")) << a.status();  // the refusal
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 #include "plan/layout.h"
 
 #include <algorithm>
+#include <map>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 
 namespace loom::plan {
 namespace {
@@ -15,13 +19,124 @@ std::vector<int> Divisors(int n) {
   return d;
 }
 
+std::vector<int> DivisorsUpTo(int n, int max) {
+  std::vector<int> d;
+  for (int i : Divisors(n)) {
+    if (i <= max) d.push_back(i);
+  }
+  return d;
+}
+
+// The ranks left after a factor of `d`; at least 1, so that a typed size that
+// does not divide them still reaches Finalize, whose refusal names it.
+int Rest(int n, int d) { return std::max(1, n / std::max(1, d)); }
+
+bool Fixed(const SearchOptions& o, const char* flag) { return o.fixed.count(flag) > 0; }
+
+// The values tried for one field: the typed one alone when the user fixed it.
+template <typename T>
+std::vector<T> Tried(const SearchOptions& o, const char* flag, T typed, std::vector<T> values) {
+  if (Fixed(o, flag)) return {typed};
+  return values;
+}
+
 struct Recompute {
-  const char* granularity;
-  const char* method;
+  std::string granularity;
+  std::string method;
   int64_t layers;
 };
 
+// None, selective and full (uniform 1), each with the typed recompute fields
+// in place of its own (so --recompute-method=block alone tries full block 1).
+std::vector<Recompute> Recomputes(const train::TrainConfig& base, const SearchOptions& o) {
+  std::vector<Recompute> tried = {{"", "", 0}};
+  if (o.try_recompute) {
+    tried.push_back({"selective", "", 0});
+    tried.push_back({"full", "uniform", 1});
+  }
+  std::vector<Recompute> out;
+  for (Recompute r : tried) {
+    if (Fixed(o, "recompute_granularity")) r.granularity = base.model.recompute_granularity;
+    if (Fixed(o, "recompute_method")) r.method = base.model.recompute_method;
+    if (Fixed(o, "recompute_num_layers")) r.layers = base.model.recompute_num_layers;
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const Recompute& x) {
+      return x.granularity == r.granularity && x.method == r.method && x.layers == r.layers;
+    });
+    if (!seen) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// 1, 2, 4, ... up to the maximum, while they divide the global batch over DP.
+std::vector<int64_t> MicroBatches(const train::TrainConfig& base, const SearchOptions& o, int dp) {
+  std::vector<int64_t> out;
+  for (int64_t mbs = 1; mbs <= o.max_micro_batch; mbs *= 2) {
+    if (base.global_batch_size % (mbs * dp) != 0) break;
+    out.push_back(mbs);
+  }
+  return out;
+}
+
 }  // namespace
+
+const std::vector<std::string>& LayoutFlagNames() {
+  static const auto* names = new std::vector<std::string>{
+      "tensor_model_parallel_size",
+      "pipeline_model_parallel_size",
+      "num_layers_per_virtual_pipeline_stage",
+      "pipeline_schedule",
+      "context_parallel_size",
+      "expert_model_parallel_size",
+      "sequence_parallel",
+      "micro_batch_size",
+      "recompute_granularity",
+      "recompute_method",
+      "recompute_num_layers",
+      "use_distributed_optimizer",
+  };
+  return *names;
+}
+
+std::set<std::string> TypedLayoutFlags(const std::vector<std::string>& typed) {
+  std::set<std::string> out;
+  for (const std::string& name : LayoutFlagNames()) {
+    for (const std::string& t : typed) {
+      if (t == name || t == absl::StrCat("no", name)) out.insert(name);
+    }
+  }
+  return out;
+}
+
+std::string FixedFlags(const train::TrainConfig& c, const std::set<std::string>& fixed) {
+  const std::map<std::string, std::string> values = {
+      {"tensor_model_parallel_size", absl::StrCat(c.tensor_model_parallel_size)},
+      {"pipeline_model_parallel_size", absl::StrCat(c.pipeline_model_parallel_size)},
+      {"num_layers_per_virtual_pipeline_stage",
+       absl::StrCat(c.num_layers_per_virtual_pipeline_stage)},
+      {"pipeline_schedule", c.pipeline_schedule},
+      {"context_parallel_size", absl::StrCat(c.context_parallel_size)},
+      {"expert_model_parallel_size", absl::StrCat(c.expert_model_parallel_size)},
+      {"micro_batch_size", absl::StrCat(c.micro_batch_size)},
+      {"recompute_granularity", c.model.recompute_granularity},
+      {"recompute_method", c.model.recompute_method},
+      {"recompute_num_layers", absl::StrCat(c.model.recompute_num_layers)},
+  };
+  const std::map<std::string, bool> switches = {
+      {"sequence_parallel", c.sequence_parallel},
+      {"use_distributed_optimizer", c.optimizer.distributed},
+  };
+  std::vector<std::string> out;
+  for (const std::string& name : LayoutFlagNames()) {
+    if (!fixed.count(name)) continue;
+    const std::string dashed = absl::StrReplaceAll(name, {{"_", "-"}});
+    if (auto it = switches.find(name); it != switches.end()) {
+      out.push_back(absl::StrCat(it->second ? "--" : "--no", dashed));
+    } else {
+      out.push_back(absl::StrCat("--", dashed, "=", values.at(name)));
+    }
+  }
+  return absl::StrJoin(out, " ");
+}
 
 std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
                                                  const SearchOptions& o, int* rejected,
@@ -29,25 +144,29 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
   std::vector<train::TrainConfig> out;
   int refused = 0;
   const int max_tp = o.max_tp > 0 ? o.max_tp : o.devices_per_node;
-  std::vector<Recompute> recomputes = {{"", "", 0}};
-  if (o.try_recompute) {
-    recomputes.push_back({"selective", "", 0});
-    recomputes.push_back({"full", "uniform", 1});
-  }
+  const std::vector<Recompute> recomputes = Recomputes(base, o);
   const int64_t layers = base.model.num_layers;
-  for (int tp : Divisors(o.gpus)) {
-    if (tp > max_tp) continue;
-    for (int cp : Divisors(o.gpus / tp)) {
-      if (cp > o.max_cp) continue;
-      for (int pp : Divisors(o.gpus / (tp * cp))) {
-        if (layers % pp != 0) continue;
-        const int dp = o.gpus / (tp * cp * pp);
+  // Only the interleaved schedule runs more than one chunk per stage.
+  const bool interleave = o.try_interleaving && (!Fixed(o, "pipeline_schedule") ||
+                                                 base.pipeline_schedule == "interleaved");
+  const std::string typed = FixedFlags(base, o.fixed);
+  for (int tp : Tried(o, "tensor_model_parallel_size", base.tensor_model_parallel_size,
+                      DivisorsUpTo(o.gpus, max_tp))) {
+    for (int cp : Tried(o, "context_parallel_size", base.context_parallel_size,
+                        DivisorsUpTo(Rest(o.gpus, tp), o.max_cp))) {
+      std::vector<int> pps;
+      for (int pp : Divisors(Rest(o.gpus, tp * cp))) {
+        if (layers % pp == 0) pps.push_back(pp);
+      }
+      for (int pp :
+           Tried(o, "pipeline_model_parallel_size", base.pipeline_model_parallel_size, pps)) {
+        const int dp = Rest(o.gpus, tp * cp * pp);
         // Layers per virtual stage: 0 (no interleaving) and every divisor of
         // the stage's layers giving >= 2 chunks.
-        std::vector<int64_t> per_chunk = {0};
-        if (pp > 1 && o.try_interleaving) {
+        std::vector<int> per_chunk = {0};
+        if (pp > 1 && interleave) {
           for (int64_t per = layers / pp / 2; per >= 1; --per) {
-            if ((layers / pp) % per == 0) per_chunk.push_back(per);
+            if ((layers / pp) % per == 0) per_chunk.push_back(static_cast<int>(per));
           }
         }
         std::vector<int> eps = {1};
@@ -57,22 +176,27 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
             if (base.model.num_experts % ep == 0) eps.push_back(ep);
           }
         }
-        for (int64_t per : per_chunk) {
-          for (int ep : eps) {
-            for (bool sp : {false, true}) {
-              if (sp && (tp == 1 || !o.try_sequence_parallel)) continue;
-              for (int64_t mbs = 1; mbs <= o.max_micro_batch; mbs *= 2) {
-                if (base.global_batch_size % (mbs * dp) != 0) break;
+        std::vector<bool> sps = {false};
+        if (tp > 1 && o.try_sequence_parallel) sps.push_back(true);
+        std::vector<bool> dists = {false};
+        if (dp * cp > 1 && o.try_distributed_optimizer) dists.push_back(true);
+        for (int per : Tried(o, "num_layers_per_virtual_pipeline_stage",
+                             base.num_layers_per_virtual_pipeline_stage, per_chunk)) {
+          for (int ep :
+               Tried(o, "expert_model_parallel_size", base.expert_model_parallel_size, eps)) {
+            for (bool sp : Tried(o, "sequence_parallel", base.sequence_parallel, sps)) {
+              for (int64_t mbs :
+                   Tried(o, "micro_batch_size", base.micro_batch_size, MicroBatches(base, o, dp))) {
                 for (const Recompute& r : recomputes) {
-                  for (bool dist : {false, true}) {
-                    if (dist && (dp * cp == 1 || !o.try_distributed_optimizer)) continue;
+                  for (bool dist :
+                       Tried(o, "use_distributed_optimizer", base.optimizer.distributed, dists)) {
                     train::TrainConfig c = base;
                     c.tensor_model_parallel_size = tp;
                     c.pipeline_model_parallel_size = pp;
                     c.context_parallel_size = cp;
                     c.expert_model_parallel_size = ep;
-                    c.num_layers_per_virtual_pipeline_stage = static_cast<int>(per);
-                    c.pipeline_schedule = "1f1b";
+                    c.num_layers_per_virtual_pipeline_stage = per;
+                    if (!Fixed(o, "pipeline_schedule")) c.pipeline_schedule = "1f1b";
                     c.sequence_parallel = sp;
                     c.micro_batch_size = mbs;
                     c.model.recompute_granularity = r.granularity;
@@ -80,7 +204,14 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
                     c.model.recompute_num_layers = r.layers;
                     c.optimizer.distributed = dist;
                     if (!dist) c.overlap_param_gather = false;
-                    if (absl::Status s = train::Finalize(&c, o.gpus); !s.ok()) {
+                    absl::Status s = train::Finalize(&c, o.gpus);
+                    // Finalize may rewrite a field (SP off at TP 1, 1f1b to
+                    // interleaved): then the layout lacks what was typed.
+                    if (s.ok() && FixedFlags(c, o.fixed) != typed) {
+                      s = absl::InvalidArgumentError(absl::StrCat(
+                          "the trainer runs it as ", FixedFlags(c, o.fixed), ", not ", typed));
+                    }
+                    if (!s.ok()) {
                       if (first_error != nullptr && first_error->empty()) {
                         *first_error = absl::StrCat(DescribeLayout(c), ": ", s.message());
                       }

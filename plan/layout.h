@@ -7,6 +7,7 @@
 // trainer's own Finalize() (train/config.h) decides validity, so the planner
 // never lists a layout the trainer refuses, and its error is the reason.
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,23 @@ struct SearchOptions {
   bool try_distributed_optimizer = true;
   bool try_sequence_parallel = true;
   bool try_interleaving = true;
+  // Layout flags the user typed (LayoutFlagNames()): every layout keeps
+  // `base`'s value of these, even outside the ranges above.
+  std::set<std::string> fixed;
 };
+
+// The //train:gpt flags (underscore names) that choose a layout.
+const std::vector<std::string>& LayoutFlagNames();
+// The layout flags among `typed` (core::FlagNamesIn's names; "noX" counts as X).
+std::set<std::string> TypedLayoutFlags(const std::vector<std::string>& typed);
+// `fixed` as typed, with `c`'s values ("--tensor-model-parallel-size=2
+// --nouse-distributed-optimizer"), in LayoutFlagNames() order.
+std::string FixedFlags(const train::TrainConfig& c, const std::set<std::string>& fixed);
 
 // Every valid layout, in a stable order. `base` carries the model, the
 // global batch, the overlaps and the device; its parallel fields are
-// replaced. `rejected` (optional) counts candidates Finalize refused.
+// replaced, except those in options.fixed. `rejected` (optional) counts
+// candidates Finalize refused.
 std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
                                                  const SearchOptions& options,
                                                  int* rejected = nullptr,

@@ -4,13 +4,17 @@
 // fastest first among those that fit. --explain shows the formulas for one.
 // --calibrate measures this machine and prints a hardware file.
 #include <cstdio>
+#include <cstdlib>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "comm/launch/flags.h"
-#include <cstdlib>
+#include "core/cli.h"
 #include "plan/calibrate.h"
 #include "plan/hardware.h"
+#include "plan/layout.h"
 #include "plan/report.h"
 #include "train/gpt_flags.h"
 
@@ -45,6 +49,10 @@ constexpr char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The layout flags typed (before ParseFlags rewrites the names) are
+  // constraints, as for //train:gpt --auto-layout.
+  const std::set<std::string> fixed = loom::plan::TypedLayoutFlags(
+      loom::core::FlagNamesIn(std::vector<std::string>(argv, argv + argc)));
   loom::comm::launch::ParseFlags(argc, argv, kUsage);
   if (absl::GetFlag(FLAGS_calibrate)) {
     absl::StatusOr<std::string> text = loom::plan::Calibrate();
@@ -77,6 +85,7 @@ int main(int argc, char** argv) {
   search.max_tp = absl::GetFlag(FLAGS_max_tensor_parallel_size);
   search.max_cp = absl::GetFlag(FLAGS_max_context_parallel_size);
   search.max_micro_batch = absl::GetFlag(FLAGS_max_micro_batch_size);
+  search.fixed = fixed;
   loom::plan::TimeOptions time;
   time.tp_comm_overlap = absl::GetFlag(FLAGS_tp_comm_overlap);
   int rejected = 0;
@@ -87,21 +96,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "plan: %s\n", std::string(plans.status().message()).c_str());
     return 1;
   }
+  const std::string typed = loom::plan::FixedFlags(config, fixed);
+  if (plans->empty()) {  // bad flags (as typed): nothing to list
+    std::fprintf(stderr,
+                 "plan: no layout%s is valid on %d ranks; the trainer's first refusal: %s\n",
+                 typed.empty() ? "" : (" with " + typed).c_str(), gpus, first_error.c_str());
+    return 2;
+  }
   int fit = 0;
   for (const auto& p : *plans) fit += p.fits;
-  std::printf("%zu valid layouts on %d ranks (%d candidates refused by the trainer's checks), "
-              "%d fit in memory; fastest first:\n",
-              plans->size(), gpus, rejected, fit);
+  std::printf(
+      "%zu valid layouts on %d ranks%s (%d candidates refused by the trainer's checks), "
+      "%d fit in memory; fastest first:\n",
+      plans->size(), gpus, typed.empty() ? "" : (" with " + typed).c_str(), rejected, fit);
   std::printf("%s", loom::plan::FormatTable(*plans, *hw, absl::GetFlag(FLAGS_top)).c_str());
   if (absl::GetFlag(FLAGS_explain) && !plans->empty()) {
     const size_t k = std::min<size_t>(plans->size(),
                                       std::max(1, absl::GetFlag(FLAGS_explain_rank))) - 1;
     std::printf("\n--explain (row %zu)\n%s", k + 1, loom::plan::Explain((*plans)[k], *hw).c_str());
-  }
-  if (plans->empty()) {
-    std::fprintf(stderr, "plan: no layout is valid; the trainer's first refusal: %s\n",
-                 first_error.c_str());
-    return 1;
   }
   return 0;
 }

@@ -3,8 +3,9 @@
 #  1. 2 local ranks train with the planner's layout, named in the first log line;
 #  2. 2 processes (the launcher passes the choice to its ranks as flags): the
 #     same layout, logged once;
-#  3. --auto-layout with a layout flag, and a bad --hardware file, fail before
-#     any work (exit 2) naming the flags / the file.
+#  3. a typed layout flag is a constraint: TP 2 is chosen and trains, marked
+#     "(typed)"; an impossible one, and a bad --hardware file, fail before any
+#     work (exit 2) naming the flag / the file.
 set -uo pipefail
 gpt="$TEST_SRCDIR/$TEST_WORKSPACE/train/gpt"
 preprocess="$TEST_SRCDIR/$TEST_WORKSPACE/train/preprocess_data"
@@ -41,14 +42,21 @@ grep -qE " iteration +3/ +3 " out.txt || fail "did not train 3 iterations"
 grep -qE "^loom: 2 ranks = TP $tp x PP $pp x DP $dp" out.txt || fail "the ranks ran another layout"
 grep -qE " iteration +3/ +3 " out.txt || fail "processes did not train 3 iterations"
 
-# 3. Refusals, before any work.
+# 3. Constraints: the typed TP is kept; one no layout has is refused before any work.
 "$gpt" --auto-layout --distributed-backend=local "${tiny[@]}" --tensor-model-parallel-size=2 \
-  --micro-batch-size=2 > out.txt 2> err.txt
+  > out.txt 2> err.txt || fail "--auto-layout --tensor-model-parallel-size=2 exited $?"
+head -1 out.txt | grep -q "^loom: --auto-layout chose TP 2 (typed) x PP 1 x DP 1" ||
+  fail "the typed TP was not kept: $(head -1 out.txt)"
+grep -qE "^loom: 2 ranks = TP 2 x PP 1 x DP 1" out.txt || fail "the trainer ran another layout"
+grep -qE " iteration +3/ +3 " out.txt || fail "TP 2 did not train 3 iterations"
+
+"$gpt" --auto-layout --distributed-backend=local "${tiny[@]}" --tensor-model-parallel-size=3 \
+  > out.txt 2> err.txt
 rc=$?
-[ $rc = 2 ] || fail "conflicting flags: exit $rc, expected 2"
-grep -q -- "--auto-layout with --tensor-model-parallel-size, --micro-batch-size: choose one" err.txt ||
-  fail "the conflict does not name the flags"
-grep -q "^loom:" out.txt && fail "work started despite the conflict"
+[ $rc = 2 ] || fail "impossible constraint: exit $rc, expected 2"
+grep -q -- "--auto-layout --tensor-model-parallel-size=3: no layout .* valid on 2 ranks" err.txt ||
+  fail "the refusal does not name the typed flag"
+grep -q "^loom:" out.txt && fail "work started despite the impossible constraint"
 
 echo 'peak_flops: "fast"' > bad.textproto
 "$gpt" --auto-layout --distributed-backend=local "${tiny[@]}" --hardware=bad.textproto \

@@ -194,16 +194,13 @@ int main(int argc, char** argv) {
   // Ranks started by someone else all fail the same way: one message per node.
   const bool speaks = !is_rank || plan->rank.rank == 0 || plan->rank.local_rank == 0;
   // --auto-layout: every process that gets here computes the same choice
-  // (plan/auto_layout.h); the launcher passes it to its ranks as flags.
+  // (plan/auto_layout.h), with the typed layout flags as constraints; the
+  // launcher passes it to its ranks as flags.
   std::vector<std::string> layout_flags;
   if (absl::GetFlag(FLAGS_auto_layout)) {
-    s = loom::plan::CheckNoLayoutFlags(std::set<std::string>(names.begin(), names.end()));
     std::string hardware_name;
-    absl::StatusOr<loom::plan::Hardware> hw =
-        s.ok() ? loom::plan::AutoLayoutHardware(
-                     loom::core::ResolveUserPath(absl::GetFlag(FLAGS_hardware)), config.device,
-                     &hardware_name)
-               : absl::StatusOr<loom::plan::Hardware>(s);
+    absl::StatusOr<loom::plan::Hardware> hw = loom::plan::AutoLayoutHardware(
+        loom::core::ResolveUserPath(absl::GetFlag(FLAGS_hardware)), config.device, &hardware_name);
     // The planner sizes the embedding and logits with the tokenizer's vocabulary.
     absl::StatusOr<std::unique_ptr<loom::train::Tokenizer>> tokenizer =
         hw.ok() ? loom::train::MakeTokenizer(
@@ -212,7 +209,8 @@ int main(int argc, char** argv) {
                 : absl::StatusOr<std::unique_ptr<loom::train::Tokenizer>>(hw.status());
     if (tokenizer.ok()) config.model.vocab_size = (*tokenizer)->vocab_size();
     absl::StatusOr<loom::plan::AutoLayout> chosen =
-        tokenizer.ok() ? loom::plan::ChooseLayout(config, plan->world_size, *hw, hardware_name)
+        tokenizer.ok() ? loom::plan::ChooseLayout(config, plan->world_size, *hw, hardware_name,
+                                                  loom::plan::TypedLayoutFlags(names))
                        : absl::StatusOr<loom::plan::AutoLayout>(tokenizer.status());
     if (!chosen.ok()) {
       if (speaks) PrintError(chosen.status());
