@@ -17,6 +17,10 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+absl::StatusOr<Tensor> Slice(const Tensor& flat, const FlatRange& r) {
+  return flat.Narrow(r.first, r.second - r.first);
+}
+
 // A run of consecutive parameters that one unit completes (or the tied word
 // embedding, completed only by the embedding-group sum).
 struct Segment {
@@ -98,7 +102,7 @@ absl::Status GradientSync::Layout() {
     if (fits) {
       open->range.first = seg.range.first;
     } else {
-      reversed.push_back({seg.range, {}, {}, seg.tied});
+      reversed.push_back({seg.range, {}, seg.tied});
       open = &reversed.back();
     }
     if (std::find(open->units.begin(), open->units.end(), seg.unit) == open->units.end() &&
@@ -108,43 +112,26 @@ absl::Status GradientSync::Layout() {
   }
   buckets_.assign(reversed.rbegin(), reversed.rend());
 
-  // Ownership: slice `rank` of every bucket under ZeRO-1, else all of it.
-  const int dp = sharded() ? groups_.dp->size() : 1;
-  const int rank = sharded() ? groups_.dp->rank() : 0;
+  // Ownership: under ZeRO-1 slice `rank` of every part (its rank in the
+  // part's group), else all of it.
   for (GradBucket& b : buckets_) {
-    const int64_t len = b.range.second - b.range.first;
-    if (len % dp != 0) {
-      return absl::InternalError(absl::StrCat(
-          "GradientSync: bucket [", b.range.first, ", ", b.range.second,
-          ") does not split into ", dp, " equal shards: build the model with buffer_multiple = DP"));
-    }
-    b.owned = {b.range.first + rank * (len / dp), b.range.first + (rank + 1) * (len / dp)};
-    if (!owned_.empty() && owned_.back().second == b.owned.first) {
-      owned_.back().second = b.owned.second;
-    } else if (b.owned.second > b.owned.first) {
-      owned_.push_back(b.owned);
-    }
-  }
-
-  // Under EP, each bucket's expert slots and the rest.
-  if (expert_parallel()) {
-    if (sharded()) {
-      return absl::UnimplementedError(
-          "--use-distributed-optimizer with --expert-model-parallel-size > 1 is not built yet");
-    }
-    for (GradBucket& b : buckets_) {
-      auto add = [](std::vector<FlatRange>* v, int64_t from, int64_t to) {
-        if (!v->empty() && v->back().second == from) {
-          v->back().second = to;
-        } else {
-          v->push_back({from, to});
-        }
-      };
-      for (size_t i = 0; i < params.params().size(); ++i) {
-        const layers::Param& p = params.params()[i];
-        const int64_t from = p.offset, to = params.SlotEnd({static_cast<int>(i)});
-        if (from < b.range.first || from >= b.range.second) continue;
-        add(p.spec->expert ? &b.expert_ranges : &b.dense_ranges, from, to);
+    b.parts = Parts(b.range);
+    for (BucketPart& part : b.parts) {
+      comm::Communicator* group = sharded() ? GroupOf(part) : nullptr;
+      const int size = group != nullptr ? group->size() : 1;
+      const int rank = group != nullptr ? group->rank() : 0;
+      const int64_t len = part.range.second - part.range.first;
+      if (len % size != 0) {
+        return absl::InternalError(absl::StrCat(
+            "GradientSync: [", part.range.first, ", ", part.range.second, ") does not split into ",
+            size, " equal shards: build the model with buffer_multiple = DP"));
+      }
+      part.owned = {part.range.first + rank * (len / size),
+                    part.range.first + (rank + 1) * (len / size)};
+      if (!owned_.empty() && owned_.back().second == part.owned.first) {
+        owned_.back().second = part.owned.second;
+      } else if (part.owned.second > part.owned.first) {
+        owned_.push_back(part.owned);
       }
     }
   }
@@ -172,9 +159,32 @@ absl::Status GradientSync::Layout() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     pending_units_[b] = static_cast<int>(buckets_[b].units.size());
   }
-  reduce_works_.assign(buckets_.size(), nullptr);
-  gather_works_.assign(buckets_.size(), nullptr);
+  reduce_works_.assign(buckets_.size(), {});
+  gather_works_.assign(buckets_.size(), {});
   return absl::OkStatus();
+}
+
+std::vector<BucketPart> GradientSync::Parts(const FlatRange& bucket) const {
+  if (!expert_parallel()) return {BucketPart{bucket, bucket, false}};
+  const layers::ParamBuffer& params = model_->params();
+  std::vector<BucketPart> parts;
+  for (size_t i = 0; i < params.params().size(); ++i) {
+    const layers::Param& p = params.params()[i];
+    const int64_t from = p.offset, to = params.SlotEnd({static_cast<int>(i)});
+    if (from < bucket.first || from >= bucket.second) continue;
+    if (!parts.empty() && parts.back().expert == p.spec->expert &&
+        parts.back().range.second == from) {
+      parts.back().range.second = to;
+    } else {
+      parts.push_back({{from, to}, {from, to}, p.spec->expert});
+    }
+  }
+  return parts;
+}
+
+comm::Communicator* GradientSync::GroupOf(const BucketPart& part) const {
+  comm::Communicator* group = part.expert ? groups_.expert_dp : groups_.dp;
+  return group != nullptr && group->size() > 1 ? group : nullptr;
 }
 
 int64_t GradientSync::owned_numel() const {
@@ -208,37 +218,23 @@ absl::Status GradientSync::OnBackward(int64_t unit) {
   return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
 }
 
-absl::Status GradientSync::Reduce(comm::Communicator* group, const FlatRange& r, size_t b) {
-  if (group == nullptr || group->size() == 1) return absl::OkStatus();
-  LOOM_ASSIGN_OR_RETURN(Tensor part,
-                        model_->params().flat_grads().Narrow(r.first, r.second - r.first));
-  comm::WorkPtr w = group->AllReduce(part, comm::ReduceOp::kAvg);
-  (reduce_works_[b] == nullptr ? reduce_works_[b] : extra_works_.emplace_back()) = std::move(w);
-  return absl::OkStatus();
-}
-
 absl::Status GradientSync::StartBucket(size_t b) {
   const Tensor& grads = model_->params().flat_grads();
-  const GradBucket& bucket = buckets_[b];
-  if (expert_parallel()) {  // experts over their own replicas, the rest over DP
-    for (const FlatRange& r : bucket.dense_ranges) LOOM_RETURN_IF_ERROR(Reduce(groups_.dp, r, b));
-    for (const FlatRange& r : bucket.expert_ranges) {
-      LOOM_RETURN_IF_ERROR(Reduce(groups_.expert_dp, r, b));
+  std::vector<comm::WorkPtr>& works = reduce_works_[b];
+  for (const BucketPart& part : buckets_[b].parts) {
+    comm::Communicator* group = GroupOf(part);
+    if (group == nullptr) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor all, Slice(grads, part.range));
+    if (sharded()) {
+      // In place: this rank's slice of the part receives the average.
+      LOOM_ASSIGN_OR_RETURN(Tensor mine, Slice(grads, part.owned));
+      works.push_back(group->ReduceScatter(all, mine, comm::ReduceOp::kAvg));
+    } else {
+      works.push_back(group->AllReduce(all, comm::ReduceOp::kAvg));
     }
-    if (reduce_works_[b] == nullptr) {  // nothing to reduce: mark it started
-      reduce_works_[b] = comm::CompletedWork(absl::OkStatus(), "gradient bucket");
-    }
-    return absl::OkStatus();
   }
-  LOOM_ASSIGN_OR_RETURN(Tensor all,
-                        grads.Narrow(bucket.range.first, bucket.range.second - bucket.range.first));
-  if (sharded()) {
-    // In place: this rank's slice of the bucket receives the average.
-    LOOM_ASSIGN_OR_RETURN(Tensor mine,
-                          grads.Narrow(bucket.owned.first, bucket.owned.second - bucket.owned.first));
-    reduce_works_[b] = groups_.dp->ReduceScatter(all, mine, comm::ReduceOp::kAvg);
-  } else {
-    reduce_works_[b] = groups_.dp->AllReduce(all, comm::ReduceOp::kAvg);
+  if (works.empty()) {  // nothing to reduce: mark it started
+    works.push_back(comm::CompletedWork(absl::OkStatus(), "gradient bucket"));
   }
   return absl::OkStatus();
 }
@@ -250,7 +246,7 @@ absl::Status GradientSync::FinishGradients() {
   // overlapped run would have started it.
   if (data_parallel()) {
     for (size_t b = buckets_.size(); b-- > 0;) {
-      if (reduce_works_[b] == nullptr && !buckets_[b].tied_embedding) {
+      if (reduce_works_[b].empty() && !buckets_[b].tied_embedding) {
         status.Update(StartBucket(b));
       }
     }
@@ -272,12 +268,10 @@ absl::Status GradientSync::FinishGradients() {
     }
   }
   std::vector<comm::WorkPtr> works;
-  for (comm::WorkPtr& w : reduce_works_) {
-    if (w != nullptr) works.push_back(std::move(w));
-    w = nullptr;
+  for (std::vector<comm::WorkPtr>& bucket : reduce_works_) {
+    for (comm::WorkPtr& w : bucket) works.push_back(std::move(w));
+    bucket.clear();
   }
-  for (comm::WorkPtr& w : extra_works_) works.push_back(std::move(w));
-  extra_works_.clear();
   absl::Status waited = comm::WaitAllOnStream(works);
   if (!waited.ok()) {
     status.Update(absl::Status(waited.code(), absl::StrCat("data-parallel gradient reduction: ",
@@ -287,10 +281,10 @@ absl::Status GradientSync::FinishGradients() {
     // Each expert's gradient sums every EP rank's tokens: 1 / EP more makes
     // it the mean over all DP ranks' losses, as the dense gradients are.
     for (const GradBucket& bucket : buckets_) {
-      for (const FlatRange& r : bucket.expert_ranges) {
-        LOOM_ASSIGN_OR_RETURN(Tensor part, model_->params().flat_grads().Narrow(
-                                               r.first, r.second - r.first));
-        status.Update(core::ops::Scale(1.0f / static_cast<float>(groups_.expert_parallel), &part));
+      for (const BucketPart& part : bucket.parts) {
+        if (!part.expert) continue;
+        LOOM_ASSIGN_OR_RETURN(Tensor mine, Slice(model_->params().flat_grads(), part.owned));
+        status.Update(core::ops::Scale(1.0f / static_cast<float>(groups_.expert_parallel), &mine));
       }
     }
   }
@@ -314,23 +308,24 @@ absl::Status GradientSync::StartParamGather() {
   const Tensor& values = model_->params().flat_values();
   // In forward order, so the first buckets the next forward needs come first.
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    const GradBucket& bucket = buckets_[b];
-    LOOM_ASSIGN_OR_RETURN(Tensor mine, values.Narrow(bucket.owned.first,
-                                                     bucket.owned.second - bucket.owned.first));
-    LOOM_ASSIGN_OR_RETURN(Tensor all, values.Narrow(bucket.range.first,
-                                                    bucket.range.second - bucket.range.first));
-    gather_works_[b] = groups_.dp->AllGather(mine, all);
+    for (const BucketPart& part : buckets_[b].parts) {
+      comm::Communicator* group = GroupOf(part);
+      if (group == nullptr) continue;  // owned whole: nothing to gather
+      LOOM_ASSIGN_OR_RETURN(Tensor mine, Slice(values, part.owned));
+      LOOM_ASSIGN_OR_RETURN(Tensor all, Slice(values, part.range));
+      gather_works_[b].push_back(group->AllGather(mine, all));
+    }
   }
   if (options_.overlap_param_gather) return absl::OkStatus();
   return FinishParamGather();
 }
 
 absl::Status GradientSync::WaitGather(size_t b) {
-  if (gather_works_[b] == nullptr) return absl::OkStatus();
+  if (gather_works_[b].empty()) return absl::OkStatus();
   const auto start = std::chrono::steady_clock::now();
-  comm::WorkPtr work = std::move(gather_works_[b]);
-  gather_works_[b] = nullptr;
-  absl::Status st = work->WaitOnStream();
+  std::vector<comm::WorkPtr> works = std::move(gather_works_[b]);
+  gather_works_[b].clear();
+  absl::Status st = comm::WaitAllOnStream(works);
   if (!st.ok()) {
     return absl::Status(st.code(),
                         absl::StrCat("all-gather of updated parameters: ", st.message()));

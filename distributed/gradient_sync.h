@@ -30,6 +30,11 @@
 // to a multiple of DP (ParamBuffer), so each bucket splits into DP equal
 // slices and rank r owns slice r of every bucket.
 //
+// Expert parallelism (EP > 1) splits each bucket into parts: runs of expert
+// weights, averaged (and under ZeRO-1 sharded) over the expert-data-parallel
+// group, and runs of the rest, over DP (Megatron's rule). Rank r then owns
+// slice r of each part, r its rank in the part's group.
+//
 // Every DP rank (and TP rank) holds the same layout and runs the same
 // schedule, so buckets start in the same order everywhere: the collectives
 // match. All reductions are linear, so their order does not change the
@@ -66,23 +71,28 @@ struct GradientSyncGroups {
   comm::Communicator* embedding = nullptr;
   // Expert parallelism (EP > 1): the MoE experts' weights (ParamSpec::expert)
   // differ between the EP ranks of a DP group, so instead of DP they are
-  // averaged over `expert_dp`, the DP / EP ranks that hold the same experts
-  // (null or size 1: none), and scaled by 1 / EP: each expert's gradient
-  // already sums the contributions of all EP ranks' tokens, and the step's
-  // loss is the mean over all DP ranks.
+  // averaged (and under ZeRO-1 sharded) over `expert_dp`, the DP / EP ranks
+  // that hold the same experts (null or size 1: none), and scaled by 1 / EP:
+  // each expert's gradient already sums the contributions of all EP ranks'
+  // tokens, and the step's loss is the mean over all DP ranks.
   comm::Communicator* expert_dp = nullptr;
   int expert_parallel = 1;
+};
+
+// A run of a bucket reduced over one group: DP, or expert_dp for expert
+// weights (EP only).
+struct BucketPart {
+  FlatRange range;      // whole parameter slots
+  FlatRange owned;      // this rank's slice of it under ZeRO-1, else all of it
+  bool expert = false;  // ParamSpec::expert under EP
 };
 
 // One bucket of the flat buffers.
 struct GradBucket {
   FlatRange range;                 // whole parameter slots (padding included)
-  FlatRange owned;                 // the part this rank owns (all of it without ZeRO-1)
   std::vector<int64_t> units;      // units whose gradients complete it
   bool tied_embedding = false;     // summed over the embedding group before DP
-  // Under EP: the expert weights' slots in `range`, and the rest (each a
-  // sorted list of ranges); both empty without EP (the whole range is DP's).
-  std::vector<FlatRange> expert_ranges, dense_ranges;
+  std::vector<BucketPart> parts;   // tile `range` in order; one part without EP
 };
 
 class GradientSync {
@@ -111,7 +121,8 @@ class GradientSync {
   absl::Status FinishParamGather();
 
   // The flat ranges whose final gradients this rank holds and whose values
-  // it updates, in buffer order: the whole buffer, or its ZeRO-1 shard.
+  // it updates, in buffer order: the whole buffer, or its ZeRO-1 shard (a
+  // slice of each bucket part).
   const std::vector<FlatRange>& owned() const { return owned_; }
   int64_t owned_numel() const;
   const std::vector<GradBucket>& buckets() const { return buckets_; }
@@ -134,10 +145,12 @@ class GradientSync {
   absl::Status WaitGather(size_t b);
   bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }
   bool expert_parallel() const { return groups_.expert_parallel > 1; }
-  // EP: averages one range of the gradients over `group` (null or size 1:
-  // nothing); the first of bucket b's is its reduce_works_ entry.
-  absl::Status Reduce(comm::Communicator* group, const FlatRange& r, size_t b);
   bool sharded() const { return options_.distributed_optimizer && data_parallel(); }
+  // The group a part is averaged (and sharded) over; null when it has no
+  // replicas to average with.
+  comm::Communicator* GroupOf(const BucketPart& part) const;
+  // The bucket's parts: its expert and dense runs under EP, else all of it.
+  std::vector<BucketPart> Parts(const FlatRange& bucket) const;
 
   layers::GptModel* model_;
   GradientSyncGroups groups_;
@@ -149,9 +162,8 @@ class GradientSync {
   // Per step.
   std::vector<int64_t> backwards_;   // per units() index
   std::vector<int> pending_units_;   // per bucket: units not yet complete
-  std::vector<comm::WorkPtr> reduce_works_;  // per bucket (null: not started)
-  std::vector<comm::WorkPtr> extra_works_;   // EP: the other ranges' reductions
-  std::vector<comm::WorkPtr> gather_works_;  // per bucket (null: none in flight)
+  std::vector<std::vector<comm::WorkPtr>> reduce_works_;  // per bucket (empty: not started)
+  std::vector<std::vector<comm::WorkPtr>> gather_works_;  // per bucket (empty: none in flight)
   double exposed_grad_s_ = 0, exposed_gather_s_ = 0;
   int started_early_ = 0;
 };

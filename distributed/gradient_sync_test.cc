@@ -2,9 +2,11 @@
 // overlap with the backward, ZeRO-1 sharding and DP size gives the average of
 // the ranks' own gradients on the ranges each rank owns; buckets tile the
 // buffer; ZeRO-1 parameter gathers (overlapped or not) leave every rank with
-// every owner's values.
+// every owner's values; under expert parallelism ZeRO-1 shards the experts
+// over their replicas and the rest over DP.
 #include "distributed/gradient_sync.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -185,6 +187,78 @@ TEST_P(ParamGatherTest, EveryRankEndsWithEveryOwnersValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Overlap, ParamGatherTest, ::testing::Bool());
+
+// EP 2 within DP 4 under ZeRO-1, on fixed gradients (rank r's element i is
+// (r + 1) * (1 + i % 7)): the dense parts are averaged and sharded over DP,
+// the experts' over their replicas (ranks r and r + 2) and scaled by 1 / EP;
+// the gather gives each rank its group's owners' values.
+TEST(GradientSyncExpertTest, ZeroOneShardsExpertsOverTheirReplicas) {
+  constexpr int kDp = 4, kEp = 2;
+  layers::GptConfig c = TinyModel();
+  c.num_experts = 4;
+  c.moe_router_topk = 2;
+  c.add_bias_linear = false;
+  std::vector<std::vector<FlatRange>> owned(kDp);
+  std::vector<std::vector<float>> gathered(kDp);
+  std::vector<bool> expert;  // per flat element
+  absl::Status s =
+      layers::testing::RunRanks(kDp, [&](int r, comm::Communicator* comm) -> absl::Status {
+        // EP ranks are consecutive DP ranks; expert_dp joins those with the same experts.
+        LOOM_ASSIGN_OR_RETURN(auto ep, comm->Split(r / kEp, r % kEp, "ep"));
+        LOOM_ASSIGN_OR_RETURN(auto expert_dp, comm->Split(r % kEp, r / kEp, "expert_dp"));
+        LOOM_ASSIGN_OR_RETURN(
+            auto model, GptModel::Create(c, layers::TpGroup{}, layers::CpGroup{},
+                                         {{0, 3, true, true}}, kDp, layers::EpGroup{ep.get()}));
+        GradientSyncOptions o;
+        o.bucket_bytes = 64;
+        o.distributed_optimizer = true;
+        LOOM_ASSIGN_OR_RETURN(
+            auto sync, GradientSync::Create(model.get(), {comm, nullptr, expert_dp.get(), kEp}, o));
+        layers::ParamBuffer& params = model->params();
+        float* grads = params.flat_grads().data<float>();
+        for (int64_t i = 0; i < params.padded_numel(); ++i) grads[i] = (r + 1) * (1.0f + i % 7);
+        LOOM_RETURN_IF_ERROR(sync->FinishGradients());
+        std::vector<bool> is_expert(params.padded_numel(), false);
+        for (size_t p = 0; p < params.params().size(); ++p) {
+          const int64_t end = params.SlotEnd({static_cast<int>(p)});
+          for (int64_t i = params.params()[p].offset; i < end; ++i) {
+            is_expert[i] = params.params()[p].spec->expert;
+          }
+        }
+        float* values = params.flat_values().data<float>();
+        for (const auto& [begin, end] : sync->owned()) {
+          for (int64_t i = begin; i < end; ++i) {
+            // Dense: the mean of 1..4; experts: of r % 2 + 1 and r % 2 + 3, over EP.
+            const float mean = is_expert[i] ? (r % kEp + 2) / static_cast<float>(kEp) : 2.5f;
+            EXPECT_FLOAT_EQ(grads[i], mean * (1.0f + i % 7)) << "rank " << r << " element " << i;
+            values[i] = 1000.0f * (r + 1) + static_cast<float>(i % 97);
+          }
+        }
+        LOOM_RETURN_IF_ERROR(sync->StartParamGather());
+        owned[r] = sync->owned();
+        gathered[r] = ToVector(params.flat_values());
+        if (r == 0) expert = is_expert;
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_GT(std::count(expert.begin(), expert.end(), true), 0) << "no expert weights";
+  // Each dense element is owned once over DP, each expert element once over
+  // its replicas; every rank ends with its owners' values.
+  for (int64_t i = 0; i < static_cast<int64_t>(expert.size()); ++i) {
+    for (int r = 0; r < kDp; ++r) {
+      std::vector<int> owners;
+      for (int o = 0; o < kDp; ++o) {
+        if (expert[i] && o % kEp != r % kEp) continue;  // holds other experts
+        for (const auto& [begin, end] : owned[o]) {
+          if (begin <= i && i < end) owners.push_back(o);
+        }
+      }
+      ASSERT_EQ(owners.size(), 1u) << "element " << i << (expert[i] ? " (expert)" : "");
+      EXPECT_EQ(gathered[r][i], 1000.0f * (owners[0] + 1) + static_cast<float>(i % 97))
+          << "rank " << r << " element " << i;
+    }
+  }
+}
 
 TEST(GradientSyncTest, OverlapParamGatherNeedsTheDistributedOptimizer) {
   auto model = GptModel::Create(TinyModel(), layers::TpGroup{});

@@ -117,6 +117,26 @@ void ChunkKept(const train::TrainConfig& c, const ActTerms& a, int first, int co
 
 }  // namespace
 
+int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank) {
+  const layers::GptConfig& m = c.model;
+  if (!m.moe()) return 0;
+  const int64_t multiple = static_cast<int64_t>(c.data_parallel_size) * c.context_parallel_size;
+  std::vector<layers::ParamSpec> experts;
+  for (const layers::ParamSpec& s :
+       layers::BlockParamSpecs(m, 0, layers::ExpertShard{0, c.expert_model_parallel_size})) {
+    if (s.expert) experts.push_back(s);
+  }
+  const int64_t per_layer = LocalPadded(experts, c.tensor_model_parallel_size, multiple);
+  const int pp = c.pipeline_model_parallel_size, vp = c.virtual_pipeline_size;
+  int64_t total = 0;
+  for (int chunk = 0; chunk < vp; ++chunk) {
+    auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, vp, pp_rank, chunk);
+    if (!range.ok()) continue;
+    for (int l = range->first; l < range->end(); ++l) total += m.moe_layer(l) ? per_layer : 0;
+  }
+  return total;
+}
+
 int64_t StageParameters(const train::TrainConfig& c, int pp_rank) {
   const layers::GptConfig& m = c.model;
   const int tp = c.tensor_model_parallel_size, pp = c.pipeline_model_parallel_size;
@@ -171,7 +191,13 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     // ZeRO-1 shards, experts over EP), the f64 scalar it is all-reduced in.
     const bool split_norm = t * pp > 1 || c.expert_model_parallel_size > 1 ||
                             (c.optimizer.distributed && group > 1);
-    m.optimizer = (c.optimizer.distributed ? 8 * n / group : 8 * n) + (split_norm ? 8 : 0);
+    // ZeRO-1 shards the experts over DP / EP (their replicas), the rest over DP x CP.
+    const double experts = static_cast<double>(StageExpertParameters(c, r));
+    const double adam = c.optimizer.distributed
+                            ? 8 * (n - experts) / group +
+                                  8 * experts / (group / c.expert_model_parallel_size)
+                            : 8 * n;
+    m.optimizer = adam + (split_norm ? 8 : 0);
     // Activations: the average chunk's kept bytes times the chunks in flight.
     double kept_sum = 0, rerun = 0;
     for (int chunk = 0; chunk < vp; ++chunk) {
@@ -230,8 +256,12 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       "  optimizer     = 8 n_pad%s = %.3f GiB\n",
       st.pp_rank, n, c.data_parallel_size * c.context_parallel_size, c.bf16 ? " + 2 n_pad" : "",
       st.bytes.parameters / gib, st.bytes.gradients / gib,
-      c.optimizer.distributed ? absl::StrCat(" / ", c.data_parallel_size * c.context_parallel_size)
-                              : "",
+      !c.optimizer.distributed ? ""
+      : c.expert_model_parallel_size > 1
+          ? absl::StrFormat(" / %d, its %d expert elements / %d", c.data_parallel_size,
+                            StageExpertParameters(c, st.pp_rank),
+                            c.data_parallel_size / c.expert_model_parallel_size)
+          : absl::StrCat(" / ", c.data_parallel_size * c.context_parallel_size),
       st.bytes.optimizer / gib);
   absl::StrAppendFormat(
       &s,

@@ -48,6 +48,9 @@ struct StageMemory {
 
 // Local parameter elements of pipeline stage `pp_rank` (padded slots).
 int64_t StageParameters(const train::TrainConfig& c, int pp_rank);
+// The MoE experts' among them (ParamSpec::expert): under EP, ZeRO-1 shards
+// those over the expert-data-parallel ranks (DP / EP), the rest over DP x CP.
+int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank);
 
 // Every stage's peak (`in_flight[r]`: chunk activations held by stage r;
 // empty: min(WarmupForwards(r) + 1, M·v)).

@@ -1,6 +1,6 @@
 // The memory model against Loom itself: small GPTs trained in-process (ranks
-// as threads, local backend) for one step in 22 layouts of two model shapes (MoE with EP included);
-// each rank's peak bytes per category (core/memory_stats.h, the numbers
+// as threads, local backend) for one step in 23 layouts of two model shapes (MoE with EP, and EP
+// with ZeRO-1, included); each rank's peak bytes per category (core/memory_stats.h, the numbers
 // --memory-report prints) against the planner's prediction for its pipeline
 // stage. The proof of issue #20: the total within 10% on every rank.
 #include <cmath>
@@ -84,6 +84,9 @@ TEST(MemoryModelTest, PredictsLoomsPeakPerRankWithinTenPercent) {
   Layout ep2{1, 1, 2};
   ep2.ep = 2;
   cases.push_back({gpt, ep2, "", 2, /*experts=*/4});
+  Layout ep2_zero{1, 1, 4, 0, false, /*distributed=*/true};  // experts sharded over DP / EP = 2
+  ep2_zero.ep = 2;
+  cases.push_back({gpt, ep2_zero, "", 2, /*experts=*/4});
   cases.push_back({gpt, Layout{1, 1, 1}, "", 2, /*experts=*/4});
 
   std::printf("| shape | layout | rank | params | grads | optim | activations (pred) | comm (pred) "

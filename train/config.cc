@@ -127,10 +127,6 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
           c->model.num_experts, ") and the data-parallel size (", dp,
           "): EP ranks are carved out of DP"));
     }
-    if (c->optimizer.distributed) {
-      return absl::UnimplementedError(
-          "--use-distributed-optimizer with --expert-model-parallel-size > 1 is not built yet");
-    }
     if (cp > 1) {
       return absl::UnimplementedError(
           "--expert-model-parallel-size > 1 with --context-parallel-size > 1 is not built yet");

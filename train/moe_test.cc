@@ -5,7 +5,9 @@
 // capacity that drops and pads (the same assignments in every layout). A
 // checkpoint saved at TP 2 x PP 2 continues the curve at TP 1 and at DP 2
 // (experts are named globally and reshard like dense weights), and at EP 2.
-// Expert parallelism (EP 2, 4; with TP + SP and with PP) gives the same curve.
+// Expert parallelism (EP 2, 4; with TP + SP and with PP; with ZeRO-1, which
+// shards the experts over their expert-data-parallel replicas) gives the same
+// curve and the same global gradient norm.
 
 #include <string>
 #include <vector>
@@ -18,6 +20,8 @@ namespace {
 
 // The trainer equivalence test's tolerance (1e-6 relative per step).
 constexpr double kTolerance = 1e-6;
+// The last step's global gradient norm (clipping's input), relative.
+constexpr double kNormTolerance = 1e-6;
 constexpr int kIters = 12;
 
 using testing::Layout;
@@ -41,16 +45,30 @@ Layout Ep(int ep, Layout l) {
   return l;
 }
 
-std::vector<double> Train(const Layout& l, bool capacity) {
-  testing::RunResult r = testing::Run(MoeConfig(l, kIters, capacity), l);
+struct Curve {
+  std::vector<double> losses;
+  double grad_norm = 0;  // the last step's, recomputed from the final gradients
+};
+
+Curve TrainCurve(const Layout& l, bool capacity) {
+  Curve c;
+  testing::RunResult r =
+      testing::Run(MoeConfig(l, kIters, capacity), l, nullptr, [&c](int rank, Trainer& t) {
+        absl::StatusOr<double> norm = t.optimizer().GradNorm();
+        EXPECT_TRUE(norm.ok()) << norm.status();
+        if (rank == 0 && norm.ok()) c.grad_norm = *norm;
+      });
   EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
-  return r.losses;
+  c.losses = r.losses;
+  return c;
 }
 
+std::vector<double> Train(const Layout& l, bool capacity) { return TrainCurve(l, capacity).losses; }
+
 void ExpectEveryLayoutMatches(bool capacity) {
-  const std::vector<double> ref = Train(Layout{1, 1, 1}, capacity);
-  ASSERT_EQ(ref.size(), static_cast<size_t>(kIters));
-  EXPECT_LT(ref.back(), ref.front() - 0.3) << "the reference run must learn";
+  const Curve ref = TrainCurve(Layout{1, 1, 1}, capacity);
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kIters));
+  EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.3) << "the reference run must learn";
   for (const Layout& l : {
            Layout{2, 1, 1},
            Layout{2, 1, 1, 0, /*sp=*/true},
@@ -64,9 +82,16 @@ void ExpectEveryLayoutMatches(bool capacity) {
            Ep(4, Layout{1, 1, 4}),
            Ep(2, Layout{2, 1, 2, 0, /*sp=*/true}),        // EP x TP + SP
            Ep(2, Layout{1, 2, 2, 0, false, false, "1f1b", /*overlap=*/true}),  // EP x PP
+           // ZeRO-1: experts sharded over their replicas (none here), the rest over DP
+           Ep(2, Layout{1, 1, 2, 0, false, /*distributed=*/true}),
+           Ep(2, Layout{2, 1, 2, 0, /*sp=*/true, /*distributed=*/true}),  // EP x TP + SP
+           // 2 expert replicas, both overlaps
+           Ep(2, Layout{1, 1, 4, 0, false, true, "1f1b", /*overlap=*/true, /*param_gather=*/true}),
        }) {
-    testing::ExpectSameCurve(Train(l, capacity), ref, 0, kTolerance,
-                             (capacity ? "capacity 1, " : "dropless, ") + l.Describe());
+    const std::string what = (capacity ? "capacity 1, " : "dropless, ") + l.Describe();
+    const Curve got = TrainCurve(l, capacity);
+    testing::ExpectSameCurve(got.losses, ref.losses, 0, kTolerance, what);
+    EXPECT_NEAR(got.grad_norm, ref.grad_norm, kNormTolerance * ref.grad_norm) << what;
   }
 }
 
@@ -111,9 +136,12 @@ TEST(MoeTrainingTest, CheckpointReshardsExperts) {
   testing::RunResult ref = testing::Run(MoeConfig(whole, kTotal, false), whole);
   ASSERT_TRUE(ref.status.ok()) << ref.status;
   // Saved with the experts split over TP and PP, or over EP (each expert then
-  // written by its own rank); loaded whole, with ZeRO-1, and over EP.
+  // written by its own rank), or over EP with ZeRO-1 (each expert's moments
+  // in shards over its 2 replicas); loaded whole, with ZeRO-1, and over EP
+  // (with ZeRO-1 too).
+  const Layout ep_zero1 = Ep(2, Layout{1, 1, 4, 0, false, /*distributed=*/true});
   int n = 0;
-  for (const Layout& saved : {Layout{2, 2, 1}, Ep(2, Layout{1, 1, 2})}) {
+  for (const Layout& saved : {Layout{2, 2, 1}, Ep(2, Layout{1, 1, 2}), ep_zero1}) {
     const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/moe_ckpt" + std::to_string(n++);
     TrainConfig save = MoeConfig(saved, kTotal, false);
     save.save = dir;
@@ -121,7 +149,7 @@ TEST(MoeTrainingTest, CheckpointReshardsExperts) {
     testing::RunResult first = testing::Run(save, saved);
     ASSERT_TRUE(first.status.ok()) << first.status;
     for (const Layout& l :
-         {Layout{1, 1, 1}, Layout{1, 1, 2, 0, false, true}, Ep(2, Layout{1, 1, 2})}) {
+         {Layout{1, 1, 1}, Layout{1, 1, 2, 0, false, true}, Ep(2, Layout{1, 1, 2}), ep_zero1}) {
       TrainConfig load = MoeConfig(l, kTotal, false);
       load.load = dir;
       testing::RunResult second = testing::Run(load, l);
@@ -148,11 +176,8 @@ TEST(MoeTrainingTest, BadExpertParallelSizesNameTheFlags) {
       << s;
   c = MoeConfig(Ep(2, Layout{1, 1, 1}), 2, false);  // DP 1
   EXPECT_FALSE(Finalize(&c, 1).ok());
-  c = MoeConfig(Ep(2, Layout{1, 1, 2, 0, false, true}), 2, false);
-  s = Finalize(&c, 2);
-  EXPECT_NE(s.message().find("--use-distributed-optimizer with --expert-model-parallel-size"),
-            std::string::npos)
-      << s;
+  c = MoeConfig(Ep(2, Layout{1, 1, 2, 0, false, /*distributed=*/true}), 2, false);
+  EXPECT_TRUE(Finalize(&c, 2).ok()) << "EP with ZeRO-1 is built";
 }
 
 }  // namespace

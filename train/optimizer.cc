@@ -66,7 +66,7 @@ void Optimizer::BuildRuns() {
     const layers::ParamHandle h{static_cast<int>(i)};
     const int64_t begin = ps[i].offset, end = params_->SlotEnd(h);
     if (Counted(ps[i])) {
-      add(ps[i].spec->expert && groups_.experts != nullptr ? &expert_norm : &norm, begin, end,
+      add(ps[i].spec->expert && SumExpertsOverEp() ? &expert_norm : &norm, begin, end,
           /*wd=*/false);
     }
     add(&update, begin, end, ps[i].spec->weight_decay);
@@ -105,7 +105,7 @@ absl::StatusOr<double> Optimizer::GradNorm() const {
     return sq;
   };
   LOOM_ASSIGN_OR_RETURN(double sq, squares(norm_runs_));
-  if (groups_.experts != nullptr) {  // each EP rank holds other experts
+  if (SumExpertsOverEp()) {  // each EP rank holds other experts
     LOOM_ASSIGN_OR_RETURN(double experts, squares(expert_norm_runs_));
     LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.experts, comm::ReduceOp::kSum, &experts));
     sq += experts;

@@ -31,7 +31,10 @@ struct OptimizerGroups {
   // null when every rank of the DP group owns (a replica of) everything.
   comm::Communicator* shards = nullptr;
   // Expert parallelism: the EP group, whose ranks hold different experts
-  // (ParamSpec::expert): their squares are summed over it in the norm.
+  // (ParamSpec::expert): their squares are summed over it in the norm, unless
+  // `shards` is set: ZeRO-1 shards them over the expert-data-parallel ranks,
+  // and those and the EP ranks together are the shards group (DP), whose sum
+  // then counts each expert element once.
   comm::Communicator* experts = nullptr;
 };
 
@@ -73,6 +76,8 @@ class Optimizer {
   Optimizer(layers::ParamBuffer* params, OptimizerConfig config, OptimizerGroups groups)
       : params_(params), config_(config), groups_(groups) {}
   bool Counted(const layers::Param& p) const;
+  // Expert squares take a sum of their own over EP (see OptimizerGroups::experts).
+  bool SumExpertsOverEp() const { return groups_.experts != nullptr && groups_.shards == nullptr; }
   // Adjacent parameters merged into runs of the flat buffer, cut to the owned
   // ranges, so a step is a handful of kernel calls (one per run) instead of
   // one per tensor: on a GPU each call is a launch, and each norm term a host
