@@ -37,8 +37,8 @@ struct RankView {
   std::vector<std::pair<int64_t, int64_t>> moment_ranges;  // sorted [begin, end)
   int tp_rank = 0, dp_rank = 0, pp_rank = 0;
   // Under expert parallelism the rank among those holding the same experts
-  // (ParamSpec::expert): its first rank writes them (dp_rank 0 holds only
-  // some experts). dp_rank without EP.
+  // (ParamSpec::expert; DP / EP x CP ranks): its first rank writes them
+  // (dp_rank 0 holds only some experts). dp_rank without EP.
   int expert_dp_rank = 0;
   bool distributed_optimizer = false;
 };

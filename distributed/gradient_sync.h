@@ -71,10 +71,10 @@ struct GradientSyncGroups {
   comm::Communicator* embedding = nullptr;
   // Expert parallelism (EP > 1): the MoE experts' weights (ParamSpec::expert)
   // differ between the EP ranks of a DP group, so instead of DP they are
-  // averaged (and under ZeRO-1 sharded) over `expert_dp`, the DP / EP ranks
-  // that hold the same experts (null or size 1: none), and scaled by 1 / EP:
-  // each expert's gradient already sums the contributions of all EP ranks'
-  // tokens, and the step's loss is the mean over all DP ranks.
+  // averaged (and under ZeRO-1 sharded) over `expert_dp`, the DP / EP x CP
+  // ranks that hold the same experts (null or size 1: none), and scaled by
+  // 1 / EP: each expert's gradient already sums the contributions of all EP
+  // ranks' tokens, and the step's loss is the mean over all DP x CP ranks.
   comm::Communicator* expert_dp = nullptr;
   int expert_parallel = 1;
 };

@@ -258,9 +258,11 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       st.bytes.parameters / gib, st.bytes.gradients / gib,
       !c.optimizer.distributed ? ""
       : c.expert_model_parallel_size > 1
-          ? absl::StrFormat(" / %d, its %d expert elements / %d", c.data_parallel_size,
-                            StageExpertParameters(c, st.pp_rank),
-                            c.data_parallel_size / c.expert_model_parallel_size)
+          ? absl::StrFormat(
+                " / %d, its %d expert elements / %d (DP / EP x CP)",
+                c.data_parallel_size * c.context_parallel_size,
+                StageExpertParameters(c, st.pp_rank),
+                c.data_parallel_size * c.context_parallel_size / c.expert_model_parallel_size)
           : absl::StrCat(" / ", c.data_parallel_size * c.context_parallel_size),
       st.bytes.optimizer / gib);
   absl::StrAppendFormat(

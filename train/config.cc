@@ -127,10 +127,6 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
           c->model.num_experts, ") and the data-parallel size (", dp,
           "): EP ranks are carved out of DP"));
     }
-    if (cp > 1) {
-      return absl::UnimplementedError(
-          "--expert-model-parallel-size > 1 with --context-parallel-size > 1 is not built yet");
-    }
   }
   if (c->sequence_parallel && tp == 1) c->sequence_parallel = false;  // nothing to split
   // Also --seq-length against TP (SP) and CP, and the --recompute-* flags

@@ -129,6 +129,25 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   ExpectError(c, 1, {"--overlap-param-gather needs --use-distributed-optimizer"});
 }
 
+TEST(ConfigTest, ExpertParallelWithContextParallel) {
+  TrainConfig c = Base();
+  c.model.num_experts = 4;
+  c.model.moe_router_topk = 2;
+  c.model.add_bias_linear = false;
+  c.context_parallel_size = 2;
+  c.expert_model_parallel_size = 2;
+  c.global_batch_size = 8;
+  c.micro_batch_size = 2;
+  absl::Status s = Finalize(&c, 4);  // DP 2 x CP 2, EP 2 within DP
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.data_parallel_size, 2);
+  c.expert_model_parallel_size = 4;  // EP is carved out of DP, not DP x CP
+  ExpectError(c, 4, {"--expert-model-parallel-size (4)", "data-parallel size (2)"});
+  c.expert_model_parallel_size = 2;
+  c.model.moe_expert_capacity_factor = 1.0f;  // each CP rank would drop from its own share
+  ExpectError(c, 4, {"--moe-expert-capacity-factor", "--context-parallel-size"});
+}
+
 TEST(ConfigTest, TimerAndProfileFlags) {
   TrainConfig c = Base();
   EXPECT_EQ(c.timing_log_level, 0);  // Megatron's default

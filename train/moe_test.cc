@@ -6,8 +6,9 @@
 // checkpoint saved at TP 2 x PP 2 continues the curve at TP 1 and at DP 2
 // (experts are named globally and reshard like dense weights), and at EP 2.
 // Expert parallelism (EP 2, 4; with TP + SP and with PP; with ZeRO-1, which
-// shards the experts over their expert-data-parallel replicas) gives the same
-// curve and the same global gradient norm.
+// shards the experts over their expert-data-parallel replicas; with CP, whose
+// ranks join those replicas) gives the same curve and the same global
+// gradient norm, and a checkpoint saved at EP 2 x CP 2 continues it.
 
 #include <string>
 #include <vector>
@@ -45,6 +46,11 @@ Layout Ep(int ep, Layout l) {
   return l;
 }
 
+Layout Cp(int cp, Layout l) {
+  l.cp = cp;
+  return l;
+}
+
 struct Curve {
   std::vector<double> losses;
   double grad_norm = 0;  // the last step's, recomputed from the final gradients
@@ -62,8 +68,6 @@ Curve TrainCurve(const Layout& l, bool capacity) {
   c.losses = r.losses;
   return c;
 }
-
-std::vector<double> Train(const Layout& l, bool capacity) { return TrainCurve(l, capacity).losses; }
 
 void ExpectEveryLayoutMatches(bool capacity) {
   const Curve ref = TrainCurve(Layout{1, 1, 1}, capacity);
@@ -101,24 +105,29 @@ TEST(MoeTrainingTest, WithCapacityEveryLayoutGivesTheSameLossCurve) {
   ExpectEveryLayoutMatches(true);
 }
 
-Layout Cp(int cp, Layout l) {
-  l.cp = cp;
-  return l;
-}
-
 // Context parallelism splits each sequence over the CP ranks; the router's
 // load-balancing loss still counts the whole micro-batch (its statistics are
 // summed over the CP group), so the curve is the single rank's. Dropless only.
+// With EP each CP rank exchanges its own share of the tokens within its EP
+// group (same CP rank), and the expert gradients are averaged over the DP / EP
+// x CP ranks that hold the same experts: the same curve and gradient norm.
 TEST(MoeTrainingTest, ContextParallelGivesTheSameLossCurve) {
-  const std::vector<double> ref = Train(Layout{1, 1, 1}, false);
-  ASSERT_EQ(ref.size(), static_cast<size_t>(kIters));
+  const Curve ref = TrainCurve(Layout{1, 1, 1}, false);
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kIters));
   for (const Layout& l : {
-           Cp(2, Layout{1, 1, 1}),
-           Cp(2, Layout{2, 1, 1, 0, /*sp=*/true}),  // CP x TP + SP
-           Cp(2, Layout{1, 1, 2, 0, false, /*distributed=*/true}),  // CP x DP, ZeRO-1
-           Cp(2, Layout{1, 2, 1}),                  // CP x PP
+           Cp(2, Layout{1, 1, 1}),                                         // CP alone
+           Cp(2, Layout{2, 1, 1, 0, /*sp=*/true}),                         // CP x TP + SP
+           Cp(2, Layout{1, 1, 2, 0, false, /*distributed=*/true}),         // CP x DP, ZeRO-1
+           Cp(2, Layout{1, 2, 1}),                                         // CP x PP
+           Cp(2, Ep(2, Layout{1, 1, 2})),                                  // EP x CP
+           Cp(2, Ep(2, Layout{1, 1, 2, 0, false, /*distributed=*/true})),  // EP x CP, ZeRO-1
+           Cp(2, Ep(2, Layout{1, 1, 4, 0, false, /*distributed=*/true})),  // 2 expert replicas
+           Cp(2, Ep(2, Layout{2, 1, 2, 0, /*sp=*/true})),                  // EP x CP x TP + SP
        }) {
-    testing::ExpectSameCurve(Train(l, false), ref, 0, kTolerance, "dropless, " + l.Describe());
+    const std::string what = "dropless, " + l.Describe();
+    const Curve got = TrainCurve(l, false);
+    testing::ExpectSameCurve(got.losses, ref.losses, 0, kTolerance, what);
+    EXPECT_NEAR(got.grad_norm, ref.grad_norm, kNormTolerance * ref.grad_norm) << what;
   }
   // A capacity would drop from each CP rank's share: refused, naming the flags.
   testing::RunResult refused = testing::Run(MoeConfig(Cp(2, Layout{1, 1, 1}), kIters, true),
@@ -137,19 +146,21 @@ TEST(MoeTrainingTest, CheckpointReshardsExperts) {
   ASSERT_TRUE(ref.status.ok()) << ref.status;
   // Saved with the experts split over TP and PP, or over EP (each expert then
   // written by its own rank), or over EP with ZeRO-1 (each expert's moments
-  // in shards over its 2 replicas); loaded whole, with ZeRO-1, and over EP
-  // (with ZeRO-1 too).
+  // in shards over its 2 replicas), or over EP x CP; loaded whole, with
+  // ZeRO-1, over EP (with ZeRO-1 too) and over EP x CP.
   const Layout ep_zero1 = Ep(2, Layout{1, 1, 4, 0, false, /*distributed=*/true});
+  // EP x CP with ZeRO-1: each expert written once though every CP rank holds it.
+  const Layout ep_cp = Cp(2, Ep(2, Layout{1, 1, 2, 0, false, /*distributed=*/true}));
   int n = 0;
-  for (const Layout& saved : {Layout{2, 2, 1}, Ep(2, Layout{1, 1, 2}), ep_zero1}) {
+  for (const Layout& saved : {Layout{2, 2, 1}, Ep(2, Layout{1, 1, 2}), ep_zero1, ep_cp}) {
     const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/moe_ckpt" + std::to_string(n++);
     TrainConfig save = MoeConfig(saved, kTotal, false);
     save.save = dir;
     save.exit_interval = kSaved;
     testing::RunResult first = testing::Run(save, saved);
     ASSERT_TRUE(first.status.ok()) << first.status;
-    for (const Layout& l :
-         {Layout{1, 1, 1}, Layout{1, 1, 2, 0, false, true}, Ep(2, Layout{1, 1, 2}), ep_zero1}) {
+    for (const Layout& l : {Layout{1, 1, 1}, Layout{1, 1, 2, 0, false, true},
+                            Ep(2, Layout{1, 1, 2}), ep_zero1, ep_cp}) {
       TrainConfig load = MoeConfig(l, kTotal, false);
       load.load = dir;
       testing::RunResult second = testing::Run(load, l);
@@ -178,6 +189,8 @@ TEST(MoeTrainingTest, BadExpertParallelSizesNameTheFlags) {
   EXPECT_FALSE(Finalize(&c, 1).ok());
   c = MoeConfig(Ep(2, Layout{1, 1, 2, 0, false, /*distributed=*/true}), 2, false);
   EXPECT_TRUE(Finalize(&c, 2).ok()) << "EP with ZeRO-1 is built";
+  c = MoeConfig(Cp(2, Ep(2, Layout{1, 1, 2})), 2, false);
+  EXPECT_TRUE(Finalize(&c, 4).ok()) << "EP with CP is built";
 }
 
 }  // namespace

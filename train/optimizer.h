@@ -32,9 +32,9 @@ struct OptimizerGroups {
   comm::Communicator* shards = nullptr;
   // Expert parallelism: the EP group, whose ranks hold different experts
   // (ParamSpec::expert): their squares are summed over it in the norm, unless
-  // `shards` is set: ZeRO-1 shards them over the expert-data-parallel ranks,
-  // and those and the EP ranks together are the shards group (DP), whose sum
-  // then counts each expert element once.
+  // `shards` is set: ZeRO-1 shards them over the expert-data-parallel ranks
+  // (DP / EP x CP), and those and the EP ranks together are the shards group
+  // (DP x CP), whose sum then counts each expert element once.
   comm::Communicator* experts = nullptr;
 };
 

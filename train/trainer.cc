@@ -91,14 +91,19 @@ absl::Status Trainer::Setup() {
   }
   LOOM_ASSIGN_OR_RETURN(groups_, comm::MakeParallelGroups(*world_, grid_));
   if (const int ep = config_.expert_model_parallel_size; ep > 1) {
-    // EP ranks are consecutive DP ranks (Megatron's layout): each group is
-    // named by its first member's global rank.
+    // EP ranks are consecutive DP ranks (Megatron's layout) at the same CP
+    // rank: each group is named by its first member's global rank. The
+    // expert-data-parallel group holds the same experts: the DP / EP
+    // replicas and, under CP, every CP rank of each (DP / EP x CP ranks, in
+    // global rank order).
     comm::GridCoord first = coord_;
     first.dp_rank = coord_.dp_rank / ep * ep;
     LOOM_ASSIGN_OR_RETURN(ep_, world_->Split(grid_.GlobalRank(first), coord_.dp_rank % ep, "ep"));
     first.dp_rank = coord_.dp_rank % ep;
-    LOOM_ASSIGN_OR_RETURN(expert_dp_, world_->Split(grid_.GlobalRank(first), coord_.dp_rank / ep,
-                                                    "expert_dp"));
+    first.cp_rank = 0;
+    LOOM_ASSIGN_OR_RETURN(
+        expert_dp_, world_->Split(grid_.GlobalRank(first),
+                                  coord_.dp_rank / ep * grid_.cp() + coord_.cp_rank, "expert_dp"));
   }
   LOOM_RETURN_IF_ERROR(SetupData());  // fixes the vocabulary size
 
@@ -281,9 +286,9 @@ absl::Status Trainer::Setup() {
   if (ep_ != nullptr) {
     Log(absl::StrFormat(
         "loom: expert parallel: each MoE layer's %d experts split over EP %d (%d a rank), "
-        "tokens exchanged by all-to-all-v; expert gradients averaged over %d replicas",
+        "tokens exchanged by all-to-all-v; expert gradients averaged over %d replicas%s",
         config_.model.num_experts, ep_->size(), config_.model.num_experts / ep_->size(),
-        expert_dp_->size()));
+        expert_dp_->size(), grid_.cp() > 1 ? " (DP / EP x CP)" : ""));
   }
   if (GradientGroup()->size() > 1) {
     Log(absl::StrFormat(
