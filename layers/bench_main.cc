@@ -6,6 +6,14 @@
 // communication alone (the layer's collectives on their own), and the
 // overlap between them; GFLOP/s are set against a GEMM measured in the
 // same run on the same processes.
+//
+// --expert-model-parallel-size=EP (> 1, with --num-experts): instead, the MoE
+// layer alone (router, dispatch, experts, combine) forward + backward over EP
+// ranks as threads of this process (the `local` backend, cores/EP threads
+// each), each rank with E/EP experts and its own s·b tokens: the layer's
+// time, its all-to-alls' (MoeCommStats: counts exchange, dispatch and
+// combine, forward and backward), the rest (expert compute, routing, gathers)
+// and the share of the all-to-alls hidden behind computation.
 #include <omp.h>
 
 #include <algorithm>
@@ -22,7 +30,9 @@
 #include "comm/launch/flags.h"
 #include "comm/launch/launcher.h"
 #include "core/cpu/matmul.h"
+#include "core/status_macros.h"
 #include "layers/gpt_config.h"
+#include "layers/moe.h"
 #include "layers/test_util.h"
 #include "layers/transformer_block.h"
 
@@ -37,6 +47,9 @@ ABSL_FLAG(int, reps, 5, "Timed repetitions (median reported)");
 ABSL_FLAG(bool, sequence_parallel, false, "Measure TP = 2 with sequence parallelism");
 ABSL_FLAG(int64_t, num_experts, 0, "An MoE layer of this many experts (0: a dense MLP)");
 ABSL_FLAG(int64_t, moe_router_topk, 2, "Experts per token of the MoE layer");
+ABSL_FLAG(int, expert_model_parallel_size, 1,
+          "EP > 1: time the MoE layer alone over EP ranks as threads (the local backend), "
+          "with its all-to-all time and hidden fraction, instead of TP = 1 and 2");
 
 namespace {
 
@@ -121,12 +134,138 @@ void FwdBwd(const Layer& l, const Tensor& x) {
   if (!l.block->Backward(*y, d, saved).ok()) std::abort();
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The MoE layer alone under expert parallelism (see the top of the file).
+int ExpertParallelBench(int ep) {
+  namespace layers = loom::layers;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  layers::GptConfig c;
+  c.hidden_size = absl::GetFlag(FLAGS_hidden_size);
+  c.num_attention_heads = absl::GetFlag(FLAGS_num_attention_heads);
+  c.seq_length = absl::GetFlag(FLAGS_seq_length);
+  c.num_experts = absl::GetFlag(FLAGS_num_experts);
+  c.moe_router_topk = absl::GetFlag(FLAGS_moe_router_topk);
+  c.add_bias_linear = false;
+  const int64_t s = c.seq_length, b = absl::GetFlag(FLAGS_micro_batch_size), h = c.hidden_size;
+  const int64_t E = c.num_experts;
+  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  if (E <= 0 || E % ep != 0) {
+    std::fprintf(stderr,
+                 "bench: --expert-model-parallel-size=%d needs --num-experts a multiple "
+                 "of it (got %lld)\n",
+                 ep, (long long)E);
+    return 1;
+  }
+  const int threads = std::max(1, cores / ep);
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+
+  // The reference: EP = 1, every expert, rank 0's tokens, with an EP rank's
+  // threads: the same rows through the experts' GEMMs as each EP rank's
+  // (K per token, all of them here), without the all-to-alls.
+  omp_set_num_threads(threads);
+  double ep1_ms = 0;
+  int64_t ep1_rows = 0;
+  {
+    layers::ParamBuffer params =
+        *layers::ParamBuffer::Create(layers::BlockParamSpecs(c, 0), 0, 1, c.seed);
+    const layers::MoeMlp moe = layers::MoeMlp::ForLayer(&params, c, 0, {}, {});
+    const Tensor x = layers::testing::RandomTensor(loom::core::Shape{s, b, h}, 1);
+    ep1_ms = MedianMs(reps, [&] {
+      layers::MoeMlp::Saved saved;
+      auto y = moe.Forward(x, &saved);
+      if (!y.ok() || !moe.Backward(*y, 1.0f, saved).ok()) std::abort();
+      ep1_rows = saved.expert_in.dim(0);
+    });
+  }
+
+  // EP ranks as threads: per rep (after one warm-up), the layer's time and
+  // its all-to-alls' (a barrier first, so the ranks start together).
+  struct RankTimes {
+    std::vector<double> layer, span, forward, backward, blocked, rest, hidden;
+    int64_t rows = 0;
+  };
+  std::vector<RankTimes> times(ep);
+  absl::Status status =
+      layers::testing::RunRanks(ep, [&](int rank, comm::Communicator* world) -> absl::Status {
+        omp_set_num_threads(threads);
+        const layers::EpGroup group{world};
+        LOOM_ASSIGN_OR_RETURN(layers::ParamBuffer params,
+                              layers::ParamBuffer::Create(
+                                  layers::BlockParamSpecs(c, 0, group.shard()), 0, 1, c.seed));
+        layers::MoeMlp moe = layers::MoeMlp::ForLayer(&params, c, 0, {}, group);
+        layers::MoeCommStats stats;
+        moe.set_comm_stats(&stats);
+        const Tensor x = layers::testing::RandomTensor(loom::core::Shape{s, b, h}, 1 + rank);
+        RankTimes& t = times[rank];
+        for (int i = 0; i <= reps; ++i) {
+          LOOM_RETURN_IF_ERROR(world->Barrier()->Wait());
+          stats = {};
+          layers::MoeMlp::Saved saved;
+          const Clock::time_point t0 = Clock::now();
+          LOOM_ASSIGN_OR_RETURN(Tensor y, moe.Forward(x, &saved));
+          LOOM_ASSIGN_OR_RETURN(Tensor dx, moe.Backward(y, 1.0f, saved));
+          const double ms = ms_since(t0);
+          t.rows = saved.expert_in.dim(0);
+          if (i == 0) continue;  // warm-up
+          t.layer.push_back(ms);
+          t.span.push_back(stats.forward_ms + stats.backward_ms);
+          t.forward.push_back(stats.forward_ms);
+          t.backward.push_back(stats.backward_ms);
+          t.blocked.push_back(stats.blocked_ms);
+          t.rest.push_back(ms - stats.blocked_ms);
+          t.hidden.push_back(stats.hidden_fraction());
+        }
+        return absl::OkStatus();
+      });
+  if (!status.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  std::printf(
+      "MoE layer alone fwd+bwd (router, dispatch, experts, combine): s=%lld b=%lld "
+      "h=%lld, %lld experts top-%lld, per rank's tokens; EP=%d as threads over the "
+      "local backend, %d thread(s) per rank; median of %d after a warm-up\n",
+      (long long)s, (long long)b, (long long)h, (long long)E, (long long)c.moe_router_topk, ep,
+      threads, reps);
+  std::printf(
+      "| layout | rows at its experts | layer ms | all-to-all ms (fwd + bwd, issue to "
+      "completion) | blocked on all-to-all ms | compute and rest ms | hidden fraction "
+      "|\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| EP=1 (%lld experts, %d thread(s), rank 0's tokens) | %lld | %.1f | 0 | 0 | %.1f "
+      "| - |\n",
+      (long long)E, threads, (long long)ep1_rows, ep1_ms, ep1_ms);
+  for (int r = 0; r < ep; ++r) {
+    const RankTimes& t = times[r];
+    std::printf(
+        "| EP=%d rank %d (%lld experts, %d thread(s)) | %lld | %.1f | %.2f (%.2f + %.2f) "
+        "| %.2f | %.1f | %.2f |\n",
+        ep, r, (long long)(E / ep), threads, (long long)t.rows, Median(t.layer), Median(t.span),
+        Median(t.forward), Median(t.backward), Median(t.blocked), Median(t.rest), Median(t.hidden));
+  }
+  std::printf(
+      "hidden fraction = 1 - blocked / issue-to-completion; the layer waits on each "
+      "all-to-all as soon as it issues it, so nothing is hidden. The all-to-all times "
+      "include waiting for the other ranks to arrive (load imbalance).\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetFlag(&FLAGS_nproc_per_node, 2);
   absl::SetFlag(&FLAGS_backend, "ucx");
   comm::launch::ParseFlags(argc, argv, "Times one transformer layer at TP = 1 and TP = 2.");
+  if (absl::GetFlag(FLAGS_expert_model_parallel_size) > 1) {
+    return ExpertParallelBench(absl::GetFlag(FLAGS_expert_model_parallel_size));
+  }
   comm::launch::CommFlags flags = comm::launch::GetCommFlags();
   if (flags.nproc_per_node > 1 && !comm::launch::IsLaunchedChild()) {
     comm::launch::LaunchOptions lo;

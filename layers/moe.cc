@@ -1,6 +1,7 @@
 #include "layers/moe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -271,6 +272,24 @@ absl::StatusOr<Tensor> GatherRows(const Tensor& table, const std::vector<int32_t
   return out;
 }
 
+// Issues an all-to-all and waits for it; with `stats`, times the issue call,
+// the wait and the whole (the default path only tests the pointer).
+template <typename Issue>
+absl::Status TimedAllToAll(MoeCommStats* stats, bool backward, Issue issue) {
+  if (stats == nullptr) return issue()->Wait();
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  comm::WorkPtr work = issue();
+  const Clock::time_point t1 = Clock::now();
+  absl::Status s = work->Wait();
+  const Clock::time_point t2 = Clock::now();
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  ++stats->calls;
+  (backward ? stats->backward_ms : stats->forward_ms) += ms(t2 - t0);
+  stats->blocked_ms += ms((t1 - t0) + (t2 - t1));
+  return s;
+}
+
 }  // namespace
 
 absl::StatusOr<ExpertExchange> MoeMlp::PlanExchange(const Routing& r, int64_t h) const {
@@ -287,7 +306,8 @@ absl::StatusOr<ExpertExchange> MoeMlp::PlanExchange(const Routing& r, int64_t h)
   for (int64_t e = 0; e < E; ++e) {
     mine.data<int64_t>()[e] = r.expert_rows[e + 1] - r.expert_rows[e];
   }
-  LOOM_RETURN_IF_ERROR(ep_.comm->AllToAll(mine, theirs)->Wait());
+  LOOM_RETURN_IF_ERROR(TimedAllToAll(comm_stats_, /*backward=*/false,
+                                     [&] { return ep_.comm->AllToAll(mine, theirs); }));
   const int64_t* count = theirs.data<int64_t>();  // [source j][local expert l]
   x.send.resize(P);
   x.recv.resize(P);
@@ -318,24 +338,28 @@ absl::StatusOr<ExpertExchange> MoeMlp::PlanExchange(const Routing& r, int64_t h)
   return x;
 }
 
-absl::StatusOr<Tensor> MoeMlp::ToExperts(const ExpertExchange& x, const Tensor& rows) const {
+absl::StatusOr<Tensor> MoeMlp::ToExperts(const ExpertExchange& x, const Tensor& rows,
+                                         bool backward) const {
   if (!ep_.parallel()) return rows;
   const int64_t h = rows.dim(1);
   LOOM_ASSIGN_OR_RETURN(
       Tensor received,
       Tensor::Empty(Shape{static_cast<int64_t>(x.perm.size()), h}, DType::kF32));
-  LOOM_RETURN_IF_ERROR(ep_.comm->AllToAllV(rows, x.send, received, x.recv)->Wait());
+  LOOM_RETURN_IF_ERROR(TimedAllToAll(
+      comm_stats_, backward, [&] { return ep_.comm->AllToAllV(rows, x.send, received, x.recv); }));
   return GatherRows(received, x.perm);
 }
 
-absl::StatusOr<Tensor> MoeMlp::FromExperts(const ExpertExchange& x, const Tensor& rows) const {
+absl::StatusOr<Tensor> MoeMlp::FromExperts(const ExpertExchange& x, const Tensor& rows,
+                                           bool backward) const {
   if (!ep_.parallel()) return rows;
   const int64_t h = rows.dim(1);
   int64_t n = 0;
   for (int64_t c : x.send) n += c / h;
   LOOM_ASSIGN_OR_RETURN(Tensor by_source, GatherRows(rows, x.inverse));
   LOOM_ASSIGN_OR_RETURN(Tensor back, Tensor::Empty(Shape{n, h}, DType::kF32));
-  LOOM_RETURN_IF_ERROR(ep_.comm->AllToAllV(by_source, x.recv, back, x.send)->Wait());
+  LOOM_RETURN_IF_ERROR(TimedAllToAll(
+      comm_stats_, backward, [&] { return ep_.comm->AllToAllV(by_source, x.recv, back, x.send); }));
   return back;
 }
 
@@ -395,7 +419,7 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   LOOM_ASSIGN_OR_RETURN(saved->dispatched, GatherRows(saved->input, r.row_token));
   LOOM_ASSIGN_OR_RETURN(saved->exchange, PlanExchange(r, h));
   const ExpertExchange& xc = saved->exchange;
-  LOOM_ASSIGN_OR_RETURN(saved->expert_in, ToExperts(xc, saved->dispatched));
+  LOOM_ASSIGN_OR_RETURN(saved->expert_in, ToExperts(xc, saved->dispatched, /*backward=*/false));
   const int64_t M = saved->expert_in.dim(0);
   const int64_t f = fc2_[0]->value.dim(1);  // f/p
   const int64_t f1 = options_.swiglu ? 2 * f : f;
@@ -416,7 +440,7 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
                                          : core::ops::GeluForward(pre, &act));
     return core::ops::Matmul(act, fc2_[l]->value, &out, {.trans_b = true});
   }));
-  LOOM_ASSIGN_OR_RETURN(saved->expert_out, FromExperts(xc, out_rows));
+  LOOM_ASSIGN_OR_RETURN(saved->expert_out, FromExperts(xc, out_rows, /*backward=*/false));
 
   // Combine: y_t = Σ_k prob_tk · out_row(t,k), in k order (deterministic).
   LOOM_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros(Shape{T, h}, DType::kF32));
@@ -464,7 +488,7 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
 
   // The experts, backwards, on the rows they computed; their input gradients
   // go back to the assignments' owners and scatter-add into dx.
-  LOOM_ASSIGN_OR_RETURN(Tensor dexp_out, ToExperts(xc, dout));
+  LOOM_ASSIGN_OR_RETURN(Tensor dexp_out, ToExperts(xc, dout, /*backward=*/true));
   const int64_t M = saved.expert_in.dim(0);
   LOOM_ASSIGN_OR_RETURN(Tensor dexp_in, Tensor::Empty(Shape{M, h}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), DType::kF32));
@@ -492,7 +516,7 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(dpre, xe, &dw1, {.trans_a = true, .beta = 1.0f}));
     return core::ops::Matmul(dpre, w1, &dxe);
   }));
-  LOOM_ASSIGN_OR_RETURN(Tensor ddisp, FromExperts(xc, dexp_in));
+  LOOM_ASSIGN_OR_RETURN(Tensor ddisp, FromExperts(xc, dexp_in, /*backward=*/true));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Zeros(Shape{T, h}, DType::kF32));
   if (N > 0) {
     LOOM_ASSIGN_OR_RETURN(Tensor ids, IdsTensor(r.row_token));

@@ -26,6 +26,7 @@
 // over TP (the rows are partial), the router's input gradient is complete on
 // every TP rank and added after the experts' reduction.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -112,6 +113,24 @@ struct ExpertExchange {
   std::vector<int64_t> local_rows;  // [E/EP + 1]: local expert l owns rows [r_l, r_{l+1})
 };
 
+// Optional instrumentation of the expert-parallel all-to-alls (the counts
+// exchange and the dispatch and combine, forward and backward), for the
+// bench: wall times accumulated over every Forward and Backward while set
+// (MoeMlp::set_comm_stats; null, the default, measures nothing). Numerics are
+// the same either way. Not thread-safe: one per rank.
+struct MoeCommStats {
+  int64_t calls = 0;       // all-to-alls timed
+  double forward_ms = 0;   // issue to completion, forward (counts exchange included)
+  double backward_ms = 0;  // issue to completion, backward
+  double blocked_ms = 0;   // of those, time the rank spent in the issue call or its Wait
+  // The share of the issue-to-completion time the rank was computing instead
+  // (0 while every all-to-all is waited on as soon as it is issued).
+  double hidden_fraction() const {
+    const double span = forward_ms + backward_ms;
+    return span > 0 ? std::max(0.0, 1.0 - blocked_ms / span) : 0.0;  // max: rounding
+  }
+};
+
 class MoeMlp {
  public:
   struct Saved {
@@ -145,6 +164,10 @@ class MoeMlp {
   static MoeMlp ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, TpGroup tp,
                          EpGroup ep, CpGroup cp = {});
 
+  // Accumulates the all-to-alls' wall times into `stats` from now on (null:
+  // stop). Must outlive the calls it measures.
+  void set_comm_stats(MoeCommStats* stats) { comm_stats_ = stats; }
+
   // x: [s(/p), b, h] -> [s(/p), b, h] (host f32).
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
   // dy: [s(/p), b, h]; accumulates the router's and experts' gradients.
@@ -156,10 +179,12 @@ class MoeMlp {
   absl::Status AuxStatsOverCp(Routing* r) const;
   // Collective over EP: the counts of every (rank, local expert) pair.
   absl::StatusOr<ExpertExchange> PlanExchange(const Routing& routing, int64_t h) const;
-  // Assignment rows [N, h] to the experts' rows [M, h], and back.
-  absl::StatusOr<core::Tensor> ToExperts(const ExpertExchange& x, const core::Tensor& rows) const;
-  absl::StatusOr<core::Tensor> FromExperts(const ExpertExchange& x,
-                                           const core::Tensor& rows) const;
+  // Assignment rows [N, h] to the experts' rows [M, h], and back (`backward`:
+  // which of comm_stats_'s times the all-to-all counts in).
+  absl::StatusOr<core::Tensor> ToExperts(const ExpertExchange& x, const core::Tensor& rows,
+                                         bool backward) const;
+  absl::StatusOr<core::Tensor> FromExperts(const ExpertExchange& x, const core::Tensor& rows,
+                                           bool backward) const;
 
   Param* router_;
   std::vector<Param*> fc1_, fc2_;
@@ -167,6 +192,7 @@ class MoeMlp {
   TpGroup tp_;
   EpGroup ep_;
   CpGroup cp_;
+  MoeCommStats* comm_stats_ = nullptr;
 };
 
 }  // namespace loom::layers

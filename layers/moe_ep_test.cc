@@ -137,5 +137,35 @@ TEST(MoeExpertParallelTest, RanksWithoutTokensWork) {
   ExpectMatchesOneRank(4, 1, Config(4), true);
 }
 
+// The all-to-alls' instrumentation (MoeMlp::set_comm_stats) times every
+// all-to-all under EP 2 and changes nothing: outputs and gradients are
+// bit-identical to the uninstrumented layer's.
+TEST(MoeExpertParallelTest, CommStatsTimeAllToAllsAndChangeNothing) {
+  const GptConfig c = Config(4);
+  absl::Status s = testing::RunRanks(2, [&](int rank, comm::Communicator* world) -> absl::Status {
+    EpGroup ep{world};
+    Layer plain = MakeLayer(c, {}, ep, false);
+    LOOM_ASSIGN_OR_RETURN(Result want, layers::Run(plain, rank, {}));
+    Layer timed = MakeLayer(c, {}, ep, false);
+    MoeCommStats stats;
+    timed.moe->set_comm_stats(&stats);
+    LOOM_ASSIGN_OR_RETURN(Result got, layers::Run(timed, rank, {}));
+    EXPECT_EQ(got.y, want.y) << "rank " << rank;
+    EXPECT_EQ(got.dx, want.dx) << "rank " << rank;
+    EXPECT_EQ(got.grads, want.grads) << "rank " << rank;
+    // The counts exchange and the dispatch and combine, forward and backward.
+    EXPECT_EQ(stats.calls, 5) << "rank " << rank;
+    EXPECT_GT(stats.forward_ms, 0.0) << "rank " << rank;
+    EXPECT_GT(stats.backward_ms, 0.0) << "rank " << rank;
+    EXPECT_GT(stats.blocked_ms, 0.0) << "rank " << rank;
+    EXPECT_LE(stats.blocked_ms, (stats.forward_ms + stats.backward_ms) * (1 + 1e-9))
+        << "rank " << rank;
+    EXPECT_GE(stats.hidden_fraction(), 0.0) << "rank " << rank;
+    EXPECT_LE(stats.hidden_fraction(), 1.0) << "rank " << rank;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
 }  // namespace
 }  // namespace loom::layers
