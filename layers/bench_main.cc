@@ -29,6 +29,7 @@
 #include "comm/backends.h"
 #include "comm/launch/flags.h"
 #include "comm/launch/launcher.h"
+#include "core/bench_util/bench_util.h"
 #include "core/cpu/matmul.h"
 #include "core/status_macros.h"
 #include "layers/gpt_config.h"
@@ -95,12 +96,11 @@ double MedianMs(int reps, const std::function<void()>& fn) {
   fn();  // warm-up
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(loom::core::bench::MillisecondsSince(t0));
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return loom::core::bench::Median(std::move(ms));
 }
 
 double GemmGflops() {
@@ -134,11 +134,6 @@ void FwdBwd(const Layer& l, const Tensor& x) {
   if (!l.block->Backward(*y, d, saved).ok()) std::abort();
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The MoE layer alone under expert parallelism (see the top of the file).
 int ExpertParallelBench(int ep) {
   namespace layers = loom::layers;
@@ -161,10 +156,7 @@ int ExpertParallelBench(int ep) {
     return 1;
   }
   const int threads = std::max(1, cores / ep);
-  using Clock = std::chrono::steady_clock;
-  auto ms_since = [](Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  };
+  using loom::core::bench::Median;
 
   // The reference: EP = 1, every expert, rank 0's tokens, with an EP rank's
   // threads: the same rows through the experts' GEMMs as each EP rank's
@@ -208,10 +200,10 @@ int ExpertParallelBench(int ep) {
           LOOM_RETURN_IF_ERROR(world->Barrier()->Wait());
           stats = {};
           layers::MoeMlp::Saved saved;
-          const Clock::time_point t0 = Clock::now();
+          const auto t0 = std::chrono::steady_clock::now();
           LOOM_ASSIGN_OR_RETURN(Tensor y, moe.Forward(x, &saved));
           LOOM_ASSIGN_OR_RETURN(Tensor dx, moe.Backward(y, 1.0f, saved));
-          const double ms = ms_since(t0);
+          const double ms = loom::core::bench::MillisecondsSince(t0);
           t.rows = saved.expert_in.dim(0);
           if (i == 0) continue;  // warm-up
           t.layer.push_back(ms);

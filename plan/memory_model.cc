@@ -115,6 +115,22 @@ void ChunkKept(const train::TrainConfig& c, const ActTerms& a, int first, int co
   }
 }
 
+// How many of pipeline stage `pp_rank`'s layers (over all its chunks) are MoE
+// layers and how many dense.
+struct StageLayers {
+  int64_t moe = 0, dense = 0;
+};
+StageLayers LayersOfStage(const train::TrainConfig& c, int pp_rank) {
+  const int pp = c.pipeline_model_parallel_size, vp = c.virtual_pipeline_size;
+  StageLayers n;
+  for (int chunk = 0; chunk < vp; ++chunk) {
+    auto range = pipeline::LayersOf(static_cast<int>(c.model.num_layers), pp, vp, pp_rank, chunk);
+    if (!range.ok()) continue;
+    for (int l = range->first; l < range->end(); ++l) ++(c.model.moe_layer(l) ? n.moe : n.dense);
+  }
+  return n;
+}
+
 }  // namespace
 
 int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank) {
@@ -126,21 +142,13 @@ int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank) {
        layers::BlockParamSpecs(m, 0, layers::ExpertShard{0, c.expert_model_parallel_size})) {
     if (s.expert) experts.push_back(s);
   }
-  const int64_t per_layer = LocalPadded(experts, c.tensor_model_parallel_size, multiple);
-  const int pp = c.pipeline_model_parallel_size, vp = c.virtual_pipeline_size;
-  int64_t total = 0;
-  for (int chunk = 0; chunk < vp; ++chunk) {
-    auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, vp, pp_rank, chunk);
-    if (!range.ok()) continue;
-    for (int l = range->first; l < range->end(); ++l) total += m.moe_layer(l) ? per_layer : 0;
-  }
-  return total;
+  return LayersOfStage(c, pp_rank).moe *
+         LocalPadded(experts, c.tensor_model_parallel_size, multiple);
 }
 
 int64_t StageParameters(const train::TrainConfig& c, int pp_rank) {
   const layers::GptConfig& m = c.model;
   const int tp = c.tensor_model_parallel_size, pp = c.pipeline_model_parallel_size;
-  const int vp = c.virtual_pipeline_size;
   const int64_t multiple = static_cast<int64_t>(c.data_parallel_size) * c.context_parallel_size;
   const int ep = c.expert_model_parallel_size;
   const int64_t dense = LocalPadded(layers::BlockParamSpecs(m, 0), tp, multiple);
@@ -148,12 +156,8 @@ int64_t StageParameters(const train::TrainConfig& c, int pp_rank) {
   if (m.moe()) {
     moe = LocalPadded(layers::BlockParamSpecs(m, 0, layers::ExpertShard{0, ep}), tp, multiple);
   }
-  int64_t total = 0;
-  for (int chunk = 0; chunk < vp; ++chunk) {
-    auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, vp, pp_rank, chunk);
-    if (!range.ok()) continue;
-    for (int l = range->first; l < range->end(); ++l) total += m.moe_layer(l) ? moe : dense;
-  }
+  const StageLayers stage = LayersOfStage(c, pp_rank);
+  int64_t total = stage.moe * moe + stage.dense * dense;
   const bool first = pp_rank == 0, last = pp_rank == pp - 1;
   const std::vector<layers::ParamSpec> embedding = layers::EmbeddingParamSpecs(m, tp);
   if (first) total += LocalPadded(embedding, tp, multiple);
