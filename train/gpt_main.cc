@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <string>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,6 +31,7 @@
 #include "train/config.h"
 #include "train/data/tokenizer.h"
 #include "train/device_setup.h"
+#include "train/exit_signal.h"
 #include "train/gpt_flags.h"
 #include "train/trainer.h"
 
@@ -191,6 +192,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool is_rank = plan->role == launch::Role::kRank;
+  // Before this process starts any thread (the launcher forwards SIGTERM instead).
+  if (config.exit_signal_handler && plan->role != launch::Role::kLauncher) {
+    loom::train::TakeExitSignalOnOwnThread();
+  }
   // Ranks started by someone else all fail the same way: one message per node.
   const bool speaks = !is_rank || plan->rank.rank == 0 || plan->rank.local_rank == 0;
   // --auto-layout: every process that gets here computes the same choice
