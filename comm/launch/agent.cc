@@ -276,7 +276,8 @@ class Agent {
 
   // Watches until the attempt ends on this node.
   Outcome Watch() {
-    bool signalled = false, reported_success = false;
+    int signalled = 0;  // the first signal forwarded
+    bool reported_success = false, stopping_others = false;
     absl::Time signal_kill_at = absl::InfiniteFuture();
     absl::Time next_poll = absl::Now();
     std::vector<LocalRanks::Exit> failed_exits;
@@ -287,21 +288,35 @@ class Agent {
         } else {
           ranks_.Signal(sig);
         }
-        if (sig != SIGUSR1 && !signalled) {
-          signalled = true;
+        if (sig != SIGUSR1 && signalled == 0) {
+          signalled = sig;
           Log(absl::StrCat("received signal ", sig, " (", strsignal(sig),
                            "); forwarded it to the ranks"));
           signal_kill_at = absl::Now() + o_.signal_grace;
         }
       }
-      if (signalled && absl::Now() >= signal_kill_at) {
+      if (signalled != 0 && absl::Now() >= signal_kill_at) {
         ranks_.Signal(SIGKILL);
         signal_kill_at = absl::InfiniteFuture();
       }
       for (const LocalRanks::Exit& e : ranks_.Reap()) {
         if (!e.ok()) failed_exits.push_back(e);
       }
-      if (!failed_exits.empty() && !signalled) {
+      // A rank that fails while the others finish their step and save: the
+      // save cannot complete without it, so the rest stop now rather than
+      // wait in a collective for the whole grace.
+      // (One the forwarded signal ended did what it was told.)
+      if (signalled != 0 && !stopping_others) {
+        for (const LocalRanks::Exit& e : failed_exits) {
+          if (WIFSIGNALED(e.status) && WTERMSIG(e.status) == signalled) continue;
+          Log(absl::StrCat(RankName(e.index, e.pid), " ", e.Describe(),
+                           " after the signal; stopping the others"));
+          stopping_others = true;
+          signal_kill_at = std::min(signal_kill_at, absl::Now() + o_.kill_grace);
+          break;
+        }
+      }
+      if (!failed_exits.empty() && signalled == 0) {
         const LocalRanks::Exit& e = failed_exits.front();
         Failure f;
         f.severity = WIFSIGNALED(e.status) ? 3 : 1;
@@ -309,13 +324,13 @@ class Agent {
         f.text = absl::StrCat(RankName(e.index, e.pid), " ", e.Describe());
         return Publish(f);
       }
-      if (!signalled && o_.heartbeat_timeout > absl::ZeroDuration()) {
+      if (signalled == 0 && o_.heartbeat_timeout > absl::ZeroDuration()) {
         if (std::optional<Failure> hung = CheckHeartbeats(); hung.has_value()) {
           return Publish(*hung);
         }
       }
       if (ranks_.running() == 0 && !reported_success) {
-        if (signalled) {
+        if (signalled != 0) {
           // Stopped on request: OK iff the ranks ended cleanly (saved and
           // exited 0 under --exit-signal-handler); never restarted.
           if (failed_exits.empty()) {

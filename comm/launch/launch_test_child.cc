@@ -13,6 +13,9 @@
 //   fail_always: rank --fail_rank exits with status 3 on every start.
 //   hang:    rank --fail_rank beats once, then never again; the others beat.
 //   beat:    every rank writes its pid to --pid_dir and beats every 100 ms.
+//   preempt: as `sleep`, but the ranks outlive SIGTERM (as under
+//            --exit-signal-handler) except rank 1, which exits with status 3
+//            on it; the launcher gives the ranks --signal_grace_s to end.
 #include <signal.h>
 #include <unistd.h>
 
@@ -32,6 +35,11 @@
 ABSL_FLAG(std::string, behavior, "store", "store, fail, sigkill or sleep");
 ABSL_FLAG(std::string, pid_dir, "", "where `sleep` and `beat` write pids");
 ABSL_FLAG(int, fail_rank, 1, "the rank that fails or hangs");
+ABSL_FLAG(int, signal_grace_s, 0, "if > 0: how long the launcher waits for ranks after a signal");
+
+namespace {
+void ExitThree(int) { _exit(3); }
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace loom::comm;
@@ -51,6 +59,9 @@ int main(int argc, char** argv) {
   if (plan->role == launch::Role::kLauncher) {
     launch::LaunchOptions o = launch::LaunchOptionsFor(flags, *plan);
     o.kill_grace = absl::Seconds(2);
+    if (absl::GetFlag(FLAGS_signal_grace_s) > 0) {
+      o.signal_grace = absl::Seconds(absl::GetFlag(FLAGS_signal_grace_s));
+    }
     absl::Status s = launch::LaunchAndWait(o, argc, argv);
     std::cout << "launcher: " << (s.ok() ? "OK" : s.ToString()) << std::endl;
     return s.ok() ? 0 : 1;
@@ -118,7 +129,8 @@ int main(int argc, char** argv) {
     absl::SleepFor(absl::Milliseconds(500));
     raise(SIGKILL);
   }
-  if (b == "sleep") {
+  if (b == "preempt") signal(SIGTERM, info->rank == 1 ? ExitThree : SIG_IGN);
+  if (b == "sleep" || b == "preempt") {
     std::ofstream(absl::StrCat(absl::GetFlag(FLAGS_pid_dir), "/", getpid())) << info->rank;
   }
   absl::SleepFor(absl::Seconds(120));

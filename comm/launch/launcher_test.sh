@@ -41,6 +41,23 @@ grep -q "received signal 15" "$TEST_TMPDIR/sleep.log" || fail "signal not report
 sleep 0.5
 for p in $(ls "$piddir"); do kill -0 "$p" 2>/dev/null && fail "rank pid $p outlived the launcher"; done
 
+# 4b. A rank that dies while the others honour a preemption's SIGTERM (a long
+#     --signal_grace_s): the launcher stops the rest at once, not after the grace.
+rm -f "$piddir"/*
+start=$(date +%s)
+"$CHILD" --nproc-per-node=3 --behavior=preempt --signal_grace_s=600 --pid_dir="$piddir" \
+  > "$TEST_TMPDIR/preempt.log" 2>&1 &
+launcher=$!
+for i in $(seq 100); do [ "$(ls "$piddir" | wc -l)" = 3 ] && break; sleep 0.1; done
+[ "$(ls "$piddir" | wc -l)" = 3 ] || fail "ranks did not start"
+kill -TERM $launcher
+wait $launcher && fail "launcher exited 0 although a rank failed after SIGTERM"
+cat "$TEST_TMPDIR/preempt.log"
+grep -q "rank 1 (pid [0-9]*) exited with status 3 after the signal; stopping the others" \
+  "$TEST_TMPDIR/preempt.log" || fail "the failed rank was not reported"
+[ $(( $(date +%s) - start )) -lt 30 ] || fail "the others waited for the signal's grace"
+for p in $(ls "$piddir"); do kill -0 "$p" 2>/dev/null && fail "rank pid $p outlived the launcher"; done
+
 # 5. SIGKILL to the launcher: PR_SET_PDEATHSIG takes the ranks down too.
 rm -f "$piddir"/*
 "$CHILD" --nproc-per-node=2 --behavior=sleep --pid_dir="$piddir" > /dev/null 2>&1 &
