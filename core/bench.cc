@@ -1,6 +1,7 @@
 // //core:bench — speed of the CPU kernels of a GPT-2-small layer.
 //
 //   bazel run //core:bench [-- --reps=7 --rounds=3 --json --gemm=false --filter=gelu]
+//   bazel run //core:bench -- --tokens=256 --vocab=50257   (//train:bench's B4 T64 GEMMs)
 //
 // Part 1: GFLOP/s of the layer's GEMMs (forward Y = X·Wᵀ, and the backward
 // dX = dY·W and dW = dYᵀ·X) for our path (core/cpu Matmul → oneDNN) and for
@@ -54,6 +55,10 @@ ABSL_FLAG(int, rounds, 3,
           "best round's median is reported: other processes on a shared machine slow whole "
           "stretches of seconds, which a median within one round cannot filter out");
 ABSL_FLAG(bool, gemm, true, "run the GEMM table");
+ABSL_FLAG(int64_t, tokens, 1024,
+          "rows of the GEMM table's activations (micro-batch x sequence: 256 is //train:bench's "
+          "B4 T64)");
+ABSL_FLAG(int64_t, vocab, 0, "if > 0: also the output layer's GEMMs with this vocabulary");
 ABSL_FLAG(bool, bf16_gemm, true,
           "run the bf16-vs-f32 GEMM table (where the CPU has AVX512_BF16 or AMX-BF16)");
 ABSL_FLAG(bool, elementwise, true, "run the element-wise and attention tables");
@@ -171,9 +176,11 @@ std::vector<GemmShape> LayerGemms() {
     const char* name;
     int64_t out, in;
   };
-  const int64_t tokens = 1024;
-  const Linear linears[] = {
+  const int64_t tokens = absl::GetFlag(FLAGS_tokens);
+  std::vector<Linear> linears = {
       {"QKV", 2304, 768}, {"attn-out", 768, 768}, {"MLP up", 3072, 768}, {"MLP down", 768, 3072}};
+  if (absl::GetFlag(FLAGS_vocab) > 0)
+    linears.push_back({"logits", absl::GetFlag(FLAGS_vocab), 768});
   std::vector<GemmShape> shapes;
   for (const Linear& l : linears) {
     shapes.push_back({l.name, "fwd Y=X.W^T", tokens, l.out, l.in, false, true});
@@ -474,7 +481,8 @@ int Main() {
   }
   std::string json = "{\"gemm\":[";
   if (absl::GetFlag(FLAGS_gemm)) {
-    std::printf("GEMM, GPT-2-small layer (1024 tokens, hidden 768), GFLOP/s\n");
+    std::printf("GEMM, GPT-2-small layer (%lld tokens, hidden 768), GFLOP/s\n",
+                static_cast<long long>(absl::GetFlag(FLAGS_tokens)));
     std::printf("%-9s %-12s %5s %5s %5s %2s  %8s %8s", "layer", "pass", "M", "N", "K", "op", "ours",
                 "oneDNN");
     for (const Blas& b : blas) std::printf(" %8s", b.name.c_str());

@@ -4,7 +4,8 @@
 // 12 heads, vocab 50257, seq 64, micro-batch 4) on one process: ms/step,
 // tokens/s, and the achieved model FLOP/s as a fraction of the GEMM rate
 // measured in the same run through the same kernel path: a 1024³ f32 GEMM
-// (oneDNN) on the CPU, a 4096³ GEMM in the compute dtype (cuBLAS) on a GPU.
+// (oneDNN) on the CPU, a 4096³ GEMM in the compute dtype (cuBLAS) on a GPU;
+// then where a step's time goes (zeroing, forward, backward, optimizer).
 
 #include <chrono>
 #include <cstdio>
@@ -78,15 +79,30 @@ int main(int argc, char** argv) {
   loom::layers::DropoutStream dropout;
   dropout.hidden_p = 0.1f;
 
+  // Where a step's time goes: milliseconds of each phase, per timed step.
+  // (On a GPU the phases are timed after a synchronize each.)
+  enum Phase { kZero, kForward, kBackward, kOptimizer, kPhases };
+  const char* const kPhaseNames[kPhases] = {"zero gradients", "forward (with the loss)", "backward",
+                                            "optimizer (norm, clip, AdamW)"};
+  std::vector<double> phase_ms[kPhases];
   auto step = [&](int i) -> double {
+    auto t = std::chrono::steady_clock::now();
+    auto lap = [&](Phase p) {
+      if (!loom::core::ops::Synchronize(c.device).ok()) std::abort();
+      if (i > 0) phase_ms[p].push_back(loom::core::bench::MillisecondsSince(t));
+      t = std::chrono::steady_clock::now();
+    };
     if (!(*model)->params().ZeroGrads().ok()) std::abort();
+    lap(kZero);
     dropout.stream = i;
     loom::layers::GptModel::Saved saved;
     double loss = 0;
     if (!(*model)->Forward(0, ids, targets, dropout, &saved, &loss).ok()) std::abort();
+    lap(kForward);
     if (!(*model)->Backward(0, Tensor(), 1.0f, dropout, saved).ok()) std::abort();
+    lap(kBackward);
     if (!(*opt)->Step(1e-4f).ok()) std::abort();
-    if (!loom::core::ops::Synchronize(c.device).ok()) std::abort();
+    lap(kOptimizer);
     return loss;
   };
   step(0);  // warm-up: page in the buffers
@@ -124,6 +140,11 @@ int main(int argc, char** argv) {
   std::printf("| GEMM GFLOP/s (%lld^3 %s, %s, same run) | %.1f |\n", (long long)n,
               loom::core::DTypeName(c.compute_dtype), gpu ? "cuBLAS" : "oneDNN", gemm / 1e9);
   std::printf("| model / GEMM | %.2f |\n", achieved / gemm);
+  for (int p = 0; p < kPhases; ++p) {
+    const double ms_p = loom::core::bench::Median(phase_ms[p]);
+    std::printf("| %s, ms (median) | %.1f (%.0f%% of the step) |\n", kPhaseNames[p], ms_p,
+                100.0 * ms_p / med);
+  }
   std::printf("| large blocks reused (--reuse_large_blocks) | %s |\n",
               absl::GetFlag(FLAGS_reuse_large_blocks) ? "yes" : "no (mmap per block)");
   return 0;
