@@ -1,10 +1,7 @@
 #include "train/exit_signal.h"
 
-#include <pthread.h>
-
 #include <atomic>
 #include <csignal>
-#include <thread>
 
 namespace loom::train {
 namespace {
@@ -24,17 +21,6 @@ void InstallExitSignalHandler() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // a blocked read or sleep carries on
   sigaction(SIGTERM, &action, nullptr);
-}
-
-void TakeExitSignalOnOwnThread() {
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &term, nullptr);
-  std::thread([term] {
-    int sig = 0;
-    while (sigwait(&term, &sig) == 0) g_received.store(1, std::memory_order_relaxed);
-  }).detach();
 }
 
 bool ExitSignalReceived() { return g_received.load(std::memory_order_relaxed) != 0; }

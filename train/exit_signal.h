@@ -13,13 +13,6 @@ namespace loom::train {
 
 // Installs the SIGTERM handler (process-wide; calling it again is harmless).
 void InstallExitSignalHandler();
-// Blocks SIGTERM in the calling thread, hence in every thread it starts later,
-// and starts one thread that takes SIGTERM with sigwait and sets the flag.
-// Call it first in a process's main, before any other thread exists: then
-// the signal never interrupts a thread mid-computation (delivered to a UCX
-// rank's compute thread, it left a corrupt heap in about 1 run in 16). The
-// handler stays the fallback for threads started earlier. Once per process.
-void TakeExitSignalOnOwnThread();
 // True once SIGTERM arrived after InstallExitSignalHandler().
 bool ExitSignalReceived();
 // Forgets a received signal (tests run several trainers in one process).

@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -27,11 +28,11 @@
 #include "comm/launch/plan.h"
 #include "comm/local/communicator.h"
 #include "core/cli.h"
+#include "core/signal_thread.h"
 #include "plan/auto_layout.h"
 #include "train/config.h"
 #include "train/data/tokenizer.h"
 #include "train/device_setup.h"
-#include "train/exit_signal.h"
 #include "train/gpt_flags.h"
 #include "train/trainer.h"
 
@@ -192,9 +193,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool is_rank = plan->role == launch::Role::kRank;
-  // Before this process starts any thread (the launcher forwards SIGTERM instead).
-  if (config.exit_signal_handler && plan->role != launch::Role::kLauncher) {
-    loom::train::TakeExitSignalOnOwnThread();
+  // A rank takes SIGTERM (preemption, the agent's forward) and SIGUSR1 (a
+  // flight-recorder dump) on an idle thread, never mid-computation: set
+  // before this process starts any thread. (The launcher handles its own.)
+  if (plan->role != launch::Role::kLauncher) {
+    loom::core::RouteSignalsToOwnThread({SIGTERM, SIGUSR1});
   }
   // Ranks started by someone else all fail the same way: one message per node.
   const bool speaks = !is_rank || plan->rank.rank == 0 || plan->rank.local_rank == 0;
