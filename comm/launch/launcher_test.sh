@@ -30,16 +30,23 @@ echo "$out" | grep -q "rank 2 (pid [0-9]*) was killed by signal 9" || fail "no s
 
 # 4. SIGTERM to the launcher is forwarded; no rank outlives it.
 piddir="$TEST_TMPDIR/pids"; mkdir -p "$piddir"
+# Waits until N ranks wrote their pid to $piddir.
+wait_for_ranks() {
+  for i in $(seq 100); do [ "$(ls "$piddir" | wc -l)" = "$1" ] && return 0; sleep 0.1; done
+  fail "ranks did not start"
+}
+no_rank_left() {
+  for p in $(ls "$piddir"); do kill -0 "$p" 2>/dev/null && fail "rank pid $p outlived the launcher"; done
+}
 "$CHILD" --nproc-per-node=2 --behavior=sleep --pid_dir="$piddir" > "$TEST_TMPDIR/sleep.log" 2>&1 &
 launcher=$!
-for i in $(seq 100); do [ "$(ls "$piddir" | wc -l)" = 2 ] && break; sleep 0.1; done
-[ "$(ls "$piddir" | wc -l)" = 2 ] || fail "ranks did not start"
+wait_for_ranks 2
 kill -TERM $launcher
 wait $launcher && fail "launcher exited 0 after SIGTERM"
 cat "$TEST_TMPDIR/sleep.log"
 grep -q "received signal 15" "$TEST_TMPDIR/sleep.log" || fail "signal not reported"
 sleep 0.5
-for p in $(ls "$piddir"); do kill -0 "$p" 2>/dev/null && fail "rank pid $p outlived the launcher"; done
+no_rank_left
 
 # 4b. A rank that dies while the others honour a preemption's SIGTERM (a long
 #     --signal_grace_s): the launcher stops the rest at once, not after the grace.
@@ -48,21 +55,20 @@ start=$(date +%s)
 "$CHILD" --nproc-per-node=3 --behavior=preempt --signal_grace_s=600 --pid_dir="$piddir" \
   > "$TEST_TMPDIR/preempt.log" 2>&1 &
 launcher=$!
-for i in $(seq 100); do [ "$(ls "$piddir" | wc -l)" = 3 ] && break; sleep 0.1; done
-[ "$(ls "$piddir" | wc -l)" = 3 ] || fail "ranks did not start"
+wait_for_ranks 3
 kill -TERM $launcher
 wait $launcher && fail "launcher exited 0 although a rank failed after SIGTERM"
 cat "$TEST_TMPDIR/preempt.log"
 grep -q "rank 1 (pid [0-9]*) exited with status 3 after the signal; stopping the others" \
   "$TEST_TMPDIR/preempt.log" || fail "the failed rank was not reported"
 [ $(( $(date +%s) - start )) -lt 30 ] || fail "the others waited for the signal's grace"
-for p in $(ls "$piddir"); do kill -0 "$p" 2>/dev/null && fail "rank pid $p outlived the launcher"; done
+no_rank_left
 
 # 5. SIGKILL to the launcher: PR_SET_PDEATHSIG takes the ranks down too.
 rm -f "$piddir"/*
 "$CHILD" --nproc-per-node=2 --behavior=sleep --pid_dir="$piddir" > /dev/null 2>&1 &
 launcher=$!
-for i in $(seq 100); do [ "$(ls "$piddir" | wc -l)" = 2 ] && break; sleep 0.1; done
+wait_for_ranks 2
 kill -KILL $launcher
 wait $launcher 2>/dev/null
 sleep 0.5
