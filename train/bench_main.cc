@@ -5,23 +5,28 @@
 // tokens/s, and the achieved model FLOP/s as a fraction of the GEMM rate
 // measured in the same run through the same kernel path: a 1024³ f32 GEMM
 // (oneDNN) on the CPU, a 4096³ GEMM in the compute dtype (cuBLAS) on a GPU;
-// then where a step's time goes (zeroing, forward, backward, optimizer).
+// then where a step's time goes (zeroing, forward, backward, optimizer) and,
+// on the CPU, kernel by kernel (--kernel_breakdown): the GEMMs' own rate and
+// the best ratio this step could reach if everything else took no time.
 
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "core/bench_util/bench_util.h"
 #include "core/cli.h"
+#include "core/ops/kernel_timer.h"
 #include "core/ops/ops.h"
 #include "core/storage.h"
 #include "layers/gpt_model.h"
 #include "layers/test_util.h"
-#include "train/metrics.h"
 #include "train/config.h"
 #include "train/device_setup.h"
+#include "train/metrics.h"
 #include "train/optimizer.h"
 
 ABSL_FLAG(int64_t, num_layers, 12, "Layers");
@@ -37,7 +42,51 @@ ABSL_FLAG(bool, reuse_large_blocks, true,
           "serve every allocation from glibc's heap (M_MMAP_MAX 0, no trimming), so a step "
           "reuses the previous step's freed logits instead of mmapping and page-faulting "
           "fresh zeroed pages (logits and dlogits are 206 MB each at seq 1024)");
+ABSL_FLAG(int, kernel_breakdown, 3,
+          "CPU: after the timed steps, this many more with every kernel timed (0: none)");
 
+namespace {
+
+// Milliseconds per step of each kernel over `steps` steps taking `step_ms` in
+// all; then what the GEMMs' own time leaves for the model/GEMM ratio.
+void PrintKernelBreakdown(const std::vector<loom::core::ops::KernelTime>& totals, int steps,
+                          double step_ms, double model_flops_per_step, double gemm_rate) {
+  std::printf("\nKernel by kernel (%d more steps, every kernel timed; %.1f ms/step):\n\n", steps,
+              step_ms / steps);
+  std::printf(
+      "| kernel | calls/step | ms/step | share of the step | GFLOP/s |\n|---|---|---|---|---|\n");
+  double kernels_ms = 0, gemm_ms = 0, gemm_flops = 0, optimizer_ms = 0;
+  for (const auto& t : totals) {
+    const double ms = t.seconds * 1e3 / steps;
+    kernels_ms += ms;
+    if (t.flops > 0) {
+      gemm_ms += ms;
+      gemm_flops += t.flops / steps;
+    }
+    if (t.kernel == "zero" || t.kernel == "sum_squares" || t.kernel == "adamw_step") {
+      optimizer_ms += ms;
+    }
+    std::printf("| %s | %.0f | %.1f | %.1f%% | %s |\n", t.kernel.c_str(),
+                static_cast<double>(t.calls) / steps, ms, 100 * ms * steps / step_ms,
+                t.flops > 0 ? absl::StrFormat("%.0f", t.flops / t.seconds / 1e9).c_str() : "");
+  }
+  const double per_step = step_ms / steps;
+  std::printf("| outside any kernel (layers, allocation, gaps) | | %.1f | %.1f%% | |\n",
+              per_step - kernels_ms, 100 * (per_step - kernels_ms) / per_step);
+  if (gemm_ms <= 0) return;
+  const double gemm_gflops = gemm_flops / (gemm_ms / 1e3) / 1e9;
+  std::printf(
+      "\n- GEMMs (matmul, batched_matmul): %.1f ms/step at %.1f GFLOP/s = %.2f of the "
+      "same-run reference GEMM rate\n",
+      gemm_ms, gemm_gflops, gemm_gflops * 1e9 / gemm_rate);
+  std::printf(
+      "- best model/GEMM ratio if all but these GEMMs took no time: %.2f; with the "
+      "optimizer's kernels (zero, sum_squares, adamw_step: %.1f ms) as measured: %.2f\n",
+      model_flops_per_step / (gemm_ms / 1e3) / gemm_rate, optimizer_ms,
+      model_flops_per_step / ((gemm_ms + optimizer_ms) / 1e3) / gemm_rate);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   loom::core::NormalizedArgv args(argc, argv);
@@ -147,5 +196,22 @@ int main(int argc, char** argv) {
   }
   std::printf("| large blocks reused (--reuse_large_blocks) | %s |\n",
               absl::GetFlag(FLAGS_reuse_large_blocks) ? "yes" : "no (mmap per block)");
+
+  // After the headline figures, so the timer's clock reads are not in them.
+  const int breakdown_steps = absl::GetFlag(FLAGS_kernel_breakdown);
+  if (!gpu && breakdown_steps > 0) {
+    auto timer = loom::core::ops::KernelTimer::Start();
+    if (!timer.ok()) {
+      std::fprintf(stderr, "bench: %s\n", std::string(timer.status().message()).c_str());
+      return 1;
+    }
+    double timed_ms = 0;
+    for (int i = 0; i < breakdown_steps; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      step(iters + 1 + i);
+      timed_ms += loom::core::bench::MillisecondsSince(t0);
+    }
+    PrintKernelBreakdown((*timer)->Totals(), breakdown_steps, timed_ms, achieved * med / 1e3, gemm);
+  }
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "core/cpu/elementwise.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -291,6 +292,25 @@ absl::Status Scale(float scale, Tensor* x) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Zero-fills [p, p + bytes) with non-temporal stores: a large buffer (the
+// gradients, 0.5 GB at GPT-2-small) is written without first reading every
+// line into the cache, about twice memset's rate on two cores here.
+void StreamZero(char* p, int64_t bytes) {
+  const int64_t head = std::min<int64_t>(bytes, (32 - reinterpret_cast<uintptr_t>(p) % 32) % 32);
+  std::memset(p, 0, static_cast<size_t>(head));
+  const int64_t body = (bytes - head) / 32 * 32;
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t i = head; i < head + body; i += 32) {
+    _mm256_stream_ps(reinterpret_cast<float*>(p + i), zero);
+  }
+  std::memset(p + head + body, 0, static_cast<size_t>(bytes - head - body));
+  _mm_sfence();  // on this thread, before the region's barrier publishes the zeros
+}
+
+}  // namespace
+
 absl::Status Zero(Tensor* t) {
   if (t == nullptr || !t->defined()) return absl::InvalidArgumentError("Zero: undefined tensor");
   char* p = static_cast<char*>(t->raw_data());
@@ -302,7 +322,7 @@ absl::Status Zero(Tensor* t) {
   }
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < bytes; b += kBlock) {
-    std::memset(p + b, 0, static_cast<size_t>(std::min(kBlock, bytes - b)));
+    StreamZero(p + b, std::min(kBlock, bytes - b));
   }
   return absl::OkStatus();
 }

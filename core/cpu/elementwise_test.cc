@@ -113,6 +113,24 @@ TEST(ZeroTest, ClearsSmallAndBlockedBuffers) {
   EXPECT_FALSE(Zero(nullptr).ok());
 }
 
+TEST(ZeroTest, StreamedStoresStayInsideAMisalignedView) {
+  // Large buffers are cleared with 32-byte non-temporal stores: a view that
+  // starts and ends off that alignment is cleared exactly, its neighbours kept.
+  const int64_t n = 6 * 1024 * 1024 + 13;
+  Tensor whole = Random({n}, 4, 0.5f, 1.0f);
+  for (int64_t offset : {int64_t{1}, int64_t{3}, int64_t{7}}) {
+    const int64_t len = n - offset - 5;
+    Tensor view = *whole.View(offset, Shape{len});
+    LOOM_ASSERT_OK(Zero(&view));
+    const float* p = whole.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const bool inside = i >= offset && i < offset + len;
+      ASSERT_EQ(p[i] == 0.0f, inside) << "offset " << offset << " at " << i;
+    }
+    whole = Random({n}, 5 + offset, 0.5f, 1.0f);
+  }
+}
+
 TEST(DispatchTest, PathMatchesEnvironment) {
   const char* off = std::getenv("LOOM_CPU_NO_AVX512");
   if (off != nullptr && std::string(off) == "1") {

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cpu/test_util.h"
@@ -36,6 +37,23 @@ TEST(ReduceTest, SameBitsForAnyThreadCount) {
   EXPECT_EQ(*Sum(x), one_sum);
   EXPECT_EQ(*SumSquares(x), one_squares);
   omp_set_num_threads(threads);
+}
+
+// Blocks are read several at a time in lockstep (reduce.cc); each block's sum
+// must have the bits it has alone, or the norm would depend on where a
+// tensor's blocks fall in the groups.
+TEST(ReduceTest, BlocksReadTogetherSumAsTheyDoAlone) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const Tensor x = Random({9 * kBlock + 777}, 3, -1.5f, 1.5f);
+  double sum = 0, squares = 0;
+  for (int64_t b = 0; b * kBlock < x.numel(); ++b) {
+    const int64_t len = std::min(kBlock, x.numel() - b * kBlock);
+    const Tensor block = *x.View(b * kBlock, Shape{len});
+    sum += *Sum(block);
+    squares += *SumSquares(block);
+  }
+  EXPECT_EQ(*Sum(x), sum);
+  EXPECT_EQ(*SumSquares(x), squares);
 }
 
 TEST(ReduceTest, ErrorsNameOp) {

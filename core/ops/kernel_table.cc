@@ -57,16 +57,26 @@ const KernelTable* CpuTable() {
 }
 
 std::atomic<const KernelTable*> g_cuda_table{nullptr};
+// Replaced only by a wrapper of the built-in table (kernel_timer.h).
+std::atomic<const KernelTable*> g_cpu_table{nullptr};
 
 }  // namespace
 
+const KernelTable* BuiltInCpuKernels() { return CpuTable(); }
+
 const KernelTable* RegisterKernelTable(DeviceType type, const KernelTable* table) {
-  if (type == DeviceType::kCPU) return CpuTable();  // the CPU table is fixed
+  if (type == DeviceType::kCPU) {
+    const KernelTable* previous = g_cpu_table.exchange(table);
+    return previous != nullptr ? previous : CpuTable();
+  }
   return g_cuda_table.exchange(table);
 }
 
 absl::StatusOr<const KernelTable*> KernelsFor(Device device) {
-  if (device.is_cpu()) return CpuTable();
+  if (device.is_cpu()) {
+    const KernelTable* table = g_cpu_table.load(std::memory_order_acquire);
+    return table != nullptr ? table : CpuTable();
+  }
   const KernelTable* table = g_cuda_table.load();
   if (table == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -76,8 +76,13 @@ struct KernelTable {
 };
 
 // Installs `table` for `type` (kept, not copied; must outlive the process).
-// Returns the previous one. Called at start-up by device libraries.
+// Returns the previous one. Called at start-up by device libraries; for the
+// CPU only by wrappers of the built-in table (kernel_timer.h), and nullptr
+// restores the built-in one.
 const KernelTable* RegisterKernelTable(DeviceType type, const KernelTable* table);
+
+// The CPU kernels built into core/ops.
+const KernelTable* BuiltInCpuKernels();
 
 // The table for `device`; FailedPrecondition naming the device and the
 // library to link when none is registered.

@@ -1,0 +1,183 @@
+#include "core/ops/kernel_timer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <type_traits>
+#include <utility>
+
+#include "core/cpu/matmul.h"
+#include "core/ops/kernel_table.h"
+
+namespace loom::core::ops {
+namespace {
+
+// Every member of KernelTable but `name`. A member added to the table without
+// a line here fails the static_assert below (it would run untimed).
+// clang-format off
+#define LOOM_TIMED_KERNELS(X) \
+  X(zero) \
+  X(synchronize) \
+  X(matmul) \
+  X(batched_matmul) \
+  X(bias_add_forward) \
+  X(bias_add_backward) \
+  X(gelu_forward) \
+  X(gelu_backward) \
+  X(add) \
+  X(scale) \
+  X(layernorm_forward) \
+  X(layernorm_backward) \
+  X(rmsnorm_forward) \
+  X(rmsnorm_backward) \
+  X(rope_forward) \
+  X(rope_backward) \
+  X(swiglu_forward) \
+  X(swiglu_backward) \
+  X(softmax_forward) \
+  X(softmax_backward) \
+  X(dropout_forward) \
+  X(dropout_backward) \
+  X(attention_forward) \
+  X(attention_backward) \
+  X(flash_attention_forward) \
+  X(flash_attention_backward) \
+  X(cross_entropy_forward) \
+  X(cross_entropy_backward) \
+  X(vocab_shard_row_max) \
+  X(vocab_shard_sum_exp) \
+  X(vocab_shard_cross_entropy_backward) \
+  X(embedding_forward) \
+  X(embedding_backward) \
+  X(convert) \
+  X(sum) \
+  X(sum_squares) \
+  X(adamw_step)
+// clang-format on
+
+#define LOOM_COUNT_ONE(member) +1
+constexpr int kTimedKernels = 0 LOOM_TIMED_KERNELS(LOOM_COUNT_ONE);
+static_assert(sizeof(KernelTable) == sizeof(const char*) + kTimedKernels * sizeof(void (*)()),
+              "a KernelTable member is missing from LOOM_TIMED_KERNELS");
+
+struct Counters {
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> nanoseconds{0};
+  std::atomic<int64_t> flops{0};
+  void Reset() {
+    calls = 0;
+    nanoseconds = 0;
+    flops = 0;
+  }
+};
+
+// 2·M·N·K per product, from the same shape arithmetic the kernels use; 0 for
+// a call the kernel refuses.
+int64_t GemmFlops(bool batched, const Tensor& a, const Tensor& b, const Tensor* c,
+                  const cpu::MatmulOptions& opts) {
+  if (c == nullptr) return 0;
+  cpu::GemmDims d{};
+  if (!cpu::GemmMatrixDims("timer", a, b, *c, opts, &d).ok()) return 0;
+  int64_t batch = 1;
+  if (batched) {
+    absl::StatusOr<int64_t> n = cpu::GemmBatchCount("timer", a, b, *c);
+    if (!n.ok()) return 0;
+    batch = *n;
+  }
+  return 2 * batch * d.m * d.n * d.k;
+}
+
+template <auto Member>
+constexpr bool kIsGemm = false;
+template <>
+constexpr bool kIsGemm<&KernelTable::matmul> = true;
+template <>
+constexpr bool kIsGemm<&KernelTable::batched_matmul> = true;
+
+// The timed stand-in for KernelTable member `Member` (of function type Fn).
+template <auto Member, typename Fn>
+struct Timed;
+template <auto Member, typename R, typename... Args>
+struct Timed<Member, R (*)(Args...)> {
+  static inline R (*original)(Args...) = nullptr;
+  static inline Counters counters;
+  static R Call(Args... args) {
+    const auto start = std::chrono::steady_clock::now();
+    R result = original(args...);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    counters.nanoseconds.fetch_add(ns, std::memory_order_relaxed);
+    counters.calls.fetch_add(1, std::memory_order_relaxed);
+    if constexpr (kIsGemm<Member>) {
+      counters.flops.fetch_add(GemmFlops(Member == &KernelTable::batched_matmul, args...),
+                               std::memory_order_relaxed);
+    }
+    return result;
+  }
+};
+
+template <auto Member>
+using TimedMember =
+    Timed<Member, std::remove_reference_t<decltype(std::declval<KernelTable&>().*Member)>>;
+
+std::atomic<bool> g_running{false};
+
+// The built-in CPU table with every member replaced by its timed stand-in.
+const KernelTable* TimedCpuTable() {
+  static const KernelTable* table = [] {
+    const KernelTable* base = BuiltInCpuKernels();
+    auto* t = new KernelTable(*base);
+#define LOOM_WRAP(member)                                        \
+  if (base->member != nullptr) {                                 \
+    TimedMember<& KernelTable::member>::original = base->member; \
+    t->member = &TimedMember<&KernelTable::member>::Call;        \
+  }
+    LOOM_TIMED_KERNELS(LOOM_WRAP)
+#undef LOOM_WRAP
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KernelTimer>> KernelTimer::Start() {
+  if (g_running.exchange(true)) {
+    return absl::FailedPreconditionError("KernelTimer::Start: another kernel timer is running");
+  }
+  std::unique_ptr<KernelTimer> timer(new KernelTimer);
+  timer->Reset();
+  RegisterKernelTable(DeviceType::kCPU, TimedCpuTable());
+  return timer;
+}
+
+KernelTimer::~KernelTimer() {
+  RegisterKernelTable(DeviceType::kCPU, nullptr);
+  g_running = false;
+}
+
+void KernelTimer::Reset() {
+#define LOOM_RESET(member) TimedMember<&KernelTable::member>::counters.Reset();
+  LOOM_TIMED_KERNELS(LOOM_RESET)
+#undef LOOM_RESET
+}
+
+std::vector<KernelTime> KernelTimer::Totals() const {
+  std::vector<KernelTime> totals;
+#define LOOM_TOTAL(member)                                                    \
+  {                                                                           \
+    const Counters& c = TimedMember<&KernelTable::member>::counters;          \
+    if (c.calls.load() > 0) {                                                 \
+      totals.push_back({#member, c.calls.load(), c.nanoseconds.load() * 1e-9, \
+                        static_cast<double>(c.flops.load())});                \
+    }                                                                         \
+  }
+  LOOM_TIMED_KERNELS(LOOM_TOTAL)
+#undef LOOM_TOTAL
+  std::sort(totals.begin(), totals.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+  return totals;
+}
+
+}  // namespace loom::core::ops
