@@ -71,6 +71,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{33, 65, 768, false, true, 1, 0},       // a linear layer, K = 768
                       Case{64, 48, 96, true, false, 0.5f, 1.0f},  // dW accumulate
                       Case{1, 1, 1, false, false, 2.0f, -1.0f},
+                      // NT wider than 768 columns runs in slices: a ragged last
+                      // one, alpha and beta on every slice.
+                      Case{5, 2 * 768 + 77, 33, false, true, 0.5f, 1.0f},
+                      Case{3, 768 + 1, 16, false, true, 1.0f, 0.0f},
                       Case{130, 3, 257, false, false, 1.0f, 0.25f}));
 
 TEST(MatmulTest, BetaZeroIgnoresNaNInOutput) {
