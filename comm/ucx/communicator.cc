@@ -1,8 +1,8 @@
 #include "comm/ucx/communicator.h"
 
-#include <unistd.h>
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdarg>
@@ -14,10 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "comm/internal/engine.h"
 #include "comm/internal/transport.h"
+#include "comm/ucx/shm_channel.h"
 #include "comm/ucx/wait.h"
 #include "core/status_macros.h"
 
@@ -47,10 +48,18 @@ struct ReqState {
   // Where a finished state goes for reuse (the transport's; every use is
   // under its mutex): no allocation per message.
   std::vector<ReqState*>* free_list = nullptr;
+  // A receive from a same-host peer: its place in the channel's order while
+  // the channel waits for the message's stub (shm_channel.h).
+  ShmChannel::RecvEntry* shm_entry = nullptr;
+  // Set when the channel found that the peer sent this receive's message
+  // there: the receive completes with it once UCX lets go.
+  absl::Status error;
 };
 
 // Back to the free list, holding nothing (an abandoned request's buffers go).
 void Recycle(ReqState* st) {
+  // Done on UCX: the channel's entry (if any) waits for the stub alone.
+  if (st->shm_entry) ShmChannel::Detach(st->shm_entry);
   std::vector<ReqState*>* free_list = st->free_list;
   *st = ReqState();
   st->free_list = free_list;
@@ -65,24 +74,17 @@ void Release(void* request, ReqState* st) {
 }
 
 // Publishes `done` last (transport.h): the owner may free `r` right after.
+// (The errors are the same-host channel's too: shm_channel.h.)
 void Complete(TransportReq* r, ucs_status_t status, const ucp_tag_recv_info_t* info) {
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-    r->status = absl::InvalidArgumentError(absl::StrCat(
-        "the peer sent a larger message than the ", r->bytes,
-        " bytes this rank expected (element counts differ across ranks?)"));
+    r->status = TruncatedError(r->bytes);
   } else if (status != UCS_OK) {
     r->status = absl::UnavailableError(UcsError(r->is_send ? "UCX send" : "UCX receive", status));
   } else if (!r->is_send && info != nullptr) {
     if (internal::TagSig(info->sender_tag) != internal::TagSig(r->tag)) {
-      r->status = absl::InvalidArgumentError(absl::StrFormat(
-          "the peer issued a different call (signature %05x, this rank expected %05x): every "
-          "rank must call the same collectives in the same order with the same count, dtype, "
-          "reduce op and root",
-          internal::TagSig(info->sender_tag), internal::TagSig(r->tag)));
+      r->status = SignatureError(internal::TagSig(info->sender_tag), internal::TagSig(r->tag));
     } else if (info->length != r->bytes) {
-      r->status = absl::InvalidArgumentError(
-          absl::StrCat("message of ", info->length, " bytes, this rank expected ", r->bytes,
-                       " (element counts differ across ranks?)"));
+      r->status = LengthError(info->length, r->bytes);
     }
   }
   r->done.store(true, std::memory_order_release);
@@ -106,7 +108,12 @@ void RecvCallback(void* request, ucs_status_t status, const ucp_tag_recv_info_t*
   auto* st = static_cast<ReqState*>(user_data);
   if (st->owner) {
     st->owner->impl = nullptr;
-    Complete(st->owner, status, info);
+    if (st->error.ok()) {
+      Complete(st->owner, status, info);
+    } else {  // the channel's verdict (see ReqState::error)
+      st->owner->status = st->error;
+      st->owner->done.store(true, std::memory_order_release);
+    }
   }
   if (st->in_post) {
     st->finished = true;
@@ -169,7 +176,9 @@ struct Lane {
 // eager ahead at 1-16 MiB. Across hosts (or with UCX_TLS set) UCX chooses
 // transports and protocols itself.
 constexpr char kSameHostRndvThresh[] = "128K";
-class UcxTransport : public internal::Transport {
+// Every rank on one host: messages up to UcxOptions::same_host_channel_bytes
+// go through our own shared-memory rings (shm_channel.h), the rest on UCX.
+class UcxTransport : public internal::Transport, private ShmChannel::Other {
  public:
   UcxTransport(int rank, int size, std::shared_ptr<Store> store, bool peer_failure_mode,
                size_t max_bytes_ahead)
@@ -227,8 +236,9 @@ class UcxTransport : public internal::Transport {
     for (ReqState* st : free_states_) delete st;
   }
 
-  // `same_host_tuning`: see the comment above this class.
-  absl::Status Init(absl::Duration timeout, bool same_host_tuning) {
+  // `same_host_tuning`: see the comment above this class; `channel_bytes`:
+  // UcxOptions::same_host_channel_bytes.
+  absl::Status Init(absl::Duration timeout, bool same_host_tuning, size_t channel_bytes) {
     // Every key of this world carries its generation g: how many ucx worlds
     // this rank joined over this store before (counted in the store, per
     // rank). The ranks of a world have all joined equally many, so they
@@ -238,18 +248,31 @@ class UcxTransport : public internal::Transport {
         store_->Add(absl::StrCat("loom/ucx/rank", rank_, "/worlds_joined"), 1);
     if (!joined.ok()) return joined.status();
     prefix_ = absl::StrCat("loom/ucx/gen", *joined - 1, "/");
-    if (same_host_tuning && size_ > 1 && std::getenv("UCX_TLS") == nullptr) {
-      absl::StatusOr<bool> one_host = AllOnOneHost(timeout);
-      if (!one_host.ok()) return one_host.status();
-      if (*one_host) {
-        std::vector<std::pair<const char*, const char*>> shm = {{"TLS", "^tcp"}};
-        if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
-          shm.push_back({"RNDV_THRESH", kSameHostRndvThresh});
-        }
-        return InitLane(&lane_, "shm", shm, timeout);
-      }
+    const bool tune = same_host_tuning && std::getenv("UCX_TLS") == nullptr;
+    bool one_host = false;
+    if (size_ > 1 && (tune || channel_bytes > 0)) {
+      absl::StatusOr<bool> all = AllOnOneHost(timeout);
+      if (!all.ok()) return all.status();
+      one_host = *all;
     }
-    return InitLane(&lane_, "main", {}, timeout);
+    if (tune && one_host) {
+      std::vector<std::pair<const char*, const char*>> shm = {{"TLS", "^tcp"}};
+      if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
+        shm.push_back({"RNDV_THRESH", kSameHostRndvThresh});
+      }
+      LOOM_RETURN_IF_ERROR(InitLane(&lane_, "shm", shm, timeout));
+    } else {
+      LOOM_RETURN_IF_ERROR(InitLane(&lane_, "main", {}, timeout));
+    }
+    if (!one_host || channel_bytes == 0) return absl::OkStatus();
+    ShmChannelOptions co;
+    co.max_message_bytes = channel_bytes;
+    absl::StatusOr<std::unique_ptr<ShmChannel>> ch = ShmChannel::Connect(
+        rank_, size_, *store_, prefix_ + "shm/",
+        absl::StrCat("/loom-ucx-", getpid(), "-", *joined - 1), timeout, co, this);
+    if (!ch.ok()) return ch.status();
+    shm_ = std::move(*ch);  // null: a rank could not map the segments (it said why)
+    return absl::OkStatus();
   }
 
   int rank() const override { return rank_; }
@@ -267,6 +290,7 @@ class UcxTransport : public internal::Transport {
 
   void Test(const std::vector<TransportReq*>& reqs) override {
     std::lock_guard<std::mutex> l(mu_);
+    if (shm_) shm_->Progress();
     // Until idle, but bounded: a sibling communicator's traffic on the
     // worker may never let it be idle.
     for (int i = 0; i < 64 && ucp_worker_progress(lane_.worker) != 0; ++i) {
@@ -275,8 +299,32 @@ class UcxTransport : public internal::Transport {
 
   // Caller holds mu_.
   void PostLocked(TransportReq* r) {
+    if (shm_ == nullptr || r->peer == rank_) {
+      PostUcx(r, r->is_send && SendsCatchUp(r->peer, r->bytes), nullptr);
+      return;
+    }
+    // A same-host peer: every message takes its place in the channel's
+    // order; small ones travel there, the rest (and a send that must catch
+    // up) leave a stub there and travel on UCX.
+    if (!r->is_send) {
+      shm_->PostRecv(r);
+      return;
+    }
+    const bool sync = SendsCatchUp(r->peer, r->bytes);
+    if (!sync && r->bytes <= shm_->max_message_bytes()) {
+      shm_->PostSend(r);
+      return;
+    }
+    shm_->PostStub(r->peer, r->tag, r->bytes);
+    PostUcx(r, sync, nullptr);
+  }
+
+  // Caller holds mu_. `sync`: a send that must catch up (SendsCatchUp);
+  // `entry`: a receive's place in the channel's order.
+  void PostUcx(TransportReq* r, bool sync, ShmChannel::RecvEntry* entry) {
     ReqState* st = NewState();
     st->owner = r;
+    st->shm_entry = entry;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.user_data = st;
@@ -284,9 +332,8 @@ class UcxTransport : public internal::Transport {
     st->in_post = true;
     if (r->is_send) {
       p.cb.send = SendCallback;
-      ret = SendsCatchUp(r->peer, r->bytes)
-                ? ucp_tag_send_sync_nbx(lane_.eps[r->peer], r->buf, r->bytes, r->tag, &p)
-                : ucp_tag_send_nbx(lane_.eps[r->peer], r->buf, r->bytes, r->tag, &p);
+      ret = sync ? ucp_tag_send_sync_nbx(lane_.eps[r->peer], r->buf, r->bytes, r->tag, &p)
+                 : ucp_tag_send_nbx(lane_.eps[r->peer], r->buf, r->bytes, r->tag, &p);
     } else {
       // UCX 1.13 leaves recv_info unset on immediate completion: always take
       // the callback, which carries the sender's tag and the length.
@@ -322,18 +369,35 @@ class UcxTransport : public internal::Transport {
     // Small messages are often done once posted (eager sends), or after one
     // progress call.
     if (all_done()) return absl::OkStatus();
+    unsigned passes = 0;
+    bool shm_only = false;  // as of the last locked pass
     return WaitForRequests(
         [&] {
+          WaitPass p;
+          // Awaiting only the channel: most passes only look at the rings
+          // (no lock, a few times: a pass about as long as a locked one),
+          // and UCX progresses every few passes (its progress call would
+          // double a pass, and the time to see a message).
+          if (shm_only && ++passes % kShmPassesPerUcxPoll != 0) {
+            bool arrived = false;
+            for (int i = 0; i < kPeeksPerPass && !arrived; ++i) arrived = shm_->Arrived();
+            if (!arrived) {
+              p.done = all_done();
+              return p;
+            }
+          }
           // A few progress calls per lock while nothing happens: the lock
           // costs about as much as an idle progress call, and the sooner
           // the next call, the sooner an arriving message is seen.
           std::lock_guard<std::mutex> l(mu_);
-          WaitPass p;
+          const bool ucx = !shm_only || passes % kShmPassesPerUcxPoll == 0;
           for (int i = 0; i < kProgressPerLock; ++i) {
-            p.events = ucp_worker_progress(lane_.worker);
+            if (shm_) p.events = shm_->Progress();
+            if (ucx) p.events += ucp_worker_progress(lane_.worker);
             if (p.events) break;
           }
           p.done = all_done();
+          shm_only = shm_ && OnChannel(reqs);
           return p;
         },
         deadline, abort);
@@ -341,9 +405,19 @@ class UcxTransport : public internal::Transport {
 
   void Cancel(TransportReq* r) override {
     std::lock_guard<std::mutex> l(mu_);
+    if (r->done) return;
+    if (shm_ && ShmChannel::Holds(r)) {  // not matched, or not copied yet: gone at once
+      gave_up_ = true;
+      shm_->Cancel(r);
+      return;
+    }
     auto* st = static_cast<ReqState*>(r->impl);
-    if (r->done || st == nullptr) return;
+    if (st == nullptr) return;
     gave_up_ = true;
+    if (st->shm_entry) {  // its place in the channel's order goes with it
+      shm_->Remove(st->shm_entry);
+      st->shm_entry = nullptr;
+    }
     st->owner = nullptr;  // the callback frees `st`, and no longer reports to `r`
     r->impl = nullptr;
     st->keep_alive = std::move(r->keep_alive);  // until the callback (or ~UcxTransport)
@@ -356,6 +430,22 @@ class UcxTransport : public internal::Transport {
   }
 
  private:
+  // ShmChannel::Other (caller holds mu_): a receive from a same-host peer
+  // whose data travels on UCX.
+  void PostRecv(TransportReq* r, ShmChannel::RecvEntry* entry) override {
+    PostUcx(r, false, entry);
+  }
+  void Resolved(TransportReq* r, absl::Status error) override {
+    auto* st = static_cast<ReqState*>(r->impl);
+    st->shm_entry = nullptr;
+    if (error.ok()) return;  // a stub: the data is on its way
+    // The peer sent this message on the channel (its length differs across
+    // the limit): UCX lets go of the receive, which then fails with `error`.
+    st->error = std::move(error);
+    gave_up_ = true;  // quiet about the UCX message nobody will receive
+    ucp_request_cancel(lane_.worker, st->handle);
+  }
+
   // Every rank publishes its host name and the kernel's boot id (containers
   // on different machines may share a host name such as "localhost"; the
   // boot id tells machines apart); true when they are all the same. Every
@@ -467,6 +557,18 @@ class UcxTransport : public internal::Transport {
 
   // Idle progress calls per lock acquisition in WaitAll.
   static constexpr int kProgressPerLock = 4;
+  // WaitAll passes per UCX progress call while it awaits only the channel,
+  // and looks at the rings per pass without the lock.
+  static constexpr unsigned kShmPassesPerUcxPoll = 16;
+  static constexpr int kPeeksPerPass = 8;
+
+  // Whether every request not done is the channel's; caller holds mu_.
+  static bool OnChannel(const std::vector<TransportReq*>& reqs) {
+    for (TransportReq* r : reqs) {
+      if (!r->done.load(std::memory_order_relaxed) && !ShmChannel::Holds(r)) return false;
+    }
+    return true;
+  }
 
   // Flow control (UcxOptions::max_bytes_ahead); caller holds mu_. Counts
   // the bytes sent to `peer` since the last synchronous send (a message
@@ -495,6 +597,9 @@ class UcxTransport : public internal::Transport {
   std::set<ReqState*> abandoned_;    // given up, still running in UCX
   std::vector<ReqState*> free_states_;  // finished, for reuse (NewState)
   bool gave_up_ = false;             // a request was given up (an op failed)
+  // Every rank on this host: the small-message channel (else null). Last:
+  // destroyed after the worker, whose requests' states point into it.
+  std::unique_ptr<ShmChannel> shm_;
 };
 
 }  // namespace
@@ -510,9 +615,22 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
   if (!options.rndv_scheme.empty()) {
     setenv("UCX_RNDV_SCHEME", options.rndv_scheme.c_str(), /*overwrite=*/0);
   }
+  size_t channel_bytes = options.same_host_channel_bytes;
+  if (const char* v = std::getenv("LOOM_UCX_SAME_HOST_CHANNEL_BYTES"); v != nullptr && *v) {
+    if (!absl::SimpleAtoi(v, &channel_bytes) || channel_bytes > kMaxSameHostChannelBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("LOOM_UCX_SAME_HOST_CHANNEL_BYTES='", v,
+                                                     "' is not a byte count in [0, ",
+                                                     kMaxSameHostChannelBytes, "]"));
+    }
+  }
+  if (channel_bytes > kMaxSameHostChannelBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UcxOptions::same_host_channel_bytes=", channel_bytes, " is over ",
+                     kMaxSameHostChannelBytes));
+  }
   auto t = std::make_shared<UcxTransport>(rank, size, store, options.peer_failure_mode,
                                           options.max_bytes_ahead);
-  absl::Status s = t->Init(options.connect_timeout, options.same_host_tuning);
+  absl::Status s = t->Init(options.connect_timeout, options.same_host_tuning, channel_bytes);
   if (!s.ok()) return s;
   std::vector<int> members(size);
   for (int i = 0; i < size; ++i) members[i] = i;

@@ -8,11 +8,12 @@
 // algorithms (comm/internal/engine.h: ring reduce-scatter + all-gather for
 // large all-reduces, recursive doubling for small ones, trees, ...) over UCP
 // tag send/recv. Transports follow UCX's own settings (UCX_TLS; see
-// --network in comm/README.md). Staging buffers live in the communicator and
-// are reused across calls. A peer that dies: the others time out naming it.
-// A failed op's buffers stay with the transport while UCX may touch them
-// (comm.h, FAILURE). Store keys carry the world's generation (a world
-// re-created over the same store reads no stale addresses).
+// --network in comm/README.md); on one host, small messages go through our
+// own shared-memory rings instead (same_host_channel_bytes, shm_channel.h). Staging buffers live in
+// the communicator and are reused across calls. A peer that dies: the others time out naming it. A
+// failed op's buffers stay with the transport while UCX may touch them (comm.h, FAILURE). Store
+// keys carry the world's generation (a world re-created over the same store reads no stale
+// addresses).
 
 #include <memory>
 #include <string>
@@ -51,7 +52,17 @@ struct UcxOptions {
   // unexpected-message memory. (A single Send's op does not wait for its
   // message; only its handle does: the caller bounds those.) 0: no limit.
   size_t max_bytes_ahead = 8 << 20;
+  // When every rank is on one host: messages of at most this many bytes go
+  // through our own shared-memory rings (one per ordered pair of ranks,
+  // comm/ucx/shm_channel.h) instead of UCX, whose shared-memory send
+  // contends for the receiver's FIFO head; larger ones stay on UCX.
+  // 0: everything on UCX. The environment variable
+  // LOOM_UCX_SAME_HOST_CHANNEL_BYTES, when set, overrides it (tests, bench).
+  // At most kMaxSameHostChannelBytes.
+  size_t same_host_channel_bytes = 1024;
 };
+
+inline constexpr size_t kMaxSameHostChannelBytes = 64 << 10;
 
 // Rank `rank` of `size` processes; every rank calls it with the same store.
 absl::StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
