@@ -346,9 +346,6 @@ ShmChannel::~ShmChannel() {
       delete u;
     }
   }
-  for (RecvEntry* e : free_recvs_) delete e;
-  for (SendEntry* e : free_sends_) delete e;
-  for (Unexpected* u : free_unexpected_) delete u;
 }
 
 absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Connect(
@@ -505,7 +502,7 @@ void ShmChannel::PostSend(TransportReq* req) {
     Finish(req, absl::OkStatus());
     return;
   }
-  SendEntry* e = NewSend();
+  SendEntry* e = sends_.Take();
   e->req = req;
   p.pending.PushBack(e);  // behind earlier pending records: order per peer
   ++pending_sends_;
@@ -515,7 +512,7 @@ void ShmChannel::PostSend(TransportReq* req) {
 void ShmChannel::PostStub(int peer, uint64_t tag, uint64_t bytes) {
   Peer& p = *peer_[peer];
   if (p.pending.empty() && TryWrite(p, tag, kStub, &bytes, sizeof(bytes))) return;
-  SendEntry* e = NewSend();
+  SendEntry* e = sends_.Take();
   e->tag = tag;
   e->stub_bytes = bytes;
   p.pending.PushBack(e);
@@ -537,10 +534,10 @@ void ShmChannel::PostRecv(TransportReq* req) {
       Finish(req, std::move(s));
     }
     u->data.clear();
-    free_unexpected_.push_back(u);
+    unexpected_.Give(u);
     return;
   }
-  RecvEntry* e = NewRecv();
+  RecvEntry* e = recvs_.Take();
   e->req = req;
   e->key = key;
   e->peer = req->peer;
@@ -644,7 +641,7 @@ int ShmChannel::Poll(int peer) {
         Deliver(p, e, tag, stub, length, &s);
       } else {
         // Copied out: the ring never fills for want of a receive.
-        Unexpected* u = NewUnexpected();
+        Unexpected* u = unexpected_.Take();
         u->tag = tag;
         u->length = length;
         u->stub = stub;
@@ -720,35 +717,14 @@ void ShmChannel::Remove(RecvEntry* entry) {
   FreeRecv(entry);
 }
 
-ShmChannel::RecvEntry* ShmChannel::NewRecv() {
-  if (free_recvs_.empty()) return new RecvEntry;
-  RecvEntry* e = free_recvs_.back();
-  free_recvs_.pop_back();
-  return e;
-}
-
 void ShmChannel::FreeRecv(RecvEntry* e) {
   *e = RecvEntry();
-  free_recvs_.push_back(e);
-}
-
-ShmChannel::SendEntry* ShmChannel::NewSend() {
-  if (free_sends_.empty()) return new SendEntry;
-  SendEntry* e = free_sends_.back();
-  free_sends_.pop_back();
-  return e;
+  recvs_.Give(e);
 }
 
 void ShmChannel::FreeSend(SendEntry* e) {
   *e = SendEntry();
-  free_sends_.push_back(e);
-}
-
-ShmChannel::Unexpected* ShmChannel::NewUnexpected() {
-  if (free_unexpected_.empty()) return new Unexpected;
-  Unexpected* u = free_unexpected_.back();
-  free_unexpected_.pop_back();
-  return u;
+  sends_.Give(e);
 }
 
 }  // namespace loom::comm::ucx

@@ -184,11 +184,31 @@ class ShmChannel {
   // Unlinks `e`; the next entry with its key may now post on the other path.
   void Unlink(Peer& p, RecvEntry* e);
   void Finish(internal::TransportReq* req, absl::Status status);
-  RecvEntry* NewRecv();
   void FreeRecv(RecvEntry* e);
-  SendEntry* NewSend();
   void FreeSend(SendEntry* e);
-  Unexpected* NewUnexpected();
+
+  // Finished entries kept for reuse: no allocation per message. Give takes
+  // an entry as it is (a reused Unexpected keeps its buffer's capacity).
+  template <typename T>
+  class Pool {
+   public:
+    Pool() = default;
+    Pool(const Pool&) = delete;
+    Pool& operator=(const Pool&) = delete;
+    ~Pool() {
+      for (T* e : free_) delete e;
+    }
+    T* Take() {
+      if (free_.empty()) return new T;
+      T* e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+    void Give(T* e) { free_.push_back(e); }
+
+   private:
+    std::vector<T*> free_;
+  };
 
   const int rank_, size_;
   const size_t max_bytes_;
@@ -199,9 +219,9 @@ class ShmChannel {
   std::vector<ShmSegment> peers_;            // by rank (own slot empty)
   std::vector<std::unique_ptr<Peer>> peer_;  // by rank (own slot null)
   int pending_sends_ = 0;
-  std::vector<RecvEntry*> free_recvs_;
-  std::vector<SendEntry*> free_sends_;
-  std::vector<Unexpected*> free_unexpected_;
+  Pool<RecvEntry> recvs_;
+  Pool<SendEntry> sends_;
+  Pool<Unexpected> unexpected_;
 };
 
 }  // namespace loom::comm::ucx
