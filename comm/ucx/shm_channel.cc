@@ -80,6 +80,21 @@ void ShmSegment::Unlink() {
   linked_ = false;
 }
 
+namespace {
+
+// Maps `bytes` of the open segment `fd` (named `name`, for errors) shared,
+// and closes `fd` either way.
+absl::StatusOr<void*> MapAndClose(int fd, const std::string& name, size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const absl::Status error =
+      p == MAP_FAILED ? absl::UnavailableError(Errno("mmap", name)) : absl::OkStatus();
+  close(fd);
+  if (!error.ok()) return error;
+  return p;
+}
+
+}  // namespace
+
 absl::StatusOr<ShmSegment> ShmSegment::Create(const std::string& name, size_t bytes) {
   ShmSegment s;
   s.name_ = name;
@@ -100,14 +115,9 @@ absl::StatusOr<ShmSegment> ShmSegment::Create(const std::string& name, size_t by
     return absl::UnavailableError(
         absl::StrCat("posix_fallocate(", name, ", ", bytes, " bytes): ", std::strerror(rc)));
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    absl::Status e = absl::UnavailableError(Errno("mmap", name));
-    close(fd);
-    return e;
-  }
-  close(fd);
-  s.data_ = p;
+  absl::StatusOr<void*> p = MapAndClose(fd, name, bytes);
+  if (!p.ok()) return p.status();
+  s.data_ = *p;
   s.size_ = bytes;
   return s;
 }
@@ -129,14 +139,9 @@ absl::StatusOr<ShmSegment> ShmSegment::Open(const std::string& name, size_t byte
         absl::StrCat("shared-memory segment ", name, " has ", st.st_size, " bytes, expected ",
                      bytes, " (ranks with different same-host channel settings?)"));
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    absl::Status e = absl::UnavailableError(Errno("mmap", name));
-    close(fd);
-    return e;
-  }
-  close(fd);
-  s.data_ = p;
+  absl::StatusOr<void*> p = MapAndClose(fd, name, bytes);
+  if (!p.ok()) return p.status();
+  s.data_ = *p;
   s.size_ = bytes;
   return s;
 }
