@@ -103,6 +103,13 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     if (c->pipeline_schedule == "1f1b" && c->virtual_pipeline_size > 1) {
       c->pipeline_schedule = "interleaved";  // Megatron: interleaving implies the schedule
     }
+    if (c->pipeline_schedule == "gpipe" && c->virtual_pipeline_size > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--pipeline-schedule=gpipe runs one chunk per stage; --num-layers-per-virtual-"
+          "pipeline-stage=",
+          per, " gives ", c->virtual_pipeline_size,
+          " chunks per stage (drop it, or use --pipeline-schedule=interleaved)"));
+    }
   }
   if (c->pipeline_schedule == "interleaved" && c->virtual_pipeline_size < 2) {
     return absl::InvalidArgumentError(

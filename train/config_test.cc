@@ -101,6 +101,13 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   c.pipeline_model_parallel_size = 2;
   c.num_layers_per_virtual_pipeline_stage = 3;
   ExpectError(c, 2, {"--num-layers (4)", "= 6"});
+  c = Base();  // gpipe with interleaving: refused by the flags as typed, before any rank runs
+  c.pipeline_model_parallel_size = 2;
+  c.pipeline_schedule = "gpipe";
+  c.num_layers_per_virtual_pipeline_stage = 1;
+  ExpectError(c, 2,
+              {"--pipeline-schedule=gpipe", "--num-layers-per-virtual-pipeline-stage=1", "gives 2",
+               "--pipeline-schedule=interleaved"});
   c = Base();
   c.pipeline_schedule = "zigzag";
   ExpectError(c, 1, {"--pipeline-schedule=zigzag"});
