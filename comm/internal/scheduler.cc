@@ -209,7 +209,9 @@ WorkPtr Scheduler::Enqueue(const char* name, uint32_t seq, std::shared_ptr<Task>
                            absl::Duration timeout, uint64_t flight_id) {
   if (timeout <= absl::ZeroDuration()) timeout = timeout_;
   auto work = std::make_shared<ScheduledWork>(name, seq, timeout, link_, flight_id);
-  return Push(Op{std::move(work), seq, std::move(task), Now(), timeout, flight_id});
+  // Not stamped here (a clock read is a tenth of a small op's cost): the op
+  // is usually run by its waiter before anyone asks how long it sat queued.
+  return Push(Op{std::move(work), seq, std::move(task), absl::InfinitePast(), timeout, flight_id});
 }
 
 WorkPtr Scheduler::Reject(const char* name, uint32_t seq, absl::Status error,
@@ -245,11 +247,21 @@ WorkPtr Scheduler::Push(Op op) {
   return work;
 }
 
+bool Scheduler::QueuedPastGrace(absl::Time now) {
+  if (queue_.empty()) return false;
+  absl::Time& queued = queue_.front().deadline;
+  if (queued == absl::InfinitePast()) {  // first seen now (Enqueue leaves it unstamped)
+    queued = now;
+    return false;
+  }
+  return now - queued >= kWorkerGrace;
+}
+
 void Scheduler::MaybeWakeWorker() {
   bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
-    wake = !queue_.empty() && Now() - queue_.front().deadline >= kWorkerGrace;
+    wake = QueuedPastGrace(Now());
   }
   if (wake) cv_.notify_all();
 }
@@ -272,12 +284,12 @@ void Scheduler::WorkerLoop() {
       if (stopping_) break;
       // Grace period: a thread about to Wait on the op runs it itself (no
       // hand-off); the worker takes ops nobody picked up.
-      if (!queue_.empty()) {
-        absl::Duration age = Now() - queue_.front().deadline;
-        if (age < kWorkerGrace) {
-          cv_.wait_for(l, absl::ToChronoNanoseconds(std::max(kWorkerGrace - age, kWorkerPeriod)));
-          continue;
-        }
+      if (!queue_.empty() && !QueuedPastGrace(Now())) {
+        // Look again when its grace is over (an issue or a Poll may wake us
+        // sooner). The grace counts from when the op was first seen queued:
+        // at most a period after its issue.
+        cv_.wait_for(l, absl::ToChronoNanoseconds(kWorkerGrace));
+        continue;
       }
     }
     // A thread waiting on a handle may be executing: then leave the queue

@@ -70,7 +70,8 @@ class Scheduler {
     std::shared_ptr<ScheduledWork> work;  // null once left to the background
     uint32_t seq;                         // its number, for descriptions
     std::shared_ptr<Task> task;           // holds the op's arguments while it lives
-    absl::Time deadline;  // while queued: when it was issued; once started: its deadline
+    absl::Time deadline;                  // while queued: when first seen queued (InfinitePast: not
+                                          // yet; QueuedPastGrace); once started: its deadline
     absl::Duration timeout;  // its own limit, from when it starts
     uint64_t flight_id = 0;  // its entry in the flight recorder
     // "all_reduce #3 in group 'tp' (local backend, rank 0 of 2)".
@@ -134,6 +135,9 @@ class Scheduler {
   void Help(ScheduledWork* work, absl::Time wait_deadline, absl::Time now);
   // Wakes the worker if the oldest queued op has waited past the grace period.
   void MaybeWakeWorker();
+  // Caller holds mu_. Whether the oldest queued op has sat past the grace
+  // period; stamps it `now` if nobody looked before.
+  bool QueuedPastGrace(absl::Time now);
   // The first failure aborted the scheduler: the recorder dumps (no lock held).
   void Aborted(const absl::Status& status);
 
