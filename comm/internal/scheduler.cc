@@ -285,7 +285,7 @@ void Scheduler::WorkerLoop() {
       // Grace period: a thread about to Wait on the op runs it itself (no
       // hand-off); the worker takes ops nobody picked up.
       if (!queue_.empty() && !QueuedPastGrace(Now())) {
-        // Look again when its grace is over (an issue or a Poll may wake us
+        // Look again a grace period later (an issue or a Poll may wake us
         // sooner). The grace counts from when the op was first seen queued:
         // at most a period after its issue.
         cv_.wait_for(l, absl::ToChronoNanoseconds(kWorkerGrace));
