@@ -9,6 +9,9 @@ hint are printed at configure time and kept in @loom_deps//:MISSING.txt.
 
 Overrides (pass with --repo_env=NAME=VALUE):
   LOOM_CUDA_PATH   CUDA toolkit root (default /usr/local/cuda).
+  LOOM_CUDNN_FRONTEND_PATH  the include directory holding cudnn_frontend.h
+                   (default: found through python3's site-packages, where
+                   `pip install nvidia-cudnn-frontend` puts it).
   LOOM_DISABLE     comma-separated library names to treat as missing
                    (e.g. "ucx,mpi"), for testing the skip path.
 
@@ -190,6 +193,49 @@ def _detect_cuda(ctx, root):
         nccl = _missing("nccl", "NCCL not found under {} (lib64/libnccl.so, include/nccl.h). {}".format(root, hint))
     return [rt, cublas, nccl]
 
+# Where pip puts the headers of nvidia-cudnn-frontend: <site-packages>/include.
+_FIND_FRONTEND_PY = """
+import os, site, sysconfig
+dirs = [sysconfig.get_paths().get(k) for k in ("purelib", "platlib")]
+try:
+    dirs += site.getsitepackages() + [site.getusersitepackages()]
+except Exception:
+    pass
+for d in dirs:
+    if d and os.path.isfile(os.path.join(d, "include", "cudnn_frontend.h")):
+        print(os.path.join(d, "include"))
+        break
+"""
+
+def _detect_cudnn_frontend(ctx, root, rt):
+    """cudnn-frontend (header-only) over cuDNN's headers from the CUDA toolkit.
+
+    Compiled with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING: the frontend resolves
+    cudnn* symbols from a handle that //core/cuda/cudnn dlopens at run time, so
+    nothing links libcudnn and a machine without it still loads the binaries.
+    """
+    name = "cudnn_frontend"
+    hint = "pip install nvidia-cudnn-frontend==1.32.0 (or run tools/setup.sh), or point --repo_env=LOOM_CUDNN_FRONTEND_PATH at its include directory."
+    if not rt.ok:
+        return _missing(name, rt.why)
+    if not _exists(ctx, root + "/include/cudnn.h") or not _exists(ctx, root + "/include/cudnn_version.h"):
+        return _missing(name, "cuDNN headers not found under {}/include (cudnn.h, cudnn_version.h). Install cuDNN 9 into the CUDA toolkit.".format(root))
+    inc = ctx.os.environ.get("LOOM_CUDNN_FRONTEND_PATH", "")
+    if not inc:
+        inc = _run(ctx, ["python3", "-c", _FIND_FRONTEND_PY]) or ""
+    if not inc or not _exists(ctx, inc + "/cudnn_frontend.h"):
+        return _missing(name, "cudnn-frontend headers (cudnn_frontend.h) not found{}. {}".format(" in " + inc if inc else " in python3's site-packages", hint))
+    ctx.symlink(inc, "cudnn_frontend/include")
+    return _lib(
+        name,
+        copts = ["-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING", "-DLOOM_CUDA_LIB64=" + root + "/lib64"],
+        linkopts = ["-ldl"],
+        hdrs = ["cudnn_frontend/include/**"],
+        includes = ["cudnn_frontend/include"],
+        deps = [":cuda_runtime"],
+        doc = "cudnn-frontend headers at " + inc + " (libcudnn loaded at run time)",
+    )
+
 def _target(lib):
     lines = ["cc_library("]
     lines.append("    name = {},".format(_quote(lib.name)))
@@ -216,6 +262,7 @@ def _system_libs_impl(ctx):
     disabled = [d.strip() for d in ctx.os.environ.get("LOOM_DISABLE", "").split(",") if d.strip()]
     cuda_root = ctx.os.environ.get("LOOM_CUDA_PATH", "/usr/local/cuda")
     libfuzzer, clangxx = _detect_libfuzzer(ctx)
+    cuda = _detect_cuda(ctx, cuda_root)
     libs = [
         _detect_absl(ctx),
         _detect_gtest(ctx),
@@ -230,7 +277,7 @@ def _system_libs_impl(ctx):
         _detect_ucx(ctx),
         _detect_crypto(ctx),
         libfuzzer,
-    ] + _detect_cuda(ctx, cuda_root)
+    ] + cuda + [_detect_cudnn_frontend(ctx, cuda_root, cuda[0])]
     gtest = libs[1]
     libs.insert(2, _lib("gtest_main", linkopts = ["-lgtest_main"], deps = [":gtest"]) if gtest.ok else _missing("gtest_main", gtest.why))
     libs = [
@@ -294,5 +341,5 @@ def if_available(name, yes, no = []):
 system_libs_configure = repository_rule(
     implementation = _system_libs_impl,
     local = True,
-    environ = ["LOOM_CUDA_PATH", "LOOM_DISABLE", "PATH", "PKG_CONFIG_PATH"],
+    environ = ["LOOM_CUDA_PATH", "LOOM_CUDNN_FRONTEND_PATH", "LOOM_DISABLE", "PATH", "PKG_CONFIG_PATH"],
 )

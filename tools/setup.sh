@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package that Loom's build, tests and default training
 # job need, on a fresh Debian 12 machine. Idempotent: installs only what is
-# missing and says what it did. Runs apt as root, or through sudo otherwise.
+# missing and says what it did (apt packages, and the cudnn-frontend headers
+# from PyPI). Runs apt as root, or through sudo otherwise.
 set -euo pipefail
 
 PACKAGES=(
@@ -35,21 +36,38 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup.sh: all ${#PACKAGES[@]} packages already installed; nothing to do."
-  exit 0
-fi
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO="sudo"
-  else
-    echo "setup.sh: need root (or sudo) to install: ${missing[*]}" >&2
-    exit 1
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      SUDO="sudo"
+    else
+      echo "setup.sh: need root (or sudo) to install: ${missing[*]}" >&2
+      exit 1
+    fi
   fi
+
+  echo "setup.sh: installing ${#missing[@]} missing package(s): ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup.sh: installed ${missing[*]}."
 fi
 
-echo "setup.sh: installing ${#missing[@]} missing package(s): ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup.sh: installed ${missing[*]}."
+# cudnn-frontend: header-only C++ from PyPI (into <site-packages>/include, where
+# third_party/system_libs.bzl finds it) for //core/cuda/cudnn. --no-deps: the
+# wheel's Python dependencies (CUTLASS DSL, TVM FFI) are not needed for the
+# headers. Without pip the cuDNN attention targets are skipped, not broken.
+CUDNN_FRONTEND_VERSION=1.32.0
+if python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("nvidia-cudnn-frontend") != sys.argv[1])' \
+    "$CUDNN_FRONTEND_VERSION" 2>/dev/null; then
+  echo "setup.sh: nvidia-cudnn-frontend $CUDNN_FRONTEND_VERSION already installed; nothing to do."
+elif python3 -m pip --version >/dev/null 2>&1; then
+  PIP_USER=()
+  [ "$(id -u)" -ne 0 ] && PIP_USER=(--user)
+  python3 -m pip install -q --no-deps "${PIP_USER[@]}" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"
+  echo "setup.sh: installed nvidia-cudnn-frontend $CUDNN_FRONTEND_VERSION (pip)."
+else
+  echo "setup.sh: warning: python3 -m pip not available; //core/cuda/cudnn will be skipped" \
+       "(pip install nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION to enable it)." >&2
+fi
