@@ -94,26 +94,36 @@ absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward) const {
   return absl::OkStatus();
 }
 
-absl::Status ParallelAttention::CoreForward(const Tensor& qkv, const DropoutStream& dropout,
-                                            Tensor* out, Tensor* lse) const {
-  const int64_t local_heads = heads_ / tp_.size();
-  if (!cp_.parallel()) {
-    return core::ops::FlashAttentionForward(qkv, local_heads, out, lse, KernelDropout(dropout));
-  }
-  return RingAttentionForward(*cp_.comm, cp_.Layout(qkv.dim(0) * cp_.size()), qkv, local_heads,
-                              KernelDropout(dropout), out, lse);
+absl::StatusOr<core::ops::AttentionPlan> ParallelAttention::Plan(
+    const Tensor& qkv, const DropoutStream& dropout) const {
+  if (cp_.parallel()) return core::ops::AttentionPlan{"ring", core::ops::AttentionSaved::kLse};
+  return core::ops::PlanAttention(qkv, heads_ / tp_.size(), KernelDropout(dropout));
 }
 
-absl::Status ParallelAttention::CoreBackward(const Tensor& dout, const Tensor& qkv,
-                                             const Tensor& out, const Tensor& lse,
+absl::Status ParallelAttention::CoreForward(const core::ops::AttentionPlan& plan,
+                                            const Tensor& qkv, const DropoutStream& dropout,
+                                            Tensor* out, Tensor* kept) const {
+  const int64_t local_heads = heads_ / tp_.size();
+  LOOM_ASSIGN_OR_RETURN(*kept, core::ops::EmptySaved(plan, qkv, local_heads));
+  if (!cp_.parallel()) {
+    return core::ops::PlannedAttentionForward(plan, qkv, local_heads, out, kept,
+                                              KernelDropout(dropout));
+  }
+  return RingAttentionForward(*cp_.comm, cp_.Layout(qkv.dim(0) * cp_.size()), qkv, local_heads,
+                              KernelDropout(dropout), out, kept);
+}
+
+absl::Status ParallelAttention::CoreBackward(const core::ops::AttentionPlan& plan,
+                                             const Tensor& dout, const Tensor& qkv,
+                                             const Tensor& out, const Tensor& kept,
                                              const DropoutStream& dropout, Tensor* dqkv) const {
   const int64_t local_heads = heads_ / tp_.size();
   if (!cp_.parallel()) {
-    return core::ops::FlashAttentionBackward(dout, qkv, out, lse, local_heads, dqkv,
-                                             KernelDropout(dropout));
+    return core::ops::PlannedAttentionBackward(plan, dout, qkv, out, kept, local_heads, dqkv,
+                                               KernelDropout(dropout));
   }
   return RingAttentionBackward(*cp_.comm, cp_.Layout(qkv.dim(0) * cp_.size()), dout, qkv, out,
-                               lse, local_heads, KernelDropout(dropout), dqkv);
+                               kept, local_heads, KernelDropout(dropout), dqkv);
 }
 
 namespace {
@@ -159,14 +169,14 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
     LOOM_ASSIGN_OR_RETURN(Tensor rows, saved->qkv.Reshape(Shape{s * b * local_heads * 3, d}));
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(saved->gather_ids, table, &rows, RowGather()));
   }
-  // [s, b, heads/p · d] and [b, heads/p, s] (f32)
+  // [s, b, heads/p · d], and the plan's lse [b, heads/p, s] (f32) or probs
   LOOM_ASSIGN_OR_RETURN(Tensor ctx, Tensor::Empty(Shape{s, b, local_heads * d}, proj.dtype(), proj.device()));
-  LOOM_ASSIGN_OR_RETURN(Tensor lse,
-                        Tensor::Empty(Shape{b, local_heads, s}, core::DType::kF32, proj.device()));
-  LOOM_RETURN_IF_ERROR(CoreForward(saved->qkv, dropout, &ctx, &lse));
+  LOOM_ASSIGN_OR_RETURN(saved->plan, Plan(saved->qkv, dropout));
+  Tensor kept;
+  LOOM_RETURN_IF_ERROR(CoreForward(saved->plan, saved->qkv, dropout, &ctx, &kept));
   if (!options_.recompute_core) {  // else rerun in Backward
     saved->out = ctx;
-    saved->lse = lse;
+    (saved->plan.saved == core::ops::AttentionSaved::kProbs ? saved->probs : saved->lse) = kept;
   }
   return proj_.Forward(ctx, &saved->proj_in);
 }
@@ -176,18 +186,16 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
   const int64_t local_heads = heads_ / tp_.size(), local_groups = groups_ / tp_.size();
   LOOM_ASSIGN_OR_RETURN(Tensor dctx, proj_.Backward(dy, saved.proj_in));
   LOOM_ASSIGN_OR_RETURN(Tensor dqkv, Tensor::Empty(saved.qkv.shape(), saved.qkv.dtype(), saved.qkv.device()));
-  Tensor out = saved.out, lse = saved.lse;
+  Tensor out = saved.out;
+  Tensor kept = saved.plan.saved == core::ops::AttentionSaved::kProbs ? saved.probs : saved.lse;
   if (options_.recompute_core) {  // selective recomputation: the kernel's forward again
     // Its output is the output projection's kept input (the same tensor, whose
     // backward has already read it): rewritten in place with the same values,
-    // so only the log-sum-exp is new memory.
-    const int64_t s = saved.qkv.dim(0), b = saved.qkv.dim(1);
+    // so only the log-sum-exp (or the s x s kernel's probabilities) is new memory.
     out = saved.proj_in.input;
-    LOOM_ASSIGN_OR_RETURN(lse, Tensor::Empty(Shape{b, local_heads, s}, core::DType::kF32,
-                                             saved.qkv.device()));
-    LOOM_RETURN_IF_ERROR(CoreForward(saved.qkv, dropout, &out, &lse));
+    LOOM_RETURN_IF_ERROR(CoreForward(saved.plan, saved.qkv, dropout, &out, &kept));
   }
-  LOOM_RETURN_IF_ERROR(CoreBackward(dctx, saved.qkv, out, lse, dropout, &dqkv));
+  LOOM_RETURN_IF_ERROR(CoreBackward(saved.plan, dctx, saved.qkv, out, kept, dropout, &dqkv));
   if (!Rearranged()) return qkv_.Backward(dqkv, saved.qkv_in);
 
   // Back to the projection's layout: scatter-add (a group's k and v

@@ -2,6 +2,7 @@
 #define LOOM_LAYERS_ATTENTION_H_
 
 #include "absl/status/statusor.h"
+#include "core/ops/attention_plan.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
 #include "layers/context_parallel.h"
@@ -63,11 +64,15 @@ class ParallelAttention {
   struct Saved {
     ColumnParallelLinear::Saved qkv_in;
     core::Tensor qkv;  // [s, b, heads/p · 3 · d]: the attention kernel's input
+    // The attention implementation this call ran (core/ops/attention_plan.h:
+    // the kernel manifest's choice for the device); the backward runs its twin.
+    core::ops::AttentionPlan plan;
     // The kernel's output [s, b, heads/p · d] (the output projection's input:
-    // the same storage as proj_in's) and the log-sum-exp of every score row
-    // [b, heads/p, s] (f32 on every device): what the flash backward needs.
-    // Undefined with recompute_core.
-    core::Tensor out, lse;
+    // the same storage as proj_in's) and what its backward needs: the
+    // log-sum-exp of every score row [b, heads/p, s] (f32 on every device;
+    // flash-contract plans and the CP ring), or the s x s kernel's
+    // probabilities [b, heads/p, s, s]. Undefined with recompute_core.
+    core::Tensor out, lse, probs;
     // Row indices of the rearrangement (undefined for GPT-2): `gather` picks
     // the kernel's rows from the table, `table` the table's rows (RoPE: q and
     // k heads, then v heads) from the projection's rows.
@@ -101,12 +106,18 @@ class ParallelAttention {
   // Rotates (or, backward, un-rotates) q and k rows [s, b, heads + groups, d]
   // in place at their global positions.
   absl::Status Rotate(core::Tensor* qk, bool backward) const;
-  // The attention kernel: flash on the whole sequence, or the CP ring.
-  absl::Status CoreForward(const core::Tensor& qkv, const DropoutStream& dropout,
-                           core::Tensor* out, core::Tensor* lse) const;
-  absl::Status CoreBackward(const core::Tensor& dout, const core::Tensor& qkv,
-                            const core::Tensor& out, const core::Tensor& lse,
-                            const DropoutStream& dropout, core::Tensor* dqkv) const;
+  // The attention kernel: the planned one on the whole sequence (`kept`:
+  // its lse or probs, allocated here), or the CP ring (lse).
+  absl::Status CoreForward(const core::ops::AttentionPlan& plan, const core::Tensor& qkv,
+                           const DropoutStream& dropout, core::Tensor* out,
+                           core::Tensor* kept) const;
+  absl::Status CoreBackward(const core::ops::AttentionPlan& plan, const core::Tensor& dout,
+                            const core::Tensor& qkv, const core::Tensor& out,
+                            const core::Tensor& kept, const DropoutStream& dropout,
+                            core::Tensor* dqkv) const;
+  // The plan for this layer's attention on `qkv` (the ring's lse under CP).
+  absl::StatusOr<core::ops::AttentionPlan> Plan(const core::Tensor& qkv,
+                                                const DropoutStream& dropout) const;
 
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;

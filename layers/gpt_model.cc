@@ -60,7 +60,7 @@ int64_t GptModel::Saved::ActivationBytes() const {
   for (const auto& b : blocks) {
     n += Bytes(b.ln1.input) + Bytes(b.ln1.mean) + Bytes(b.ln1.rstd) + Bytes(b.ln2.input) +
          Bytes(b.ln2.mean) + Bytes(b.ln2.rstd) + Bytes(b.attention.qkv_in.input) +
-         Bytes(b.attention.qkv) + Bytes(b.attention.lse) + Bytes(b.attention.proj_in.input) +
+         Bytes(b.attention.qkv) + Bytes(b.attention.lse) + Bytes(b.attention.probs) + Bytes(b.attention.proj_in.input) +
          Bytes(b.mlp.up_in.input) + Bytes(b.mlp.pre_gelu) + Bytes(b.mlp.down_in.input) +
          Bytes(b.attention.gather_ids) + Bytes(b.attention.table_ids) + b.moe.Bytes();
   }

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/cpu_features.h"
+#include "core/ops/kernel_choice.h"
+#include "core/status_macros.h"
 #include "train/fault_injection.h"
 
 namespace loom::train {
@@ -14,6 +16,8 @@ std::string BackendOf(const TrainConfig& c) {
 }
 
 absl::Status Finalize(TrainConfig* c, int world_size) {
+  // LOOM_KERNEL_IMPL / LOOM_REFERENCE_KERNELS against the kernel manifest.
+  LOOM_RETURN_IF_ERROR(core::ops::CheckKernelOverrides());
   const std::string backend = BackendOf(*c);
   if (backend != "local" && backend != "mpi" && backend != "ucx" && backend != "nccl") {
     return absl::InvalidArgumentError(absl::StrCat(c->distributed_backend_flag, "=", backend,

@@ -7,18 +7,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cpu {
 
-struct AdamWOptions {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  // decoupled: p -= lr * weight_decay * p
-  float grad_scale = 1.0f;    // grads are multiplied by this first (clipping, 1/loss_scale)
-};
+using ops::AdamWOptions;  // the contract's options (core/ops/contracts/options.h)
 
 // For every element, with g = grad * grad_scale and t = step (1 for the first):
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2

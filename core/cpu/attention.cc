@@ -69,16 +69,6 @@ absl::Status ForEachPair(int64_t pairs, size_t scratch_floats, Fn fn) {
 
 }  // namespace
 
-absl::Status CheckAttentionDropout(const char* op, const AttentionDropout& dr, int64_t heads) {
-  const int64_t total = dr.total_heads == 0 ? heads : dr.total_heads;
-  if (!(dr.p >= 0.0f && dr.p <= 1.0f) || dr.head_offset < 0 || dr.head_offset + heads > total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": AttentionDropout{p = ", dr.p, ", head_offset = ", dr.head_offset,
-        ", total_heads = ", dr.total_heads, "} with heads=", heads,
-        ": need p in [0, 1] and 0 <= head_offset <= total_heads - heads"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,
                               const AttentionDropout& dropout) {

@@ -32,22 +32,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cpu {
 
-struct AttentionDropout {
-  float p = 0.0f;  // drop probability in [0, 1]; 0 disables dropout
-  uint64_t seed = 0;
-  uint64_t offset = 0;        // stream id, as DropoutOptions::offset
-  int64_t head_offset = 0;    // global index of this call's first head
-  int64_t total_heads = 0;    // global head count; 0 means `heads`
-};
-
-// p in [0, 1] and this call's heads inside the global ones; every device's
-// attention checks its options with this.
-absl::Status CheckAttentionDropout(const char* op, const AttentionDropout& dropout,
-                                   int64_t heads);
+using ops::AttentionDropout;  // the contract's options (core/ops/contracts/options.h)
 
 //   qkv:   f32[s, b, heads * 3 * d]
 //   out:   f32[s, b, heads * d], written

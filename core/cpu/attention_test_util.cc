@@ -92,7 +92,7 @@ AttentionRun RunAttention(AttentionSaved kernel, const Tensor& qkv, int64_t head
                           const AttentionDropout& dr, const Tensor* dout) {
   const AttentionDims g{qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / (3 * heads)};
   const bool flash = kernel == AttentionSaved::kLse;
-  AttentionRun run{Make({g.s, g.b, g.heads * g.d}), Make(SavedShape(kernel, g)), Tensor()};
+  AttentionRun run{Make({g.s, g.b, g.heads * g.d}), Make(ops::SavedShape(kernel, g)), Tensor()};
   const absl::Status fwd = flash ? FlashAttentionForward(qkv, heads, &run.out, &run.saved, dr)
                                  : AttentionForward(qkv, heads, &run.out, &run.saved, dr);
   EXPECT_TRUE(fwd.ok()) << fwd;
@@ -148,7 +148,7 @@ void ExpectMatchesDoubleReference(AttentionSaved kernel, const AttentionCase& c)
   const Reference ref = RefAttention(qkv, c.heads, dr, &dout);
   EXPECT_LE(RelError(run.out, ref.out), kFwdTol);
   EXPECT_LE(RelError(run.saved, kernel == AttentionSaved::kProbs ? ref.probs : ref.lse), kFwdTol)
-      << SavedName(kernel);
+      << ops::SavedName(kernel);
   // dQ, dK sum s products of d-long dots: a little above the forward's error.
   EXPECT_LE(RelError(run.dqkv, ref.dqkv), 5 * kFwdTol);
 }

@@ -29,15 +29,6 @@ absl::Status CheckIndex(const char* op, const char* arg, const Tensor& t) {
   return CheckCpu(op, arg, t);
 }
 
-absl::Status CheckNumel(const char* op, const char* arg, const Tensor& t, int64_t numel,
-                        const std::string& why) {
-  if (t.numel() != numel) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, " is ", t.DebugString(),
-                                                   ", expected ", numel, " elements (", why, ")"));
-  }
-  return absl::OkStatus();
-}
-
 bool UseAvx512() {
   static const bool use = [] {
     const char* off = std::getenv("LOOM_CPU_NO_AVX512");

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/status_macros.h"  // LOOM_RETURN_IF_ERROR: how the kernels chain these checks
 #include "core/tensor.h"
 
@@ -22,9 +23,8 @@ absl::Status CheckOutput(const char* op, const char* arg, const Tensor* t,
                          DType dtype = DType::kF32);
 // Defined, on the CPU, of dtype i32 or i64 (token ids / targets).
 absl::Status CheckIndex(const char* op, const char* arg, const Tensor& t);
-// `t` has exactly `numel` elements.
-absl::Status CheckNumel(const char* op, const char* arg, const Tensor& t, int64_t numel,
-                        const std::string& why);
+// `t` has exactly `numel` elements (core/ops/contracts/shape_checks.h).
+using ops::CheckNumel;
 // "f32[2, 3] cpu" or "undefined".
 std::string Describe(const Tensor& t);
 // Reads element i of an i32 or i64 tensor as int64.

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -17,7 +17,7 @@ using internal::IndexAt;
 // Checks targets against logits; returns the number of non-ignored tokens.
 absl::StatusOr<int64_t> CheckTargets(const char* op, const Tensor& logits, const Tensor& targets,
                                      const CrossEntropyOptions& opts) {
-  LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckLogitsTargets(op, logits, targets));
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, ops::CheckLogitsTargets(op, logits, targets));
   const int64_t v = logits.dim(logits.rank() - 1);
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {

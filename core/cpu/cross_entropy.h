@@ -8,15 +8,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cpu {
 
-struct CrossEntropyOptions {
-  // Tokens whose target equals ignore_index give zero loss and gradient and
-  // are not counted in the mean (padding).
-  int64_t ignore_index = -100;
-};
+using ops::CrossEntropyOptions;  // the contract's options (core/ops/contracts/options.h)
 
 // losses[n] = logsumexp(logits[n, :]) - logits[n, targets[n]]; returns the
 // mean over non-ignored tokens (0 if all are ignored), computed in double.

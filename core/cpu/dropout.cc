@@ -360,24 +360,6 @@ void Apply(const float* in, float* out, uint8_t* mask, int64_t numel, int64_t c,
 
 }  // namespace
 
-absl::Status CheckDropoutArgs(const char* op, const Tensor& x, const DropoutOptions& opts,
-                              const GlobalIndex& where) {
-  if (!(opts.p >= 0.0f && opts.p <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": p = ", opts.p, " is outside [0, 1] (x ", x.DebugString(), ")"));
-  }
-  if (x.rank() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": x ", x.DebugString(), " needs rank >= 1"));
-  }
-  const int64_t c = x.dim(x.rank() - 1);
-  if (where.first_index < 0 || (where.row_stride != 0 && where.row_stride < c)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": GlobalIndex{first_index = ", where.first_index, ", row_stride = ", where.row_stride,
-        "} for x ", x.DebugString(), ": need first_index >= 0 and row_stride 0 or >= ", c));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& opts,
                             const GlobalIndex& where, Tensor* mask) {
@@ -385,7 +367,7 @@ absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& 
   LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "x", x));
   LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "out", out));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
-  LOOM_RETURN_IF_ERROR(CheckDropoutArgs(kOp, x, opts, where));
+  LOOM_RETURN_IF_ERROR(ops::CheckDropoutArgs(kOp, x, opts, where));
   uint8_t* pm = nullptr;
   if (mask != nullptr) {
     LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "mask", *mask, DType::kU8));
@@ -403,7 +385,7 @@ absl::Status DropoutBackward(const Tensor& dout, Tensor* dx, const DropoutOption
   LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "dout", dout));
   LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "dx", dx));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "dout", dout, "dx", *dx));
-  LOOM_RETURN_IF_ERROR(CheckDropoutArgs(kOp, dout, opts, where));
+  LOOM_RETURN_IF_ERROR(ops::CheckDropoutArgs(kOp, dout, opts, where));
   Apply(dout.data<float>(), dx->data<float>(), nullptr, dout.numel(), dout.dim(dout.rank() - 1),
         opts, where);
   return absl::OkStatus();

@@ -11,36 +11,20 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cpu {
 
-struct DropoutOptions {
-  float p = 0.1f;  // probability of dropping; kept elements are scaled by 1/(1-p)
-  uint64_t seed = 0;
-  uint64_t offset = 0;  // stream id (e.g. layer and step), see DropoutBitsAt
-};
-
-// Where the local tensor sits in the global one. The local tensor is viewed
-// as rows of its last dim C; local element (r, c) is global element
-//   first_index + r * row_stride + c.
-// The whole tensor: {0, C}. Rows [r0, r1) of a [R, C] tensor (sequence
-// parallel): {r0 * C, C}. Columns [c0, c0 + C) of a [R, H] tensor (tensor
-// parallel): {c0, H}. row_stride = 0 means C (a contiguous slice).
-struct GlobalIndex {
-  int64_t first_index = 0;
-  int64_t row_stride = 0;
-};
+// The contract's options (core/ops/contracts/options.h).
+using ops::DropoutOptions;
+using ops::GlobalIndex;
 
 // out = x * keep / (1 - p), keep = DropoutBitsAt(seed, offset, global index)
 // >= DropoutThreshold(p).
 //   x, out: f32[..., C], same shape; in-place allowed
 //   mask:   optional (nullptr to skip): u8[same numel], written 1 = kept
-// p in [0, 1], x of rank >= 1, first_index >= 0 and row_stride 0 or at
-// least x's last dim; every device's dropout checks its arguments with this.
-absl::Status CheckDropoutArgs(const char* op, const Tensor& x, const DropoutOptions& opts,
-                              const GlobalIndex& where);
-
+// Arguments as ops::CheckDropoutArgs (core/ops/contracts/options.h).
 absl::Status DropoutForward(const Tensor& x, Tensor* out, const DropoutOptions& opts,
                             const GlobalIndex& where = {}, Tensor* mask = nullptr);
 

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -24,7 +24,7 @@ constexpr float kGeluCoeff = 0.044715f;
 
 // Rows of the last dimension, checked against bias [C].
 absl::Status CheckBias(const char* op, const char* x_name, const Tensor& x, const Tensor& bias) {
-  return CheckLastDimVector(op, x_name, x, "bias", bias);
+  return ops::CheckLastDimVector(op, x_name, x, "bias", bias);
 }
 
 // Elements per parallel task of the flat kernels.

@@ -6,18 +6,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cpu {
 
-struct EmbeddingOptions {
-  // The table holds rows [vocab_start, vocab_start + V) of the full vocabulary
-  // (a vocab-parallel shard); ids are global.
-  int64_t vocab_start = 0;
-  // true: ids outside this shard give zero rows (forward) and no gradient
-  // (backward) — VocabParallelEmbedding. false: such an id is an error.
-  bool zero_out_of_range = false;
-};
+using ops::EmbeddingOptions;  // the contract's options (core/ops/contracts/options.h)
 
 // out[n, :] = table[ids[n] - vocab_start, :].
 //   ids:   i32 or i64 [N] (any shape with N elements, e.g. [s, b])

@@ -5,7 +5,7 @@
 
 #include "core/cpu/check.h"
 #include "core/cpu/parallel.h"
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -218,8 +218,8 @@ absl::Status LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "mean", mean));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "rstd", rstd));
-  LOOM_ASSIGN_OR_RETURN(const int64_t rows, CheckLayerNormRows(kOp, x, gamma, *mean, *rstd));
-  LOOM_RETURN_IF_ERROR(CheckLastDimVector(kOp, "x", x, "beta", beta));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, ops::CheckLayerNormRows(kOp, x, gamma, *mean, *rstd));
+  LOOM_RETURN_IF_ERROR(ops::CheckLastDimVector(kOp, "x", x, "beta", beta));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
   const int64_t c = gamma.dim(0);
   const float* px = x.data<float>();
@@ -247,8 +247,8 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dgamma", dgamma));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dbeta", dbeta));
-  LOOM_ASSIGN_OR_RETURN(const int64_t rows, CheckLayerNormRows(kOp, x, gamma, mean, rstd));
-  LOOM_RETURN_IF_ERROR(CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, ops::CheckLayerNormRows(kOp, x, gamma, mean, rstd));
+  LOOM_RETURN_IF_ERROR(ops::CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dbeta", *dbeta));
   const int64_t c = gamma.dim(0);
   const float* pdo = dout.data<float>();

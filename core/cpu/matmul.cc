@@ -61,8 +61,8 @@ absl::Status MatmulBf16(const Tensor& a, const Tensor& b, Tensor* c, const Matmu
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "a", a, 2));
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
-  GemmDims d;
-  LOOM_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
+  ops::GemmDims d;
+  LOOM_RETURN_IF_ERROR(ops::GemmMatrixDims(kOp, a, b, *c, opts, &d));
   LOOM_RETURN_IF_ERROR(CheckBf16GemmSupport("Matmul in bf16 on the CPU"));
   Bf16Scratch& s = Scratch();
   const uint16_t* pa = AsBf16(a, &s.a);
@@ -86,46 +86,6 @@ absl::Status MatmulBf16(const Tensor& a, const Tensor& b, Tensor* c, const Matmu
 
 }  // namespace
 
-absl::Status GemmMatrixDims(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
-                            const MatmulOptions& opts, GemmDims* dims) {
-  const int r = a.rank();
-  const int64_t a0 = a.dim(r - 2), a1 = a.dim(r - 1);
-  const int64_t b0 = b.dim(r - 2), b1 = b.dim(r - 1);
-  const int64_t m = opts.trans_a ? a1 : a0, ka = opts.trans_a ? a0 : a1;
-  const int64_t kb = opts.trans_b ? b1 : b0, n = opts.trans_b ? b0 : b1;
-  if (ka != kb) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": a ", a.DebugString(), opts.trans_a ? " (transposed)" : "", " and b ",
-        b.DebugString(), opts.trans_b ? " (transposed)" : "", ": inner dims ", ka, " vs ", kb));
-  }
-  if (c.dim(r - 2) != m || c.dim(r - 1) != n) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": c is ", c.DebugString(), ", expected [",
-                                                   m, ", ", n, "] from a ", a.DebugString(),
-                                                   " and b ", b.DebugString()));
-  }
-  *dims = {m, n, ka};
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> GemmBatchCount(const char* op, const Tensor& a, const Tensor& b,
-                                       const Tensor& c) {
-  const int r = a.rank();
-  if (r < 3 || b.rank() != r || c.rank() != r) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": a ", a.DebugString(), ", b ", b.DebugString(), ", c ", c.DebugString(),
-        ": expected all of rank 3 or all of rank 4 (batch dims first)"));
-  }
-  int64_t batch = 1;
-  for (int i = 0; i < r - 2; ++i) {
-    if (a.dim(i) != b.dim(i) || a.dim(i) != c.dim(i)) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": batch dim ", i, " differs: a ",
-                                                     a.DebugString(), ", b ", b.DebugString(),
-                                                     ", c ", c.DebugString()));
-    }
-    batch *= a.dim(i);
-  }
-  return batch;
-}
 
 absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -157,8 +117,8 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOpt
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "a", a, 2));
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
-  GemmDims d;
-  LOOM_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
+  ops::GemmDims d;
+  LOOM_RETURN_IF_ERROR(ops::GemmMatrixDims(kOp, a, b, *c, opts, &d));
   if (!opts.trans_a && opts.trans_b && d.n > kWideNtColumns) {
     // Y = X·Wᵀ with a wide W (the output layer: 50257 rows) in slices of W's
     // rows. oneDNN's AVX2 sgemm ran the whole 256 x 50257 x 768 product at
@@ -180,11 +140,11 @@ absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c, const Ma
   constexpr const char* kOp = "BatchedMatmul";
   LOOM_RETURN_IF_ERROR(CheckAll(kOp, a, b, c));
   const int r = a.rank();
-  absl::StatusOr<int64_t> batches = GemmBatchCount(kOp, a, b, *c);
+  absl::StatusOr<int64_t> batches = ops::GemmBatchCount(kOp, a, b, *c);
   if (!batches.ok()) return batches.status();
   const int64_t batch = *batches;
-  GemmDims d;
-  LOOM_RETURN_IF_ERROR(GemmMatrixDims(kOp, a, b, *c, opts, &d));
+  ops::GemmDims d;
+  LOOM_RETURN_IF_ERROR(ops::GemmMatrixDims(kOp, a, b, *c, opts, &d));
   const int64_t lda = a.dim(r - 1), ldb = b.dim(r - 1), ldc = c->dim(r - 1);
   const int64_t sa = a.dim(r - 2) * lda, sb = b.dim(r - 2) * ldb, sc = d.m * ldc;
   const float* pa = a.data<float>();

@@ -9,20 +9,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cpu {
 
-struct MatmulOptions {
-  bool trans_a = false;  // use Aᵀ
-  bool trans_b = false;  // use Bᵀ
-  float alpha = 1.0f;
-  float beta = 0.0f;  // 0: C is overwritten (its old contents may be NaN); 1: accumulate
-  // CPU: multiply in bf16 even when both operands are f32 (they are rounded
-  // to bf16 in a per-thread scratch; products summed in f32). Implied when an
-  // operand is bf16. Ignored by the CUDA kernels (they follow the dtypes).
-  bool bf16 = false;
-};
+using ops::MatmulOptions;  // the contract's options (core/ops/contracts/options.h)
 
 // C = alpha * op(A) * op(B) + beta * C.
 //   a: f32[M, K] (or [K, M] with trans_a)
@@ -44,18 +36,6 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const MatmulOpt
 //   c: f32[B, M, N] or f32[B1, B2, M, N]
 absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c,
                            const MatmulOptions& opts = {});
-
-// The shape arithmetic shared by every device's GEMM: M, N, K of
-// C = op(A)·op(B) from the last two dims (InvalidArgument naming both
-// operands when inner dims or C disagree), and the batch count of a
-// BatchedMatmul (all of rank 3 or all of rank 4, equal leading dims).
-struct GemmDims {
-  int64_t m, n, k;
-};
-absl::Status GemmMatrixDims(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
-                            const MatmulOptions& opts, GemmDims* dims);
-absl::StatusOr<int64_t> GemmBatchCount(const char* op, const Tensor& a, const Tensor& b,
-                                       const Tensor& c);
 
 // Raw strided form for kernels that multiply sub-matrices in place (attention).
 // Row-major; lda/ldb/ldc are row strides in elements. No argument checks

@@ -4,7 +4,7 @@
 
 #include "core/cpu/check.h"
 #include "core/cpu/parallel.h"
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -56,7 +56,7 @@ absl::Status RmsNormForward(const Tensor& x, const Tensor& gamma, float eps, Ten
   LOOM_RETURN_IF_ERROR(CheckInput(kOp, "gamma", gamma));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "rstd", rstd));
-  LOOM_ASSIGN_OR_RETURN(const int64_t rows, CheckRmsNormRows(kOp, x, gamma, *rstd));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, ops::CheckRmsNormRows(kOp, x, gamma, *rstd));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
   const int64_t c = gamma.dim(0);
   const float* px = x.data<float>();
@@ -77,8 +77,8 @@ absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& 
   LOOM_RETURN_IF_ERROR(CheckInput(kOp, "rstd", rstd));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dgamma", dgamma));
-  LOOM_ASSIGN_OR_RETURN(const int64_t rows, CheckRmsNormRows(kOp, x, gamma, rstd));
-  LOOM_RETURN_IF_ERROR(CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, ops::CheckRmsNormRows(kOp, x, gamma, rstd));
+  LOOM_RETURN_IF_ERROR(ops::CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
   const int64_t c = gamma.dim(0);
   const float* pdo = dout.data<float>();
   const float* px = x.data<float>();

@@ -25,15 +25,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cpu {
 
-struct RopeOptions {
-  float base = 10000.0f;
-  int64_t rotary_dim = 0;       // 0: head_dim; must be even and <= head_dim
-  int64_t position_offset = 0;  // position of row s is s + position_offset
-};
+using ops::RopeOptions;  // the contract's options (core/ops/contracts/options.h)
 
 // x is [S, B, H, D] with D > 0 (dtype and placement are checked by each
 // device), base finite and > 0, rotary_dim 0 (then D must be

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/cpu/check.h"
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cpu/vec_math.h"
 
 namespace loom::core::cpu {
@@ -48,7 +48,7 @@ LOOM_CPU_MULTIVERSION(SwigluBackwardRange,
 // Runs fn(row, j0, n) over segments [j0, j0 + n) of every row of F outputs,
 // in parallel.
 template <typename Fn>
-void ForEachSegment(const SwigluDims& dims, Fn&& fn) {
+void ForEachSegment(const ops::SwigluDims& dims, Fn&& fn) {
   const int64_t per_row = (dims.f + kSegment - 1) / kSegment;
 #pragma omp parallel for schedule(static)
   for (int64_t task = 0; task < dims.rows * per_row; ++task) {
@@ -63,7 +63,7 @@ absl::Status SwigluForward(const Tensor& x, Tensor* out) {
   constexpr const char* kOp = "SwigluForward";
   LOOM_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "out", out));
-  LOOM_ASSIGN_OR_RETURN(const SwigluDims dims, CheckSwigluHalves(kOp, x, "out", *out));
+  LOOM_ASSIGN_OR_RETURN(const ops::SwigluDims dims, ops::CheckSwigluHalves(kOp, x, "out", *out));
   const int64_t f = dims.f;
   const float* px = x.data<float>();
   float* po = out->data<float>();
@@ -79,7 +79,7 @@ absl::Status SwigluBackward(const Tensor& dout, const Tensor& x, Tensor* dx) {
   LOOM_RETURN_IF_ERROR(CheckInput(kOp, "dout", dout));
   LOOM_RETURN_IF_ERROR(CheckInput(kOp, "x", x));
   LOOM_RETURN_IF_ERROR(CheckOutput(kOp, "dx", dx));
-  LOOM_ASSIGN_OR_RETURN(const SwigluDims dims, CheckSwigluHalves(kOp, x, "dout", dout));
+  LOOM_ASSIGN_OR_RETURN(const ops::SwigluDims dims, ops::CheckSwigluHalves(kOp, x, "dout", dout));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "dx", *dx));
   const int64_t f = dims.f;
   const float* pd = dout.data<float>();

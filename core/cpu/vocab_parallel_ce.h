@@ -10,15 +10,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cpu {
 
-struct VocabShard {
-  int64_t vocab_start = 0;  // global id of local column 0
-  int64_t valid = 0;        // real columns among the local Vp
-  int64_t vocab_size = 0;   // global vocabulary; targets outside it are an error
-};
+using ops::VocabShard;  // the contract's options (core/ops/contracts/options.h)
 
 // max[i] = max over the valid local columns of logits[i, :] (-inf if none).
 //   logits: f32[N, Vp] (any rank; rows = numel / Vp); max: f32[N], written

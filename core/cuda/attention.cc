@@ -37,14 +37,14 @@ absl::StatusOr<AttentionDims> CheckForward(const char* op, const Tensor& qkv, in
                                            Tensor* out, AttentionSaved kind, Tensor* saved,
                                            const cpu::AttentionDropout& dropout) {
   const bool probs = kind == AttentionSaved::kProbs;
-  const char* saved_name = cpu::SavedName(kind);
+  const char* saved_name = ops::SavedName(kind);
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "qkv", qkv));
   LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(op, "out", out));
   if (probs) LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(op, saved_name, saved));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, "out", *out));
   if (probs) LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, saved_name, *saved));
   if (!probs) LOOM_RETURN_IF_ERROR(internal::CheckIs(op, saved_name, saved, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(const AttentionDims g, cpu::CheckAttentionForwardShapes(
+  LOOM_ASSIGN_OR_RETURN(const AttentionDims g, ops::CheckAttentionForwardShapes(
                                                    op, qkv, heads, *out, kind, *saved, dropout));
   LOOM_RETURN_IF_ERROR(CheckLaunchLimits(op, kind, g));
   LOOM_RETURN_IF_ERROR(
@@ -58,7 +58,7 @@ absl::StatusOr<AttentionDims> CheckBackward(const char* op, const Tensor& dout, 
                                             const Tensor& saved, int64_t heads, Tensor* dqkv,
                                             const cpu::AttentionDropout& dropout) {
   const bool probs = kind == AttentionSaved::kProbs;
-  const char* saved_name = cpu::SavedName(kind);
+  const char* saved_name = ops::SavedName(kind);
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "dout", dout));
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "qkv", qkv));
   if (out != nullptr) LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "out", *out));
@@ -70,7 +70,7 @@ absl::StatusOr<AttentionDims> CheckBackward(const char* op, const Tensor& dout, 
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(op, "qkv", qkv, "dqkv", *dqkv));
   if (!probs) LOOM_RETURN_IF_ERROR(internal::CheckIs(op, saved_name, &saved, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(const AttentionDims g,
-                        cpu::CheckAttentionBackwardShapes(op, dout, qkv, out, kind, saved, heads,
+                        ops::CheckAttentionBackwardShapes(op, dout, qkv, out, kind, saved, heads,
                                                           *dqkv, dropout));
   LOOM_RETURN_IF_ERROR(CheckLaunchLimits(op, kind, g));
   // A null `out` is skipped.

@@ -70,7 +70,7 @@ struct Case {
 // forward results (rounded to the GPU's dtypes) on both sides.
 void Check(const Kernel& k, const Case& c, DType dt, uint64_t seed) {
   const Shape sq{c.s, c.b, c.heads * 3 * c.d}, so{c.s, c.b, c.heads * c.d};
-  const Shape ss = cpu::SavedShape(k.saved, {c.s, c.b, c.heads, c.d});
+  const Shape ss = ops::SavedShape(k.saved, {c.s, c.b, c.heads, c.d});
   const DType saved_dt = k.saved == AttentionSaved::kProbs ? dt : DType::kF32;
   const float r = dt == DType::kF32 ? 2.0f : k.bf16_range;
   const Tensor qkv = RoundedTo(Random(sq, seed, -r, r), dt);

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cuda/check.h"
 #include "core/cuda/check_args.h"
 #include "core/cuda/runtime.h"
@@ -13,7 +13,7 @@ namespace {
 
 // Returns the number of rows N (= numel / V) after the shape checks.
 absl::StatusOr<int64_t> CheckShapes(const char* op, const Tensor& logits, const Tensor& targets) {
-  LOOM_ASSIGN_OR_RETURN(const int64_t n, cpu::CheckLogitsTargets(op, logits, targets));
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, ops::CheckLogitsTargets(op, logits, targets));
   LOOM_RETURN_IF_ERROR(internal::CheckRows(op, "rows", n));
   return n;
 }

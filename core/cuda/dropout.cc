@@ -34,7 +34,7 @@ absl::Status DropoutForward(const Tensor& x, Tensor* out, const cpu::DropoutOpti
                             const cpu::GlobalIndex& where, Tensor* mask) {
   constexpr const char* kOp = "DropoutForward";
   LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"x", &x}, {"out", out}}));
-  LOOM_RETURN_IF_ERROR(cpu::CheckDropoutArgs(kOp, x, opts, where));
+  LOOM_RETURN_IF_ERROR(ops::CheckDropoutArgs(kOp, x, opts, where));
   if (mask != nullptr) {
     LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "mask", *mask, DType::kU8));
     LOOM_RETURN_IF_ERROR(
@@ -48,7 +48,7 @@ absl::Status DropoutBackward(const Tensor& dout, Tensor* dx, const cpu::DropoutO
                              const cpu::GlobalIndex& where) {
   constexpr const char* kOp = "DropoutBackward";
   LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"dout", &dout}, {"dx", dx}}));
-  LOOM_RETURN_IF_ERROR(cpu::CheckDropoutArgs(kOp, dout, opts, where));
+  LOOM_RETURN_IF_ERROR(ops::CheckDropoutArgs(kOp, dout, opts, where));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"dout", &dout}, {"dx", dx}}));
   return Run(kOp, dout, dx, nullptr, opts, where);
 }

@@ -1,6 +1,6 @@
 #include "core/cuda/elementwise.h"
 
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
@@ -12,7 +12,7 @@ absl::Status BiasAddForward(const Tensor& x, const Tensor& bias, Tensor* out) {
   LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "out", out));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "bias", bias));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "out", *out));
-  LOOM_RETURN_IF_ERROR(cpu::CheckLastDimVector(kOp, "x", x, "bias", bias));
+  LOOM_RETURN_IF_ERROR(ops::CheckLastDimVector(kOp, "x", x, "bias", bias));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"x", &x}, {"bias", &bias}, {"out", out}}));
   const int64_t c = bias.dim(0);
@@ -28,7 +28,7 @@ absl::Status BiasAddBackward(const Tensor& dout, Tensor* dbias) {
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "dout", dout));
   LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dbias", dbias));
   LOOM_RETURN_IF_ERROR(internal::CheckSameOrF32(kOp, "dout", dout, "dbias", *dbias));
-  LOOM_RETURN_IF_ERROR(cpu::CheckLastDimVector(kOp, "dout", dout, "bias", *dbias));
+  LOOM_RETURN_IF_ERROR(ops::CheckLastDimVector(kOp, "dout", dout, "bias", *dbias));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"dout", &dout}, {"dbias", dbias}}));
   const int64_t c = dbias->dim(0);
   if (c == 0) return absl::OkStatus();

@@ -1,6 +1,6 @@
 #include "core/cuda/layernorm.h"
 
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
@@ -17,8 +17,8 @@ absl::Status LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "gamma", gamma));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "beta", beta));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "out", *out));
-  LOOM_ASSIGN_OR_RETURN(const int64_t rows, cpu::CheckLayerNormRows(kOp, x, gamma, *mean, *rstd));
-  LOOM_RETURN_IF_ERROR(cpu::CheckLastDimVector(kOp, "x", x, "beta", beta));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, ops::CheckLayerNormRows(kOp, x, gamma, *mean, *rstd));
+  LOOM_RETURN_IF_ERROR(ops::CheckLastDimVector(kOp, "x", x, "beta", beta));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "x", x, "out", *out));
   LOOM_RETURN_IF_ERROR(internal::CheckRows(kOp, "rows", rows));
   const int64_t c = gamma.dim(0);
@@ -49,8 +49,8 @@ absl::Status LayerNormBackward(const Tensor& dout, const Tensor& x, const Tensor
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "dx", *dx));
   LOOM_RETURN_IF_ERROR(internal::CheckSameOrF32(kOp, "x", x, "dgamma", *dgamma));
   LOOM_RETURN_IF_ERROR(internal::CheckSameOrF32(kOp, "x", x, "dbeta", *dbeta));
-  LOOM_ASSIGN_OR_RETURN(const int64_t rows, cpu::CheckLayerNormRows(kOp, x, gamma, mean, rstd));
-  LOOM_RETURN_IF_ERROR(cpu::CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, ops::CheckLayerNormRows(kOp, x, gamma, mean, rstd));
+  LOOM_RETURN_IF_ERROR(ops::CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "gamma", gamma, "dbeta", *dbeta));
   LOOM_RETURN_IF_ERROR(internal::CheckRows(kOp, "rows", rows));
   LOOM_ASSIGN_OR_RETURN(const int64_t chunks, internal::CheckColumnChunks(kOp, "x", x, rows));

@@ -8,7 +8,7 @@
 namespace loom::core::cuda {
 namespace {
 
-using cpu::GemmDims;
+using ops::GemmDims;
 using internal::CheckDevices;
 
 absl::Status CheckTypes(const char* op, const Tensor& a, const Tensor& b, const Tensor* c) {
@@ -67,7 +67,7 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, Tensor* c, const cpu::Matm
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "b", b, 2));
   LOOM_RETURN_IF_ERROR(CheckRank(kOp, "c", *c, 2));
   GemmDims d;
-  LOOM_RETURN_IF_ERROR(cpu::GemmMatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_RETURN_IF_ERROR(ops::GemmMatrixDims(kOp, a, b, *c, opts, &d));
   LOOM_RETURN_IF_ERROR(CheckDevices(kOp, {{"a", &a}, {"b", &b}, {"c", c}}));
   if (d.m == 0 || d.n == 0) return absl::OkStatus();
   if (d.k == 0) return EmptyInner(kOp, opts.beta, c);
@@ -78,9 +78,9 @@ absl::Status BatchedMatmul(const Tensor& a, const Tensor& b, Tensor* c,
                            const cpu::MatmulOptions& opts) {
   constexpr const char* kOp = "BatchedMatmul";
   LOOM_RETURN_IF_ERROR(CheckTypes(kOp, a, b, c));
-  LOOM_ASSIGN_OR_RETURN(const int64_t batch, cpu::GemmBatchCount(kOp, a, b, *c));
+  LOOM_ASSIGN_OR_RETURN(const int64_t batch, ops::GemmBatchCount(kOp, a, b, *c));
   GemmDims d;
-  LOOM_RETURN_IF_ERROR(cpu::GemmMatrixDims(kOp, a, b, *c, opts, &d));
+  LOOM_RETURN_IF_ERROR(ops::GemmMatrixDims(kOp, a, b, *c, opts, &d));
   LOOM_RETURN_IF_ERROR(CheckDevices(kOp, {{"a", &a}, {"b", &b}, {"c", c}}));
   if (d.m == 0 || d.n == 0 || batch == 0) return absl::OkStatus();
   if (d.k == 0) return EmptyInner(kOp, opts.beta, c);

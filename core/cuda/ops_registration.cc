@@ -33,42 +33,11 @@ const ops::KernelTable* CudaTable() {
     t->name = "cuda";
     t->zero = &Zero;
     t->synchronize = &Synchronize;
-    // Qualified names: the cpu:: option structs would make ADL find both.
-    t->matmul = &cuda::Matmul;
-    t->batched_matmul = &cuda::BatchedMatmul;
-    t->bias_add_forward = &cuda::BiasAddForward;
-    t->bias_add_backward = &cuda::BiasAddBackward;
-    t->gelu_forward = &cuda::GeluForward;
-    t->gelu_backward = &cuda::GeluBackward;
-    t->add = &cuda::Add;
-    t->scale = &cuda::Scale;
-    t->layernorm_forward = &cuda::LayerNormForward;
-    t->layernorm_backward = &cuda::LayerNormBackward;
-    t->rmsnorm_forward = &cuda::RmsNormForward;
-    t->rmsnorm_backward = &cuda::RmsNormBackward;
-    t->rope_forward = &cuda::RopeForward;
-    t->rope_backward = &cuda::RopeBackward;
-    t->swiglu_forward = &cuda::SwigluForward;
-    t->swiglu_backward = &cuda::SwigluBackward;
-    t->softmax_forward = &cuda::SoftmaxForward;
-    t->softmax_backward = &cuda::SoftmaxBackward;
-    t->dropout_forward = &cuda::DropoutForward;
-    t->dropout_backward = &cuda::DropoutBackward;
-    t->attention_forward = &cuda::AttentionForward;
-    t->attention_backward = &cuda::AttentionBackward;
-    t->flash_attention_forward = &cuda::FlashAttentionForward;
-    t->flash_attention_backward = &cuda::FlashAttentionBackward;
-    t->cross_entropy_forward = &cuda::CrossEntropyForward;
-    t->cross_entropy_backward = &cuda::CrossEntropyBackward;
-    t->vocab_shard_row_max = &cuda::VocabShardRowMax;
-    t->vocab_shard_sum_exp = &cuda::VocabShardSumExp;
-    t->vocab_shard_cross_entropy_backward = &cuda::VocabShardCrossEntropyBackward;
-    t->embedding_forward = &cuda::EmbeddingForward;
-    t->embedding_backward = &cuda::EmbeddingBackward;
-    t->convert = &cuda::Convert;
-    t->sum = &cuda::Sum;
-    t->sum_squares = &cuda::SumSquares;
-    t->adamw_step = &cuda::AdamWStep;  // the overload without the bf16 copy
+    // Qualified names: the option structs' namespace must not let ADL find
+    // another device's kernel of the same name.
+#define LOOM_REGISTER(Name, member, ...) t->member = &cuda::Name;
+    LOOM_KERNEL_OPS(LOOM_REGISTER)
+#undef LOOM_REGISTER
     return t;
   }();
   return table;

@@ -1,6 +1,6 @@
 #include "core/cuda/rmsnorm.h"
 
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
@@ -12,7 +12,7 @@ absl::Status RmsNormForward(const Tensor& x, const Tensor& gamma, float eps, Ten
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "gamma", gamma));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "gamma", gamma));
   LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "rstd", rstd, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(const int64_t rows, cpu::CheckRmsNormRows(kOp, x, gamma, *rstd));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, ops::CheckRmsNormRows(kOp, x, gamma, *rstd));
   LOOM_RETURN_IF_ERROR(internal::CheckRows(kOp, "rows", rows));
   LOOM_RETURN_IF_ERROR(
       internal::CheckDevices(kOp, {{"x", &x}, {"gamma", &gamma}, {"out", out}, {"rstd", rstd}}));
@@ -32,8 +32,8 @@ absl::Status RmsNormBackward(const Tensor& dout, const Tensor& x, const Tensor& 
   LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "rstd", rstd, DType::kF32));
   LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dgamma", dgamma));
   LOOM_RETURN_IF_ERROR(internal::CheckSameOrF32(kOp, "x", x, "dgamma", *dgamma));
-  LOOM_ASSIGN_OR_RETURN(const int64_t rows, cpu::CheckRmsNormRows(kOp, x, gamma, rstd));
-  LOOM_RETURN_IF_ERROR(cpu::CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows, ops::CheckRmsNormRows(kOp, x, gamma, rstd));
+  LOOM_RETURN_IF_ERROR(ops::CheckNormGradients(kOp, x, gamma, dout, *dx, *dgamma));
   LOOM_RETURN_IF_ERROR(internal::CheckRows(kOp, "rows", rows));
   LOOM_ASSIGN_OR_RETURN(const int64_t chunks, internal::CheckColumnChunks(kOp, "x", x, rows));
   const int64_t c = gamma.dim(0);

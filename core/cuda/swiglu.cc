@@ -1,6 +1,6 @@
 #include "core/cuda/swiglu.h"
 
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
@@ -10,7 +10,7 @@ absl::Status SwigluForward(const Tensor& x, Tensor* out) {
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "x", x));
   LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "out", out));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "out", *out));
-  LOOM_ASSIGN_OR_RETURN(const cpu::SwigluDims dims, cpu::CheckSwigluHalves(kOp, x, "out", *out));
+  LOOM_ASSIGN_OR_RETURN(const ops::SwigluDims dims, ops::CheckSwigluHalves(kOp, x, "out", *out));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"x", &x}, {"out", out}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_CUDA_LAUNCH(kOp, kernels::SwigluForward(internal::ElemOf(x.dtype()), x.raw_data(), dims.rows,
@@ -23,7 +23,7 @@ absl::Status SwigluBackward(const Tensor& dout, const Tensor& x, Tensor* dx) {
   LOOM_RETURN_IF_ERROR(internal::CheckAlike(kOp, {{"x", &x}, {"dx", dx}}));
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "dout", dout));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "dout", dout));
-  LOOM_ASSIGN_OR_RETURN(const cpu::SwigluDims dims, cpu::CheckSwigluHalves(kOp, x, "dout", dout));
+  LOOM_ASSIGN_OR_RETURN(const ops::SwigluDims dims, ops::CheckSwigluHalves(kOp, x, "dout", dout));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"dout", &dout}, {"x", &x}, {"dx", dx}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_CUDA_LAUNCH(

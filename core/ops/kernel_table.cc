@@ -1,9 +1,24 @@
 #include "core/ops/kernel_table.h"
 
 #include <atomic>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/adamw.h"
+#include "core/cpu/attention.h"
+#include "core/cpu/convert.h"
+#include "core/cpu/cross_entropy.h"
+#include "core/cpu/dropout.h"
+#include "core/cpu/elementwise.h"
+#include "core/cpu/embedding.h"
+#include "core/cpu/flash_attention.h"
+#include "core/cpu/layernorm.h"
+#include "core/cpu/matmul.h"
+#include "core/cpu/reduce.h"
+#include "core/cpu/rmsnorm.h"
+#include "core/cpu/rope.h"
+#include "core/cpu/softmax.h"
+#include "core/cpu/swiglu.h"
+#include "core/cpu/vocab_parallel_ce.h"
 
 namespace loom::core::ops {
 namespace {
@@ -16,41 +31,9 @@ const KernelTable* CpuTable() {
     t->name = "cpu";
     t->zero = &cpu::Zero;
     t->synchronize = &CpuSynchronize;
-    t->matmul = &cpu::Matmul;
-    t->batched_matmul = &cpu::BatchedMatmul;
-    t->bias_add_forward = &cpu::BiasAddForward;
-    t->bias_add_backward = &cpu::BiasAddBackward;
-    t->gelu_forward = &cpu::GeluForward;
-    t->gelu_backward = &cpu::GeluBackward;
-    t->add = &cpu::Add;
-    t->scale = &cpu::Scale;
-    t->layernorm_forward = &cpu::LayerNormForward;
-    t->layernorm_backward = &cpu::LayerNormBackward;
-    t->rmsnorm_forward = &cpu::RmsNormForward;
-    t->rmsnorm_backward = &cpu::RmsNormBackward;
-    t->rope_forward = &cpu::RopeForward;
-    t->rope_backward = &cpu::RopeBackward;
-    t->swiglu_forward = &cpu::SwigluForward;
-    t->swiglu_backward = &cpu::SwigluBackward;
-    t->softmax_forward = &cpu::SoftmaxForward;
-    t->softmax_backward = &cpu::SoftmaxBackward;
-    t->dropout_forward = &cpu::DropoutForward;
-    t->dropout_backward = &cpu::DropoutBackward;
-    t->attention_forward = &cpu::AttentionForward;
-    t->attention_backward = &cpu::AttentionBackward;
-    t->flash_attention_forward = &cpu::FlashAttentionForward;
-    t->flash_attention_backward = &cpu::FlashAttentionBackward;
-    t->cross_entropy_forward = &cpu::CrossEntropyForward;
-    t->cross_entropy_backward = &cpu::CrossEntropyBackward;
-    t->vocab_shard_row_max = &cpu::VocabShardRowMax;
-    t->vocab_shard_sum_exp = &cpu::VocabShardSumExp;
-    t->vocab_shard_cross_entropy_backward = &cpu::VocabShardCrossEntropyBackward;
-    t->embedding_forward = &cpu::EmbeddingForward;
-    t->embedding_backward = &cpu::EmbeddingBackward;
-    t->convert = &cpu::Convert;
-    t->sum = &cpu::Sum;
-    t->sum_squares = &cpu::SumSquares;
-    t->adamw_step = &cpu::AdamWStep;
+#define LOOM_REGISTER(Name, member, ...) t->member = &cpu::Name;
+    LOOM_KERNEL_OPS(LOOM_REGISTER)
+#undef LOOM_REGISTER
     return t;
   }();
   return table;

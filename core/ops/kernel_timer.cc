@@ -12,50 +12,15 @@
 namespace loom::core::ops {
 namespace {
 
-// Every member of KernelTable but `name`. A member added to the table without
-// a line here fails the static_assert below (it would run untimed).
-// clang-format off
+// Every member of KernelTable but `name`: the two device services and one
+// per line of the op list.
+// Each X is called as X(Name, member, ...).
 #define LOOM_TIMED_KERNELS(X) \
-  X(zero) \
-  X(synchronize) \
-  X(matmul) \
-  X(batched_matmul) \
-  X(bias_add_forward) \
-  X(bias_add_backward) \
-  X(gelu_forward) \
-  X(gelu_backward) \
-  X(add) \
-  X(scale) \
-  X(layernorm_forward) \
-  X(layernorm_backward) \
-  X(rmsnorm_forward) \
-  X(rmsnorm_backward) \
-  X(rope_forward) \
-  X(rope_backward) \
-  X(swiglu_forward) \
-  X(swiglu_backward) \
-  X(softmax_forward) \
-  X(softmax_backward) \
-  X(dropout_forward) \
-  X(dropout_backward) \
-  X(attention_forward) \
-  X(attention_backward) \
-  X(flash_attention_forward) \
-  X(flash_attention_backward) \
-  X(cross_entropy_forward) \
-  X(cross_entropy_backward) \
-  X(vocab_shard_row_max) \
-  X(vocab_shard_sum_exp) \
-  X(vocab_shard_cross_entropy_backward) \
-  X(embedding_forward) \
-  X(embedding_backward) \
-  X(convert) \
-  X(sum) \
-  X(sum_squares) \
-  X(adamw_step)
-// clang-format on
+  X(Zero, zero)               \
+  X(Synchronize, synchronize) \
+  LOOM_KERNEL_OPS(X)
 
-#define LOOM_COUNT_ONE(member) +1
+#define LOOM_COUNT_ONE(...) +1
 constexpr int kTimedKernels = 0 LOOM_TIMED_KERNELS(LOOM_COUNT_ONE);
 static_assert(sizeof(KernelTable) == sizeof(const char*) + kTimedKernels * sizeof(void (*)()),
               "a KernelTable member is missing from LOOM_TIMED_KERNELS");
@@ -76,11 +41,11 @@ struct Counters {
 int64_t GemmFlops(bool batched, const Tensor& a, const Tensor& b, const Tensor* c,
                   const cpu::MatmulOptions& opts) {
   if (c == nullptr) return 0;
-  cpu::GemmDims d{};
-  if (!cpu::GemmMatrixDims("timer", a, b, *c, opts, &d).ok()) return 0;
+  ops::GemmDims d{};
+  if (!ops::GemmMatrixDims("timer", a, b, *c, opts, &d).ok()) return 0;
   int64_t batch = 1;
   if (batched) {
-    absl::StatusOr<int64_t> n = cpu::GemmBatchCount("timer", a, b, *c);
+    absl::StatusOr<int64_t> n = ops::GemmBatchCount("timer", a, b, *c);
     if (!n.ok()) return 0;
     batch = *n;
   }
@@ -128,7 +93,7 @@ const KernelTable* TimedCpuTable() {
   static const KernelTable* table = [] {
     const KernelTable* base = BuiltInCpuKernels();
     auto* t = new KernelTable(*base);
-#define LOOM_WRAP(member)                                        \
+#define LOOM_WRAP(Name, member, ...)                                      \
   if (base->member != nullptr) {                                 \
     TimedMember<& KernelTable::member>::original = base->member; \
     t->member = &TimedMember<&KernelTable::member>::Call;        \
@@ -158,14 +123,14 @@ KernelTimer::~KernelTimer() {
 }
 
 void KernelTimer::Reset() {
-#define LOOM_RESET(member) TimedMember<&KernelTable::member>::counters.Reset();
+#define LOOM_RESET(Name, member, ...) TimedMember<&KernelTable::member>::counters.Reset();
   LOOM_TIMED_KERNELS(LOOM_RESET)
 #undef LOOM_RESET
 }
 
 std::vector<KernelTime> KernelTimer::Totals() const {
   std::vector<KernelTime> totals;
-#define LOOM_TOTAL(member)                                                    \
+#define LOOM_TOTAL(Name, member, ...)                                                  \
   {                                                                           \
     const Counters& c = TimedMember<&KernelTable::member>::counters;          \
     if (c.calls.load() > 0) {                                                 \

@@ -3,6 +3,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cpu/matmul.h"
+#include "core/cpu/rmsnorm.h"
+#include "core/cpu/rope.h"
+#include "core/cpu/swiglu.h"
 #include "core/cpu/test_util.h"
 #include "gtest/gtest.h"
 

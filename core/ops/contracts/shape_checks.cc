@@ -1,10 +1,18 @@
-#include "core/cpu/shape_checks.h"
+#include "core/ops/contracts/shape_checks.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/check.h"
 #include "core/status_macros.h"
 
-namespace loom::core::cpu {
+namespace loom::core::ops {
+
+absl::Status CheckNumel(const char* op, const char* arg, const Tensor& t, int64_t numel,
+                        const std::string& why) {
+  if (t.numel() != numel) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, " is ", t.DebugString(),
+                                                   ", expected ", numel, " elements (", why, ")"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want) {
   if (t.shape() != want) {
@@ -44,15 +52,15 @@ absl::StatusOr<int64_t> NormRows(const char* op, const Tensor& x, const Tensor& 
 absl::StatusOr<int64_t> CheckLayerNormRows(const char* op, const Tensor& x, const Tensor& gamma,
                                            const Tensor& mean, const Tensor& rstd) {
   LOOM_ASSIGN_OR_RETURN(const int64_t rows, NormRows(op, x, gamma));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "mean", mean, rows, "one per row of x"));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "rstd", rstd, rows, "one per row of x"));
+  LOOM_RETURN_IF_ERROR(CheckNumel(op, "mean", mean, rows, "one per row of x"));
+  LOOM_RETURN_IF_ERROR(CheckNumel(op, "rstd", rstd, rows, "one per row of x"));
   return rows;
 }
 
 absl::StatusOr<int64_t> CheckRmsNormRows(const char* op, const Tensor& x, const Tensor& gamma,
                                          const Tensor& rstd) {
   LOOM_ASSIGN_OR_RETURN(const int64_t rows, NormRows(op, x, gamma));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "rstd", rstd, rows, "one per row of x"));
+  LOOM_RETURN_IF_ERROR(CheckNumel(op, "rstd", rstd, rows, "one per row of x"));
   return rows;
 }
 
@@ -96,4 +104,4 @@ absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,
   return n;
 }
 
-}  // namespace loom::core::cpu
+}  // namespace loom::core::ops

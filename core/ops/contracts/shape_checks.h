@@ -1,22 +1,25 @@
-#ifndef LOOM_CORE_CPU_SHAPE_CHECKS_H_
-#define LOOM_CORE_CPU_SHAPE_CHECKS_H_
+#ifndef LOOM_CORE_OPS_CONTRACTS_SHAPE_CHECKS_H_
+#define LOOM_CORE_OPS_CONTRACTS_SHAPE_CHECKS_H_
 
 // The kernels' shape contracts, shared by every device's implementation:
-// core/cpu defines the contracts and core/cuda checks the same ones, so a
-// bad argument gets the same error on every device. (Checks of an option
-// struct sit beside it: CheckAttentionDropout in attention.h,
-// CheckDropoutArgs in dropout.h, GemmMatrixDims in matmul.h; attention's
-// whole contract is attention_checks.h.) Each failure is an
-// InvalidArgument naming the op, the argument and its shape. Placement and
-// dtype checks stay with each device.
+// core/ops owns the contracts (op_list.h) and each device checks the same
+// ones, so a bad argument gets the same error on every device. (Checks of an
+// option struct sit beside it in options.h; attention's whole contract is
+// attention_checks.h.) Each failure is an InvalidArgument naming the op, the
+// argument and its shape. Placement and dtype checks stay with each device.
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 
-namespace loom::core::cpu {
+namespace loom::core::ops {
+
+// `t` has exactly `numel` elements (`why` says what they are).
+absl::Status CheckNumel(const char* op, const char* arg, const Tensor& t, int64_t numel,
+                        const std::string& why);
 
 // `t` has exactly the shape `want`.
 absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want);
@@ -54,6 +57,6 @@ absl::StatusOr<SwigluDims> CheckSwigluHalves(const char* op, const Tensor& x, co
 absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,
                                            const Tensor& targets);
 
-}  // namespace loom::core::cpu
+}  // namespace loom::core::ops
 
-#endif  // LOOM_CORE_CPU_SHAPE_CHECKS_H_
+#endif  // LOOM_CORE_OPS_CONTRACTS_SHAPE_CHECKS_H_

@@ -8,6 +8,22 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/adamw.h"
+#include "core/cpu/attention.h"
+#include "core/cpu/convert.h"
+#include "core/cpu/cross_entropy.h"
+#include "core/cpu/dropout.h"
+#include "core/cpu/elementwise.h"
+#include "core/cpu/embedding.h"
+#include "core/cpu/flash_attention.h"
+#include "core/cpu/layernorm.h"
+#include "core/cpu/matmul.h"
+#include "core/cpu/reduce.h"
+#include "core/cpu/rmsnorm.h"
+#include "core/cpu/rope.h"
+#include "core/cpu/softmax.h"
+#include "core/cpu/swiglu.h"
+#include "core/cpu/vocab_parallel_ce.h"
 #include "core/ops/kernel_table.h"
 #include "core/storage.h"
 #include "core/tensor.h"
@@ -94,41 +110,9 @@ const KernelTable* FakeTable() {
     t->name = "fake-cuda";
     t->zero = &FakeZero;
     t->synchronize = &FakeSynchronize;
-    t->matmul = &OnHost<&cpu::Matmul>::Call;
-    t->batched_matmul = &OnHost<&cpu::BatchedMatmul>::Call;
-    t->bias_add_forward = &OnHost<&cpu::BiasAddForward>::Call;
-    t->bias_add_backward = &OnHost<&cpu::BiasAddBackward>::Call;
-    t->gelu_forward = &OnHost<&cpu::GeluForward>::Call;
-    t->gelu_backward = &OnHost<&cpu::GeluBackward>::Call;
-    t->add = &OnHost<&cpu::Add>::Call;
-    t->scale = &OnHost<&cpu::Scale>::Call;
-    t->layernorm_forward = &OnHost<&cpu::LayerNormForward>::Call;
-    t->layernorm_backward = &OnHost<&cpu::LayerNormBackward>::Call;
-    t->rmsnorm_forward = &OnHost<&cpu::RmsNormForward>::Call;
-    t->rmsnorm_backward = &OnHost<&cpu::RmsNormBackward>::Call;
-    t->rope_forward = &OnHost<&cpu::RopeForward>::Call;
-    t->rope_backward = &OnHost<&cpu::RopeBackward>::Call;
-    t->swiglu_forward = &OnHost<&cpu::SwigluForward>::Call;
-    t->swiglu_backward = &OnHost<&cpu::SwigluBackward>::Call;
-    t->softmax_forward = &OnHost<&cpu::SoftmaxForward>::Call;
-    t->softmax_backward = &OnHost<&cpu::SoftmaxBackward>::Call;
-    t->dropout_forward = &OnHost<&cpu::DropoutForward>::Call;
-    t->dropout_backward = &OnHost<&cpu::DropoutBackward>::Call;
-    t->attention_forward = &OnHost<&cpu::AttentionForward>::Call;
-    t->attention_backward = &OnHost<&cpu::AttentionBackward>::Call;
-    t->flash_attention_forward = &OnHost<&cpu::FlashAttentionForward>::Call;
-    t->flash_attention_backward = &OnHost<&cpu::FlashAttentionBackward>::Call;
-    t->cross_entropy_forward = &OnHost<&cpu::CrossEntropyForward>::Call;
-    t->cross_entropy_backward = &OnHost<&cpu::CrossEntropyBackward>::Call;
-    t->vocab_shard_row_max = &OnHost<&cpu::VocabShardRowMax>::Call;
-    t->vocab_shard_sum_exp = &OnHost<&cpu::VocabShardSumExp>::Call;
-    t->vocab_shard_cross_entropy_backward = &OnHost<&cpu::VocabShardCrossEntropyBackward>::Call;
-    t->embedding_forward = &OnHost<&cpu::EmbeddingForward>::Call;
-    t->embedding_backward = &OnHost<&cpu::EmbeddingBackward>::Call;
-    t->convert = &OnHost<&cpu::Convert>::Call;
-    t->sum = &OnHost<&cpu::Sum>::Call;
-    t->sum_squares = &OnHost<&cpu::SumSquares>::Call;
-    t->adamw_step = &OnHost<&cpu::AdamWStep>::Call;
+#define LOOM_REGISTER(Name, member, ...) t->member = &OnHost<&cpu::Name>::Call;
+    LOOM_KERNEL_OPS(LOOM_REGISTER)
+#undef LOOM_REGISTER
     return t;
   }();
   return table;

@@ -1,0 +1,141 @@
+#ifndef LOOM_CORE_OPS_CONTRACTS_OP_LIST_H_
+#define LOOM_CORE_OPS_CONTRACTS_OP_LIST_H_
+
+// Every kernel core/ops dispatches, once: its name, its table member, its
+// return type, the argument whose device picks the implementation, and its
+// signature. From this list come the KernelTable members (kernel_table.h),
+// the entry points (ops.h, ops.cc), each device's table (core/cpu through
+// kernel_table.cc, core/cuda through ops_registration.cc: they register
+// cpu::Name and cuda::Name), the kernel timer and the fake test device.
+// Adding a kernel is a line here plus its implementations; a device whose
+// function's signature differs from the line does not compile.
+//
+//   X(Name, member, Return, on, (parameters), (arguments))
+//
+// LOOM_OP_DEFAULT(v) marks a parameter's default: "= v" where ops.h declares
+// the entry points, nothing elsewhere (function pointer types take none).
+// Shapes and dtypes are documented with the CPU kernel of the same name
+// (core/cpu/<kernel>.h); the option structs and shared argument checks are
+// options.h, shape_checks.h and attention_checks.h beside this file.
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/ops/contracts/options.h"
+#include "core/tensor.h"
+
+#ifndef LOOM_OP_DEFAULT
+#define LOOM_OP_DEFAULT(...)
+#endif
+
+// clang-format off
+#define LOOM_KERNEL_OPS(X)                                                                         \
+  X(Matmul, matmul, absl::Status, a,                                                               \
+    (const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts LOOM_OP_DEFAULT({})),  \
+    (a, b, c, opts))                                                                               \
+  X(BatchedMatmul, batched_matmul, absl::Status, a,                                                \
+    (const Tensor& a, const Tensor& b, Tensor* c, const MatmulOptions& opts LOOM_OP_DEFAULT({})),  \
+    (a, b, c, opts))                                                                               \
+  X(BiasAddForward, bias_add_forward, absl::Status, x,                                             \
+    (const Tensor& x, const Tensor& bias, Tensor* out), (x, bias, out))                            \
+  X(BiasAddBackward, bias_add_backward, absl::Status, dout,                                        \
+    (const Tensor& dout, Tensor* dbias), (dout, dbias))                                            \
+  X(GeluForward, gelu_forward, absl::Status, x, (const Tensor& x, Tensor* out), (x, out))          \
+  X(GeluBackward, gelu_backward, absl::Status, x,                                                  \
+    (const Tensor& x, const Tensor& dout, Tensor* dx), (x, dout, dx))                              \
+  X(Add, add, absl::Status, a, (const Tensor& a, const Tensor& b, Tensor* out), (a, b, out))       \
+  X(Scale, scale, absl::Status, DerefOrUndefined(x), (float scale, Tensor* x), (scale, x))         \
+  X(LayerNormForward, layernorm_forward, absl::Status, x,                                          \
+    (const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, Tensor* out,             \
+     Tensor* mean, Tensor* rstd),                                                                  \
+    (x, gamma, beta, eps, out, mean, rstd))                                                        \
+  X(LayerNormBackward, layernorm_backward, absl::Status, x,                                        \
+    (const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,                 \
+     const Tensor& rstd, Tensor* dx, Tensor* dgamma, Tensor* dbeta),                               \
+    (dout, x, gamma, mean, rstd, dx, dgamma, dbeta))                                               \
+  X(RmsNormForward, rmsnorm_forward, absl::Status, x,                                              \
+    (const Tensor& x, const Tensor& gamma, float eps, Tensor* out, Tensor* rstd),                  \
+    (x, gamma, eps, out, rstd))                                                                    \
+  X(RmsNormBackward, rmsnorm_backward, absl::Status, x,                                            \
+    (const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& rstd, Tensor* dx,     \
+     Tensor* dgamma),                                                                              \
+    (dout, x, gamma, rstd, dx, dgamma))                                                            \
+  X(RopeForward, rope_forward, absl::Status, x,                                                    \
+    (const Tensor& x, const RopeOptions& o, Tensor* out), (x, o, out))                             \
+  X(RopeBackward, rope_backward, absl::Status, dout,                                               \
+    (const Tensor& dout, const RopeOptions& o, Tensor* dx), (dout, o, dx))                         \
+  X(SwigluForward, swiglu_forward, absl::Status, x, (const Tensor& x, Tensor* out), (x, out))      \
+  X(SwigluBackward, swiglu_backward, absl::Status, x,                                              \
+    (const Tensor& dout, const Tensor& x, Tensor* dx), (dout, x, dx))                              \
+  X(SoftmaxForward, softmax_forward, absl::Status, x, (const Tensor& x, Tensor* out), (x, out))    \
+  X(SoftmaxBackward, softmax_backward, absl::Status, out,                                          \
+    (const Tensor& out, const Tensor& dout, Tensor* dx), (out, dout, dx))                          \
+  X(DropoutForward, dropout_forward, absl::Status, x,                                              \
+    (const Tensor& x, Tensor* out, const DropoutOptions& opts,                                     \
+     const GlobalIndex& where LOOM_OP_DEFAULT({}), Tensor* mask LOOM_OP_DEFAULT(nullptr)),         \
+    (x, out, opts, where, mask))                                                                   \
+  X(DropoutBackward, dropout_backward, absl::Status, dout,                                         \
+    (const Tensor& dout, Tensor* dx, const DropoutOptions& opts,                                   \
+     const GlobalIndex& where LOOM_OP_DEFAULT({})),                                                \
+    (dout, dx, opts, where))                                                                       \
+  /* Causal attention keeping the s x s probabilities (the reference kernel). */                   \
+  X(AttentionForward, attention_forward, absl::Status, qkv,                                        \
+    (const Tensor& qkv, int64_t heads, Tensor* out, Tensor* probs,                                 \
+     const AttentionDropout& dropout LOOM_OP_DEFAULT({})),                                         \
+    (qkv, heads, out, probs, dropout))                                                             \
+  X(AttentionBackward, attention_backward, absl::Status, qkv,                                      \
+    (const Tensor& dout, const Tensor& qkv, const Tensor& probs, int64_t heads, Tensor* dqkv,      \
+     const AttentionDropout& dropout LOOM_OP_DEFAULT({})),                                         \
+    (dout, qkv, probs, heads, dqkv, dropout))                                                      \
+  /* The same attention keeping the log-sum-exp per row [b, heads, s] (f32). */                    \
+  X(FlashAttentionForward, flash_attention_forward, absl::Status, qkv,                             \
+    (const Tensor& qkv, int64_t heads, Tensor* out, Tensor* lse,                                   \
+     const AttentionDropout& dropout LOOM_OP_DEFAULT({})),                                         \
+    (qkv, heads, out, lse, dropout))                                                               \
+  X(FlashAttentionBackward, flash_attention_backward, absl::Status, qkv,                           \
+    (const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int64_t heads,   \
+     Tensor* dqkv, const AttentionDropout& dropout LOOM_OP_DEFAULT({})),                           \
+    (dout, qkv, out, lse, heads, dqkv, dropout))                                                   \
+  X(CrossEntropyForward, cross_entropy_forward, absl::StatusOr<double>, logits,                    \
+    (const Tensor& logits, const Tensor& targets, Tensor* losses, Tensor* lse,                     \
+     const CrossEntropyOptions& opts LOOM_OP_DEFAULT({})),                                         \
+    (logits, targets, losses, lse, opts))                                                          \
+  X(CrossEntropyBackward, cross_entropy_backward, absl::Status, logits,                            \
+    (const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss, Tensor* dlogits, \
+     const CrossEntropyOptions& opts LOOM_OP_DEFAULT({})),                                         \
+    (logits, targets, lse, dloss, dlogits, opts))                                                  \
+  X(VocabShardRowMax, vocab_shard_row_max, absl::Status, logits,                                   \
+    (const Tensor& logits, const VocabShard& shard, Tensor* max), (logits, shard, max))            \
+  X(VocabShardSumExp, vocab_shard_sum_exp, absl::Status, logits,                                   \
+    (const Tensor& logits, const Tensor& targets, const Tensor& max, const VocabShard& shard,      \
+     Tensor* sums),                                                                                \
+    (logits, targets, max, shard, sums))                                                           \
+  X(VocabShardCrossEntropyBackward, vocab_shard_cross_entropy_backward, absl::Status, logits,      \
+    (const Tensor& logits, const Tensor& targets, const Tensor& max, const Tensor& sum,            \
+     const VocabShard& shard, float scale, Tensor* dlogits),                                       \
+    (logits, targets, max, sum, shard, scale, dlogits))                                            \
+  X(EmbeddingForward, embedding_forward, absl::Status, table,                                      \
+    (const Tensor& ids, const Tensor& table, Tensor* out,                                          \
+     const EmbeddingOptions& opts LOOM_OP_DEFAULT({})),                                            \
+    (ids, table, out, opts))                                                                       \
+  X(EmbeddingBackward, embedding_backward, absl::Status, dout,                                     \
+    (const Tensor& ids, const Tensor& dout, Tensor* dtable,                                        \
+     const EmbeddingOptions& opts LOOM_OP_DEFAULT({})),                                            \
+    (ids, dout, dtable, opts))                                                                     \
+  X(Convert, convert, absl::Status, src, (const Tensor& src, Tensor* dst), (src, dst))             \
+  X(Sum, sum, absl::StatusOr<double>, x, (const Tensor& x), (x))                                   \
+  X(SumSquares, sum_squares, absl::StatusOr<double>, x, (const Tensor& x), (x))                    \
+  X(AdamWStep, adamw_step, absl::Status, grad,                                                     \
+    (Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,                        \
+     const AdamWOptions& opts),                                                                    \
+    (param, grad, m, v, step, opts))
+// clang-format on
+
+namespace loom::core::ops {
+
+// The tensor `t` points to, or an undefined one (whose device is the CPU's):
+// the `on` argument of a kernel whose only tensor is an output pointer.
+const Tensor& DerefOrUndefined(const Tensor* t);
+
+}  // namespace loom::core::ops
+
+#endif  // LOOM_CORE_OPS_CONTRACTS_OP_LIST_H_

@@ -1,0 +1,123 @@
+#ifndef LOOM_CORE_OPS_CONTRACTS_OPTIONS_H_
+#define LOOM_CORE_OPS_CONTRACTS_OPTIONS_H_
+
+// The option structs of the kernels' contracts (op_list.h), and the checks
+// every device's implementation runs on them, so a bad option gets the same
+// error on every device. Each failure is an InvalidArgument naming the op and
+// the offending values.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace loom::core::ops {
+
+// ---- matmul
+struct MatmulOptions {
+  bool trans_a = false;  // use Aᵀ
+  bool trans_b = false;  // use Bᵀ
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 0: C is overwritten (its old contents may be NaN); 1: accumulate
+  // CPU: multiply in bf16 even when both operands are f32 (they are rounded
+  // to bf16 in a per-thread scratch; products summed in f32). Implied when an
+  // operand is bf16. Ignored by the CUDA kernels (they follow the dtypes).
+  bool bf16 = false;
+};
+
+// ---- attention
+struct AttentionDropout {
+  float p = 0.0f;  // drop probability in [0, 1]; 0 disables dropout
+  uint64_t seed = 0;
+  uint64_t offset = 0;        // stream id, as DropoutOptions::offset
+  int64_t head_offset = 0;    // global index of this call's first head
+  int64_t total_heads = 0;    // global head count; 0 means `heads`
+};
+
+// ---- dropout
+struct DropoutOptions {
+  float p = 0.1f;  // probability of dropping; kept elements are scaled by 1/(1-p)
+  uint64_t seed = 0;
+  uint64_t offset = 0;  // stream id (e.g. layer and step), see DropoutBitsAt
+};
+
+// Where the local tensor sits in the global one. The local tensor is viewed
+// as rows of its last dim C; local element (r, c) is global element
+//   first_index + r * row_stride + c.
+// The whole tensor: {0, C}. Rows [r0, r1) of a [R, C] tensor (sequence
+// parallel): {r0 * C, C}. Columns [c0, c0 + C) of a [R, H] tensor (tensor
+// parallel): {c0, H}. row_stride = 0 means C (a contiguous slice).
+struct GlobalIndex {
+  int64_t first_index = 0;
+  int64_t row_stride = 0;
+};
+
+// ---- cross_entropy
+struct CrossEntropyOptions {
+  // Tokens whose target equals ignore_index give zero loss and gradient and
+  // are not counted in the mean (padding).
+  int64_t ignore_index = -100;
+};
+
+// ---- embedding
+struct EmbeddingOptions {
+  // The table holds rows [vocab_start, vocab_start + V) of the full vocabulary
+  // (a vocab-parallel shard); ids are global.
+  int64_t vocab_start = 0;
+  // true: ids outside this shard give zero rows (forward) and no gradient
+  // (backward) — VocabParallelEmbedding. false: such an id is an error.
+  bool zero_out_of_range = false;
+};
+
+// ---- rope
+struct RopeOptions {
+  float base = 10000.0f;
+  int64_t rotary_dim = 0;       // 0: head_dim; must be even and <= head_dim
+  int64_t position_offset = 0;  // position of row s is s + position_offset
+};
+
+// ---- vocab_parallel_ce
+struct VocabShard {
+  int64_t vocab_start = 0;  // global id of local column 0
+  int64_t valid = 0;        // real columns among the local Vp
+  int64_t vocab_size = 0;   // global vocabulary; targets outside it are an error
+};
+
+// ---- adamw
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled: p -= lr * weight_decay * p
+  float grad_scale = 1.0f;    // grads are multiplied by this first (clipping, 1/loss_scale)
+};
+
+// ---- checks
+
+// p in [0, 1] and this call's heads inside the global ones; every device's
+// attention checks its options with this.
+absl::Status CheckAttentionDropout(const char* op, const AttentionDropout& dropout,
+                                   int64_t heads);
+
+// Dropout's arguments: p in [0, 1], x of rank >= 1, first_index >= 0 and
+// row_stride 0 or at least x's last dim.
+absl::Status CheckDropoutArgs(const char* op, const Tensor& x, const DropoutOptions& opts,
+                              const GlobalIndex& where);
+
+// The shape arithmetic shared by every device's GEMM: M, N, K of
+// C = op(A)·op(B) from the last two dims (InvalidArgument naming both
+// operands when inner dims or C disagree), and the batch count of a
+// BatchedMatmul (all of rank 3 or all of rank 4, equal leading dims).
+struct GemmDims {
+  int64_t m, n, k;
+};
+absl::Status GemmMatrixDims(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
+                            const MatmulOptions& opts, GemmDims* dims);
+absl::StatusOr<int64_t> GemmBatchCount(const char* op, const Tensor& a, const Tensor& b,
+                                       const Tensor& c);
+
+}  // namespace loom::core::ops
+
+#endif  // LOOM_CORE_OPS_CONTRACTS_OPTIONS_H_
