@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# tools/device_check.sh without a GPU and without Bazel-built binaries:
+#  1. it parses (bash -n) and refuses an unknown mode (exit 2);
+#  2. its stage table: the stages in priority order, whole-second budgets,
+#     the probe within 15 s, the sanitizers within 60 s, all within 420 s,
+#     and a stage_NAME function for every stage the run starts as a child;
+#  3. `dry-run` on a fake bundle (shell scripts that print what the gtest and
+#     bench binaries print): summary.json has every stage, a passing, a
+#     skipping and a failing test each with its own status, the GPU stages
+#     "skipped: no GPU", the Llama flag check run, and the summary printed
+#     last with the failing test's excerpt.
+set -uo pipefail
+script="$TEST_SRCDIR/$TEST_WORKSPACE/tools/device_check.sh"
+cd "$TEST_TMPDIR"
+fail() { echo "FAIL: $*"; [ -f run.txt ] && { echo "--- run.txt"; tail -60 run.txt; }; exit 1; }
+
+# 1.
+bash -n "$script" || fail "bash -n"
+bash "$script" no-such-mode >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an unknown mode must exit 2"
+
+# 2.
+bash "$script" budgets >budgets.txt || fail "budgets mode"
+python3 - budgets.txt "$script" <<'EOF' || fail "stage table"
+import re, sys
+lines = [l.split() for l in open(sys.argv[1]) if l.strip()]
+total = int(dict(lines)["total_budget"])
+stages = [(n, v) for n, v in lines if n != "total_budget"]
+names = [n for n, _ in stages]
+errors = []
+for n, v in stages:
+    if not v.isdigit() or int(v) <= 0:
+        errors.append(f"stage {n}: budget {v!r} is not a positive number of seconds")
+budget = {n: int(v) for n, v in stages if v.isdigit()}
+want = ["setup", "probe", "kernels", "sanitizer", "ab", "loss", "pytorch", "report"]
+if names != want:
+    errors.append(f"stages {names}, want {want} (priority order)")
+if total > 420:
+    errors.append(f"total budget {total} > 420 s")
+if sum(budget.values()) > total:
+    errors.append(f"budgets add up to {sum(budget.values())} s > the total {total} s")
+if budget.get("probe", 99) > 15:
+    errors.append(f"probe {budget.get('probe')} s > 15 s")
+if budget.get("sanitizer", 99) > 60:
+    errors.append(f"sanitizer {budget.get('sanitizer')} s > 60 s")
+src = open(sys.argv[2]).read()
+for n in names:
+    if n not in ("setup", "report") and not re.search(rf"^stage_{n}\(\) \{{", src, re.M):
+        errors.append(f"no stage_{n}() for stage {n}")
+print("\n".join(errors) or f"{len(names)} stages, {sum(budget.values())} s of {total} s")
+sys.exit(1 if errors else 0)
+EOF
+
+# 3. A fake bundle.
+rm -rf fake out
+mkdir -p fake/bin fake/lib fake/glibc fake/data fake/ref fake/pytorch
+echo "2.0" >fake/glibc/VERSION  # older than any glibc: the machine's own is used
+printf 'packed: test\ncommit: test\nnot built: none\n' >fake/BUNDLE_INFO
+gtest() {  # NAME LINES... : a fake gtest binary
+  local name=$1 rc=$2; shift 2
+  { echo '#!/bin/sh'; for l in "$@"; do printf 'echo "%s"\n' "$l"; done; echo "exit $rc"; } >"fake/bin/$name"
+  chmod +x "fake/bin/$name"
+}
+gtest core_cuda_good_test 0 "[ RUN      ] A.B" "[       OK ] A.B (1 ms)" "[  PASSED  ] 1 test."
+gtest core_cuda_gpu_only_test 0 "[ RUN      ] A.C" "[  SKIPPED ] A.C (0 ms)"
+gtest core_cuda_broken_test 1 "[ RUN      ] A.D" "x_test.cc:3: Failure" "[  FAILED  ] A.D (0 ms)"
+gtest train_bench 1 "    --num_layers (Layers); default: 12;"
+cat >fake/bin/train_gpt <<'EOF'
+#!/bin/sh
+for a in "$@"; do case "$a" in --metrics-file=*) m="${a#--metrics-file=}" ;; esac; done
+[ -n "${m:-}" ] && for i in 1 2 3; do
+  echo "{\"iteration\": $i, \"loss\": 9.0, \"tokens_per_s\": 1000.0, \"model_tflops_per_rank\": 0.5}" >>"$m"
+done
+echo "fake train_gpt $*"
+EOF
+chmod +x fake/bin/train_gpt
+printf '%s\n' --train-iters=3 >fake/ref/loss_flags
+for i in 1 2 3; do echo "{\"iteration\": $i, \"loss\": 10.$i}" >>fake/ref/loss_cpu.jsonl; done
+tar -C fake -cJf bundle.tar.xz . || fail "tar"
+
+start=$SECONDS
+LOOM_DEVICE_BUNDLE="$PWD/bundle.tar.xz" OUT="$PWD/out" LOOM_CUDA_LIBS=/nonexistent \
+  bash "$script" dry-run >run.txt 2>&1 || fail "dry-run exited $?"
+took=$((SECONDS - start))
+[ -s out/summary.md ] || fail "no summary.md"
+python3 - out/summary.json <<'EOF' || fail "summary.json"
+import json, sys
+s = json.load(open(sys.argv[1]))
+errors = []
+st = {x["name"]: x for x in s["stages"]}
+if list(st) != ["setup", "probe", "kernels", "sanitizer", "ab", "loss", "pytorch"]:
+    errors.append(f"stages {list(st)}")
+checks = {c["check"]: c for x in s["stages"] for c in x["checks"]}
+for name, want in (("core_cuda_good_test", "ok"), ("core_cuda_gpu_only_test", "skip"),
+                   ("core_cuda_broken_test", "fail")):
+    got = checks.get(name, {}).get("status")
+    if got != want:
+        errors.append(f"{name}: {got}, want {want}")
+if st.get("kernels", {}).get("status") != "fail":
+    errors.append("the kernels stage must fail with a failing test")
+for name in ("sanitizer", "ab", "loss", "pytorch"):
+    gpu_rows = [c for c in st.get(name, {}).get("checks", []) if "no GPU" in c["result"]]
+    if not gpu_rows or any(c["status"] != "skip" for c in gpu_rows):
+        errors.append(f"stage {name}: no 'skipped: no GPU' row")
+llama = [c for c in checks.values() if c["check"].startswith("Llama flags")]
+if not llama or llama[0]["status"] != "ok" or "via gpt" not in llama[0]["result"]:
+    errors.append(f"Llama flag check: {llama}")
+if "3 steps" not in str(st.get("loss")):
+    errors.append("the loss stage does not count the packed CPU curve")
+if s["elapsed_s"] > s["budget_s"]:
+    errors.append(f"took {s['elapsed_s']} s > {s['budget_s']} s")
+if not s["dry_run"]:
+    errors.append("dry_run is false")
+print("\n".join(errors) or "summary.json ok")
+sys.exit(1 if errors else 0)
+EOF
+grep -q '===== summary' run.txt || fail "the summary is not printed"
+# The summary comes last, then the failures' excerpts: the broken test's.
+tail -20 run.txt | grep -q 'core_cuda_broken_test.log (failures)' || fail "no failure excerpt at the end"
+grep -q '| stage | check | result | seconds |' out/summary.md || fail "summary.md has no table"
+(( took < 60 )) || fail "dry-run took $took s"
+echo "PASS (dry-run on a fake bundle in $took s)"
