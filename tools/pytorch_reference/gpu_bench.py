@@ -419,7 +419,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="toy shapes (a self-check)")
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--compile-min-s", type=float, default=75,
+    ap.add_argument("--compile-min-s", type=float, default=60,
                     help="torch.compile a training step only with this many seconds left")
     a = ap.parse_args()
 
@@ -449,7 +449,7 @@ def main():
 
     if want("sdpa"):
         with contextlib.suppress(Overrun):
-            run_sdpa(res, device, dtype, gemm, Budget(min(30, budget.left())), a.tiny)
+            run_sdpa(res, device, dtype, gemm, Budget(min(25, budget.left())), a.tiny)
     cfgs = shapes(a.tiny)
     # Eager first (the denominators), then compilation with what is left.
     plan = [(nm, False) for nm in cfgs] + [(nm, True) for nm in cfgs]
