@@ -6,6 +6,10 @@
 // The CUDA kernels themselves are compared with the CPU in //core/cuda tests
 // on a GPU.
 
+#include <cmath>
+#include <cstdlib>
+
+#include "core/ops/kernel_choice.h"
 #include "core/ops/testing/fake_device.h"
 #include "gtest/gtest.h"
 #include "train/test_util.h"
@@ -14,6 +18,14 @@ namespace loom::train {
 namespace {
 
 using testing::Layout;
+
+// These cases prove placement and dispatch bit for bit, so the device runs
+// the CPU's attention (flash); which attention a device runs by default is
+// the kernel manifest's (//core/ops:kernel_choice_test, and the case below).
+const bool kSameAttentionAsTheCpu = [] {
+  setenv("LOOM_KERNEL_IMPL", "attention=flash", 1);
+  return true;
+}();
 
 void ExpectDeviceRunReproducesCpuRun(bool llama) {
   constexpr int kIters = 6;
@@ -41,7 +53,34 @@ void ExpectDeviceRunReproducesCpuRun(bool llama) {
 }
 
 TEST(DevicePlumbingTest, TrainingOnTheDeviceReproducesTheCpuRunExactly) {
+  ASSERT_TRUE(kSameAttentionAsTheCpu);
   ExpectDeviceRunReproducesCpuRun(false);
+}
+
+// Without an override the (fake) CUDA device runs the manifest's CUDA
+// attention, the s x s kernel keeping the probabilities: the same losses as
+// the CPU's flash kernel up to f32 summation order.
+TEST(DevicePlumbingTest, DeviceDefaultAttentionIsTheManifestsAndMatchesTheCpu) {
+  constexpr int kIters = 4;
+  const Layout one{1, 1, 1};
+  unsetenv("LOOM_KERNEL_IMPL");
+  core::ops::ForgetKernelChoicesForTesting();
+  auto cuda = core::ops::ChooseKernel("attention", core::DeviceType::kCUDA);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_EQ(cuda->implementation, "sxs");
+  testing::RunResult cpu = testing::Run(testing::TinyConfig(one, kIters), one);
+  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  core::ops::testing::ScopedFakeDevice device;
+  TrainConfig config = testing::TinyConfig(one, kIters);
+  config.device = "cuda";
+  testing::RunResult gpu = testing::Run(config, one);
+  setenv("LOOM_KERNEL_IMPL", "attention=flash", 1);
+  core::ops::ForgetKernelChoicesForTesting();
+  ASSERT_TRUE(gpu.status.ok()) << gpu.status;
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i) {
+    EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-5 * std::abs(cpu.losses[i])) << "iteration " << i + 1;
+  }
 }
 
 // RMSNorm, RoPE, SwiGLU and the GQA row gathers (their index tensors are
