@@ -15,12 +15,12 @@ absl::Status Step(const char* op, Tensor* param, const Tensor& grad, Tensor* m, 
   LOOM_RETURN_IF_ERROR(internal::CheckIs(op, "m", m, DType::kF32));
   LOOM_RETURN_IF_ERROR(internal::CheckIs(op, "v", v, DType::kF32));
   const int64_t n = param->numel();
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(op, "grad", grad, n, "same as param"));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(op, "m", *m, n, "same as param"));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(op, "v", *v, n, "same as param"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(op, "grad", grad, n, "same as param"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(op, "m", *m, n, "same as param"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(op, "v", *v, n, "same as param"));
   if (param_bf16 != nullptr) {
     LOOM_RETURN_IF_ERROR(internal::CheckIs(op, "param_bf16", param_bf16, DType::kBF16));
-    LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(op, "param_bf16", *param_bf16, n, "same as param"));
+    LOOM_RETURN_IF_ERROR(ops::CheckNumel(op, "param_bf16", *param_bf16, n, "same as param"));
   }
   if (step < 1) {
     return absl::InvalidArgumentError(

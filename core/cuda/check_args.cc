@@ -66,15 +66,6 @@ absl::Status CheckSameOrF32(const char* op, const char* a_name, const Tensor& a,
   return absl::OkStatus();
 }
 
-absl::Status CheckNumelIs(const char* op, const char* arg, const Tensor& t, int64_t numel,
-                          const char* why) {
-  if (t.numel() != numel) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, " is ", t.DebugString(),
-                                                   ", expected ", numel, " elements (", why, ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckRows(const char* op, const char* what, int64_t rows) {
   if (rows >= (int64_t{1} << 31)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/cuda/kernels.h"
+#include "core/ops/contracts/shape_checks.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
 
@@ -34,8 +35,7 @@ absl::Status CheckSameDType(const char* op, const char* a_name, const Tensor& a,
 // b has a's dtype, or f32 (parameter gradients may be kept in f32).
 absl::Status CheckSameOrF32(const char* op, const char* a_name, const Tensor& a,
                             const char* b_name, const Tensor& b);
-absl::Status CheckNumelIs(const char* op, const char* arg, const Tensor& t, int64_t numel,
-                          const char* why);
+// (Element counts: ops::CheckNumel, core/ops/contracts/shape_checks.h.)
 // `rows` fits a one-block-per-row grid (< 2^31).
 absl::Status CheckRows(const char* op, const char* what, int64_t rows);
 // The chunk count kernels::ColumnPartials takes for `rows` rows of `arg`

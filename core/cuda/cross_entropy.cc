@@ -30,8 +30,8 @@ absl::StatusOr<double> CrossEntropyForward(const Tensor& logits, const Tensor& t
   LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "lse", lse, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckShapes(kOp, logits, targets));
   const int64_t v = logits.dim(logits.rank() - 1);
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "losses", *losses, n, "one per row"));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "lse", *lse, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "losses", *losses, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "lse", *lse, n, "one per row"));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(
       kOp, {{"logits", &logits}, {"targets", &targets}, {"losses", losses}, {"lse", lse}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
@@ -86,7 +86,7 @@ absl::Status CrossEntropyBackward(const Tensor& logits, const Tensor& targets, c
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "logits", logits, "dlogits", *dlogits));
   LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckShapes(kOp, logits, targets));
   const int64_t v = logits.dim(logits.rank() - 1);
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "lse", lse, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "lse", lse, n, "one per row"));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(
       kOp, {{"logits", &logits}, {"targets", &targets}, {"lse", &lse}, {"dlogits", dlogits}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());

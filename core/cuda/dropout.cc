@@ -38,7 +38,7 @@ absl::Status DropoutForward(const Tensor& x, Tensor* out, const cpu::DropoutOpti
   if (mask != nullptr) {
     LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "mask", *mask, DType::kU8));
     LOOM_RETURN_IF_ERROR(
-        internal::CheckNumelIs(kOp, "mask", *mask, x.numel(), "one byte per element of x"));
+        ops::CheckNumel(kOp, "mask", *mask, x.numel(), "one byte per element of x"));
   }
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"x", &x}, {"out", out}, {"mask", mask}}));
   return Run(kOp, x, out, mask != nullptr ? mask->data<uint8_t>() : nullptr, opts, where);

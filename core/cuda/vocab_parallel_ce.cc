@@ -31,7 +31,7 @@ absl::Status VocabShardRowMax(const Tensor& logits, const cpu::VocabShard& shard
   constexpr const char* kOp = "VocabShardRowMax";
   LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckShard(kOp, logits, shard));
   LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "max", max, DType::kF32));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "max", *max, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "max", *max, n, "one per row"));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"logits", &logits}, {"max", max}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_CUDA_LAUNCH(kOp, kernels::VocabRowMax(internal::ElemOf(logits.dtype()), logits.raw_data(),
@@ -45,11 +45,11 @@ absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const
   constexpr const char* kOp = "VocabShardSumExp";
   LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckShard(kOp, logits, shard));
   LOOM_RETURN_IF_ERROR(internal::CheckIds(kOp, "targets", targets));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "targets", targets, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "targets", targets, n, "one per row"));
   LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "max", max, DType::kF32));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "max", max, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "max", max, n, "one per row"));
   LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "sums", sums, DType::kF32));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "sums", *sums, 2 * n, "[2, rows]"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "sums", *sums, 2 * n, "[2, rows]"));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(
       kOp, {{"logits", &logits}, {"targets", &targets}, {"max", &max}, {"sums", sums}}));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
@@ -68,11 +68,11 @@ absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& 
   constexpr const char* kOp = "VocabShardCrossEntropyBackward";
   LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckShard(kOp, logits, shard));
   LOOM_RETURN_IF_ERROR(internal::CheckIds(kOp, "targets", targets));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "targets", targets, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "targets", targets, n, "one per row"));
   LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "max", max, DType::kF32));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "max", max, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "max", max, n, "one per row"));
   LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "sum", sum, DType::kF32));
-  LOOM_RETURN_IF_ERROR(internal::CheckNumelIs(kOp, "sum", sum, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "sum", sum, n, "one per row"));
   LOOM_RETURN_IF_ERROR(internal::CheckFloatOut(kOp, "dlogits", dlogits));
   LOOM_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "logits", logits, "dlogits", *dlogits));
   LOOM_RETURN_IF_ERROR(CheckSameShape(kOp, "logits", logits, "dlogits", *dlogits));
