@@ -158,8 +158,13 @@ EOF
     echo "packed: $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname)"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (work tree has changes)')"
     echo "cuda toolkit: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-    echo "cudnn headers: $(awk '/define CUDNN_MAJOR|define CUDNN_MINOR|define CUDNN_PATCHLEVEL/{printf "%s.", $3}' \
-      /usr/include/cudnn_version*.h /usr/local/cuda/include/cudnn_version.h 2>/dev/null | sed 's/\.$//')"
+    local h
+    for h in /usr/local/cuda/include/cudnn_version.h /usr/include/cudnn_version.h \
+             /usr/include/x86_64-linux-gnu/cudnn_version_v9.h; do
+      [[ -e "$h" ]] || continue
+      echo "cudnn headers: $(awk '/^#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{printf "%s%s", s, $3; s="."}' "$h") ($h)"
+      break
+    done
     echo "cpu loss curve: $LOSS_STEPS steps, $loss_s s"
     echo "packed targets: ${built[*]}"
     echo "not built: ${unbuilt[*]:-none}"
@@ -206,7 +211,7 @@ tmo() {
 rc_status() { case "$1" in 0) echo ok ;; 124|137) echo timeout ;; *) echo fail ;; esac; }
 
 # The value column of '| NAME | VALUE |' in a //train:bench-style table.
-table_value() { sed -n "s/^| $2 | \([^|]*\) |$/\1/p" "$1" 2>/dev/null | head -1 | xargs; }
+table_value() { sed -n "s#^| $2 | \([^|]*\) |\$#\1#p" "$1" 2>/dev/null | head -1 | xargs; }
 
 bench_result() {  # FILE: tokens/s, model GFLOP/s, model / GEMM of a train bench
   local f=$1
@@ -423,8 +428,14 @@ stage_ab() {
         >"$LOOM_OUT/logs/ab_llama_cpu_check.txt" 2>&1
     fi
     rc=$?
+    local res
+    if grep -q '^| tokens/s |' "$LOOM_OUT/logs/ab_llama_cpu_check.txt"; then
+      res="$(bench_result "$LOOM_OUT/logs/ab_llama_cpu_check.txt")"
+    else
+      res="$(tail -1 "$LOOM_OUT/logs/ab_llama_cpu_check.txt" | cut -c1-160)"
+    fi
     row "Llama flags on the CPU (toy width, seq 4096)" "$(rc_status $rc)" "$(since "$t0")" \
-      "rc $rc via $route: $(tail -1 "$LOOM_OUT/logs/ab_llama_cpu_check.txt" | cut -c1-160)" logs/ab_llama_cpu_check.txt
+      "rc $rc via $route: $res" logs/ab_llama_cpu_check.txt
     return
   fi
   local unset_impl=(env -u LOOM_KERNEL_IMPL -u LOOM_REFERENCE_KERNELS)
@@ -806,9 +817,9 @@ for f in ("logs/ab_core_cuda_bench.txt", "logs/ab_core_cuda_cudnn_attention_benc
 # ---- per-kernel table of the CUDA training bench
 bench = text("logs/ab_train_gpt2m_default.txt")
 kt = None
-m = re.search(r"^Kernel by kernel.*?(?:\n\n.*?)?(\n\|.*?)(?=\n[^|]|\Z)", bench, re.S | re.M)
-if m:
-    kt = bench[m.start():m.end()].strip()
+m = re.search(r"^Kernel by kernel", bench, re.M)
+if m:  # the bench prints it last: to the end, at most 80 lines
+    kt = "\n".join(bench[m.start():].strip().splitlines()[:80])
 
 elapsed = t_end - t_start
 summary = {"date_utc": os.popen("date -u +%Y-%m-%dT%H:%MZ").read().strip(), "dry_run": dry,
@@ -848,15 +859,21 @@ open(os.path.join(out, "summary.md"), "w").write("\n".join(md) + "\n")
 EOF
   echo; echo "===== summary ($out/summary.md, summary.json; logs in $out/logs) ====="
   cat "$out/summary.md"
-  # What failed, in the output itself (not every log file may come back).
-  local log
-  for log in "$out"/logs/kernels_*.log "$out"/logs/sanitizer_*.log "$out"/logs/loss_gpu.txt "$out"/logs/ab_*.txt; do
-    [[ -f "$log" ]] || continue
-    if grep -q '^\[  FAILED  \]\|ERROR SUMMARY: [1-9]\|hazards displayed ([1-9]\|Failure\|error:\|Error\|not found\|Aborted\|Segmentation' "$log" 2>/dev/null; then
-      echo; echo "===== $(basename "$log") (failures) ====="
-      grep -B2 -A12 '^\[ RUN\|Failure\|error\|Error\|not found\|=========  *\(Invalid\|Race\|Error\)' "$log" | grep -v '^\[       OK' | tail -40
-    fi
-  done
+  # What failed, in the output itself (not every log file may come back):
+  # the logs of the failed and timed-out rows, 20 lines each, 6 logs at most,
+  # then one line per stage, so the output's tail always says how it went.
+  local n=0 log
+  while IFS=$'\t' read -r _ check status _ _ log; do
+    [[ ($status == fail || $status == timeout) && -n "$log" && -f "$out/$log" ]] || continue
+    if (( ++n > 6 )); then echo; echo "(more failures: summary.json)"; break; fi
+    echo; echo "===== $check: $status ($log) ====="
+    grep -B2 -A8 '^\[  FAILED  \]\|Failure\|[Ee]rror\|ERROR\|Invalid\|Race\|hazard\|Abort\|Segmentation\|not found\|Traceback' \
+      "$out/$log" | grep -v '^\[       OK\|^\[  SKIPPED' | tail -20
+  done <"$out/rows.tsv"
+  echo
+  echo "stages: $(python3 -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+print(", ".join("%s %s %s/%s s" % (x["name"], x["status"], x["used_s"], x["budget_s"]) for x in s["stages"]))' "$out/summary.json" 2>/dev/null)"
 }
 
 case "${1:-}" in

@@ -103,7 +103,8 @@ for name in ("sanitizer", "ab", "loss", "pytorch"):
     if not gpu_rows or any(c["status"] != "skip" for c in gpu_rows):
         errors.append(f"stage {name}: no 'skipped: no GPU' row")
 llama = [c for c in checks.values() if c["check"].startswith("Llama flags")]
-if not llama or llama[0]["status"] != "ok" or "via gpt" not in llama[0]["result"]:
+if not llama or llama[0]["status"] != "ok" or "via gpt" not in llama[0]["result"] \
+        or "tokens/s 1000," not in llama[0]["result"]:
     errors.append(f"Llama flag check: {llama}")
 if "3 steps" not in str(st.get("loss")):
     errors.append("the loss stage does not count the packed CPU curve")
@@ -115,8 +116,13 @@ print("\n".join(errors) or "summary.json ok")
 sys.exit(1 if errors else 0)
 EOF
 grep -q '===== summary' run.txt || fail "the summary is not printed"
-# The summary comes last, then the failures' excerpts: the broken test's.
-tail -20 run.txt | grep -q 'core_cuda_broken_test.log (failures)' || fail "no failure excerpt at the end"
+# The summary, then the failures' excerpts (the broken test's, not the
+# skipping one's), then one line per stage, last.
+sed -n '/===== summary/,$p' run.txt >tail.txt
+grep -q '===== core_cuda_broken_test: fail' tail.txt || fail "no excerpt of the failing test"
+grep -q 'x_test.cc:3: Failure' tail.txt || fail "the excerpt lacks the failure"
+grep -q '===== core_cuda_gpu_only_test' tail.txt && fail "an excerpt of a test that only skipped"
+tail -1 run.txt | grep -q '^stages: setup ok .*, kernels fail .*, pytorch skip' || fail "the last line is not the stage line"
 grep -q '| stage | check | result | seconds |' out/summary.md || fail "summary.md has no table"
 (( took < 60 )) || fail "dry-run took $took s"
 echo "PASS (dry-run on a fake bundle in $took s)"
