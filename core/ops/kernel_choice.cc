@@ -102,9 +102,15 @@ absl::StatusOr<KernelChoice> Decide(absl::string_view op, DeviceType device) {
   if (!c->proven_default().empty()) {
     for (const Implementation& i : c->implementation()) {
       if (i.name() != c->proven_default()) continue;
-      return KernelChoice{i.name(), absl::StrCat("proven default (", i.proof().card(), ", ",
-                                                 i.proof().commit().substr(0, 12), " ",
-                                                 i.proof().date(), ")")};
+      // "card, commit date" on a device; the CPU's proof is its test suite.
+      std::vector<std::string> parts;
+      for (const std::string& s : {i.proof().card(), i.proof().commit().substr(0, 12),
+                                   i.proof().date()}) {
+        if (!s.empty()) parts.push_back(s);
+      }
+      if (i.proof().commit().empty()) parts.push_back(i.proof().correctness());
+      return KernelChoice{i.name(),
+                          absl::StrCat("proven default (", absl::StrJoin(parts, ", "), ")")};
     }
   }
   return KernelChoice{c->reference(),
