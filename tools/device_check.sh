@@ -363,6 +363,13 @@ stage_sanitizer() {
 ab_run() {
   local check=$1 cap=$2 file="logs/$3" t0 rc
   shift 3
+  local a prev=""
+  for a in "$@"; do  # the bundled binary it runs ("$LOOM_B/x" NAME)
+    if [[ $prev == "$LOOM_B/x" && ! -e "$LOOM_B/bin/$a" ]]; then
+      row "$check" skip 0 "not in the bundle ($a)"; return
+    fi
+    prev=$a
+  done
   if (( $(left) < 8 )); then row "$check" skip 0 "skipped: stage budget"; return; fi
   t0=$(now_s)
   tmo "$cap" "$@" >"$LOOM_OUT/$file" 2>&1

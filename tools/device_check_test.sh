@@ -64,16 +64,23 @@ gtest() {  # NAME LINES... : a fake gtest binary
 gtest core_cuda_good_test 0 "[ RUN      ] A.B" "[       OK ] A.B (1 ms)" "[  PASSED  ] 1 test."
 gtest core_cuda_gpu_only_test 0 "[ RUN      ] A.C" "[  SKIPPED ] A.C (0 ms)"
 gtest core_cuda_broken_test 1 "[ RUN      ] A.D" "x_test.cc:3: Failure" "[  FAILED  ] A.D (0 ms)"
-gtest train_bench 1 "    --num_layers (Layers); default: 12;"
+gtest core_cuda_attention_test 0 "[ RUN      ] F.G" "[       OK ] F.G (2 ms)"
+cat >fake/bin/train_bench <<'EOF'
+#!/bin/sh
+for a in "$@"; do [ "$a" = --helpfull ] && { echo "    --num_layers (Layers); default: 12;"; exit 1; }; done
+case "${LOOM_KERNEL_IMPL:-}" in *cudnn) t=120000 ;; *) t=100000 ;; esac
+printf '| metric | value |\n|---|---|\n| ms/step (median of 5) | 80.0 |\n| tokens/s | %s |\n| model GFLOP/s | 1.0 |\n' $t
+EOF
+printf '#!/bin/sh\necho "attention fwd+bwd s=2048 b=4 h=16 d=64 bf16 causal   2.0000   60.13   0.088"\n' >fake/bin/core_cuda_bench
 cat >fake/bin/train_gpt <<'EOF'
 #!/bin/sh
 for a in "$@"; do case "$a" in --metrics-file=*) m="${a#--metrics-file=}" ;; esac; done
 [ -n "${m:-}" ] && for i in 1 2 3; do
-  echo "{\"iteration\": $i, \"loss\": 9.0, \"tokens_per_s\": 1000.0, \"model_tflops_per_rank\": 0.5}" >>"$m"
+  echo "{\"iteration\": $i, \"loss\": 10.$i, \"tokens_per_s\": 1000.0, \"model_tflops_per_rank\": 0.5}" >>"$m"
 done
 echo "fake train_gpt $*"
 EOF
-chmod +x fake/bin/train_gpt
+chmod +x fake/bin/*
 printf '%s\n' --train-iters=3 >fake/ref/loss_flags
 for i in 1 2 3; do echo "{\"iteration\": $i, \"loss\": 10.$i}" >>fake/ref/loss_cpu.jsonl; done
 tar -C fake -cJf bundle.tar.xz . || fail "tar"
@@ -125,4 +132,39 @@ grep -q '===== core_cuda_gpu_only_test' tail.txt && fail "an excerpt of a test t
 tail -1 run.txt | grep -q '^stages: setup ok .*, kernels fail .*, pytorch skip' || fail "the last line is not the stage line"
 grep -q '| stage | check | result | seconds |' out/summary.md || fail "summary.md has no table"
 (( took < 60 )) || fail "dry-run took $took s"
-echo "PASS (dry-run on a fake bundle in $took s)"
+
+# 4. The GPU branch on the same fake bundle: a fake nvidia-smi and
+# compute-sanitizer on PATH; the rows, the same-run ratios, the loss check.
+mkdir -p fakepath
+printf '#!/bin/sh\ncase "$1" in -L) echo "GPU 0: Fake GPU (UUID: x)" ;; --query-gpu=*) echo "Fake GPU, 1.0, 1 MiB, 9.0" ;; esac\n' >fakepath/nvidia-smi
+printf '#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift 2; done\n"$@"\necho "========= ERROR SUMMARY: 0 errors"\n' >fakepath/compute-sanitizer
+chmod +x fakepath/*
+PATH="$PWD/fakepath:$PATH" LOOM_DEVICE_BUNDLE="$PWD/bundle.tar.xz" OUT="$PWD/gpu" LOOM_CUDA_LIBS=/nonexistent \
+  bash "$script" run >run.txt 2>&1 || fail "run with a fake GPU exited $?"
+python3 - gpu/summary.json <<'EOF' || fail "summary.json of the fake-GPU run"
+import json, sys
+s = json.load(open(sys.argv[1]))
+errors = []
+rows = {(x["name"], c["check"]): c for x in s["stages"] for c in x["checks"]}
+def want(stage, check, status, text=""):
+    c = rows.get((stage, check))
+    if not c or c["status"] != status or text not in c["result"]:
+        errors.append(f"{stage} / {check}: {c}, want {status} with {text!r}")
+want("probe", "gpu", "ok", "Fake GPU")
+want("sanitizer", "memcheck core_cuda_attention_test", "ok", "ERROR SUMMARY: 0 errors; 1 passed")
+want("sanitizer", "racecheck core_cuda_attention_test", "ok", "filter CudaFlashAttentionTest")
+want("sanitizer", "memcheck core_cuda_layernorm_test", "skip", "not in the bundle")
+want("ab", "train_bench GPT-2-medium bf16, attention default", "ok", "tokens/s 100000,")
+want("ab", "train_bench GPT-2-medium bf16, LOOM_KERNEL_IMPL=attention=cudnn", "ok", "tokens/s 120000,")
+want("ab", "core_cuda_cudnn_attention_bench", "skip", "not packed")
+want("ab", "core_cuda_attention_bench (s x s vs flash, dropout 0.1)", "skip", "not in the bundle")
+want("loss", "gpt 3 steps cpu f32 (pack) vs cuda bf16", "ok", "max relative gap over steps 1-3 0.0000")
+r = [x for x in s["ratios"] if x["what"] == "gpt2-medium step: cudnn / default"]
+if not r or abs(r[0]["ratio"] - 1.2) > 1e-9:
+    errors.append(f"ratio cudnn / default: {r}")
+if s["dry_run"]:
+    errors.append("dry_run is true")
+print("\n".join(errors) or "fake-GPU summary.json ok")
+sys.exit(1 if errors else 0)
+EOF
+echo "PASS (dry-run on a fake bundle in $took s; the GPU branch with a fake GPU)"
