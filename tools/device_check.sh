@@ -588,7 +588,8 @@ find_lib() {
   done
   d="$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF; exit}')"
   [[ -n "$d" ]] && { dirname "$d"; return; }
-  d="$(timeout 4 find /usr /opt -name "$lib" 2>/dev/null | head -1)"
+  [[ $lib == libnvrtc* ]] && return  # optional: not worth a search of the disk
+  d="$(timeout 3 find /usr /opt -name "$lib" 2>/dev/null | head -1)"
   [[ -n "$d" ]] && dirname "$d"
 }
 
