@@ -381,7 +381,11 @@ ab_run() {
   else
     res="$(grep -v '^\s*$' "$LOOM_OUT/$file" | tail -2 | cut -c1-160 | paste -sd' ' -)"
   fi
-  row "$check" "$(rc_status $rc)" "$(since "$t0")" "rc $rc: $res" "$file"
+  # What the kernel choice says it ran (core/ops/kernel_choice.cc logs
+  # 'loom: attention on cuda runs "cudnn": why'): proof that the override took.
+  local ran
+  ran="$(grep -o 'attention on [a-z]* runs "[^"]*"' "$LOOM_OUT/$file" | head -1)"
+  row "$check" "$(rc_status $rc)" "$(since "$t0")" "rc $rc: $res${ran:+ [$ran]}" "$file"
 }
 
 # The Llama-style shape needs //train:bench flags it may not have yet.

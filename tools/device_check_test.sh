@@ -69,6 +69,7 @@ cat >fake/bin/train_bench <<'EOF'
 #!/bin/sh
 for a in "$@"; do [ "$a" = --helpfull ] && { echo "    --num_layers (Layers); default: 12;"; exit 1; }; done
 case "${LOOM_KERNEL_IMPL:-}" in *cudnn) t=120000 ;; *) t=100000 ;; esac
+echo "loom: attention on cuda runs \"${LOOM_KERNEL_IMPL#attention=}\": forced" >&2
 printf '| metric | value |\n|---|---|\n| ms/step (median of 5) | 80.0 |\n| tokens/s | %s |\n| model GFLOP/s | 1.0 |\n' $t
 EOF
 printf '#!/bin/sh\necho "attention fwd+bwd s=2048 b=4 h=16 d=64 bf16 causal   2.0000   60.13   0.088"\n' >fake/bin/core_cuda_bench
@@ -156,6 +157,7 @@ want("sanitizer", "racecheck core_cuda_attention_test", "ok", "filter CudaFlashA
 want("sanitizer", "memcheck core_cuda_layernorm_test", "skip", "not in the bundle")
 want("ab", "train_bench GPT-2-medium bf16, attention default", "ok", "tokens/s 100000,")
 want("ab", "train_bench GPT-2-medium bf16, LOOM_KERNEL_IMPL=attention=cudnn", "ok", "tokens/s 120000,")
+want("ab", "train_bench GPT-2-medium bf16, LOOM_KERNEL_IMPL=attention=flash", "ok", '[attention on cuda runs "flash"]')
 want("ab", "core_cuda_cudnn_attention_bench", "skip", "not packed")
 want("ab", "core_cuda_attention_bench (s x s vs flash, dropout 0.1)", "skip", "not in the bundle")
 want("loss", "gpt 3 steps cpu f32 (pack) vs cuda bf16", "ok", "max relative gap over steps 1-3 0.0000")
