@@ -501,6 +501,7 @@ stage_loss() {
   tmo 600 "$LOOM_B/x" train_gpt "${flags[@]}" --data-cache-dir="$LOOM_B/data" --device=cuda --bf16 \
     --metrics-file="$m" >"$LOOM_OUT/logs/loss_gpu.txt" 2>&1
   rc=$?
+  if (( TMO_RAN == 0 )); then row "gpt $steps steps cpu f32 (pack) vs cuda bf16" skip 0 "skipped: stage budget"; return; fi
   cp "$ref/loss_cpu.jsonl" "$LOOM_OUT/logs/loss_cpu.jsonl"
   local verdict
   verdict="$(python3 - "$ref/loss_cpu.jsonl" "$m" <<'EOF'
