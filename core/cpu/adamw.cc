@@ -4,12 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/check.h"
+#include "core/cpu/convert.h"
 
 namespace loom::core::cpu {
+namespace {
 
-absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,
-                       const AdamWOptions& opts) {
-  constexpr const char* kOp = "AdamWStep";
+// AdamWStep, its errors naming `kOp`.
+absl::Status Update(const char* kOp, Tensor* param, const Tensor& grad, Tensor* m, Tensor* v,
+                    int64_t step, const AdamWOptions& opts) {
   LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "param", param));
   LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "grad", grad));
   LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "m", m));
@@ -45,6 +47,24 @@ absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, 
     pp[i] = p - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps) - decay * p;
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,
+                       const AdamWOptions& opts) {
+  return Update("AdamWStep", param, grad, m, v, step, opts);
+}
+
+absl::Status AdamWStepWithCopy(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v,
+                               int64_t step, const AdamWOptions& opts, Tensor* param_copy) {
+  constexpr const char* kOp = "AdamWStepWithCopy";
+  // Every check before the update, so a refused call changes nothing.
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "param", param));
+  LOOM_RETURN_IF_ERROR(ops::CheckParamCopy(kOp, *param, param_copy));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "param_copy", param_copy, DType::kBF16));
+  LOOM_RETURN_IF_ERROR(Update(kOp, param, grad, m, v, step, opts));
+  return Convert(*param, param_copy);
 }
 
 }  // namespace loom::core::cpu

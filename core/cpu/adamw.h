@@ -21,6 +21,14 @@ using ops::AdamWOptions;  // the contract's options (core/ops/contracts/options.
 absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,
                        const AdamWOptions& opts);
 
+// AdamWStep, then param_copy = bf16(param) rounded as Convert (and so
+// ParamBuffer::SyncComputeCopy) rounds it: the mixed-precision compute copy
+// of the same range. On the CPU these are the two passes of the unfused path
+// (bitwise); a device may fuse them into one (core/cuda/adamw.h).
+//   param_copy: bf16, same numel as param (ops::CheckParamCopy)
+absl::Status AdamWStepWithCopy(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v,
+                               int64_t step, const AdamWOptions& opts, Tensor* param_copy);
+
 }  // namespace loom::core::cpu
 
 #endif  // LOOM_CORE_CPU_ADAMW_H_

@@ -45,6 +45,15 @@ LOOM_CPU_INLINE void ScaledExpRowBody(const float* row, float* drow, int64_t v, 
 LOOM_CPU_MULTIVERSION(ScaledExpRow, (const float* row, float* drow, int64_t v, float mx, float g),
                       (row, drow, v, mx, g))
 
+// sum * exp(local_max - max) in double, rounded once.
+float RescaledSum(float sum, float local_max, float max) {
+  // Equal maxima (TP 1, the shard holding the row max, both -inf) keep the
+  // sum's bits; a shard without valid columns (-inf) contributes 0.
+  if (local_max == max) return sum;
+  return static_cast<float>(static_cast<double>(sum) *
+                            std::exp(static_cast<double>(local_max) - static_cast<double>(max)));
+}
+
 // Checks the common arguments; returns the number of rows N.
 absl::StatusOr<int64_t> CheckShard(const char* op, const Tensor& logits, const Tensor& targets,
                                    const VocabShard& shard) {
@@ -110,6 +119,68 @@ absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const
     SumExpRow(l + i * vp, shard.valid, m[i], &s);
     sum[i] = static_cast<float>(s);
     target_logit[i] = (t >= 0 && t < shard.valid) ? l[i * vp + t] - m[i] : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VocabShardRowMaxSumExp(const Tensor& logits, const Tensor& targets,
+                                    const VocabShard& shard, Tensor* max, Tensor* sums) {
+  constexpr const char* kOp = "VocabShardRowMaxSumExp";
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "logits", logits));
+  LOOM_RETURN_IF_ERROR(internal::CheckIndex(kOp, "targets", targets));
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, ops::CheckVocabShardRows(kOp, logits, targets, shard));
+  const int64_t vp = logits.dim(logits.rank() - 1);
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "max", max));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", *max, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "sums", sums));
+  LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sums", *sums, 2 * n, "[2, rows]"));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = internal::IndexAt(targets, i);
+    if (t < 0 || t >= shard.vocab_size) {
+      return absl::OutOfRangeError(absl::StrCat(kOp, ": target ", t, " at token ", i,
+                                                " is outside the vocabulary [0, ",
+                                                shard.vocab_size, ")"));
+    }
+  }
+  const float* l = logits.data<float>();
+  float* m = max->data<float>();
+  float* sum = sums->data<float>();
+  float* target_logit = sum + n;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    // The same functions as the two passes, on a row still in the cache.
+    const float* row = l + i * vp;
+    RowMax(row, shard.valid, &m[i]);
+    double s;
+    SumExpRow(row, shard.valid, m[i], &s);
+    sum[i] = static_cast<float>(s);
+    const int64_t t = internal::IndexAt(targets, i) - shard.vocab_start;
+    target_logit[i] = (t >= 0 && t < shard.valid) ? row[t] - m[i] : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VocabShardRescaleSums(const Tensor& logits, const Tensor& targets,
+                                   const Tensor& local_max, const Tensor& max,
+                                   const VocabShard& shard, Tensor* sums) {
+  constexpr const char* kOp = "VocabShardRescaleSums";
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "logits", logits));
+  LOOM_RETURN_IF_ERROR(internal::CheckIndex(kOp, "targets", targets));
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, ops::CheckVocabShardRows(kOp, logits, targets, shard));
+  const int64_t vp = logits.dim(logits.rank() - 1);
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "local_max", local_max));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "max", max));
+  LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "sums", sums));
+  LOOM_RETURN_IF_ERROR(ops::CheckVocabRescaleArgs(kOp, n, local_max, max, sums));
+  const float* l = logits.data<float>();
+  const float* lm = local_max.data<float>();
+  const float* gm = max.data<float>();
+  float* sum = sums->data<float>();
+  float* target_logit = sum + n;
+  for (int64_t i = 0; i < n; ++i) {
+    sum[i] = RescaledSum(sum[i], lm[i], gm[i]);
+    const int64_t t = internal::IndexAt(targets, i) - shard.vocab_start;
+    target_logit[i] = (t >= 0 && t < shard.valid) ? l[i * vp + t] - gm[i] : 0.0f;
   }
   return absl::OkStatus();
 }

@@ -31,6 +31,28 @@ absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const
 
 // dlogits[i, v] = (exp(logits[i, v] - max[i]) / sum[i] - [v is the target]) * scale,
 // zero on padding columns. sum: f32[N] (global Σ exp). dlogits may alias logits.
+// The "online" forward (layers/vocab_parallel.cc): the two local passes in
+// one read of the logits. max[i] = this shard's row max (as
+// VocabShardRowMax) and sums = VocabShardSumExp(logits, targets, max) for
+// that local max. On the CPU each row is reduced twice while it sits in the
+// cache (a 50k-column f32 row is 200 KB), so the results are bitwise those
+// of the two passes and the logits come from memory once.
+//   targets: i32/i64 [N]; max: f32[N], written; sums: f32[2, N], written
+absl::Status VocabShardRowMaxSumExp(const Tensor& logits, const Tensor& targets,
+                                    const VocabShard& shard, Tensor* max, Tensor* sums);
+
+// Brings a shard's local sums to the global row max before they are summed
+// over TP: sums[0, i] *= exp(local_max[i] - max[i]) (in double, rounded once;
+// unchanged where the two are equal), sums[1, i] = logits[i, t_i -
+// vocab_start] - max[i] where this shard holds the target, else 0 (exactly
+// what VocabShardSumExp with the global max writes). Only sums[0] differs
+// from the unfused path: by the rounding of its terms' exponentials taken
+// against another max (a few f32 ulps).
+//   local_max, max: f32[N]; sums: f32[2, N], read and written
+absl::Status VocabShardRescaleSums(const Tensor& logits, const Tensor& targets,
+                                   const Tensor& local_max, const Tensor& max,
+                                   const VocabShard& shard, Tensor* sums);
+
 absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                                             const Tensor& max, const Tensor& sum,
                                             const VocabShard& shard, float scale,

@@ -64,4 +64,13 @@ absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, 
   return Step("AdamWStep", param, grad, m, v, step, opts, param_bf16);
 }
 
+absl::Status AdamWStepWithCopy(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v,
+                               int64_t step, const cpu::AdamWOptions& opts, Tensor* param_copy) {
+  constexpr const char* kOp = "AdamWStepWithCopy";
+  // The contract's checks first, in the CPU's order (core/cpu/adamw.cc).
+  LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "param", param, DType::kF32));
+  LOOM_RETURN_IF_ERROR(ops::CheckParamCopy(kOp, *param, param_copy));
+  return Step(kOp, param, grad, m, v, step, opts, param_copy);
+}
+
 }  // namespace loom::core::cuda

@@ -21,6 +21,12 @@ absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, 
 absl::Status AdamWStep(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,
                        const cpu::AdamWOptions& opts, Tensor* param_bf16);
 
+// The op list's AdamWStepWithCopy (core/cpu/adamw.h): the overload above,
+// one pass writing param and its bf16 compute copy. Runs in the optimizer
+// only where core::ops::ChooseKernel("adamw", cuda) picks "fused_copy".
+absl::Status AdamWStepWithCopy(Tensor* param, const Tensor& grad, Tensor* m, Tensor* v,
+                               int64_t step, const cpu::AdamWOptions& opts, Tensor* param_copy);
+
 }  // namespace loom::core::cuda
 
 #endif  // LOOM_CORE_CUDA_ADAMW_H_

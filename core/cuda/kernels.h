@@ -145,6 +145,17 @@ cudaError_t VocabRowMax(Elem t, const void* logits, int64_t rows, int64_t vp, in
 cudaError_t VocabSumExp(Elem t, const void* logits, Index it, const void* targets, int64_t rows,
                         int64_t vp, int64_t valid, int64_t vocab_start, const float* max,
                         float* sums, cudaStream_t stream);
+// One read of each row: max = the valid columns' max and sums as
+// VocabSumExp for that max, by an online softmax (per-thread running max and
+// sum, rescaled when the max grows, combined over the block).
+cudaError_t VocabMaxSumExp(Elem t, const void* logits, Index it, const void* targets,
+                           int64_t rows, int64_t vp, int64_t valid, int64_t vocab_start,
+                           float* max, float* sums, cudaStream_t stream);
+// sums[0, r] *= exp(local_max - max) (double); sums[1, r] = target logit - max or 0.
+cudaError_t VocabRescaleSums(Elem t, const void* logits, Index it, const void* targets,
+                             int64_t rows, int64_t vp, int64_t valid, int64_t vocab_start,
+                             const float* local_max, const float* max, float* sums,
+                             cudaStream_t stream);
 cudaError_t VocabCrossEntropyBackward(Elem t, const void* logits, Index it, const void* targets,
                                       int64_t rows, int64_t vp, int64_t valid,
                                       int64_t vocab_start, const float* max, const float* sum,

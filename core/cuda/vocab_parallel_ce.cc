@@ -61,6 +61,56 @@ absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const
   return absl::OkStatus();
 }
 
+absl::Status VocabShardRowMaxSumExp(const Tensor& logits, const Tensor& targets,
+                                    const cpu::VocabShard& shard, Tensor* max, Tensor* sums) {
+  constexpr const char* kOp = "VocabShardRowMaxSumExp";
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "logits", logits));
+  LOOM_RETURN_IF_ERROR(internal::CheckIds(kOp, "targets", targets));
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, ops::CheckVocabShardRows(kOp, logits, targets, shard));
+  LOOM_RETURN_IF_ERROR(internal::CheckRows(kOp, "rows", n));
+  LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "max", max, DType::kF32));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "max", *max, n, "one per row"));
+  LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "sums", sums, DType::kF32));
+  LOOM_RETURN_IF_ERROR(ops::CheckNumel(kOp, "sums", *sums, 2 * n, "[2, rows]"));
+  LOOM_RETURN_IF_ERROR(internal::CheckDevices(
+      kOp, {{"logits", &logits}, {"targets", &targets}, {"max", max}, {"sums", sums}}));
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
+  LOOM_CUDA_LAUNCH(kOp, kernels::VocabMaxSumExp(internal::ElemOf(logits.dtype()),
+                                                logits.raw_data(),
+                                                internal::IndexOf(targets.dtype()),
+                                                targets.raw_data(), n,
+                                                logits.dim(logits.rank() - 1), shard.valid,
+                                                shard.vocab_start, max->data<float>(),
+                                                sums->data<float>(), stream));
+  return absl::OkStatus();
+}
+
+absl::Status VocabShardRescaleSums(const Tensor& logits, const Tensor& targets,
+                                   const Tensor& local_max, const Tensor& max,
+                                   const cpu::VocabShard& shard, Tensor* sums) {
+  constexpr const char* kOp = "VocabShardRescaleSums";
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "logits", logits));
+  LOOM_RETURN_IF_ERROR(internal::CheckIds(kOp, "targets", targets));
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, ops::CheckVocabShardRows(kOp, logits, targets, shard));
+  LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "local_max", local_max, DType::kF32));
+  LOOM_RETURN_IF_ERROR(CheckDTypeIs(kOp, "max", max, DType::kF32));
+  LOOM_RETURN_IF_ERROR(internal::CheckIs(kOp, "sums", sums, DType::kF32));
+  LOOM_RETURN_IF_ERROR(ops::CheckVocabRescaleArgs(kOp, n, local_max, max, sums));
+  LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"logits", &logits},
+                                                    {"targets", &targets},
+                                                    {"local_max", &local_max},
+                                                    {"max", &max},
+                                                    {"sums", sums}}));
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
+  LOOM_CUDA_LAUNCH(kOp, kernels::VocabRescaleSums(
+                            internal::ElemOf(logits.dtype()), logits.raw_data(),
+                            internal::IndexOf(targets.dtype()), targets.raw_data(), n,
+                            logits.dim(logits.rank() - 1), shard.valid, shard.vocab_start,
+                            local_max.data<float>(), max.data<float>(), sums->data<float>(),
+                            stream));
+  return absl::OkStatus();
+}
+
 absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                                             const Tensor& max, const Tensor& sum,
                                             const cpu::VocabShard& shard, float scale,

@@ -17,6 +17,15 @@ namespace loom::core::cuda {
 absl::Status VocabShardRowMax(const Tensor& logits, const cpu::VocabShard& shard, Tensor* max);
 absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const Tensor& max,
                               const cpu::VocabShard& shard, Tensor* sums);
+// The "online" forward's two ops (core/cpu/vocab_parallel_ce.h): one read of
+// the logits for the local (max, sums), by an online softmax, and the
+// per-row rescaling to the global max. Run by layers/vocab_parallel.cc only
+// where core::ops::ChooseKernel("cross_entropy", cuda) picks "online".
+absl::Status VocabShardRowMaxSumExp(const Tensor& logits, const Tensor& targets,
+                                    const cpu::VocabShard& shard, Tensor* max, Tensor* sums);
+absl::Status VocabShardRescaleSums(const Tensor& logits, const Tensor& targets,
+                                   const Tensor& local_max, const Tensor& max,
+                                   const cpu::VocabShard& shard, Tensor* sums);
 absl::Status VocabShardCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                                             const Tensor& max, const Tensor& sum,
                                             const cpu::VocabShard& shard, float scale,

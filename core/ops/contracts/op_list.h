@@ -127,7 +127,22 @@
   X(AdamWStep, adamw_step, absl::Status, grad,                                                     \
     (Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,                        \
      const AdamWOptions& opts),                                                                    \
-    (param, grad, m, v, step, opts))
+    (param, grad, m, v, step, opts))                                                               \
+  /* AdamWStep that also writes the bf16 compute copy of the updated range. */                     \
+  X(AdamWStepWithCopy, adamw_step_with_copy, absl::Status, grad,                                   \
+    (Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,                        \
+     const AdamWOptions& opts, Tensor* param_copy),                                                \
+    (param, grad, m, v, step, opts, param_copy))                                                   \
+  /* The vocab-parallel cross-entropy's local max and sums in one read of the logits, and the */   \
+  /* rescaling of those sums to the global max (the "online" cross_entropy). */                    \
+  X(VocabShardRowMaxSumExp, vocab_shard_row_max_sum_exp, absl::Status, logits,                     \
+    (const Tensor& logits, const Tensor& targets, const VocabShard& shard, Tensor* max,            \
+     Tensor* sums),                                                                                \
+    (logits, targets, shard, max, sums))                                                           \
+  X(VocabShardRescaleSums, vocab_shard_rescale_sums, absl::Status, logits,                         \
+    (const Tensor& logits, const Tensor& targets, const Tensor& local_max, const Tensor& max,      \
+     const VocabShard& shard, Tensor* sums),                                                       \
+    (logits, targets, local_max, max, shard, sums))
 // clang-format on
 
 namespace loom::core::ops {

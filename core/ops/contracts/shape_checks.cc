@@ -104,4 +104,39 @@ absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,
   return n;
 }
 
+absl::Status CheckParamCopy(const char* op, const Tensor& param, const Tensor* param_copy) {
+  if (param_copy == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": param_copy is null"));
+  }
+  if (param_copy->dtype() != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": param_copy is ",
+                                                   param_copy->DebugString(),
+                                                   ", expected bf16 (the compute copy)"));
+  }
+  return CheckNumel(op, "param_copy", *param_copy, param.numel(), "same as param");
+}
+
+absl::StatusOr<int64_t> CheckVocabShardRows(const char* op, const Tensor& logits,
+                                            const Tensor& targets, const VocabShard& shard) {
+  if (logits.rank() < 1 || logits.dim(logits.rank() - 1) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": logits ", logits.DebugString(), ", expected [..., Vp > 0]"));
+  }
+  const int64_t vp = logits.dim(logits.rank() - 1), n = logits.numel() / vp;
+  if (shard.valid < 0 || shard.valid > vp || shard.vocab_start < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": shard vocab_start ", shard.vocab_start,
+                                                   " valid ", shard.valid, " does not fit Vp ", vp));
+  }
+  if (targets.defined()) LOOM_RETURN_IF_ERROR(CheckNumel(op, "targets", targets, n, "one per row"));
+  return n;
+}
+
+absl::Status CheckVocabRescaleArgs(const char* op, int64_t rows, const Tensor& local_max,
+                                   const Tensor& max, const Tensor* sums) {
+  LOOM_RETURN_IF_ERROR(CheckNumel(op, "local_max", local_max, rows, "one per row"));
+  LOOM_RETURN_IF_ERROR(CheckNumel(op, "max", max, rows, "one per row"));
+  if (sums == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": sums is null"));
+  return CheckNumel(op, "sums", *sums, 2 * rows, "[2, rows]");
+}
+
 }  // namespace loom::core::ops

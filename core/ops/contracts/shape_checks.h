@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::ops {
@@ -56,6 +57,21 @@ absl::StatusOr<SwigluDims> CheckSwigluHalves(const char* op, const Tensor& x, co
 // Logits [..., V] with V > 0 and one target per row; returns the row count.
 absl::StatusOr<int64_t> CheckLogitsTargets(const char* op, const Tensor& logits,
                                            const Tensor& targets);
+
+// AdamWStepWithCopy's compute copy: not null, bf16, as many elements as
+// param (the copy of the same flat range).
+absl::Status CheckParamCopy(const char* op, const Tensor& param, const Tensor* param_copy);
+
+// The vocab-parallel cross-entropy's local logits [..., Vp > 0], a shard
+// that fits them (vocab_start >= 0, valid in [0, Vp]) and, when `targets`
+// is defined, one target per row. Returns the row count.
+absl::StatusOr<int64_t> CheckVocabShardRows(const char* op, const Tensor& logits,
+                                            const Tensor& targets, const VocabShard& shard);
+
+// VocabShardRescaleSums's per-row arrays: local_max and max hold one value
+// per row, sums is [2, rows] (2 * rows elements).
+absl::Status CheckVocabRescaleArgs(const char* op, int64_t rows, const Tensor& local_max,
+                                   const Tensor& max, const Tensor* sums);
 
 }  // namespace loom::core::ops
 
