@@ -112,6 +112,9 @@ class ParamBuffer {
 
   const core::Tensor& flat_values() const { return values_; }  // f32[padded numel] (master)
   const core::Tensor& flat_grads() const { return grads_; }    // f32[padded numel]
+  // The bf16 compute copy of flat_values(), same layout (Param::value on a
+  // GPU, Param::gemm_value on the CPU); undefined when computing in f32.
+  const core::Tensor& flat_compute() const { return compute_; }
   core::Device device() const { return values_.device(); }
   core::DType compute_dtype() const { return compute_.defined() ? compute_.dtype() : core::DType::kF32; }
   // Elements of the parameters (without padding) and of the flat buffers.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/kernel_choice.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/mappings.h"
@@ -90,6 +91,9 @@ absl::Status VocabParallelCrossEntropy::ForwardOnDevice(const Tensor& logits,
   }
   const int64_t n = targets.numel();
   const core::ops::VocabShard shard = Shard(logits.dim(2));
+  LOOM_ASSIGN_OR_RETURN(const core::ops::KernelChoice choice,
+                        core::ops::ChooseKernel("cross_entropy", logits.device().type));
+  if (choice.implementation == "online") return ForwardOnline(logits, targets, shard, saved);
   LOOM_ASSIGN_OR_RETURN(Tensor max, Tensor::Empty(Shape{n}, core::DType::kF32, logits.device()));
   LOOM_RETURN_IF_ERROR(core::ops::VocabShardRowMax(logits, shard, &max));
   if (tp_.parallel()) {
@@ -99,6 +103,35 @@ absl::Status VocabParallelCrossEntropy::ForwardOnDevice(const Tensor& logits,
                         Tensor::Empty(Shape{2, n}, core::DType::kF32, logits.device()));
   LOOM_RETURN_IF_ERROR(core::ops::VocabShardSumExp(logits, targets, max, shard, &sums));
   if (tp_.parallel()) {
+    LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(sums, comm::ReduceOp::kSum)->WaitOnStream());
+  }
+  saved->logits = logits;
+  saved->targets = targets;
+  saved->max = max;
+  saved->sums = sums;
+  return absl::OkStatus();
+}
+
+absl::Status VocabParallelCrossEntropy::ForwardOnline(const Tensor& logits, const Tensor& targets,
+                                                      const core::ops::VocabShard& shard,
+                                                      Saved* saved) const {
+  const int64_t n = targets.numel();
+  // This shard's max and sums against it, from one read of the logits.
+  LOOM_ASSIGN_OR_RETURN(Tensor local_max,
+                        Tensor::Empty(Shape{n}, core::DType::kF32, logits.device()));
+  LOOM_ASSIGN_OR_RETURN(Tensor sums,
+                        Tensor::Empty(Shape{2, n}, core::DType::kF32, logits.device()));
+  LOOM_RETURN_IF_ERROR(
+      core::ops::VocabShardRowMaxSumExp(logits, targets, shard, &local_max, &sums));
+  Tensor max = local_max;  // TP 1: the local max is the global one
+  if (tp_.parallel()) {
+    // The same two all-reduces as the unfused path; between them each
+    // shard's sums move to the global max (the local one is still needed).
+    LOOM_ASSIGN_OR_RETURN(max, Tensor::Empty(Shape{n}, core::DType::kF32, logits.device()));
+    LOOM_RETURN_IF_ERROR(core::ops::Copy(local_max, &max));
+    LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(max, comm::ReduceOp::kMax)->WaitOnStream());
+    LOOM_RETURN_IF_ERROR(
+        core::ops::VocabShardRescaleSums(logits, targets, local_max, max, shard, &sums));
     LOOM_RETURN_IF_ERROR(tp_.comm->AllReduce(sums, comm::ReduceOp::kSum)->WaitOnStream());
   }
   saved->logits = logits;

@@ -68,6 +68,11 @@ class VocabParallelCrossEntropy {
   absl::StatusOr<core::Tensor> Backward(const Saved& saved, float dloss) const;
 
  private:
+  // ForwardOnDevice's "online" implementation (core/ops/kernel_manifest:
+  // cross_entropy): one read of the logits for the local max and sums, then
+  // the same all-reduces with the sums rescaled to the global max between.
+  absl::Status ForwardOnline(const core::Tensor& logits, const core::Tensor& targets,
+                             const core::ops::VocabShard& shard, Saved* saved) const;
   // This rank's vocabulary columns, for `local_vocab` logits per row.
   core::ops::VocabShard Shard(int64_t local_vocab) const;
   TpGroup tp_;

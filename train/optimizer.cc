@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/kernel_choice.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 
@@ -87,6 +88,15 @@ void Optimizer::BuildRuns() {
   cut(update, &update_runs_);
 }
 
+bool Optimizer::RunsTileOwned() const {
+  // Runs lie inside the owned ranges and never overlap (parameter slots are
+  // disjoint), so equal lengths mean every owned element is in one run.
+  int64_t owned = 0, updated = 0;
+  for (const FlatRange& r : owned_) owned += r.second - r.first;
+  for (const Run& run : update_runs_) updated += run.end - run.begin;
+  return owned == updated;
+}
+
 bool Optimizer::Counted(const layers::Param& p) const {
   if (p.spec->split == layers::TpSplit::kReplicated && Rank(groups_.tp) != 0) return false;
   return !p.tied_copy;
@@ -125,6 +135,15 @@ absl::StatusOr<double> Optimizer::Step(float lr) {
   }
   const Tensor& values = params_->flat_values();
   const Tensor& grads = params_->flat_grads();
+  const Tensor& compute = params_->flat_compute();
+  LOOM_ASSIGN_OR_RETURN(const core::ops::KernelChoice choice,
+                        core::ops::ChooseKernel("adamw", params_->device().type));
+  // One pass writing the bf16 compute copy with the update, where there is a
+  // copy (--bf16: the GPU's Param::value, the CPU's Param::gemm_value, both
+  // ParamBuffer's flat compute buffer) and the runs are exactly the owned
+  // ranges; otherwise (f32, or runs not tiling the owned ranges) the
+  // unfused update and SyncComputeCopy over the owned ranges.
+  const bool fused = choice.implementation == "fused_copy" && compute.defined() && RunsTileOwned();
   for (const Run& run : update_runs_) {
     const int64_t len = run.end - run.begin;
     core::ops::AdamWOptions opts;
@@ -138,8 +157,14 @@ absl::StatusOr<double> Optimizer::Step(float lr) {
     LOOM_ASSIGN_OR_RETURN(Tensor grad, grads.Narrow(run.begin, len));
     LOOM_ASSIGN_OR_RETURN(Tensor m, m_.Narrow(run.moment_begin, len));
     LOOM_ASSIGN_OR_RETURN(Tensor v, v_.Narrow(run.moment_begin, len));
+    if (fused) {
+      LOOM_ASSIGN_OR_RETURN(Tensor copy, compute.Narrow(run.begin, len));
+      LOOM_RETURN_IF_ERROR(core::ops::AdamWStepWithCopy(&value, grad, &m, &v, step_, opts, &copy));
+      continue;
+    }
     LOOM_RETURN_IF_ERROR(core::ops::AdamWStep(&value, grad, &m, &v, step_, opts));
   }
+  if (fused) return norm;
   // The bf16 weights the next step computes with (what this rank updated).
   for (const FlatRange& r : owned_) {
     LOOM_RETURN_IF_ERROR(params_->SyncComputeCopy(r.first, r.second));

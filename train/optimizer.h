@@ -88,6 +88,10 @@ class Optimizer {
     bool weight_decay;
   };
   void BuildRuns();
+  // Whether update_runs_ cover the owned ranges exactly, so refreshing the
+  // compute copy run by run (AdamWStepWithCopy) copies what
+  // SyncComputeCopy(owned_) would.
+  bool RunsTileOwned() const;
   std::vector<Run> norm_runs_;    // owned parameters counted in the global norm
   std::vector<Run> expert_norm_runs_;  // the expert weights among them (EP)
   std::vector<Run> update_runs_;  // owned parameters, split where weight decay changes
