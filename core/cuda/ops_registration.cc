@@ -11,6 +11,7 @@
 #include "core/cuda/elementwise.h"
 #include "core/cuda/embedding.h"
 #include "core/cuda/layernorm.h"
+#include "core/cuda/linear.h"
 #include "core/cuda/matmul.h"
 #include "core/cuda/reduce.h"
 #include "core/cuda/rmsnorm.h"

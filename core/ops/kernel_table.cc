@@ -12,6 +12,7 @@
 #include "core/cpu/embedding.h"
 #include "core/cpu/flash_attention.h"
 #include "core/cpu/layernorm.h"
+#include "core/cpu/linear.h"
 #include "core/cpu/matmul.h"
 #include "core/cpu/reduce.h"
 #include "core/cpu/rmsnorm.h"

@@ -142,7 +142,21 @@
   X(VocabShardRescaleSums, vocab_shard_rescale_sums, absl::Status, logits,                         \
     (const Tensor& logits, const Tensor& targets, const Tensor& local_max, const Tensor& max,      \
      const VocabShard& shard, Tensor* sums),                                                       \
-    (logits, targets, local_max, max, shard, sums))
+    (logits, targets, local_max, max, shard, sums))                                                \
+  /* A linear layer's GEMMs with their epilogues (cuBLASLt's bias, GELU keeping its input, */      \
+  /* dGELU with the bias gradient, the weight gradient with the bias gradient; */                  \
+  /* core/cpu/linear.h). */                                                                        \
+  X(LinearForward, linear_forward, absl::Status, x,                                                \
+    (const Tensor& x, const Tensor& w, const Tensor& bias, Tensor* y, Tensor* pre,                 \
+     const LinearOptions& opts),                                                                   \
+    (x, w, bias, y, pre, opts))                                                                    \
+  X(LinearBackwardData, linear_backward_data, absl::Status, dy,                                    \
+    (const Tensor& dy, const Tensor& w, const Tensor& pre, Tensor* dx, Tensor* dbias,              \
+     const LinearOptions& opts),                                                                   \
+    (dy, w, pre, dx, dbias, opts))                                                                 \
+  X(LinearBackwardWeight, linear_backward_weight, absl::Status, dy,                                \
+    (const Tensor& dy, const Tensor& x, Tensor* dw, Tensor* dbias, const LinearOptions& opts),     \
+    (dy, x, dw, dbias, opts))
 // clang-format on
 
 namespace loom::core::ops {

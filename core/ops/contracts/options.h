@@ -26,6 +26,17 @@ struct MatmulOptions {
   bool bf16 = false;
 };
 
+// ---- linear: a linear layer's GEMMs with their epilogues (op_list.h's
+// LinearForward, LinearBackwardData, LinearBackwardWeight)
+struct LinearOptions {
+  // Forward: y = gelu(x·wᵀ + bias) keeping pre = x·wᵀ + bias (the GELU MLP's
+  // up-projection). BackwardData: dx = gelu'(pre) ⊙ (dy·w). GELU is the tanh
+  // approximation (GeluForward), what cuBLASLt's GELU epilogues compute.
+  bool gelu = false;
+  // As MatmulOptions::bf16 (the CPU's bf16 GEMM mode; CUDA follows the dtypes).
+  bool bf16 = false;
+};
+
 // ---- attention
 struct AttentionDropout {
   float p = 0.0f;  // drop probability in [0, 1]; 0 disables dropout

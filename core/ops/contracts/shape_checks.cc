@@ -139,4 +139,86 @@ absl::Status CheckVocabRescaleArgs(const char* op, int64_t rows, const Tensor& l
   return CheckNumel(op, "sums", *sums, 2 * rows, "[2, rows]");
 }
 
+namespace {
+
+absl::Status NotNull(const char* op, const char* name, const Tensor* t) {
+  if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is null"));
+  return absl::OkStatus();
+}
+
+// a [N, ·] and b [N, ·]: the same row count (the GEMM's token dimension).
+absl::Status SameRows(const char* op, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
+  LOOM_RETURN_IF_ERROR(CheckRank(op, a_name, a, 2));
+  LOOM_RETURN_IF_ERROR(CheckRank(op, b_name, b, 2));
+  if (a.dim(0) != b.dim(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " ", a.DebugString(), " and ",
+                                                   b_name, " ", b.DebugString(),
+                                                   " must have the same rows"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OptionalVector(const char* op, const char* name, const Tensor* v, int64_t n) {
+  if (v == nullptr) return absl::OkStatus();
+  return CheckShape(op, name, *v, Shape{n});
+}
+
+}  // namespace
+
+absl::Status CheckLinearForward(const char* op, const Tensor& x, const Tensor& w,
+                                const Tensor& bias, const Tensor* y, const Tensor* pre,
+                                const LinearOptions& opts) {
+  LOOM_RETURN_IF_ERROR(NotNull(op, "y", y));
+  LOOM_RETURN_IF_ERROR(CheckRank(op, "w", w, 2));
+  LOOM_RETURN_IF_ERROR(SameRows(op, "x", x, "y", *y));
+  const int64_t n = x.dim(0), m = w.dim(0), k = w.dim(1);
+  LOOM_RETURN_IF_ERROR(CheckShape(op, "x", x, Shape{n, k}));
+  LOOM_RETURN_IF_ERROR(CheckShape(op, "y", *y, Shape{n, m}));
+  LOOM_RETURN_IF_ERROR(CheckShape(op, "bias", bias, Shape{m}));
+  if (!opts.gelu) {
+    if (pre != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": pre is kept only with gelu (got ", pre->DebugString(), ")"));
+    }
+    return absl::OkStatus();
+  }
+  LOOM_RETURN_IF_ERROR(NotNull(op, "pre (gelu keeps the pre-activation)", pre));
+  LOOM_RETURN_IF_ERROR(CheckShape(op, "pre", *pre, Shape{n, m}));
+  if (m * n > 0 && pre->raw_data() == y->raw_data()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": pre and y share storage"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLinearBackwardData(const char* op, const Tensor& dy, const Tensor& w,
+                                     const Tensor& pre, const Tensor* dx, const Tensor* dbias,
+                                     const LinearOptions& opts) {
+  LOOM_RETURN_IF_ERROR(NotNull(op, "dx", dx));
+  LOOM_RETURN_IF_ERROR(CheckRank(op, "w", w, 2));
+  LOOM_RETURN_IF_ERROR(SameRows(op, "dy", dy, "dx", *dx));
+  const int64_t n = dy.dim(0), m = w.dim(0), k = w.dim(1);
+  LOOM_RETURN_IF_ERROR(CheckShape(op, "dy", dy, Shape{n, m}));
+  LOOM_RETURN_IF_ERROR(CheckShape(op, "dx", *dx, Shape{n, k}));
+  if (opts.gelu) LOOM_RETURN_IF_ERROR(CheckShape(op, "pre", pre, Shape{n, k}));
+  if (dbias != nullptr && !opts.gelu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dbias (the gradient of the bias before the GELU) needs gelu"));
+  }
+  return OptionalVector(op, "dbias", dbias, k);
+}
+
+absl::Status CheckLinearBackwardWeight(const char* op, const Tensor& dy, const Tensor& x,
+                                       const Tensor* dw, const Tensor* dbias,
+                                       const LinearOptions& opts) {
+  if (opts.gelu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": gelu does not apply to the weight gradient"));
+  }
+  LOOM_RETURN_IF_ERROR(NotNull(op, "dw", dw));
+  LOOM_RETURN_IF_ERROR(SameRows(op, "dy", dy, "x", x));
+  LOOM_RETURN_IF_ERROR(CheckShape(op, "dw", *dw, Shape{dy.dim(1), x.dim(1)}));
+  return OptionalVector(op, "dbias", dbias, dy.dim(1));
+}
+
 }  // namespace loom::core::ops

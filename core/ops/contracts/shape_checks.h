@@ -73,6 +73,23 @@ absl::StatusOr<int64_t> CheckVocabShardRows(const char* op, const Tensor& logits
 absl::Status CheckVocabRescaleArgs(const char* op, int64_t rows, const Tensor& local_max,
                                    const Tensor& max, const Tensor* sums);
 
+// A linear layer's GEMMs (LinearForward, LinearBackwardData,
+// LinearBackwardWeight): rank-2 x [N, K], w [M, K], y and dy [N, M], dx [N, K],
+// dw [M, K].
+// Forward: bias [M]; y non-null; with opts.gelu pre is non-null [N, M] and
+// not y's storage, without it null.
+absl::Status CheckLinearForward(const char* op, const Tensor& x, const Tensor& w,
+                                const Tensor& bias, const Tensor* y, const Tensor* pre,
+                                const LinearOptions& opts);
+// BackwardData: with opts.gelu pre is [N, K]; dbias (null or [K]) needs opts.gelu.
+absl::Status CheckLinearBackwardData(const char* op, const Tensor& dy, const Tensor& w,
+                                     const Tensor& pre, const Tensor* dx, const Tensor* dbias,
+                                     const LinearOptions& opts);
+// BackwardWeight: dbias null or [M]; opts.gelu is refused (no activation here).
+absl::Status CheckLinearBackwardWeight(const char* op, const Tensor& dy, const Tensor& x,
+                                       const Tensor* dw, const Tensor* dbias,
+                                       const LinearOptions& opts);
+
 }  // namespace loom::core::ops
 
 #endif  // LOOM_CORE_OPS_CONTRACTS_SHAPE_CHECKS_H_
