@@ -5,12 +5,14 @@
 // tokens/s, and the achieved model FLOP/s as a fraction of the GEMM rate
 // measured in the same run through the same kernel path: a 1024³ f32 GEMM
 // (oneDNN) on the CPU, a 4096³ GEMM in the compute dtype (cuBLAS) on a GPU;
-// then where a step's time goes (zeroing, forward, backward, optimizer) and,
-// on the CPU, kernel by kernel (--kernel_breakdown): the GEMMs' own rate and
-// the best ratio this step could reach if everything else took no time.
+// then where a step's time goes (zeroing, forward, backward, optimizer) and
+// kernel by kernel (--kernel_breakdown; on a GPU by CUDA events): the GEMMs'
+// own rate and the best ratio this step could reach if everything else took
+// no time.
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -43,16 +45,18 @@ ABSL_FLAG(bool, reuse_large_blocks, true,
           "reuses the previous step's freed logits instead of mmapping and page-faulting "
           "fresh zeroed pages (logits and dlogits are 206 MB each at seq 1024)");
 ABSL_FLAG(int, kernel_breakdown, 3,
-          "CPU: after the timed steps, this many more with every kernel timed (0: none)");
+          "after the timed steps, this many more with every kernel timed (on a GPU by CUDA "
+          "events around each call; 0: none)");
 
 namespace {
 
 // Milliseconds per step of each kernel over `steps` steps taking `step_ms` in
 // all; then what the GEMMs' own time leaves for the model/GEMM ratio.
 void PrintKernelBreakdown(const std::vector<loom::core::ops::KernelTime>& totals, int steps,
-                          double step_ms, double model_flops_per_step, double gemm_rate) {
-  std::printf("\nKernel by kernel (%d more steps, every kernel timed; %.1f ms/step):\n\n", steps,
-              step_ms / steps);
+                          double step_ms, double model_flops_per_step, double gemm_rate,
+                          bool gpu) {
+  std::printf("\nKernel by kernel (%d more steps, every kernel timed%s; %.1f ms/step):\n\n", steps,
+              gpu ? " by CUDA events on its stream" : "", step_ms / steps);
   std::printf(
       "| kernel | calls/step | ms/step | share of the step | GFLOP/s |\n|---|---|---|---|---|\n");
   double kernels_ms = 0, gemm_ms = 0, gemm_flops = 0, optimizer_ms = 0;
@@ -134,23 +138,29 @@ int main(int argc, char** argv) {
   const char* const kPhaseNames[kPhases] = {"zero gradients", "forward (with the loss)", "backward",
                                             "optimizer (norm, clip, AdamW)"};
   std::vector<double> phase_ms[kPhases];
+  // A failed phase ends the bench with its error (not a bare abort).
+  auto must = [](const absl::Status& s, const char* what) {
+    if (s.ok()) return;
+    std::fprintf(stderr, "bench: %s: %s\n", what, std::string(s.message()).c_str());
+    std::exit(1);
+  };
   auto step = [&](int i) -> double {
     auto t = std::chrono::steady_clock::now();
     auto lap = [&](Phase p) {
-      if (!loom::core::ops::Synchronize(c.device).ok()) std::abort();
+      must(loom::core::ops::Synchronize(c.device), "synchronize");
       if (i > 0) phase_ms[p].push_back(loom::core::bench::MillisecondsSince(t));
       t = std::chrono::steady_clock::now();
     };
-    if (!(*model)->params().ZeroGrads().ok()) std::abort();
+    must((*model)->params().ZeroGrads(), "zero gradients");
     lap(kZero);
     dropout.stream = i;
     loom::layers::GptModel::Saved saved;
     double loss = 0;
-    if (!(*model)->Forward(0, ids, targets, dropout, &saved, &loss).ok()) std::abort();
+    must((*model)->Forward(0, ids, targets, dropout, &saved, &loss).status(), "forward");
     lap(kForward);
-    if (!(*model)->Backward(0, Tensor(), 1.0f, dropout, saved).ok()) std::abort();
+    must((*model)->Backward(0, Tensor(), 1.0f, dropout, saved).status(), "backward");
     lap(kBackward);
-    if (!(*opt)->Step(1e-4f).ok()) std::abort();
+    must((*opt)->Step(1e-4f).status(), "optimizer");
     lap(kOptimizer);
     return loss;
   };
@@ -199,8 +209,9 @@ int main(int argc, char** argv) {
 
   // After the headline figures, so the timer's clock reads are not in them.
   const int breakdown_steps = absl::GetFlag(FLAGS_kernel_breakdown);
-  if (!gpu && breakdown_steps > 0) {
-    auto timer = loom::core::ops::KernelTimer::Start();
+  if (breakdown_steps > 0) {
+    // On a GPU each kernel's device time, from CUDA events around the call.
+    auto timer = loom::core::ops::KernelTimer::Start(c.device.type);
     if (!timer.ok()) {
       std::fprintf(stderr, "bench: %s\n", std::string(timer.status().message()).c_str());
       return 1;
@@ -211,7 +222,8 @@ int main(int argc, char** argv) {
       step(iters + 1 + i);
       timed_ms += loom::core::bench::MillisecondsSince(t0);
     }
-    PrintKernelBreakdown((*timer)->Totals(), breakdown_steps, timed_ms, achieved * med / 1e3, gemm);
+    PrintKernelBreakdown((*timer)->Totals(), breakdown_steps, timed_ms, achieved * med / 1e3, gemm,
+                         gpu);
   }
   return 0;
 }

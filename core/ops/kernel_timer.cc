@@ -5,6 +5,10 @@
 #include <chrono>
 #include <type_traits>
 #include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 #include "core/cpu/matmul.h"
 #include "core/ops/kernel_table.h"
@@ -24,6 +28,10 @@ namespace {
 constexpr int kTimedKernels = 0 LOOM_TIMED_KERNELS(LOOM_COUNT_ONE);
 static_assert(sizeof(KernelTable) == sizeof(const char*) + kTimedKernels * sizeof(void (*)()),
               "a KernelTable member is missing from LOOM_TIMED_KERNELS");
+
+// The clock of the device being timed; null: the CPU's wall clock.
+std::atomic<const KernelClock*> g_clock{nullptr};
+std::atomic<const KernelClock*> g_cuda_clock{nullptr};
 
 struct Counters {
   std::atomic<int64_t> calls{0};
@@ -66,19 +74,45 @@ template <auto Member, typename R, typename... Args>
 struct Timed<Member, R (*)(Args...)> {
   static inline R (*original)(Args...) = nullptr;
   static inline Counters counters;
+  static inline absl::Mutex marks_mu;
+  static inline std::vector<void*> marks;  // device marks not yet read
   static R Call(Args... args) {
+    const KernelClock* clock = g_clock.load(std::memory_order_acquire);
+    if (clock != nullptr) {
+      void* mark = clock->start();
+      R result = original(args...);
+      clock->stop(mark);
+      {
+        absl::MutexLock lock(&marks_mu);
+        marks.push_back(mark);
+      }
+      Count(args...);
+      return result;
+    }
     const auto start = std::chrono::steady_clock::now();
     R result = original(args...);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::steady_clock::now() - start)
                         .count();
     counters.nanoseconds.fetch_add(ns, std::memory_order_relaxed);
+    Count(args...);
+    return result;
+  }
+  static void Count(const Args&... args) {
     counters.calls.fetch_add(1, std::memory_order_relaxed);
     if constexpr (kIsGemm<Member>) {
       counters.flops.fetch_add(GemmFlops(Member == &KernelTable::batched_matmul, args...),
                                std::memory_order_relaxed);
     }
-    return result;
+  }
+  // Reads the device time of the marks so far (waits for their work).
+  static void Drain(const KernelClock* clock) {
+    absl::MutexLock lock(&marks_mu);
+    for (void* mark : marks) {
+      counters.nanoseconds.fetch_add(static_cast<int64_t>(clock->seconds(mark) * 1e9),
+                                     std::memory_order_relaxed);
+    }
+    marks.clear();
   }
 };
 
@@ -88,47 +122,74 @@ using TimedMember =
 
 std::atomic<bool> g_running{false};
 
-// The built-in CPU table with every member replaced by its timed stand-in.
-const KernelTable* TimedCpuTable() {
-  static const KernelTable* table = [] {
-    const KernelTable* base = BuiltInCpuKernels();
-    auto* t = new KernelTable(*base);
-#define LOOM_WRAP(Name, member, ...)                                      \
-  if (base->member != nullptr) {                                 \
-    TimedMember<& KernelTable::member>::original = base->member; \
-    t->member = &TimedMember<&KernelTable::member>::Call;        \
+// `base` with every member replaced by its timed stand-in (one timer at a
+// time: the stand-ins' originals are `base`'s).
+const KernelTable* TimedTable(const KernelTable* base) {
+  static KernelTable* table = new KernelTable;
+  *table = *base;
+#define LOOM_WRAP(Name, member, ...)                              \
+  if (base->member != nullptr) {                                  \
+    TimedMember<&KernelTable::member>::original = base->member;   \
+    table->member = &TimedMember<&KernelTable::member>::Call;     \
   }
-    LOOM_TIMED_KERNELS(LOOM_WRAP)
+  LOOM_TIMED_KERNELS(LOOM_WRAP)
 #undef LOOM_WRAP
-    return t;
-  }();
   return table;
 }
 
+// The untimed table of the device being timed, put back when the timer ends.
+const KernelTable* g_untimed = nullptr;
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<KernelTimer>> KernelTimer::Start() {
+void RegisterKernelClock(DeviceType type, const KernelClock* clock) {
+  if (type != DeviceType::kCPU) g_cuda_clock.store(clock, std::memory_order_release);
+}
+
+absl::StatusOr<std::unique_ptr<KernelTimer>> KernelTimer::Start(DeviceType device) {
   if (g_running.exchange(true)) {
     return absl::FailedPreconditionError("KernelTimer::Start: another kernel timer is running");
   }
-  std::unique_ptr<KernelTimer> timer(new KernelTimer);
+  const KernelClock* clock = nullptr;
+  const KernelTable* base = BuiltInCpuKernels();
+  if (device != DeviceType::kCPU) {
+    clock = g_cuda_clock.load(std::memory_order_acquire);
+    absl::StatusOr<const KernelTable*> table = KernelsFor(Device{device, 0});
+    if (clock == nullptr || !table.ok()) {
+      g_running = false;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "KernelTimer::Start: ", Device{device, 0}.ToString(),
+          table.ok() ? " has no kernel clock registered" : " has no kernels linked"));
+    }
+    base = *table;
+  }
+  std::unique_ptr<KernelTimer> timer(new KernelTimer(device));
   timer->Reset();
-  RegisterKernelTable(DeviceType::kCPU, TimedCpuTable());
+  g_clock.store(clock, std::memory_order_release);
+  g_untimed = RegisterKernelTable(device, TimedTable(base));
   return timer;
 }
 
 KernelTimer::~KernelTimer() {
-  RegisterKernelTable(DeviceType::kCPU, nullptr);
+  RegisterKernelTable(device_, device_ == DeviceType::kCPU ? nullptr : g_untimed);
+  Totals();  // reads (and frees) the device marks
+  g_clock.store(nullptr, std::memory_order_release);
   g_running = false;
 }
 
 void KernelTimer::Reset() {
+  Totals();  // reads (and frees) the device marks before they are forgotten
 #define LOOM_RESET(Name, member, ...) TimedMember<&KernelTable::member>::counters.Reset();
   LOOM_TIMED_KERNELS(LOOM_RESET)
 #undef LOOM_RESET
 }
 
 std::vector<KernelTime> KernelTimer::Totals() const {
+  if (const KernelClock* clock = g_clock.load(std::memory_order_acquire); clock != nullptr) {
+#define LOOM_DRAIN(Name, member, ...) TimedMember<&KernelTable::member>::Drain(clock);
+    LOOM_TIMED_KERNELS(LOOM_DRAIN)
+#undef LOOM_DRAIN
+  }
   std::vector<KernelTime> totals;
 #define LOOM_TOTAL(Name, member, ...)                                                  \
   {                                                                           \

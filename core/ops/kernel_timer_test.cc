@@ -5,6 +5,7 @@
 #include "core/cpu/test_util.h"
 #include "core/ops/kernel_table.h"
 #include "core/ops/ops.h"
+#include "core/ops/testing/fake_device.h"
 #include "gtest/gtest.h"
 
 namespace loom::core::ops {
@@ -74,6 +75,46 @@ TEST(KernelTimerTest, OneAtATimeAndTheBuiltInTableComesBack) {
   auto again = KernelTimer::Start();
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE((*again)->Totals().empty());  // a new timer starts from zero
+}
+
+// The device path: the kernels of a device's table, timed by its kernel
+// clock (the fake device's is the host clock; CUDA's records events), and
+// the device's own table back afterwards.
+TEST(KernelTimerTest, TimesADevicesKernelsThroughItsClock) {
+  testing::ScopedFakeDevice device;
+  const Device gpu = Device::CUDA(0);
+  const KernelTable* untimed = *KernelsFor(gpu);
+  const Tensor a = *Random(Shape{4, 16}, 1).To(gpu);
+  const Tensor b = *Random(Shape{16, 8}, 2).To(gpu);
+  Tensor c = *Tensor::Empty(Shape{4, 8}, DType::kF32, gpu);
+  {
+    auto timer = KernelTimer::Start(DeviceType::kCUDA);
+    ASSERT_TRUE(timer.ok()) << timer.status();
+    EXPECT_NE(*KernelsFor(gpu), untimed);
+    ASSERT_TRUE(Matmul(a, b, &c).ok());
+    ASSERT_TRUE(Matmul(a, b, &c).ok());
+    ASSERT_TRUE(Zero(&c).ok());
+    const std::vector<KernelTime> totals = (*timer)->Totals();
+    const KernelTime* mm = Find(totals, "matmul");
+    ASSERT_NE(mm, nullptr);
+    EXPECT_EQ(mm->calls, 2);
+    EXPECT_EQ(mm->flops, 2.0 * 2 * 4 * 8 * 16);
+    EXPECT_GT(mm->seconds, 0);
+    ASSERT_NE(Find(totals, "zero"), nullptr);
+    // CPU kernels are not timed by a device timer.
+    Tensor h = *Tensor::Empty(Shape{4, 8}, DType::kF32);
+    ASSERT_TRUE(Matmul(*Random(Shape{4, 16}, 3).To(Device::CPU()), *Random(Shape{16, 8}, 4).To(Device::CPU()), &h).ok());
+    EXPECT_EQ(Find((*timer)->Totals(), "matmul")->calls, 2);
+  }
+  EXPECT_EQ(*KernelsFor(gpu), untimed);
+}
+
+TEST(KernelTimerTest, DeviceWithoutKernelsOrClockIsRefused) {
+  // No CUDA table is registered in this test binary outside a ScopedFakeDevice.
+  auto timer = KernelTimer::Start(DeviceType::kCUDA);
+  EXPECT_EQ(timer.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto cpu = KernelTimer::Start();  // the refusal left no timer running
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
 }
 
 }  // namespace

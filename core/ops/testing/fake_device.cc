@@ -1,6 +1,7 @@
 #include "core/ops/testing/fake_device.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "core/cpu/layernorm.h"
 #include "core/cpu/linear.h"
 #include "core/cpu/matmul.h"
+#include "core/cpu/qkv_split.h"
 #include "core/cpu/reduce.h"
 #include "core/cpu/rmsnorm.h"
 #include "core/cpu/rope.h"
@@ -26,6 +28,7 @@
 #include "core/cpu/swiglu.h"
 #include "core/cpu/vocab_parallel_ce.h"
 #include "core/ops/kernel_table.h"
+#include "core/ops/kernel_timer.h"
 #include "core/storage.h"
 #include "core/tensor.h"
 
@@ -119,15 +122,34 @@ const KernelTable* FakeTable() {
   return table;
 }
 
+// The fake device's kernels run on the host when called: its kernel clock
+// (KernelTimer's device path) is the host's. A mark holds the start time,
+// then (after stop) the elapsed time.
+using Clock = std::chrono::steady_clock;
+void* ClockStart() { return new Clock::duration(Clock::now().time_since_epoch()); }
+void ClockStop(void* mark) {
+  auto* d = static_cast<Clock::duration*>(mark);
+  *d = Clock::now().time_since_epoch() - *d;
+}
+double ClockSeconds(void* mark) {
+  auto* d = static_cast<Clock::duration*>(mark);
+  const double s = std::chrono::duration<double>(*d).count();
+  delete d;
+  return s;
+}
+const KernelClock kFakeClock{&ClockStart, &ClockStop, &ClockSeconds};
+
 }  // namespace
 
 ScopedFakeDevice::ScopedFakeDevice() {
+  RegisterKernelClock(DeviceType::kCUDA, &kFakeClock);
   static FakeAllocator* allocator = new FakeAllocator;
   previous_allocator_ = SetAllocator(DeviceType::kCUDA, allocator);
   previous_table_ = RegisterKernelTable(DeviceType::kCUDA, FakeTable());
 }
 
 ScopedFakeDevice::~ScopedFakeDevice() {
+  RegisterKernelClock(DeviceType::kCUDA, nullptr);
   SetAllocator(DeviceType::kCUDA,
                static_cast<Allocator*>(const_cast<void*>(previous_allocator_)));
   RegisterKernelTable(DeviceType::kCUDA, static_cast<const KernelTable*>(previous_table_));
