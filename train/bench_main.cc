@@ -39,11 +39,13 @@ ABSL_FLAG(int64_t, seq_length, 64, "Sequence length");
 ABSL_FLAG(int64_t, micro_batch_size, 4, "Micro-batch size");
 ABSL_FLAG(int64_t, ffn_hidden_size, 0, "MLP width (0: 4 x hidden)");
 // The Llama family's architecture (Megatron's names, as //train:gpt takes them).
-ABSL_FLAG(int64_t, num_query_groups, 0, "K/V heads for grouped-query attention (0: one per head)");
+ABSL_FLAG(bool, group_query_attention, false, "grouped-query attention (with --num-query-groups)");
+ABSL_FLAG(int64_t, num_query_groups, 1, "K/V heads with --group-query-attention");
 ABSL_FLAG(std::string, normalization, "LayerNorm", "LayerNorm | RMSNorm");
 ABSL_FLAG(std::string, position_embedding_type, "learned_absolute", "learned_absolute | rope");
 ABSL_FLAG(bool, swiglu, false, "SwiGLU MLP (silu(gate) * up)");
 ABSL_FLAG(bool, disable_bias_linear, false, "no biases in the linear layers");
+ABSL_FLAG(bool, untie_embeddings_and_output_weights, false, "an output layer of its own");
 ABSL_FLAG(int, iters, 5, "Timed steps (after one warm-up step)");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda");
 ABSL_FLAG(bool, bf16, false, "bf16 weights and activations (--device=cuda)");
@@ -112,10 +114,9 @@ int main(int argc, char** argv) {
   c.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   c.seq_length = absl::GetFlag(FLAGS_seq_length);
   c.ffn_hidden_size = absl::GetFlag(FLAGS_ffn_hidden_size);
-  if (absl::GetFlag(FLAGS_num_query_groups) > 0) {
-    c.group_query_attention = true;
-    c.num_query_groups = absl::GetFlag(FLAGS_num_query_groups);
-  }
+  c.group_query_attention = absl::GetFlag(FLAGS_group_query_attention);
+  c.num_query_groups = absl::GetFlag(FLAGS_num_query_groups);
+  c.untie_embeddings_and_output_weights = absl::GetFlag(FLAGS_untie_embeddings_and_output_weights);
   c.normalization = absl::GetFlag(FLAGS_normalization);
   c.position_embedding_type = absl::GetFlag(FLAGS_position_embedding_type);
   c.swiglu = absl::GetFlag(FLAGS_swiglu);
