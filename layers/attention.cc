@@ -1,6 +1,7 @@
 #include "layers/attention.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/kernel_choice.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 
@@ -94,6 +95,27 @@ absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward) const {
   return absl::OkStatus();
 }
 
+absl::Status ParallelAttention::FusedSplit(const Tensor& in, Tensor* out, bool backward) const {
+  core::ops::QkvSplitOptions o;
+  o.heads = heads_ / tp_.size();
+  o.groups = groups_ / tp_.size();
+  o.rope = options_.rope;
+  o.rope_options = options_.rope_options;
+  auto call = [&](const Tensor& i, Tensor* out_part) {
+    return backward ? core::ops::QkvSplitRopeBackward(i, o, out_part)
+                    : core::ops::QkvSplitRopeForward(i, o, out_part);
+  };
+  if (!options_.rope) return call(in, out);
+  // As Rotate: each run of consecutive global positions at its own offset.
+  for (const RowRun& run : ActivationRowRuns(TpGroup{}, cp_, in.dim(0))) {
+    LOOM_ASSIGN_OR_RETURN(Tensor in_part, in.Narrow(run.local_first, run.count));
+    LOOM_ASSIGN_OR_RETURN(Tensor out_part, out->Narrow(run.local_first, run.count));
+    o.rope_options.position_offset = run.global_first;
+    LOOM_RETURN_IF_ERROR(call(in_part, &out_part));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<core::ops::AttentionPlan> ParallelAttention::Plan(
     const Tensor& qkv, const DropoutStream& dropout) const {
   if (cp_.parallel()) return core::ops::AttentionPlan{"ring", core::ops::AttentionSaved::kLse};
@@ -152,9 +174,19 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
   LOOM_ASSIGN_OR_RETURN(Tensor proj, qkv_.Forward(x, &saved->qkv_in));
   const int64_t s = proj.dim(0), b = proj.dim(1);
   const int64_t d = proj.dim(2) / (local_heads + 2 * local_groups);
+  saved->fused_split = false;
   if (!Rearranged()) {
     saved->qkv = proj;  // already [s, b, heads/p, {q, k, v}, d]
   } else {
+    LOOM_ASSIGN_OR_RETURN(const core::ops::KernelChoice split,
+                          core::ops::ChooseKernel("qkv_split", proj.device().type));
+    saved->fused_split = split.implementation == "fused";
+  }
+  if (saved->fused_split) {
+    LOOM_ASSIGN_OR_RETURN(saved->qkv, Tensor::Empty(Shape{s, b, local_heads * 3 * d}, proj.dtype(),
+                                                    proj.device()));
+    LOOM_RETURN_IF_ERROR(FusedSplit(proj, &saved->qkv, /*backward=*/false));
+  } else if (Rearranged()) {
     LOOM_RETURN_IF_ERROR(MakeIds(s * b, proj, saved));
     LOOM_ASSIGN_OR_RETURN(Tensor table, proj.Reshape(Shape{proj.numel() / d, d}));
     if (options_.rope) {
@@ -197,6 +229,14 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
   }
   LOOM_RETURN_IF_ERROR(CoreBackward(saved.plan, dctx, saved.qkv, out, kept, dropout, &dqkv));
   if (!Rearranged()) return qkv_.Backward(dqkv, saved.qkv_in);
+  if (saved.fused_split) {  // in dqkv's dtype, the sums in f32 inside the kernel
+    const int64_t d = dqkv.dim(2) / (3 * local_heads);
+    LOOM_ASSIGN_OR_RETURN(Tensor dproj, Tensor::Empty(Shape{dqkv.dim(0), dqkv.dim(1),
+                                                            (local_heads + 2 * local_groups) * d},
+                                                      dqkv.dtype(), dqkv.device()));
+    LOOM_RETURN_IF_ERROR(FusedSplit(dqkv, &dproj, /*backward=*/true));
+    return qkv_.Backward(dproj, saved.qkv_in);
+  }
 
   // Back to the projection's layout: scatter-add (a group's k and v
   // gradients sum over its query heads), un-rotate q and k. Sums run in f32.

@@ -53,7 +53,10 @@ struct AttentionOptions {
 // rearranged into the kernel's [s, b, heads/p, {q, k, v}, d] by row gathers
 // (EmbeddingForward over d-wide rows: each query head gets its group's k and
 // v; q and k are rotated on the way) and the backward scatter-adds (sums the
-// k/v gradients of a group's heads) and rotates back. The attention always
+// k/v gradients of a group's heads) and rotates back; or, where the kernel
+// manifest chooses "fused" for "qkv_split", by QkvSplitRopeForward /
+// QkvSplitRopeBackward (no index tables, no atomics; bitwise the same on the
+// CPU). The attention always
 // sees the whole sequence (SP gathers it in the projection), so the RoPE
 // position of row i is i on every layout and pipeline stage; under context
 // parallelism it sees this CP rank's two chunks, rotated at their global
@@ -77,6 +80,9 @@ class ParallelAttention {
     // the kernel's rows from the table, `table` the table's rows (RoPE: q and
     // k heads, then v heads) from the projection's rows.
     core::Tensor gather_ids, table_ids;
+    // The rearrangement ran the fused QkvSplitRope kernels (the kernel
+    // manifest's "qkv_split" choice) instead of the index tables above.
+    bool fused_split = false;
     RowParallelLinear::Saved proj_in;
   };
   ParallelAttention(Param* qkv_w, Param* qkv_b, Param* proj_w, Param* proj_b,
@@ -106,6 +112,9 @@ class ParallelAttention {
   // Rotates (or, backward, un-rotates) q and k rows [s, b, heads + groups, d]
   // in place at their global positions.
   absl::Status Rotate(core::Tensor* qk, bool backward) const;
+  // The fused rearrangement: proj -> qkv (forward) or dqkv -> dproj, with RoPE
+  // at the rows' global positions (one call per row run under CP).
+  absl::Status FusedSplit(const core::Tensor& in, core::Tensor* out, bool backward) const;
   // The attention kernel: the planned one on the whole sequence (`kept`:
   // its lse or probs, allocated here), or the CP ring (lse).
   absl::Status CoreForward(const core::ops::AttentionPlan& plan, const core::Tensor& qkv,

@@ -170,6 +170,10 @@ void RopeCosSin(int64_t position, const float* inv_freq, int64_t n, float* cos, 
   RopeCosSinRange(position, inv_freq, n, cos, sin);
 }
 
+void RopeRotate(const float* x, const float* cos, const float* sin, int64_t h, float* out) {
+  RopeRotateRow(x, cos, sin, h, out);
+}
+
 }  // namespace internal
 
 }  // namespace loom::core::cpu

@@ -58,6 +58,11 @@ namespace internal {
 void RopeInvFreq(float base, int64_t r, float* inv_freq);
 // cos[i], sin[i] of theta_i = f32(f32(position) * inv_freq[i]), i < n.
 void RopeCosSin(int64_t position, const float* inv_freq, int64_t n, float* cos, float* sin);
+// One head's rotation, the loop RopeForward / RopeBackward run (so fused
+// kernels reusing it give their bits): for i < h, out[i] = x[i] cos[i] -
+// x[i + h] sin[i], out[i + h] = x[i + h] cos[i] + x[i] sin[i] (sin negated:
+// the inverse). out may be x; dims from 2h on are not touched.
+void RopeRotate(const float* x, const float* cos, const float* sin, int64_t h, float* out);
 }  // namespace internal
 
 }  // namespace loom::core::cpu

@@ -186,6 +186,17 @@ struct AdamWScalars {
 cudaError_t AdamW(float* param, const float* grad, float* m, float* v, void* param_bf16, int64_t n,
                   const AdamWScalars& s, cudaStream_t stream);
 
+// ---- qkv_split.cu: attention's projection [rows, groups, n + 2, d] <-> the
+// kernels' [rows, groups * n, 3, d] (core/cpu/qkv_split.h); row t is at
+// position t / batch + offset; r: rotary dim (0: no rope). One block per row,
+// no atomics: the backward's k/v sums are deterministic.
+cudaError_t QkvSplitForward(Elem t, const void* proj, int64_t rows, int64_t batch, int64_t groups,
+                            int64_t n, int64_t d, int64_t r, float base, int64_t offset, void* qkv,
+                            cudaStream_t stream);
+cudaError_t QkvSplitBackward(Elem t, const void* dqkv, int64_t rows, int64_t batch, int64_t groups,
+                             int64_t n, int64_t d, int64_t r, float base, int64_t offset,
+                             void* dproj, cudaStream_t stream);
+
 }  // namespace loom::core::cuda::kernels
 
 #endif  // LOOM_CORE_CUDA_KERNELS_H_

@@ -13,6 +13,7 @@
 #include "core/cuda/layernorm.h"
 #include "core/cuda/linear.h"
 #include "core/cuda/matmul.h"
+#include "core/cuda/qkv_split.h"
 #include "core/cuda/reduce.h"
 #include "core/cuda/rmsnorm.h"
 #include "core/cuda/rope.h"

@@ -14,6 +14,7 @@
 #include "core/cpu/layernorm.h"
 #include "core/cpu/linear.h"
 #include "core/cpu/matmul.h"
+#include "core/cpu/qkv_split.h"
 #include "core/cpu/reduce.h"
 #include "core/cpu/rmsnorm.h"
 #include "core/cpu/rope.h"

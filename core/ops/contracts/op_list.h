@@ -156,7 +156,13 @@
     (dy, w, pre, dx, dbias, opts))                                                                 \
   X(LinearBackwardWeight, linear_backward_weight, absl::Status, dy,                                \
     (const Tensor& dy, const Tensor& x, Tensor* dw, Tensor* dbias, const LinearOptions& opts),     \
-    (dy, x, dw, dbias, opts))
+    (dy, x, dw, dbias, opts))                                                                      \
+  /* Attention's projection [s, b, groups * (n + 2) * d] to the kernels' qkv */                    \
+  /* [s, b, heads, 3, d] with RoPE, and back (k/v summed per group, no atomics). */                \
+  X(QkvSplitRopeForward, qkv_split_rope_forward, absl::Status, proj,                               \
+    (const Tensor& proj, const QkvSplitOptions& o, Tensor* qkv), (proj, o, qkv))                   \
+  X(QkvSplitRopeBackward, qkv_split_rope_backward, absl::Status, dqkv,                             \
+    (const Tensor& dqkv, const QkvSplitOptions& o, Tensor* dproj), (dqkv, o, dproj))
 // clang-format on
 
 namespace loom::core::ops {

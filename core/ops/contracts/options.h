@@ -88,6 +88,18 @@ struct RopeOptions {
   int64_t position_offset = 0;  // position of row s is s + position_offset
 };
 
+// ---- qkv_split
+// Attention's fused QKV projection [S, B, groups * (n + 2) * d], rows ordered
+// [group, {q x n, k, v}, d] with n = heads / groups (layers/gpt_config.h),
+// rearranged into the attention kernels' [S, B, heads, {q, k, v}, d] (each
+// query head gets its group's k and v), q and k rotated when `rope`.
+struct QkvSplitOptions {
+  int64_t heads = 1;   // query heads of this call (TP-local)
+  int64_t groups = 0;  // K/V heads of this call; 0: one per query head
+  bool rope = false;   // rotate q and k (rope_options; row s is at s + position_offset)
+  RopeOptions rope_options;
+};
+
 // ---- vocab_parallel_ce
 struct VocabShard {
   int64_t vocab_start = 0;  // global id of local column 0
