@@ -266,29 +266,39 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
 }
 
 absl::StatusOr<Tensor> ParallelMlp::Forward(const Tensor& x, Saved* saved) const {
+  if (!swiglu_) {
+    // GELU inside the up-projection: one GEMM with its epilogue where the
+    // "linear_epilogue" choice fuses it (layers/linear.h).
+    LOOM_ASSIGN_OR_RETURN(Tensor act, up_.Forward(x, &saved->up_in, &saved->pre_gelu));
+    return down_.Forward(act, &saved->down_in);
+  }
   LOOM_ASSIGN_OR_RETURN(saved->pre_gelu, up_.Forward(x, &saved->up_in));
   const Tensor& pre = saved->pre_gelu;
-  if (swiglu_) {
+  {
     LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(core::Shape{pre.dim(0), pre.dim(1), pre.dim(2) / 2},
                                                     pre.dtype(), pre.device()));
     LOOM_RETURN_IF_ERROR(core::ops::SwigluForward(pre, &act));
     return down_.Forward(act, &saved->down_in);
   }
-  LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(pre.shape(), pre.dtype(), pre.device()));
-  LOOM_RETURN_IF_ERROR(core::ops::GeluForward(pre, &act));
-  return down_.Forward(act, &saved->down_in);
 }
 
 absl::StatusOr<Tensor> ParallelMlp::Backward(const Tensor& dy, const Saved& saved) const {
+  if (!swiglu_) {
+    // GELU's derivative inside the down-projection's dX GEMM; where that is
+    // fused, the up-projection's bias gradient comes with it (layers/linear.h).
+    bool up_bias_done = false;
+    RowParallelLinear::GeluGrad gelu{&saved.pre_gelu, Tensor(), &up_bias_done};
+    LOOM_ASSIGN_OR_RETURN(gelu.up_bias_grad, up_.BiasGrad());
+    LOOM_ASSIGN_OR_RETURN(Tensor dpre, down_.Backward(dy, saved.down_in, &gelu));
+    return up_.Backward(dpre, saved.up_in, up_bias_done);
+  }
   LOOM_ASSIGN_OR_RETURN(Tensor dact, down_.Backward(dy, saved.down_in));
-  if (swiglu_) {
+  {
     LOOM_ASSIGN_OR_RETURN(Tensor dpre, Tensor::Empty(saved.pre_gelu.shape(), saved.pre_gelu.dtype(),
                                                      saved.pre_gelu.device()));
     LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, saved.pre_gelu, &dpre));
     return up_.Backward(dpre, saved.up_in);
   }
-  LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(saved.pre_gelu, dact, &dact));
-  return up_.Backward(dact, saved.up_in);
 }
 
 }  // namespace loom::layers

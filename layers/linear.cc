@@ -1,6 +1,7 @@
 #include "layers/linear.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/kernel_choice.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/mappings.h"
@@ -10,7 +11,16 @@ namespace {
 
 using core::Shape;
 using core::Tensor;
+using core::ops::LinearOptions;
 using core::ops::MatmulOptions;
+
+// Whether the bias/GELU epilogues ride on the GEMMs for tensors like `t`
+// (core/ops/kernel_manifest.textproto, "linear_epilogue").
+absl::StatusOr<bool> FusedEpilogue(const Tensor& t) {
+  LOOM_ASSIGN_OR_RETURN(const core::ops::KernelChoice c,
+                        core::ops::ChooseKernel("linear_epilogue", t.device().type));
+  return c.implementation == "cublaslt";
+}
 
 // [s, b, h] in the dtype and on the device of `like` (activations follow the input).
 absl::StatusOr<Tensor> NewActivation(int64_t s, int64_t b, int64_t h, const Tensor& like) {
@@ -71,7 +81,13 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Vector(const Tensor& t) const {
   return t.Reshape(Shape{t.numel()});
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* saved) const {
+absl::StatusOr<Tensor> ColumnParallelLinear::BiasGrad() const {
+  if (b_ == nullptr) return Tensor();
+  return Vector(b_->grad);
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* saved,
+                                                     Tensor* pre_gelu) const {
   LOOM_ASSIGN_OR_RETURN(const Tensor w, Matrix(w_->value));
   const int64_t out = w.dim(0);
   LOOM_RETURN_IF_ERROR(CheckInput("ColumnParallelLinear", x, w));
@@ -86,16 +102,36 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Saved* sav
   absl::StatusOr<Tensor> y = NewActivation(full.dim(0), full.dim(1), out, full);
   if (!y.ok()) return y.status();
   Tensor y2 = *As2D(*y);
+  LOOM_ASSIGN_OR_RETURN(const bool fused, FusedEpilogue(full));
+  if (fused && b_ != nullptr) {
+    // One GEMM with the bias (and GELU, keeping its input) in the epilogue.
+    LOOM_ASSIGN_OR_RETURN(const Tensor bias, Vector(b_->value));
+    const LinearOptions o{pre_gelu != nullptr, w_->gemm_value.defined()};
+    if (pre_gelu == nullptr) {
+      LOOM_RETURN_IF_ERROR(core::ops::LinearForward(*As2D(full), wg, bias, &y2, nullptr, o));
+      return y;
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(y->shape(), y->dtype(), y->device()));
+    Tensor act2 = *As2D(act);
+    LOOM_RETURN_IF_ERROR(core::ops::LinearForward(*As2D(full), wg, bias, &act2, &y2, o));
+    *pre_gelu = *y;
+    return act;
+  }
   LOOM_RETURN_IF_ERROR(
       core::ops::Matmul(*As2D(full), wg, &y2, GemmOptions(*w_, MatmulOptions{false, true})));
   if (b_ != nullptr) {
     LOOM_ASSIGN_OR_RETURN(const Tensor bias, Vector(b_->value));
     LOOM_RETURN_IF_ERROR(core::ops::BiasAddForward(y2, bias, &y2));
   }
-  return y;
+  if (pre_gelu == nullptr) return y;
+  *pre_gelu = *y;
+  LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(y->shape(), y->dtype(), y->device()));
+  LOOM_RETURN_IF_ERROR(core::ops::GeluForward(*y, &act));
+  return act;
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Saved& saved) const {
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Saved& saved,
+                                                      bool bias_grad_done) const {
   LOOM_ASSIGN_OR_RETURN(const Tensor w, Matrix(GemmWeight(*w_)));
   const int64_t in = w.dim(1);
   // SP: start re-gathering the input shard now; it is needed only for dW.
@@ -114,13 +150,20 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
   comm::WorkPtr reduce = tp_.sequence_parallel ? ReduceScatterSeqAsync(tp_, *dx, &dx_out)
                                                : AllReduceTpAsync(tp_, *dx);
   if (!tp_.sequence_parallel) dx_out = *dx;
-  LOOM_ASSIGN_OR_RETURN(const Tensor dw, Matrix(w_->grad));
+  LOOM_ASSIGN_OR_RETURN(Tensor dw, Matrix(w_->grad));
+  const bool bias_grad = b_ != nullptr && !bias_grad_done;
   Tensor db;
-  if (b_ != nullptr) {
+  if (bias_grad) {
     LOOM_ASSIGN_OR_RETURN(db, Vector(b_->grad));
   }
-  LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), dw, b_ != nullptr ? &db : nullptr,
-                                   w_->gemm_value.defined()));
+  LOOM_ASSIGN_OR_RETURN(const bool fused, FusedEpilogue(dy));
+  if (fused && bias_grad) {
+    LOOM_RETURN_IF_ERROR(core::ops::LinearBackwardWeight(
+        dy2, *As2D(full), &dw, &db, LinearOptions{false, w_->gemm_value.defined()}));
+  } else {
+    LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), dw, bias_grad ? &db : nullptr,
+                                     w_->gemm_value.defined()));
+  }
   LOOM_RETURN_IF_ERROR(reduce->WaitOnStream());
   return dx_out;
 }
@@ -134,8 +177,18 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Saved* saved)
   absl::StatusOr<Tensor> partial = NewActivation(x.dim(0), x.dim(1), out, x);
   if (!partial.ok()) return partial.status();
   Tensor p2 = *As2D(*partial);
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(x), GemmWeight(*w_), &p2,
-                                         GemmOptions(*w_, MatmulOptions{false, true})));
+  // TP size 1: the reduction below is the identity, so the bias may ride on
+  // the GEMM; with p ranks it must be added once, after the sum.
+  LOOM_ASSIGN_OR_RETURN(const bool fused, FusedEpilogue(x));
+  const bool fused_bias = fused && b_ != nullptr && tp_.size() == 1;
+  if (fused_bias) {
+    LOOM_RETURN_IF_ERROR(core::ops::LinearForward(*As2D(x), GemmWeight(*w_), b_->value, &p2,
+                                                  nullptr,
+                                                  LinearOptions{false, w_->gemm_value.defined()}));
+  } else {
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(*As2D(x), GemmWeight(*w_), &p2,
+                                           GemmOptions(*w_, MatmulOptions{false, true})));
+  }
   Tensor y;
   if (tp_.sequence_parallel) {
     absl::StatusOr<Tensor> rs = ReduceScatterSeq(tp_, *partial);  // -> [s/p, b, out]
@@ -145,18 +198,24 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Saved* saved)
     LOOM_RETURN_IF_ERROR(AllReduceTp(tp_, *partial));
     y = *partial;
   }
-  if (b_ != nullptr) {
+  if (b_ != nullptr && !fused_bias) {
     Tensor y2 = *As2D(y);
     LOOM_RETURN_IF_ERROR(core::ops::BiasAddForward(y2, b_->value, &y2));
   }
   return y;
 }
 
-absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved& saved) const {
+absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved& saved,
+                                                   const GeluGrad* gelu) const {
+  LOOM_ASSIGN_OR_RETURN(const bool fused, FusedEpilogue(dy));
   // The bias was added after the reduction: its gradient is Σ dY over this
   // rank's rows (with SP only 1/p of the sequence: the optimizer all-reduces
-  // it over TP, see ParamSpec::sequence_parallel_grad).
-  if (b_ != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddBackward(*As2D(dy), &b_->grad));
+  // it over TP, see ParamSpec::sequence_parallel_grad). Without SP those rows
+  // are the dY the weight-gradient GEMM reads, so its epilogue can sum them.
+  const bool fused_bias = fused && b_ != nullptr && !tp_.sequence_parallel;
+  if (b_ != nullptr && !fused_bias) {
+    LOOM_RETURN_IF_ERROR(core::ops::BiasAddBackward(*As2D(dy), &b_->grad));
+  }
   Tensor full = dy;
   if (tp_.sequence_parallel) {
     absl::StatusOr<Tensor> g = AllGatherSeq(tp_, dy);  // [s/p, b, out] -> [s, b, out]
@@ -167,9 +226,26 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved
   absl::StatusOr<Tensor> dx = NewActivation(full.dim(0), full.dim(1), in, full);
   if (!dx.ok()) return dx.status();
   Tensor dy2 = *As2D(full), dx2 = *As2D(*dx);
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, GemmWeight(*w_), &dx2, GemmOptions(*w_, {})));
-  LOOM_RETURN_IF_ERROR(
-      WeightGrads(dy2, *As2D(saved.input), w_->grad, nullptr, w_->gemm_value.defined()));
+  const bool bf16 = w_->gemm_value.defined();
+  if (gelu != nullptr && fused) {
+    // dX = gelu'(pre) ⊙ dY·A in the GEMM's epilogue, with the up-projection's
+    // bias gradient (Σ over these rows: the column-parallel layer's full dY).
+    const bool up_bias = gelu->up_bias_grad.defined();
+    Tensor up_db = gelu->up_bias_grad;
+    LOOM_RETURN_IF_ERROR(core::ops::LinearBackwardData(dy2, GemmWeight(*w_), *As2D(*gelu->pre),
+                                                       &dx2, up_bias ? &up_db : nullptr,
+                                                       LinearOptions{true, bf16}));
+    if (up_bias && gelu->up_bias_grad_done != nullptr) *gelu->up_bias_grad_done = true;
+  } else {
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, GemmWeight(*w_), &dx2, GemmOptions(*w_, {})));
+    if (gelu != nullptr) LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(*gelu->pre, *dx, &*dx));
+  }
+  if (fused_bias) {
+    LOOM_RETURN_IF_ERROR(core::ops::LinearBackwardWeight(dy2, *As2D(saved.input), &w_->grad,
+                                                         &b_->grad, LinearOptions{false, bf16}));
+  } else {
+    LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(saved.input), w_->grad, nullptr, bf16));
+  }
   return dx;
 }
 

@@ -28,6 +28,9 @@ namespace loom::layers {
 // backward re-gathers it asynchronously and reduce-scatters dX while the
 // weight gradient is computed.
 // Output: [s, b, out/p] (stays split).
+// Where core/ops's kernel choice "linear_epilogue" is "cublaslt" the bias
+// (and the GELU MLP's GELU) ride on the GEMM (core/ops LinearForward /
+// LinearBackwardWeight): the same math, one kernel.
 // `in_features` > 0: the weight (and bias) are stored in another shape with
 // the same elements (the --swiglu projection's [2, F·in/p]) and viewed as the
 // row-major [numel / in_features, in_features] matrix (bias as a vector).
@@ -39,8 +42,18 @@ class ColumnParallelLinear {
   ColumnParallelLinear(Param* weight, Param* bias, TpGroup tp, int64_t in_features = 0)
       : w_(weight), b_(bias), tp_(tp), in_features_(in_features) {}
 
-  absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
-  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved) const;
+  // `pre_gelu` non-null (the GELU MLP's up-projection): returns gelu(Y) and
+  // sets *pre_gelu = Y, what the backward's GELU derivative needs.
+  absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved,
+                                       core::Tensor* pre_gelu = nullptr) const;
+  // `bias_grad_done`: the bias gradient was already accumulated by the
+  // producer of dy (RowParallelLinear::Backward's fused dGELU epilogue).
+  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved,
+                                        bool bias_grad_done = false) const;
+
+  // The bias gradient as [out/p] (a view of the parameter's), or an undefined
+  // tensor without a bias.
+  absl::StatusOr<core::Tensor> BiasGrad() const;
 
  private:
   // The weight's value or gradient as the [out/p, in] GEMM operand, the
@@ -58,15 +71,30 @@ class ColumnParallelLinear {
 // full and added after the reduction. Input [s, b, in/p] (split).
 // No SP: forward all-reduces the partial output; backward is local.
 // SP: forward reduce-scatters along s to [s/p, b, out]; backward all-gathers dY.
+// With the "cublaslt" linear epilogue the bias rides on the forward GEMM only
+// where the reduction is the identity (TP size 1: adding it before a sum over
+// ranks would add it p times), and its gradient on the weight-gradient GEMM
+// only without SP (with SP it is the sum over this rank's dY shard, not over
+// the gathered dY the GEMM reads).
 class RowParallelLinear {
  public:
   struct Saved {
     core::Tensor input;  // [s, b, in/p]
   };
+  // The GELU MLP's down-projection backward: dX goes through GELU's derivative
+  // at `pre` (the up-projection's output, [s, b, in/p]); `up_bias_grad` (may
+  // be undefined) is the up-projection's bias gradient, which the fused dGELU
+  // epilogue accumulates (then `*up_bias_grad_done` is set).
+  struct GeluGrad {
+    const core::Tensor* pre = nullptr;
+    core::Tensor up_bias_grad;
+    bool* up_bias_grad_done = nullptr;
+  };
   RowParallelLinear(Param* weight, Param* bias, TpGroup tp) : w_(weight), b_(bias), tp_(tp) {}
 
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
-  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved) const;
+  absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, const Saved& saved,
+                                        const GeluGrad* gelu = nullptr) const;
 
  private:
   Param* w_;

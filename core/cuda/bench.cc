@@ -28,8 +28,10 @@
 #include "core/cuda/blas.h"
 #include "core/cuda/copy.h"
 #include "core/cuda/event.h"
+#include "core/cuda/linear.h"
 #include "core/cuda/matmul.h"
 #include "core/cuda/runtime.h"
+#include "core/ops/contracts/options.h"
 #include "core/tensor.h"
 
 namespace loom::core::cuda {
@@ -93,6 +95,26 @@ absl::StatusOr<Tensor> Filled(const Shape& shape, DType dtype, unsigned char byt
   if (!t.ok()) return t.status();
   if (absl::Status s = FillBytes(&*t, byte); !s.ok()) return s;
   return t;
+}
+
+// Uniform in [-scale, scale) on the host (a fixed LCG), as bf16 on the GPU:
+// GEMMs run measurably faster on constant data, so the A/B rows use this.
+absl::StatusOr<Tensor> RandomOnGpu(const Shape& shape, DType dtype, uint64_t seed, float scale) {
+  absl::StatusOr<Tensor> host = Tensor::Empty(shape, dtype, Device::CPU());
+  if (!host.ok()) return host.status();
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < host->numel(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const float v = scale * (static_cast<float>(x >> 40) / 8388608.0f - 1.0f);
+    if (dtype == DType::kBF16) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      static_cast<uint16_t*>(host->raw_data())[i] = static_cast<uint16_t>(bits >> 16);
+    } else {
+      host->data<float>()[i] = v;
+    }
+  }
+  return host->To(Device::CUDA(CurrentDevice()));
 }
 
 struct Row {
@@ -169,6 +191,68 @@ absl::Status Run(const Flags& f) {
   rows.push_back({"attention fwd+bwd s=2048 b=4 h=16 d=64 bf16 causal", *both, t_both,
                   t_both / gemm_rate});
 
+  // The linear layers' GEMM epilogues (core/cuda/linear.h), GPT-2-medium's
+  // MLP at 8192 tokens (h 1024, ffn 4096), bf16 activations, f32 gradients,
+  // random data: the unfused sequence (cuBLAS GEMM + bias/GELU/dGELU/bias
+  // gradient kernels) against one cuBLASLt GEMM with its epilogue, same run.
+  // Fused rows' ratio: unfused ms / fused ms (> 1: the epilogue is faster).
+  {
+    const int64_t n = 8192, h = 1024, ffn = 4096;
+    const DType bf = DType::kBF16, f32 = DType::kF32;
+    absl::StatusOr<Tensor> x = RandomOnGpu(Shape{n, h}, bf, 11, 1.0f);
+    absl::StatusOr<Tensor> w_up = RandomOnGpu(Shape{ffn, h}, bf, 12, 0.03f);
+    absl::StatusOr<Tensor> b_up = RandomOnGpu(Shape{ffn}, bf, 13, 0.1f);
+    absl::StatusOr<Tensor> act = RandomOnGpu(Shape{n, ffn}, bf, 14, 1.0f);
+    absl::StatusOr<Tensor> pre = RandomOnGpu(Shape{n, ffn}, bf, 15, 2.0f);
+    absl::StatusOr<Tensor> w_down = RandomOnGpu(Shape{h, ffn}, bf, 16, 0.015f);
+    absl::StatusOr<Tensor> b_down = RandomOnGpu(Shape{h}, bf, 17, 0.1f);
+    absl::StatusOr<Tensor> dy = RandomOnGpu(Shape{n, h}, bf, 18, 1.0f);
+    absl::StatusOr<Tensor> dpre = RandomOnGpu(Shape{n, ffn}, bf, 19, 1.0f);
+    absl::StatusOr<Tensor> y_up = RandomOnGpu(Shape{n, ffn}, bf, 20, 1.0f);
+    absl::StatusOr<Tensor> y_down = RandomOnGpu(Shape{n, h}, bf, 21, 1.0f);
+    absl::StatusOr<Tensor> dw_up = RandomOnGpu(Shape{ffn, h}, f32, 22, 0.0f);
+    absl::StatusOr<Tensor> dw_down = RandomOnGpu(Shape{h, ffn}, f32, 23, 0.0f);
+    absl::StatusOr<Tensor> db_up = RandomOnGpu(Shape{ffn}, f32, 24, 0.0f);
+    absl::StatusOr<Tensor> db_down = RandomOnGpu(Shape{h}, f32, 25, 0.0f);
+    for (const auto* t : {&x, &w_up, &b_up, &act, &pre, &w_down, &b_down, &dy, &dpre, &y_up,
+                          &y_down, &dw_up, &dw_down, &db_up, &db_down}) {
+      if (!t->ok()) return t->status();
+    }
+    const ops::LinearOptions gelu{true, false}, plain{false, false};
+    const double up_flops = 2.0 * n * h * ffn;  // every GEMM here has n·h·ffn products
+    struct Case {
+      const char* name;
+      std::function<absl::Status()> unfused, fused;
+    };
+    const Case cases[] = {
+        {"linear fwd up+bias+gelu [8192x1024]x[1024x4096]",
+         [&] { return LinearForwardUnfused(*x, *w_up, *b_up, &*y_up, &*pre, gelu); },
+         [&] { return LinearForward(*x, *w_up, *b_up, &*y_up, &*pre, gelu); }},
+        {"linear fwd down+bias [8192x4096]x[4096x1024]",
+         [&] { return LinearForwardUnfused(*act, *w_down, *b_down, &*y_down, nullptr, plain); },
+         [&] { return LinearForward(*act, *w_down, *b_down, &*y_down, nullptr, plain); }},
+        {"linear bwd dX down+dgelu+dbias [8192x1024]x[1024x4096]",
+         [&] { return LinearBackwardDataUnfused(*dy, *w_down, *pre, &*dpre, &*db_up, gelu); },
+         [&] { return LinearBackwardData(*dy, *w_down, *pre, &*dpre, &*db_up, gelu); }},
+        {"linear bwd dW up+dbias [4096x8192]x[8192x1024]",
+         [&] { return LinearBackwardWeightUnfused(*dpre, *x, &*dw_up, &*db_up, plain); },
+         [&] { return LinearBackwardWeight(*dpre, *x, &*dw_up, &*db_up, plain); }},
+        {"linear bwd dW down+dbias [1024x8192]x[8192x4096]",
+         [&] { return LinearBackwardWeightUnfused(*dy, *act, &*dw_down, &*db_down, plain); },
+         [&] { return LinearBackwardWeight(*dy, *act, &*dw_down, &*db_down, plain); }},
+    };
+    for (const Case& c : cases) {
+      absl::StatusOr<double> unfused = TimeMs(f, c.unfused);
+      if (!unfused.ok()) return unfused.status();
+      absl::StatusOr<double> fused = TimeMs(f, c.fused);
+      if (!fused.ok()) return fused.status();
+      rows.push_back({absl::StrCat(c.name, " unfused"), *unfused,
+                      up_flops / (*unfused * 1e-3) / 1e12, 1.0});
+      rows.push_back({absl::StrCat(c.name, " cublaslt"), *fused, up_flops / (*fused * 1e-3) / 1e12,
+                      *unfused / *fused});
+    }
+  }
+
   if (f.json) {
     std::printf("{\"iters\": %d, \"warmup\": %d, \"rows\": [", f.iters, f.warmup);
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -177,13 +261,14 @@ absl::Status Run(const Flags& f) {
     }
     std::printf("]}\n");
   } else {
-    std::printf("%-58s %10s %9s %7s\n", "case", "median ms", "TFLOP/s", "ratio");
+    std::printf("%-66s %10s %9s %7s\n", "case", "median ms", "TFLOP/s", "ratio");
     for (const Row& r : rows) {
-      std::printf("%-58s %10.4f %9.2f %7.3f\n", r.name.c_str(), r.ms, r.tflops, r.ratio);
+      std::printf("%-66s %10.4f %9.2f %7.3f\n", r.name.c_str(), r.ms, r.tflops, r.ratio);
     }
     std::printf("ratio: GEMM rows = Matmul / raw cublasGemmEx; attention rows = attention rate /"
                 " our bf16 4096^3 GEMM rate.\nattention FLOPs count causal halving: fwd = 2 b h"
-                " s^2 d, fwd+bwd = 3.5x fwd.\n");
+                " s^2 d, fwd+bwd = 3.5x fwd.\nlinear rows: cublaslt ratio = unfused ms / cublaslt ms"
+                " (same run, random bf16 data).\n");
   }
   return absl::OkStatus();
 }
