@@ -1,14 +1,12 @@
 #include "layers/context_parallel.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/flash_attention.h"
+#include "core/ops/ops.h"
 #include "core/status_macros.h"
 
 namespace loom::layers {
@@ -19,7 +17,7 @@ using core::Shape;
 using core::Tensor;
 namespace cpu = core::cpu;
 
-// Tags of the ring's messages: K/V, and in the backward K/V with dK/dV.
+// Tags of the ring's messages: K/V, and in the backward their dK/dV.
 constexpr int kKvTag = 7100;
 constexpr int kDkvTag = 7101;
 
@@ -30,13 +28,9 @@ struct Dims {
   int64_t b = 0;      // micro-batch
   int64_t heads = 0;  // this rank's heads
   int64_t d = 0;      // head dim
-  int64_t Pairs() const { return b * heads; }
-  // Row strides of qkv [rows, b, heads, 3, d], a K/V buffer [rows, b, heads, 2, d]
-  // and out [rows, b, heads, d].
-  int64_t LdQkv() const { return b * heads * 3 * d; }
-  int64_t LdKv() const { return b * heads * 2 * d; }
-  int64_t LdOut() const { return b * heads * d; }
 };
+
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kBF16; }
 
 // The layout, the CP group it must describe, and qkv (both ring directions).
 absl::StatusOr<Dims> CheckRing(const comm::Communicator& cp, const ContextParallelLayout& layout,
@@ -47,10 +41,10 @@ absl::StatusOr<Dims> CheckRing(const comm::Communicator& cp, const ContextParall
                                                    " of ", cp.size(), ", the layout says ",
                                                    layout.rank, " of ", layout.cp));
   }
-  if (qkv.device().type != core::DeviceType::kCPU || qkv.dtype() != DType::kF32 ||
-      qkv.shape().rank() != 3 || heads < 1 || qkv.dim(2) % (3 * heads) != 0) {
+  if (!qkv.defined() || !IsFloat(qkv.dtype()) || qkv.shape().rank() != 3 || heads < 1 ||
+      qkv.dim(2) % (3 * heads) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": qkv must be a host f32[2c, b, heads * 3 * d] with heads = ", heads));
+        op, ": qkv must be an f32 or bf16 [2c, b, heads * 3 * d] with heads = ", heads));
   }
   Dims dm;
   dm.c = layout.chunk();
@@ -66,77 +60,48 @@ absl::StatusOr<Dims> CheckRing(const comm::Communicator& cp, const ContextParall
   return dm;
 }
 
-absl::Status CheckLike(const Tensor& t, const Shape& want, const char* what, const char* op) {
-  if (t.device().type != core::DeviceType::kCPU || t.dtype() != DType::kF32 ||
-      t.shape() != want) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be a host f32 tensor of the expected shape"));
+// `t` is on qkv's device, of `dtype` and shape `want`.
+absl::Status CheckLike(const Tensor& t, const Tensor& qkv, DType dtype, const Shape& want,
+                       const char* what, const char* op) {
+  if (!t.defined() || t.device() != qkv.device() || t.dtype() != dtype || t.shape() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " must be a ", core::DTypeName(dtype), " tensor of shape ",
+                     want.ToString(), " on qkv's device; got ", t.DebugString()));
   }
   return absl::OkStatus();
 }
 
-// The forward's outputs: out [rows, b, heads * d] and lse [b, heads, rows].
-absl::Status CheckOutAndLse(const Dims& dm, const Tensor& out, const Tensor& lse, const char* op) {
-  LOOM_RETURN_IF_ERROR(CheckLike(out, Shape{dm.rows, dm.b, dm.heads * dm.d}, "out", op));
-  return CheckLike(lse, Shape{dm.b, dm.heads, dm.rows}, "lse", op);
+// The forward's outputs: out [rows, b, heads * d] (qkv's dtype) and lse [b, heads, rows] (f32).
+absl::Status CheckOutAndLse(const Dims& dm, const Tensor& qkv, const Tensor& out,
+                            const Tensor& lse, const char* op) {
+  LOOM_RETURN_IF_ERROR(
+      CheckLike(out, qkv, qkv.dtype(), Shape{dm.rows, dm.b, dm.heads * dm.d}, "out", op));
+  return CheckLike(lse, qkv, DType::kF32, Shape{dm.b, dm.heads, dm.rows}, "lse", op);
 }
 
-// The K and V of qkv packed as [rows, b, heads, 2, d]: what travels the ring.
-void PackKv(const Dims& dm, const float* qkv, float* kv) {
-  const int64_t n = dm.rows * dm.b * dm.heads;
-#pragma omp parallel for
-  for (int64_t r = 0; r < n; ++r) {
-    std::memcpy(kv + r * 2 * dm.d, qkv + r * 3 * dm.d + dm.d, 2 * dm.d * sizeof(float));
-  }
+// The (Q half qh, K/V half kh) block: Q rows of this rank's qkv, K/V rows of
+// the buffer holding `kv_owner`'s halves, at global positions.
+core::ops::FlashBlockOptions Block(const ContextParallelLayout& layout, const Dims& dm,
+                                   const core::ops::AttentionDropout& dropout, int kv_owner,
+                                   int qh, int kh) {
+  core::ops::FlashBlockOptions o;
+  o.heads = dm.heads;
+  o.q_row = qh * dm.c;
+  o.q_len = dm.c;
+  o.q_start = layout.HalfStart(qh);
+  o.k_row = kh * dm.c;
+  o.k_len = dm.c;
+  o.k_start = layout.HalfStartOf(kv_owner, kh);
+  o.seq_len = layout.seq_len;
+  o.causal = true;
+  o.dropout = dropout;
+  return o;
 }
 
-// The global pair index of (batch b_i, local head h) for the dropout mask.
-int64_t GlobalPair(const cpu::AttentionDropout& dropout, int64_t heads, int64_t b_i, int64_t h) {
-  const int64_t total = dropout.total_heads > 0 ? dropout.total_heads : heads;
-  return b_i * total + dropout.head_offset + h;
-}
-
-// The (Q half, K/V half) block of pair (b_i, h): Q from this rank's qkv, K/V
-// from `kv` (owner's halves), at global positions.
-cpu::FlashBlock Block(const ContextParallelLayout& layout, const Dims& dm,
-                      const cpu::AttentionDropout& dropout, const float* qkv, const float* kv,
-                      int kv_owner, int64_t b_i, int64_t h, int qh, int kh) {
-  const int64_t pair = b_i * dm.heads + h;
-  cpu::FlashBlock blk;
-  blk.d = dm.d;
-  blk.q = qkv + (qh * dm.c * dm.b * dm.heads + pair) * 3 * dm.d;
-  blk.ld_q = dm.LdQkv();
-  blk.q_start = layout.HalfStart(qh);
-  blk.q_len = dm.c;
-  blk.k = kv + (kh * dm.c * dm.b * dm.heads + pair) * 2 * dm.d;
-  blk.v = blk.k + dm.d;
-  blk.ld_kv = dm.LdKv();
-  blk.k_start = layout.HalfStartOf(kv_owner, kh);
-  blk.k_len = dm.c;
-  blk.seq_len = layout.seq_len;
-  blk.global_pair = GlobalPair(dropout, dm.heads, b_i, h);
-  blk.dropout = dropout;
-  blk.causal = true;
-  return blk;
-}
-
-// Whether every query of the block is before every key: nothing to do.
-bool FullyMasked(const cpu::FlashBlock& blk) {
-  return blk.k_start > blk.q_start + blk.q_len - 1;
-}
-
-// Runs fn(b_i, h) for every pair on OpenMP threads; returns the first error.
-template <typename Fn>
-absl::Status ForEachPair(const Dims& dm, Fn fn) {
-  absl::Status first;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t p = 0; p < dm.Pairs(); ++p) {
-    absl::Status s = fn(p / dm.heads, p % dm.heads);
-    if (!s.ok()) {
-#pragma omp critical(loom_ring_attention_error)
-      if (first.ok()) first = s;
-    }
-  }
-  return first;
+// Whether every query of the block is before every key: nothing to do. (The
+// zig-zag layout makes each block skipped, full or diagonal.)
+bool FullyMasked(const core::ops::FlashBlockOptions& o) {
+  return o.k_start > o.q_start + o.q_len - 1;
 }
 
 int Next(const ContextParallelLayout& l) { return (l.rank + 1) % l.cp; }
@@ -212,29 +177,20 @@ absl::Status RingAttentionForward(comm::Communicator& cp, const ContextParallelL
                                   Tensor* lse) {
   constexpr char kOp[] = "RingAttentionForward";
   LOOM_ASSIGN_OR_RETURN(Dims dm, CheckRing(cp, layout, qkv, heads, kOp));
-  LOOM_RETURN_IF_ERROR(CheckOutAndLse(dm, *out, *lse, kOp));
+  LOOM_RETURN_IF_ERROR(CheckOutAndLse(dm, qkv, *out, *lse, kOp));
+  const core::Device dev = qkv.device();
 
   // Double-buffered K/V: compute on `cur` while `nxt` arrives.
   const Shape kv_shape{dm.rows, dm.b, heads * 2 * dm.d};
-  LOOM_ASSIGN_OR_RETURN(Tensor cur, Tensor::Empty(kv_shape, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor nxt, Tensor::Empty(kv_shape, DType::kF32));
-  PackKv(dm, qkv.data<float>(), cur.data<float>());
-  // Running softmax state per (pair, Q half): acc [c, d], m [c], l [c].
-  const int64_t states = dm.Pairs() * 2;
-  std::vector<float> acc(states * dm.c * dm.d), m(states * dm.c), l(states * dm.c);
-  auto state = [&](int64_t b_i, int64_t h, int qh) {
-    const int64_t s = (b_i * heads + h) * 2 + qh;
-    return cpu::FlashRunning{acc.data() + s * dm.c * dm.d, dm.d, m.data() + s * dm.c,
-                             l.data() + s * dm.c};
-  };
-  for (int64_t b_i = 0; b_i < dm.b; ++b_i) {
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int qh = 0; qh < 2; ++qh) {
-        cpu::FlashRunning st = state(b_i, h, qh);
-        cpu::FlashRunningInit(dm.c, dm.d, &st);
-      }
-    }
-  }
+  LOOM_ASSIGN_OR_RETURN(Tensor cur, Tensor::Empty(kv_shape, qkv.dtype(), dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor nxt, Tensor::Empty(kv_shape, qkv.dtype(), dev));
+  LOOM_RETURN_IF_ERROR(core::ops::FlashKvPack(qkv, heads, &cur));
+  // The running softmax state of every local row (f32).
+  LOOM_ASSIGN_OR_RETURN(Tensor acc,
+                        Tensor::Empty(Shape{dm.b, heads, dm.rows, dm.d}, DType::kF32, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor mx, Tensor::Empty(Shape{dm.b, heads, dm.rows}, DType::kF32, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(Shape{dm.b, heads, dm.rows}, DType::kF32, dev));
+  LOOM_RETURN_IF_ERROR(core::ops::FlashBlockInit(&acc, &mx, &sum));
   for (int step = 0; step < layout.cp; ++step) {
     const int owner = (layout.rank - step + layout.cp) % layout.cp;
     comm::WorkPtr pass;
@@ -242,38 +198,21 @@ absl::Status RingAttentionForward(comm::Communicator& cp, const ContextParallelL
       pass = cp.BatchSendRecv({{comm::P2POp::Kind::kSend, cur, Next(layout), kKvTag},
                                {comm::P2POp::Kind::kRecv, nxt, Prev(layout), kKvTag}});
     }
-    const float* kv = cur.data<float>();
-    absl::Status s = ForEachPair(dm, [&](int64_t b_i, int64_t h) -> absl::Status {
-      for (int qh = 0; qh < 2; ++qh) {
-        cpu::FlashRunning st = state(b_i, h, qh);
-        for (int kh = 0; kh < 2; ++kh) {
-          const cpu::FlashBlock blk =
-              Block(layout, dm, dropout, qkv.data<float>(), kv, owner, b_i, h, qh, kh);
-          if (!FullyMasked(blk)) LOOM_RETURN_IF_ERROR(cpu::FlashForwardBlock(blk, &st));
-        }
+    absl::Status s;
+    for (int qh = 0; qh < 2 && s.ok(); ++qh) {
+      for (int kh = 0; kh < 2 && s.ok(); ++kh) {
+        const core::ops::FlashBlockOptions o = Block(layout, dm, dropout, owner, qh, kh);
+        if (!FullyMasked(o)) s = core::ops::FlashBlockForward(qkv, cur, o, &acc, &mx, &sum);
       }
-      return absl::OkStatus();
-    });
+    }
     if (pass != nullptr) {
-      absl::Status w = pass->Wait();
+      absl::Status w = pass->WaitOnStream();
       if (s.ok()) s = w;
     }
     LOOM_RETURN_IF_ERROR(s);
     std::swap(cur, nxt);
   }
-  float* o = out->data<float>();
-  float* lse_p = lse->data<float>();
-  for (int64_t b_i = 0; b_i < dm.b; ++b_i) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t pair = b_i * heads + h;
-      for (int qh = 0; qh < 2; ++qh) {
-        cpu::FlashRunningFinish(dm.c, dm.d, state(b_i, h, qh),
-                                o + (qh * dm.c * dm.b * heads + pair) * dm.d, dm.LdOut(),
-                                lse_p + pair * dm.rows + qh * dm.c);
-      }
-    }
-  }
-  return absl::OkStatus();
+  return core::ops::FlashBlockFinish(acc, mx, sum, out, lse);
 }
 
 absl::Status RingAttentionBackward(comm::Communicator& cp, const ContextParallelLayout& layout,
@@ -282,73 +221,64 @@ absl::Status RingAttentionBackward(comm::Communicator& cp, const ContextParallel
                                    const cpu::AttentionDropout& dropout, Tensor* dqkv) {
   constexpr char kOp[] = "RingAttentionBackward";
   LOOM_ASSIGN_OR_RETURN(Dims dm, CheckRing(cp, layout, qkv, heads, kOp));
-  LOOM_RETURN_IF_ERROR(CheckOutAndLse(dm, out, lse, kOp));
-  LOOM_RETURN_IF_ERROR(CheckLike(dout, out.shape(), "dout", kOp));
-  LOOM_RETURN_IF_ERROR(CheckLike(*dqkv, qkv.shape(), "dqkv", kOp));
+  LOOM_RETURN_IF_ERROR(CheckOutAndLse(dm, qkv, out, lse, kOp));
+  LOOM_RETURN_IF_ERROR(CheckLike(dout, qkv, qkv.dtype(), out.shape(), "dout", kOp));
+  LOOM_RETURN_IF_ERROR(CheckLike(*dqkv, qkv, qkv.dtype(), qkv.shape(), "dqkv", kOp));
+  const core::Device dev = qkv.device();
 
-  // delta = rowsum(dO * O) of every local row, per pair: [pairs, rows].
-  std::vector<float> delta(dm.Pairs() * dm.rows);
-  for (int64_t pair = 0; pair < dm.Pairs(); ++pair) {
-    for (int qh = 0; qh < 2; ++qh) {
-      const int64_t row0 = (qh * dm.c * dm.Pairs() + pair) * dm.d;
-      cpu::FlashDelta(dm.c, dm.d, dout.data<float>() + row0, dm.LdOut(),
-                      out.data<float>() + row0, dm.LdOut(),
-                      delta.data() + pair * dm.rows + qh * dm.c);
-    }
+  // delta = rowsum(dO * O) of every local row, per pair: [b, heads, rows].
+  LOOM_ASSIGN_OR_RETURN(Tensor delta,
+                        Tensor::Empty(Shape{dm.b, heads, dm.rows}, DType::kF32, dev));
+  LOOM_RETURN_IF_ERROR(core::ops::FlashBlockDelta(dout, out, heads, &delta));
+  // dQ accumulates in the q slots of an f32 dqkv (dqkv itself when f32);
+  // K/V travel with their f32 dK/dV accumulators [rows, b, heads, 2, d].
+  Tensor grad = *dqkv;
+  if (dqkv->dtype() != DType::kF32) {
+    LOOM_ASSIGN_OR_RETURN(grad, Tensor::Empty(qkv.shape(), DType::kF32, dev));
   }
-  // dQ accumulates in dqkv's q slots; K/V and their dK/dV travel together:
-  // [2, rows, b, heads, 2, d] (K/V, then its gradient accumulator).
-  std::memset(dqkv->raw_data(), 0, dqkv->nbytes());
-  const Shape buf_shape{2, dm.rows, dm.b, heads * 2 * dm.d};
-  LOOM_ASSIGN_OR_RETURN(Tensor cur, Tensor::Zeros(buf_shape, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor nxt, Tensor::Empty(buf_shape, DType::kF32));
-  const int64_t kv_elems = dm.rows * dm.LdKv();
-  PackKv(dm, qkv.data<float>(), cur.data<float>());
+  LOOM_RETURN_IF_ERROR(core::ops::Zero(&grad));
+  const Shape kv_shape{dm.rows, dm.b, heads * 2 * dm.d};
+  LOOM_ASSIGN_OR_RETURN(Tensor cur, Tensor::Empty(kv_shape, qkv.dtype(), dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor nxt, Tensor::Empty(kv_shape, qkv.dtype(), dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor dcur, Tensor::Empty(kv_shape, DType::kF32, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor dnxt, Tensor::Empty(kv_shape, DType::kF32, dev));
+  LOOM_RETURN_IF_ERROR(core::ops::Zero(&dcur));
+  LOOM_RETURN_IF_ERROR(core::ops::FlashKvPack(qkv, heads, &cur));
   for (int step = 0; step < layout.cp; ++step) {
     const int owner = (layout.rank - step + layout.cp) % layout.cp;
-    const float* kv = cur.data<float>();
-    float* dkv = cur.data<float>() + kv_elems;
-    LOOM_RETURN_IF_ERROR(ForEachPair(dm, [&](int64_t b_i, int64_t h) -> absl::Status {
-      const int64_t pair = b_i * heads + h;
-      for (int qh = 0; qh < 2; ++qh) {
-        const int64_t q_row0 = qh * dm.c * dm.Pairs() + pair;
-        for (int kh = 0; kh < 2; ++kh) {
-          const cpu::FlashBlock blk =
-              Block(layout, dm, dropout, qkv.data<float>(), kv, owner, b_i, h, qh, kh);
-          if (FullyMasked(blk)) continue;
-          cpu::FlashGrads g;
-          g.dq = dqkv->data<float>() + q_row0 * 3 * dm.d;
-          g.ld_dq = dm.LdQkv();
-          g.dk = dkv + (kh * dm.c * dm.Pairs() + pair) * 2 * dm.d;
-          g.dv = g.dk + dm.d;
-          g.ld_dkv = dm.LdKv();
-          LOOM_RETURN_IF_ERROR(cpu::FlashBackwardBlock(
-              blk, dout.data<float>() + q_row0 * dm.d, dm.LdOut(),
-              lse.data<float>() + pair * dm.rows + qh * dm.c,
-              delta.data() + pair * dm.rows + qh * dm.c, g));
+    comm::WorkPtr pass;
+    if (step + 1 < layout.cp) {  // the next K/V travels while this one is used
+      pass = cp.BatchSendRecv({{comm::P2POp::Kind::kSend, cur, Next(layout), kKvTag},
+                               {comm::P2POp::Kind::kRecv, nxt, Prev(layout), kKvTag}});
+    }
+    absl::Status s;
+    for (int qh = 0; qh < 2 && s.ok(); ++qh) {
+      for (int kh = 0; kh < 2 && s.ok(); ++kh) {
+        const core::ops::FlashBlockOptions o = Block(layout, dm, dropout, owner, qh, kh);
+        if (!FullyMasked(o)) {
+          s = core::ops::FlashBlockBackward(dout, qkv, cur, lse, delta, o, &grad, &dcur);
         }
       }
-      return absl::OkStatus();
-    }));
-    // K/V with the dK/dV gathered so far move on; after CP hops each rank
-    // holds its own K/V's complete gradient again. (The pass is not overlapped
-    // with the blocks: the dK/dV it carries are what they just wrote.)
-    if (layout.cp > 1) {
-      LOOM_RETURN_IF_ERROR(
-          cp.BatchSendRecv({{comm::P2POp::Kind::kSend, cur, Next(layout), kDkvTag},
-                            {comm::P2POp::Kind::kRecv, nxt, Prev(layout), kDkvTag}})
-              ->Wait());
-      std::swap(cur, nxt);
     }
+    // The dK/dV gathered so far move on (not overlapped: they are what the
+    // blocks just wrote); after CP hops each rank holds its own K/V's
+    // complete gradient again.
+    if (s.ok() && layout.cp > 1) {
+      s = cp.BatchSendRecv({{comm::P2POp::Kind::kSend, dcur, Next(layout), kDkvTag},
+                            {comm::P2POp::Kind::kRecv, dnxt, Prev(layout), kDkvTag}})
+              ->WaitOnStream();
+      std::swap(dcur, dnxt);
+    }
+    if (pass != nullptr) {
+      absl::Status w = pass->WaitOnStream();
+      if (s.ok()) s = w;
+    }
+    LOOM_RETURN_IF_ERROR(s);
+    std::swap(cur, nxt);
   }
-  // cur now holds this rank's K/V and their gradient: into dqkv's k, v slots.
-  const float* dkv = cur.data<float>() + kv_elems;
-  float* dq = dqkv->data<float>();
-  const int64_t n = dm.rows * dm.Pairs();
-#pragma omp parallel for
-  for (int64_t r = 0; r < n; ++r) {
-    std::memcpy(dq + r * 3 * dm.d + dm.d, dkv + r * 2 * dm.d, 2 * dm.d * sizeof(float));
-  }
+  // dcur now holds this rank's K/V's gradient: into the k, v slots.
+  LOOM_RETURN_IF_ERROR(core::ops::FlashKvUnpack(dcur, heads, &grad));
+  if (grad.raw_data() != dqkv->raw_data()) LOOM_RETURN_IF_ERROR(core::ops::Convert(grad, dqkv));
   return absl::OkStatus();
 }
 

@@ -122,6 +122,42 @@ cudaError_t FlashAttentionBackward(Elem t, const void* dout, const void* qkv, co
                                    const float* lse, float* delta, void* dqkv, int64_t s,
                                    int64_t b, int64_t d, const AttentionMask& mask,
                                    cudaStream_t stream);
+// The context-parallel ring's blocks (core/cpu/flash_block.h) on the same
+// kernels: Q rows of qkv against K/V rows of the packed buffer [kv_rows, b,
+// heads, 2, d] at global positions. Pointers are at the block's first rows:
+// the state (acc [pairs, st_rows, d], m, l, lse, delta [pairs, st_rows],
+// f32) at its first Q row, dout and the f32 dQ accumulator (qkv's layout) at
+// its first Q row, the f32 dK/dV accumulator (kv's layout) at its first K row.
+struct FlashBlockArgs {
+  const void* q = nullptr;
+  const void* kv = nullptr;
+  int64_t b = 0, d = 0;
+  int64_t q_len = 0, k_len = 0;
+  int64_t st_rows = 0;
+  int64_t q_start = 0, k_start = 0, seq_len = 0;
+  bool causal = true;
+};
+cudaError_t FlashBlockForward(Elem t, const FlashBlockArgs& a, float* acc, float* max,
+                              float* sum, const AttentionMask& mask, cudaStream_t stream);
+// dQ, dK, dV += the block's parts (dkv: K at dkv, V at dkv + d).
+cudaError_t FlashBlockBackward(Elem t, const FlashBlockArgs& a, const void* dout,
+                               const float* lse, const float* delta, float* dq, float* dkv,
+                               const AttentionMask& mask, cudaStream_t stream);
+// delta [b * heads, rows] = rowsum(dout * out), dout / out [rows, b, heads, d].
+cudaError_t FlashBlockDelta(Elem t, const void* dout, const void* out, int64_t rows, int64_t b,
+                            int64_t heads, int64_t d, float* delta, cudaStream_t stream);
+// acc [rows, d] = 0, max [rows] = -inf, sum [rows] = 0 (rows: of every pair).
+cudaError_t FlashBlockInit(float* acc, float* max, float* sum, int64_t rows, int64_t d,
+                           cudaStream_t stream);
+// out [rows, pairs, d] = acc [pairs, rows, d] / sum, lse = max + log(sum).
+cudaError_t FlashBlockFinish(Elem t, const float* acc, const float* max, const float* sum,
+                             void* out, float* lse, int64_t rows, int64_t pairs, int64_t d,
+                             cudaStream_t stream);
+// n runs of `width` elements of type t from src + r * src_stride + src_first
+// to dst + r * dst_stride + dst_first (the ring's K/V packing).
+cudaError_t CopyRuns(Elem t, const void* src, int64_t src_stride, int64_t src_first, void* dst,
+                     int64_t dst_stride, int64_t dst_first, int64_t n, int64_t width,
+                     cudaStream_t stream);
 
 // ---- cross_entropy.cu (losses, lse: f32 [rows])
 // count += non-ignored rows; *bad_row = min row whose target is neither

@@ -10,6 +10,7 @@
 #include "core/cuda/dropout.h"
 #include "core/cuda/elementwise.h"
 #include "core/cuda/embedding.h"
+#include "core/cuda/flash_block.h"
 #include "core/cuda/layernorm.h"
 #include "core/cuda/linear.h"
 #include "core/cuda/matmul.h"

@@ -162,7 +162,68 @@
   X(QkvSplitRopeForward, qkv_split_rope_forward, absl::Status, proj,                               \
     (const Tensor& proj, const QkvSplitOptions& o, Tensor* qkv), (proj, o, qkv))                   \
   X(QkvSplitRopeBackward, qkv_split_rope_backward, absl::Status, dqkv,                             \
-    (const Tensor& dqkv, const QkvSplitOptions& o, Tensor* dproj), (dqkv, o, dproj))
+    (const Tensor& dqkv, const QkvSplitOptions& o, Tensor* dproj), (dqkv, o, dproj))               \
+  /* The context-parallel ring's flash attention in blocks at global positions */                  \
+  /* (core/cpu/flash_block.h): a running softmax state per local row, its */                       \
+  /* normalisation, delta = rowsum(dO * O), the block backward accumulating */                     \
+  /* dQ and dK/dV (f32), and K/V packed for the ring and back. */                                  \
+  X(FlashBlockInit, flash_block_init, absl::Status, DerefOrUndefined(acc),                         \
+    (Tensor* acc, Tensor* max, Tensor* sum), (acc, max, sum))                                      \
+  X(FlashBlockForward, flash_block_forward, absl::Status, qkv,                                     \
+    (const Tensor& qkv, const Tensor& kv, const FlashBlockOptions& o, Tensor* acc, Tensor* max,    \
+     Tensor* sum),                                                                                 \
+    (qkv, kv, o, acc, max, sum))                                                                   \
+  X(FlashBlockFinish, flash_block_finish, absl::Status, acc,                                       \
+    (const Tensor& acc, const Tensor& max, const Tensor& sum, Tensor* out, Tensor* lse),           \
+    (acc, max, sum, out, lse))                                                                     \
+  X(FlashBlockDelta, flash_block_delta, absl::Status, out,                                         \
+    (const Tensor& dout, const Tensor& out, int64_t heads, Tensor* delta),                         \
+    (dout, out, heads, delta))                                                                     \
+  X(FlashBlockBackward, flash_block_backward, absl::Status, qkv,                                   \
+    (const Tensor& dout, const Tensor& qkv, const Tensor& kv, const Tensor& lse,                   \
+     const Tensor& delta, const FlashBlockOptions& o, Tensor* dqkv, Tensor* dkv),                  \
+    (dout, qkv, kv, lse, delta, o, dqkv, dkv))                                                     \
+  X(FlashKvPack, flash_kv_pack, absl::Status, qkv,                                                 \
+    (const Tensor& qkv, int64_t heads, Tensor* kv), (qkv, heads, kv))                              \
+  X(FlashKvUnpack, flash_kv_unpack, absl::Status, dkv,                                             \
+    (const Tensor& dkv, int64_t heads, Tensor* dqkv), (dkv, heads, dqkv))                          \
+  /* The residual path into the next norm: resid = x + dropout(branch), out = Norm(resid) */       \
+  /* keeping mean (LayerNorm) and rstd; back: dx = norm backward(dout) + dresid, */                \
+  /* dbranch = dropout backward(dx) (core/cpu/residual_norm.h). */                                 \
+  X(ResidualNormForward, residual_norm_forward, absl::Status, x,                                   \
+    (const Tensor& x, const Tensor& branch, const Tensor& gamma, const Tensor& beta,               \
+     const ResidualNormOptions& o, Tensor* resid, Tensor* out, Tensor* mean, Tensor* rstd),        \
+    (x, branch, gamma, beta, o, resid, out, mean, rstd))                                           \
+  X(ResidualNormBackward, residual_norm_backward, absl::Status, dout,                              \
+    (const Tensor& dout, const Tensor& dresid, const Tensor& resid, const Tensor& gamma,           \
+     const Tensor& mean, const Tensor& rstd, const ResidualNormOptions& o, Tensor* dx,             \
+     Tensor* dbranch, Tensor* dgamma, Tensor* dbeta),                                              \
+    (dout, dresid, resid, gamma, mean, rstd, o, dx, dbranch, dgamma, dbeta))                    \
+  /* Mixture of experts (core/cpu/moe.h, contracts/moe_checks.h): the router's top-k with */     \
+  /* its statistics, the dispatch layout, token rows to expert order and back (no atomics), */  \
+  /* the combine and its backward, the router's backward. */                                     \
+  X(MoeRouteTopK, moe_route_topk, absl::Status, logits,                                            \
+    (const Tensor& logits, const MoeRouteOptions& o, Tensor* expert, Tensor* prob,                 \
+     Tensor* stats),                                                                               \
+    (logits, o, expert, prob, stats))                                                              \
+  X(MoeRouteLayout, moe_route_layout, absl::Status, expert,                                        \
+    (const Tensor& expert, const Tensor& prob, const MoeRouteOptions& o, Tensor* row,              \
+     Tensor* row_token),                                                                           \
+    (expert, prob, o, row, row_token))                                                             \
+  X(MoePermute, moe_permute, absl::Status, x,                                                      \
+    (const Tensor& x, const Tensor& row_token, Tensor* out), (x, row_token, out))                  \
+  X(MoePermuteBackward, moe_permute_backward, absl::Status, drows,                                 \
+    (const Tensor& drows, const Tensor& row, Tensor* dx), (drows, row, dx))                        \
+  X(MoeCombineForward, moe_combine_forward, absl::Status, rows,                                    \
+    (const Tensor& rows, const Tensor& prob, const Tensor& row, Tensor* y), (rows, prob, row, y))  \
+  X(MoeCombineBackward, moe_combine_backward, absl::Status, dy,                                    \
+    (const Tensor& dy, const Tensor& rows, const Tensor& prob, const Tensor& row, Tensor* drows,   \
+     Tensor* dprob),                                                                               \
+    (dy, rows, prob, row, drows, dprob))                                                           \
+  X(MoeRouterBackward, moe_router_backward, absl::Status, logits,                                  \
+    (const Tensor& logits, const Tensor& expert, const Tensor& prob, const Tensor& dprob,          \
+     const Tensor& aux_grad, const MoeRouterBackwardOptions& o, Tensor* dlogits),                  \
+    (logits, expert, prob, dprob, aux_grad, o, dlogits))
 // clang-format on
 
 namespace loom::core::ops {

@@ -46,6 +46,21 @@ struct AttentionDropout {
   int64_t total_heads = 0;    // global head count; 0 means `heads`
 };
 
+// One block of the context-parallel ring's flash attention (FlashBlock* ops,
+// core/cpu/flash_block.h): Q rows [q_row, q_row + q_len) of qkv (and of dout,
+// the running state, lse, delta and dqkv) at GLOBAL positions from q_start,
+// against K/V rows [k_row, k_row + k_len) of kv (and dkv) from k_start. The
+// positions decide the causal mask and the dropout index, as in the
+// whole-sequence kernel over seq_len positions.
+struct FlashBlockOptions {
+  int64_t heads = 1;  // this call's (TP-local) heads
+  int64_t q_row = 0, q_len = 0, q_start = 0;
+  int64_t k_row = 0, k_len = 0, k_start = 0;
+  int64_t seq_len = 0;       // the global sequence length
+  bool causal = true;        // query i sees key j iff j <= i (global positions)
+  AttentionDropout dropout;  // head_offset and total_heads as the whole kernel's
+};
+
 // ---- dropout
 struct DropoutOptions {
   float p = 0.1f;  // probability of dropping; kept elements are scaled by 1/(1-p)

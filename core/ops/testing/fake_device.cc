@@ -17,6 +17,7 @@
 #include "core/cpu/elementwise.h"
 #include "core/cpu/embedding.h"
 #include "core/cpu/flash_attention.h"
+#include "core/cpu/flash_block.h"
 #include "core/cpu/layernorm.h"
 #include "core/cpu/linear.h"
 #include "core/cpu/matmul.h"
