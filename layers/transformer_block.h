@@ -30,6 +30,12 @@ namespace loom::layers {
 // recomputation (AttentionOptions::recompute_core) reruns the attention core.
 class TransformerBlock {
  public:
+  // A norm's parameters, for the fused residual_norm ops (beta null: RMSNorm).
+  struct NormParams {
+    Param* gamma;
+    Param* beta;
+    float eps;
+  };
   struct Saved {
     LayerNorm::Saved ln1;  // holds x
     ParallelAttention::Saved attention;
@@ -52,10 +58,25 @@ class TransformerBlock {
  private:
   absl::Status Dropout(core::Tensor* x, const DropoutStream& d, int site, bool backward) const;
 
+  // ChooseKernel("residual_norm", device) picked "fused".
+  absl::StatusOr<bool> Fused(const core::Tensor& t) const;
+  // branch (in place) = x + dropout(branch) at `site` (site < 0: no dropout);
+  // returns norm(branch), saving what LayerNorm::Forward saves.
+  absl::StatusOr<core::Tensor> ResidualNormForward(const core::Tensor& x, core::Tensor* branch,
+                                                   const DropoutStream& d, int site,
+                                                   const NormParams& norm,
+                                                   LayerNorm::Saved* saved) const;
+  // dx = norm'(dout) + dresid; with dbranch (non-null) also dropout'(dx) at `site`.
+  absl::Status ResidualNormBackward(const core::Tensor& dout, const core::Tensor& dresid,
+                                    const DropoutStream& d, int site, const NormParams& norm,
+                                    const LayerNorm::Saved& saved, core::Tensor* dx,
+                                    core::Tensor* dbranch) const;
+
   int64_t layer_;
   TpGroup tp_;
   CpGroup cp_;
   LayerNorm ln1_, ln2_;
+  NormParams ln1_params_, ln2_params_;
   ParallelAttention attention_;
   std::optional<ParallelMlp> mlp_;  // dense layers
   std::optional<MoeMlp> moe_;       // MoE layers

@@ -16,6 +16,7 @@
 #include "core/cuda/matmul.h"
 #include "core/cuda/qkv_split.h"
 #include "core/cuda/reduce.h"
+#include "core/cuda/residual_norm.h"
 #include "core/cuda/rmsnorm.h"
 #include "core/cuda/rope.h"
 #include "core/cuda/runtime.h"

@@ -58,6 +58,21 @@ LOOM_HD uint32_t DropoutBitsAtHD(uint64_t seed, uint64_t offset, uint64_t index)
   return r < 64 ? (word & 0xffffu) : (word >> 16);
 }
 
+// The dropout stream's Philox block `block` (of element group block / 16)
+// serves the 8 elements 128 (block / 16) + block % 16 + 16 k, k < 8 (the
+// layout of cpu::DropoutBitsAt); bits[k] are their 16-bit draws. One Philox
+// evaluation per 8 elements instead of one per element.
+LOOM_HD void DropoutBlockBits(uint64_t seed, uint64_t offset, uint64_t block, uint32_t bits[8]) {
+  const Philox4 out = Philox4x32_10HD(
+      Philox4{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+               static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)}},
+      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  for (int k = 0; k < 4; ++k) {
+    bits[k] = out.w[k] & 0xffffu;
+    bits[k + 4] = out.w[k] >> 16;
+  }
+}
+
 }  // namespace loom::core::cuda
 
 #endif  // LOOM_CORE_CUDA_PHILOX_DEVICE_H_

@@ -17,6 +17,7 @@
 #include "core/cpu/matmul.h"
 #include "core/cpu/qkv_split.h"
 #include "core/cpu/reduce.h"
+#include "core/cpu/residual_norm.h"
 #include "core/cpu/rmsnorm.h"
 #include "core/cpu/rope.h"
 #include "core/cpu/softmax.h"

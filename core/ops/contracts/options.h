@@ -115,6 +115,20 @@ struct QkvSplitOptions {
   RopeOptions rope_options;
 };
 
+// ---- residual_norm
+// The transformer block's residual path fused with the norm that follows it
+// (op_list.h's ResidualNormForward / ResidualNormBackward):
+//   resid = x + dropout(branch), out = Norm(resid)
+// where dropout's mask is drawn at the branch's GLOBAL indices, as
+// DropoutForward's at `where` (every TP/SP/CP layout draws the same mask).
+struct ResidualNormOptions {
+  bool rms = false;  // RMSNorm (gamma only); false: LayerNorm (gamma, beta, keeps mean)
+  float eps = 1e-5f;
+  // p = 0: no dropout (the branch is added as it is, as when not training).
+  DropoutOptions dropout = {0.0f, 0, 0};
+  GlobalIndex where;
+};
+
 // ---- vocab_parallel_ce
 struct VocabShard {
   int64_t vocab_start = 0;  // global id of local column 0
