@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/ops.h"
+#include "core/storage.h"
 #include "core/status_macros.h"
 #include "layers/mappings.h"
 
@@ -32,17 +34,6 @@ MoeOptions MoeOptionsOf(const GptConfig& c) {
 
 namespace {
 
-// Softmax of n logits in double (the router's few logits per token).
-void Softmax(const float* x, int64_t n, std::vector<double>* out, double* lse = nullptr) {
-  double max = x[0];
-  for (int64_t i = 1; i < n; ++i) max = std::max(max, double(x[i]));
-  double sum = 0;
-  out->resize(n);
-  for (int64_t i = 0; i < n; ++i) sum += (*out)[i] = std::exp(double(x[i]) - max);
-  for (int64_t i = 0; i < n; ++i) (*out)[i] /= sum;
-  if (lse != nullptr) *lse = max + std::log(sum);
-}
-
 // Megatron's get_capacity(tokens · K, E, factor).
 int64_t Capacity(int64_t tokens, const MoeOptions& o) {
   return static_cast<int64_t>(std::ceil(static_cast<double>(tokens * o.topk) /
@@ -67,118 +58,151 @@ void SetAuxLoss(Routing* r, const MoeOptions& o, std::vector<int64_t> counts,
 
 }  // namespace
 
-absl::StatusOr<Routing> Route(const float* logits, int64_t T, const MoeOptions& o) {
+namespace {
+
+absl::Status CheckRouteOptions(int64_t T, const MoeOptions& o) {
   const int64_t E = o.experts, K = o.topk;
   if (E < 1 || K < 1 || K > E || T < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Route: top-", K, " of ", E, " experts for ",
                                                    T, " tokens (--moe-router-topk, --num-experts)"));
   }
+  return absl::OkStatus();
+}
+
+// A host copy of `t` as a vector (i32 or f32).
+template <typename T>
+absl::StatusOr<std::vector<T>> HostVector(const Tensor& t) {
+  Tensor host = t;
+  if (!t.device().is_cpu()) {
+    LOOM_ASSIGN_OR_RETURN(host, t.To(core::Device::CPU()));
+  }
+  const T* p = host.data<T>();
+  return std::vector<T>(p, p + host.numel());
+}
+
+// A host tensor moved to `device` (itself on the CPU).
+absl::StatusOr<Tensor> OnDevice(const Tensor& host, core::Device device) {
+  if (device.is_cpu()) return host;
+  return host.To(device);
+}
+
+// The aux loss's gradient with respect to softmax(logits_t)_e, the same for
+// every token: w · coeff · E / (K·T²) · count[e] (T, count: the aux
+// statistics', times their scale). Empty without an aux loss.
+std::vector<double> AuxGrad(const Routing& r, float w, const MoeOptions& o) {
+  const int64_t T = r.tokens, K = r.topk, E = r.experts;
+  if (!(o.aux_loss && o.aux_loss_coeff > 0 && r.aux_tokens > 0 && T > 0)) return {};
+  std::vector<double> g(E, 0.0);
+  const double Ta = double(r.aux_tokens);
+  for (int64_t e = 0; e < E; ++e) {
+    g[e] = r.aux_grad_scale * double(w) * o.aux_loss_coeff * double(E) / (double(K) * Ta * Ta) *
+           double(r.aux_counts[e]);
+  }
+  return g;
+}
+
+// dlogits [T, E] f32 on the logits' device (core::ops::MoeRouterBackward).
+absl::Status RouterBackwardOnDevice(const Routing& r, const Tensor& logits, const Tensor& dprob,
+                                    float w, const MoeOptions& o, Tensor* dlogits) {
+  const std::vector<double> g = AuxGrad(r, w, o);
+  core::ops::MoeRouterBackwardOptions b;
+  b.aux_loss = !g.empty();
+  b.z_loss = o.z_loss_coeff > 0 && r.tokens > 0;
+  b.z_scale = double(w) * o.z_loss_coeff * 2.0;  // · lse / T per token, as before
+  Tensor aux;
+  if (b.aux_loss) {
+    LOOM_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(Shape{r.experts}, DType::kF64));
+    std::copy(g.begin(), g.end(), host.data<double>());
+    LOOM_ASSIGN_OR_RETURN(aux, OnDevice(host, logits.device()));
+  }
+  return core::ops::MoeRouterBackward(logits, r.expert_t, r.prob_t, dprob, aux, b, dlogits);
+}
+
+}  // namespace
+
+absl::StatusOr<Routing> RouteOnDevice(const Tensor& logits, const MoeOptions& o) {
+  if (logits.rank() != 2 || logits.dtype() != DType::kF32 || logits.dim(1) != o.experts) {
+    return absl::InvalidArgumentError(absl::StrCat("Route: logits ", logits.DebugString(),
+                                                   ", expected f32 [T, ", o.experts, "]"));
+  }
+  const int64_t T = logits.dim(0), E = o.experts, K = o.topk;
+  LOOM_RETURN_IF_ERROR(CheckRouteOptions(T, o));
+  const core::Device device = logits.device();
   Routing r;
   r.tokens = T;
   r.topk = K;
   r.experts = E;
-  r.expert.resize(T * K);
-  r.prob.resize(T * K);
-  r.row.assign(T * K, -1);
-  r.tokens_per_expert.assign(E, 0);
-  std::vector<int32_t> order(E);
-  std::vector<double> p, all;
-  double z_sum = 0;
-  std::vector<double> score_sum(E, 0.0);  // Σ_t softmax(logits_t)_e, for the aux loss
-  for (int64_t t = 0; t < T; ++t) {
-    const float* l = logits + t * E;
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + K, order.end(), [l](int32_t a, int32_t b) {
-      return l[a] > l[b] || (l[a] == l[b] && a < b);
-    });
-    std::vector<float> chosen(K);
-    for (int k = 0; k < K; ++k) chosen[k] = l[order[k]];
-    Softmax(chosen.data(), K, &p);
-    for (int k = 0; k < K; ++k) {
-      r.expert[t * K + k] = order[k];
-      r.prob[t * K + k] = static_cast<float>(p[k]);
-      ++r.tokens_per_expert[order[k]];
-    }
-    double lse = 0;
-    Softmax(l, E, &all, &lse);
-    for (int64_t e = 0; e < E; ++e) score_sum[e] += all[e];
-    z_sum += lse * lse;
-  }
-  r.score_sum = std::move(score_sum);
+  core::ops::MoeRouteOptions ro;
+  ro.experts = E;
+  ro.topk = K;
+  LOOM_ASSIGN_OR_RETURN(r.expert_t, Tensor::Empty(Shape{T, K}, DType::kI32, device));
+  LOOM_ASSIGN_OR_RETURN(r.prob_t, Tensor::Empty(Shape{T, K}, DType::kF32, device));
+  LOOM_ASSIGN_OR_RETURN(Tensor stats, Tensor::Empty(Shape{2 * E + 1}, DType::kF64, device));
+  LOOM_RETURN_IF_ERROR(core::ops::MoeRouteTopK(logits, ro, &r.expert_t, &r.prob_t, &stats));
+  // The one device-to-host copy of routing: the exchange plan and the losses
+  // need the counts (as Megatron syncs them for its all-to-all-v).
+  LOOM_ASSIGN_OR_RETURN(const std::vector<double> st, HostVector<double>(stats));
+  r.tokens_per_expert.resize(E);
+  for (int64_t e = 0; e < E; ++e) r.tokens_per_expert[e] = static_cast<int64_t>(st[e]);
+  r.score_sum.assign(st.begin() + E, st.begin() + 2 * E);
+  const double z_sum = st[2 * E];
   SetAuxLoss(&r, o, r.tokens_per_expert, r.score_sum, T, 1.0);
   if (o.z_loss_coeff > 0 && T > 0) r.z_loss = o.z_loss_coeff * z_sum / double(T);
 
-  // Assignments per expert in token order; under a capacity each expert
-  // keeps its `capacity` most probable ones (ties: the earlier token).
-  std::vector<std::vector<int64_t>> by_expert(E);  // slots t·K + k
-  for (int64_t slot = 0; slot < T * K; ++slot) by_expert[r.expert[slot]].push_back(slot);
-  if (o.capacity_factor > 0) {
-    r.capacity = Capacity(T, o);
-    for (auto& slots : by_expert) {
-      if (static_cast<int64_t>(slots.size()) <= r.capacity) continue;
-      std::stable_sort(slots.begin(), slots.end(),
-                       [&](int64_t a, int64_t b) { return r.prob[a] > r.prob[b]; });
-      r.dropped += static_cast<int64_t>(slots.size()) - r.capacity;
-      slots.resize(r.capacity);
-      std::sort(slots.begin(), slots.end());  // back to token order
-    }
-  }
+  // Under a capacity each expert keeps its `capacity` most probable
+  // assignments (ties: the earlier token); the kernel lays them out.
+  if (o.capacity_factor > 0) r.capacity = Capacity(T, o);
   r.expert_rows.assign(E + 1, 0);
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = static_cast<int64_t>(by_expert[e].size());
-    const int64_t rows = o.pad_to_capacity && r.capacity > 0 ? r.capacity : n;
+    const int64_t n = r.tokens_per_expert[e];
+    const int64_t kept = r.capacity > 0 ? std::min(n, r.capacity) : n;
+    r.dropped += n - kept;
+    const int64_t rows = o.pad_to_capacity && r.capacity > 0 ? r.capacity : kept;
     r.expert_rows[e + 1] = r.expert_rows[e] + rows;
-    for (int64_t i = 0; i < rows; ++i) {
-      if (i < n) {
-        const int64_t slot = by_expert[e][i];
-        r.row[slot] = static_cast<int32_t>(r.row_token.size());
-        r.row_token.push_back(static_cast<int32_t>(slot / K));
-      } else {
-        r.row_token.push_back(-1);  // padding: a zero row, weight 0
-      }
-    }
+  }
+  ro.capacity = r.capacity;
+  ro.pad_to_capacity = o.pad_to_capacity && r.capacity > 0;
+  LOOM_ASSIGN_OR_RETURN(r.row_t, Tensor::Empty(Shape{T, K}, DType::kI32, device));
+  LOOM_ASSIGN_OR_RETURN(r.row_token_t,
+                        Tensor::Empty(Shape{r.expert_rows[E]}, DType::kI32, device));
+  LOOM_RETURN_IF_ERROR(
+      core::ops::MoeRouteLayout(r.expert_t, r.prob_t, ro, &r.row_t, &r.row_token_t));
+  if (device.is_cpu()) {
+    LOOM_ASSIGN_OR_RETURN(r.expert, HostVector<int32_t>(r.expert_t));
+    LOOM_ASSIGN_OR_RETURN(r.prob, HostVector<float>(r.prob_t));
+    LOOM_ASSIGN_OR_RETURN(r.row, HostVector<int32_t>(r.row_t));
+    LOOM_ASSIGN_OR_RETURN(r.row_token, HostVector<int32_t>(r.row_token_t));
   }
   return r;
+}
+
+absl::StatusOr<Routing> Route(const float* logits, int64_t T, const MoeOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckRouteOptions(T, o));
+  LOOM_ASSIGN_OR_RETURN(Tensor l, Tensor::Empty(Shape{T, o.experts}, DType::kF32));
+  std::copy(logits, logits + T * o.experts, l.data<float>());
+  return RouteOnDevice(l, o);
 }
 
 void RouterBackward(const Routing& r, const float* logits, const float* dprob, float w,
                     const MoeOptions& o, float* dlogits) {
   const int64_t T = r.tokens, K = r.topk, E = r.experts;
-  std::fill(dlogits, dlogits + T * E, 0.0f);
-  // The aux loss's gradient with respect to softmax(logits_t)_e is g_e, the
-  // same for every token: w · coeff · E / (K·T²) · count[e] (T, count: the
-  // aux statistics', times their scale).
-  std::vector<double> g(E, 0.0);
-  const bool aux = o.aux_loss && o.aux_loss_coeff > 0 && r.aux_tokens > 0 && T > 0;
-  if (aux) {
-    const double Ta = double(r.aux_tokens);
-    for (int64_t e = 0; e < E; ++e) {
-      g[e] = r.aux_grad_scale * double(w) * o.aux_loss_coeff * double(E) / (double(K) * Ta * Ta) *
-             double(r.aux_counts[e]);
-    }
+  // Host pointers: borrowed as CPU tensors (the routing's own are host ones
+  // when it was routed on the host).
+  auto borrow = [](const void* p, const Shape& shape, DType dtype) {
+    const size_t bytes = static_cast<size_t>(shape.numel()) * core::DTypeSize(dtype);
+    return *Tensor::FromStorage(
+        core::Storage::Borrow(const_cast<void*>(p), bytes, core::Device::CPU()), 0, shape, dtype);
+  };
+  Routing host = r;
+  if (!host.expert_t.defined() || !host.expert_t.device().is_cpu()) {
+    host.expert_t = borrow(r.expert.data(), Shape{T, K}, DType::kI32);
+    host.prob_t = borrow(r.prob.data(), Shape{T, K}, DType::kF32);
   }
-  const bool z = o.z_loss_coeff > 0 && T > 0;
-  std::vector<double> s;
-  for (int64_t t = 0; t < T; ++t) {
-    float* d = dlogits + t * E;
-    // Through the softmax over the K chosen logits (a dropped assignment has
-    // no gradient of its own but its probability still takes part).
-    double dot = 0;
-    for (int k = 0; k < K; ++k) dot += double(r.prob[t * K + k]) * dprob[t * K + k];
-    for (int k = 0; k < K; ++k) {
-      const double pk = r.prob[t * K + k];
-      d[r.expert[t * K + k]] += static_cast<float>(pk * (double(dprob[t * K + k]) - dot));
-    }
-    if (!z && !aux) continue;
-    double lse = 0;
-    Softmax(logits + t * E, E, &s, &lse);
-    double sg = 0;
-    for (int64_t e = 0; e < E; ++e) sg += s[e] * g[e];
-    const double zg = z ? double(w) * o.z_loss_coeff * 2.0 * lse / double(T) : 0.0;
-    for (int64_t e = 0; e < E; ++e) {
-      d[e] += static_cast<float>(s[e] * (g[e] - sg) + zg * s[e]);
-    }
-  }
+  Tensor out = borrow(dlogits, Shape{T, E}, DType::kF32);
+  const absl::Status s = RouterBackwardOnDevice(host, borrow(logits, Shape{T, E}, DType::kF32),
+                                                borrow(dprob, Shape{T, K}, DType::kF32), w, o,
+                                                &out);
+  if (!s.ok()) std::fprintf(stderr, "loom: RouterBackward: %s\n", std::string(s.message()).c_str());
 }
 
 int64_t MoeMlp::Saved::Bytes() const {
@@ -194,20 +218,6 @@ int64_t MoeMlp::Saved::Bytes() const {
 }
 
 namespace {
-
-// Calls fn(t, k, row, prob) for every kept (token, k) assignment, tokens in
-// parallel (one token's calls in k order, so per-token sums are deterministic).
-template <typename Fn>
-void ForEachKept(const Routing& r, Fn&& fn) {
-  const int64_t K = r.topk;
-#pragma omp parallel for
-  for (int64_t t = 0; t < r.tokens; ++t) {
-    for (int64_t k = 0; k < K; ++k) {
-      const int32_t row = r.row[t * K + k];
-      if (row >= 0) fn(t, k, row, r.prob[t * K + k]);
-    }
-  }
-}
 
 // The weight's local shard as the [rows, cols] GEMM operand (SwiGLU's fc1 is
 // stored [2, F·h/p] and used as [2F/p, h]).
@@ -247,28 +257,19 @@ absl::Status ForEachExpert(const std::vector<int64_t>& rows, bool grouped, Fn fn
   return first;
 }
 
-// Rows `ids` of `table` [R, h] into a new [ids.size(), h] tensor.
-absl::StatusOr<Tensor> GatherRows(const Tensor& table, const std::vector<int32_t>& ids);
-
-core::ops::EmbeddingOptions RowGather() {
-  core::ops::EmbeddingOptions o;
-  o.zero_out_of_range = true;  // padding rows (-1): zeros forward, nothing backward
-  return o;
-}
-
-absl::StatusOr<Tensor> IdsTensor(const std::vector<int32_t>& ids) {
+absl::StatusOr<Tensor> IdsTensor(const std::vector<int32_t>& ids, core::Device device) {
   LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(Shape{static_cast<int64_t>(ids.size())},
                                                 DType::kI32));
   std::copy(ids.begin(), ids.end(), t.data<int32_t>());
-  return t;
+  return OnDevice(t, device);
 }
 
-absl::StatusOr<Tensor> GatherRows(const Tensor& table, const std::vector<int32_t>& ids) {
-  const int64_t n = static_cast<int64_t>(ids.size()), h = table.dim(1);
-  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(Shape{n, h}, DType::kF32));
-  if (n == 0) return out;
-  LOOM_ASSIGN_OR_RETURN(Tensor t, IdsTensor(ids));
-  LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(t, table, &out, RowGather()));
+// Rows `ids` (i32 [n] on table's device; -1: a zero row) of `table` [R, h]
+// into a new [n, h] tensor.
+absl::StatusOr<Tensor> GatherRows(const Tensor& table, const Tensor& ids) {
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(Shape{ids.numel(), table.dim(1)},
+                                                  table.dtype(), table.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::MoePermute(table, ids, &out));
   return out;
 }
 
@@ -301,14 +302,19 @@ absl::StatusOr<ExpertExchange> MoeMlp::PlanExchange(const Routing& r, int64_t h)
   const int64_t E = r.experts, P = ep_.size(), El = E / P;
   // Rows per expert: block j (El experts) goes to rank j; back comes, in
   // block j, rank j's rows for each of this rank's experts.
+  // The counts travel where the activations live (a device communicator
+  // takes device buffers), then come back to the host for the plan.
+  const core::Device device = r.row_token_t.device();
   LOOM_ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty(Shape{E}, DType::kI64));
-  LOOM_ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty(Shape{E}, DType::kI64));
   for (int64_t e = 0; e < E; ++e) {
     mine.data<int64_t>()[e] = r.expert_rows[e + 1] - r.expert_rows[e];
   }
+  LOOM_ASSIGN_OR_RETURN(mine, OnDevice(mine, device));
+  LOOM_ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty(Shape{E}, DType::kI64, device));
   LOOM_RETURN_IF_ERROR(TimedAllToAll(comm_stats_, /*backward=*/false,
                                      [&] { return ep_.comm->AllToAll(mine, theirs); }));
-  const int64_t* count = theirs.data<int64_t>();  // [source j][local expert l]
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, HostVector<int64_t>(theirs));
+  const int64_t* count = counts.data();  // [source j][local expert l]
   x.send.resize(P);
   x.recv.resize(P);
   std::vector<int64_t> source_first(P * El);  // where block (j, l) starts in the received rows
@@ -335,6 +341,8 @@ absl::StatusOr<ExpertExchange> MoeMlp::PlanExchange(const Routing& r, int64_t h)
     }
     x.local_rows[l + 1] = static_cast<int64_t>(x.perm.size());
   }
+  LOOM_ASSIGN_OR_RETURN(x.perm_t, IdsTensor(x.perm, device));
+  LOOM_ASSIGN_OR_RETURN(x.inverse_t, IdsTensor(x.inverse, device));
   return x;
 }
 
@@ -344,10 +352,10 @@ absl::StatusOr<Tensor> MoeMlp::ToExperts(const ExpertExchange& x, const Tensor& 
   const int64_t h = rows.dim(1);
   LOOM_ASSIGN_OR_RETURN(
       Tensor received,
-      Tensor::Empty(Shape{static_cast<int64_t>(x.perm.size()), h}, DType::kF32));
+      Tensor::Empty(Shape{static_cast<int64_t>(x.perm.size()), h}, rows.dtype(), rows.device()));
   LOOM_RETURN_IF_ERROR(TimedAllToAll(
       comm_stats_, backward, [&] { return ep_.comm->AllToAllV(rows, x.send, received, x.recv); }));
-  return GatherRows(received, x.perm);
+  return GatherRows(received, x.perm_t);
 }
 
 absl::StatusOr<Tensor> MoeMlp::FromExperts(const ExpertExchange& x, const Tensor& rows,
@@ -356,8 +364,8 @@ absl::StatusOr<Tensor> MoeMlp::FromExperts(const ExpertExchange& x, const Tensor
   const int64_t h = rows.dim(1);
   int64_t n = 0;
   for (int64_t c : x.send) n += c / h;
-  LOOM_ASSIGN_OR_RETURN(Tensor by_source, GatherRows(rows, x.inverse));
-  LOOM_ASSIGN_OR_RETURN(Tensor back, Tensor::Empty(Shape{n, h}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor by_source, GatherRows(rows, x.inverse_t));
+  LOOM_ASSIGN_OR_RETURN(Tensor back, Tensor::Empty(Shape{n, h}, rows.dtype(), rows.device()));
   LOOM_RETURN_IF_ERROR(TimedAllToAll(
       comm_stats_, backward, [&] { return ep_.comm->AllToAllV(by_source, x.recv, back, x.send); }));
   return back;
@@ -372,7 +380,13 @@ absl::Status MoeMlp::AuxStatsOverCp(Routing* r) const {
     s[e] = double(r->tokens_per_expert[e]);
     s[E + e] = r->score_sum[e];
   }
-  LOOM_RETURN_IF_ERROR(cp_.comm->AllReduce(stats, comm::ReduceOp::kSum)->Wait());
+  // Reduced where the activations live (a device communicator takes device buffers).
+  LOOM_ASSIGN_OR_RETURN(Tensor reduced, OnDevice(stats, r->expert_t.device()));
+  LOOM_RETURN_IF_ERROR(cp_.comm->AllReduce(reduced, comm::ReduceOp::kSum)->Wait());
+  if (!reduced.device().is_cpu()) {
+    LOOM_ASSIGN_OR_RETURN(stats, reduced.To(core::Device::CPU()));
+    s = stats.data<double>();
+  }
   std::vector<int64_t> counts(E);
   for (int64_t e = 0; e < E; ++e) counts[e] = static_cast<int64_t>(s[e]);
   SetAuxLoss(r, options_, std::move(counts), std::vector<double>(s + E, s + 2 * E),
@@ -395,10 +409,20 @@ MoeMlp MoeMlp::ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, 
 }
 
 absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
-  if (!x.device().is_cpu() || x.dtype() != DType::kF32 || x.rank() != 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MoE layer: input ", x.DebugString(), ", expected a host f32 [s, b, h]"));
+  // The CPU kernels compute in f32; a device's take f32 or bf16 activations.
+  const bool host = x.device().is_cpu();
+  if (x.rank() != 3 || !(x.dtype() == DType::kF32 || (!host && x.dtype() == DType::kBF16))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MoE layer: input ", x.DebugString(),
+        ", expected [s, b, h] in f32 (on a device also bf16)"));
   }
+  if (router_->value.device() != x.device() || router_->value.dtype() != x.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE layer: input ", x.DebugString(), " does not match the router weight ",
+                     router_->value.DebugString(), " in dtype and device"));
+  }
+  const DType dt = x.dtype();
+  const core::Device dev = x.device();
   const int64_t h = x.dim(2);
   Tensor full = x;
   if (tp_.sequence_parallel) {
@@ -407,27 +431,28 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   const Shape out_shape = full.shape();
   const int64_t T = full.numel() / h, E = options_.experts;
   LOOM_ASSIGN_OR_RETURN(saved->input, full.Reshape(Shape{T, h}));
-  LOOM_ASSIGN_OR_RETURN(saved->logits, Tensor::Empty(Shape{T, E}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(saved->logits, Tensor::Empty(Shape{T, E}, DType::kF32, dev));
   LOOM_RETURN_IF_ERROR(
       core::ops::Matmul(saved->input, router_->value, &saved->logits, {.trans_b = true}));
-  LOOM_ASSIGN_OR_RETURN(saved->routing, Route(saved->logits.data<float>(), T, options_));
+  LOOM_ASSIGN_OR_RETURN(saved->routing, RouteOnDevice(saved->logits, options_));
   if (cp_.parallel()) LOOM_RETURN_IF_ERROR(AuxStatsOverCp(&saved->routing));
   const Routing& r = saved->routing;
 
   // Dispatch: one row per kept assignment, grouped by expert (and so by the
   // EP rank that owns it), then to the experts.
-  LOOM_ASSIGN_OR_RETURN(saved->dispatched, GatherRows(saved->input, r.row_token));
+  LOOM_ASSIGN_OR_RETURN(saved->dispatched, GatherRows(saved->input, r.row_token_t));
   LOOM_ASSIGN_OR_RETURN(saved->exchange, PlanExchange(r, h));
   const ExpertExchange& xc = saved->exchange;
   LOOM_ASSIGN_OR_RETURN(saved->expert_in, ToExperts(xc, saved->dispatched, /*backward=*/false));
   const int64_t M = saved->expert_in.dim(0);
   const int64_t f = fc2_[0]->value.dim(1);  // f/p
   const int64_t f1 = options_.swiglu ? 2 * f : f;
-  LOOM_ASSIGN_OR_RETURN(saved->pre_act, Tensor::Empty(Shape{M, f1}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{M, f}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor out_rows, Tensor::Empty(Shape{M, h}, DType::kF32));
-  // An expert without tokens computes nothing.
-  LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm,
+  LOOM_ASSIGN_OR_RETURN(saved->pre_act, Tensor::Empty(Shape{M, f1}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{M, f}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor out_rows, Tensor::Empty(Shape{M, h}, dt, dev));
+  // An expert without tokens computes nothing. Side by side only on the
+  // host: a device's stream is per thread. (A grouped GEMM is a follow-up.)
+  LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm && host,
                                      [&](int64_t l) -> absl::Status {
     const int64_t first = xc.local_rows[l], n = xc.local_rows[l + 1] - first;
     LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved->expert_in, first, n));
@@ -443,13 +468,8 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   LOOM_ASSIGN_OR_RETURN(saved->expert_out, FromExperts(xc, out_rows, /*backward=*/false));
 
   // Combine: y_t = Σ_k prob_tk · out_row(t,k), in k order (deterministic).
-  LOOM_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros(Shape{T, h}, DType::kF32));
-  const float* rows = saved->expert_out.data<float>();
-  float* yp = y.data<float>();
-  ForEachKept(r, [&](int64_t t, int64_t, int32_t row, float p) {
-    const float* o = rows + row * h;
-    for (int64_t j = 0; j < h; ++j) yp[t * h + j] += p * o[j];
-  });
+  LOOM_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(Shape{T, h}, dt, dev));
+  LOOM_RETURN_IF_ERROR(core::ops::MoeCombineForward(saved->expert_out, r.prob_t, r.row_t, &y));
   LOOM_ASSIGN_OR_RETURN(y, y.Reshape(out_shape));
   if (tp_.sequence_parallel) return ReduceScatterSeq(tp_, y);
   LOOM_RETURN_IF_ERROR(AllReduceTp(tp_, y));
@@ -466,34 +486,26 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
     LOOM_ASSIGN_OR_RETURN(dfull, AllGatherSeq(tp_, dy));
   }
   LOOM_ASSIGN_OR_RETURN(Tensor d2, dfull.Reshape(Shape{T, h}));
-  const float* g = d2.data<float>();
-  const float* rows = saved.expert_out.data<float>();
+  const DType dt = d2.dtype();
+  const core::Device dev = d2.device();
   const int64_t N = saved.expert_out.dim(0);
 
   // The combine's gradients: d out_row = prob · dy_t; dprob_tk = ⟨dy_t,
   // out_row⟩, a partial sum over TP (the rows are) completed by an all-reduce.
-  LOOM_ASSIGN_OR_RETURN(Tensor dout, Tensor::Zeros(Shape{N, h}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor dprob, Tensor::Zeros(Shape{T, K}, DType::kF32));
-  float* dop = dout.data<float>();
-  float* dpp = dprob.data<float>();
-  ForEachKept(r, [&](int64_t t, int64_t k, int32_t row, float p) {
-    double dot = 0;
-    for (int64_t j = 0; j < h; ++j) {
-      dop[row * h + j] = p * g[t * h + j];
-      dot += double(g[t * h + j]) * rows[row * h + j];
-    }
-    dpp[t * K + k] = static_cast<float>(dot);
-  });
+  LOOM_ASSIGN_OR_RETURN(Tensor dout, Tensor::Empty(Shape{N, h}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor dprob, Tensor::Empty(Shape{T, K}, DType::kF32, dev));
+  LOOM_RETURN_IF_ERROR(
+      core::ops::MoeCombineBackward(d2, saved.expert_out, r.prob_t, r.row_t, &dout, &dprob));
   comm::WorkPtr dprob_sum = AllReduceTpAsync(tp_, dprob);
 
   // The experts, backwards, on the rows they computed; their input gradients
   // go back to the assignments' owners and scatter-add into dx.
   LOOM_ASSIGN_OR_RETURN(Tensor dexp_out, ToExperts(xc, dout, /*backward=*/true));
   const int64_t M = saved.expert_in.dim(0);
-  LOOM_ASSIGN_OR_RETURN(Tensor dexp_in, Tensor::Empty(Shape{M, h}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor dpre_all, Tensor::Empty(saved.pre_act.shape(), DType::kF32));
-  LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm,
+  LOOM_ASSIGN_OR_RETURN(Tensor dexp_in, Tensor::Empty(Shape{M, h}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor dpre_all, Tensor::Empty(saved.pre_act.shape(), dt, dev));
+  LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm && dev.is_cpu(),
                                      [&](int64_t l) -> absl::Status {
     const int64_t first = xc.local_rows[l], n = xc.local_rows[l + 1] - first;
     LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved.expert_in, first, n));
@@ -517,21 +529,24 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
     return core::ops::Matmul(dpre, w1, &dxe);
   }));
   LOOM_ASSIGN_OR_RETURN(Tensor ddisp, FromExperts(xc, dexp_in, /*backward=*/true));
-  LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Zeros(Shape{T, h}, DType::kF32));
-  if (N > 0) {
-    LOOM_ASSIGN_OR_RETURN(Tensor ids, IdsTensor(r.row_token));
-    LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(ids, ddisp, &dx, RowGather()));
-  }
+  // Each token sums its rows' gradients (no atomics; padding rows have none).
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(Shape{T, h}, dt, dev));
+  LOOM_RETURN_IF_ERROR(core::ops::MoePermuteBackward(ddisp, r.row_t, &dx));
 
   // The router: its gradients are whole on every TP rank (same tokens, the
   // summed dprob), so its input gradient joins after the experts' reduction.
   if (dprob_sum != nullptr) LOOM_RETURN_IF_ERROR(dprob_sum->Wait());
-  LOOM_ASSIGN_OR_RETURN(Tensor dlogits, Tensor::Empty(Shape{T, E}, DType::kF32));
-  RouterBackward(r, saved.logits.data<float>(), dprob.data<float>(), loss_weight, options_,
-                 dlogits.data<float>());
+  LOOM_ASSIGN_OR_RETURN(Tensor dlogits, Tensor::Empty(Shape{T, E}, DType::kF32, dev));
+  LOOM_RETURN_IF_ERROR(
+      RouterBackwardOnDevice(r, saved.logits, dprob, loss_weight, options_, &dlogits));
+  if (dt != DType::kF32) {  // the router's GEMMs take the activations' dtype
+    LOOM_ASSIGN_OR_RETURN(Tensor rounded, Tensor::Empty(Shape{T, E}, dt, dev));
+    LOOM_RETURN_IF_ERROR(core::ops::Convert(dlogits, &rounded));
+    dlogits = rounded;
+  }
   LOOM_RETURN_IF_ERROR(core::ops::Matmul(dlogits, saved.input, &router_->grad,
                                          {.trans_a = true, .beta = 1.0f}));
-  LOOM_ASSIGN_OR_RETURN(Tensor drouter, Tensor::Empty(Shape{T, h}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor drouter, Tensor::Empty(Shape{T, h}, dt, dev));
   LOOM_RETURN_IF_ERROR(core::ops::Matmul(dlogits, router_->value, &drouter));
 
   LOOM_ASSIGN_OR_RETURN(dx, dx.Reshape(dfull.shape()));

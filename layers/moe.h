@@ -78,6 +78,13 @@ struct Routing {
   double aux_grad_scale = 1;
   double aux_loss = 0;                     // coefficient included
   double z_loss = 0;
+  // The per-token decisions on the logits' device (the kernels' inputs; on
+  // the CPU the vectors above hold the same values, elsewhere they stay
+  // empty: only the counts and offsets come to the host).
+  core::Tensor expert_t;     // i32 [T, K]
+  core::Tensor prob_t;       // f32 [T, K]
+  core::Tensor row_t;        // i32 [T, K]
+  core::Tensor row_token_t;  // i32 [N]
 
   bool kept(int64_t t, int k) const { return row[t * topk + k] >= 0; }
 };
@@ -86,6 +93,9 @@ struct Routing {
 // ties go to the lower expert index, and under a capacity the more probable
 // assignments stay (ties: the earlier token), so every layout drops the same.
 absl::StatusOr<Routing> Route(const float* logits, int64_t tokens, const MoeOptions& options);
+// The same on the device of `logits` (f32 [T, E]) through core/ops; only the
+// statistics (2E + 1 values: counts, probability sums, z sum) come to the host.
+absl::StatusOr<Routing> RouteOnDevice(const core::Tensor& logits, const MoeOptions& options);
 
 // dlogits [T, E] (host f32, written) from the gradient of the combine
 // weights dprob [T, K] and the load-balancing and z losses' gradients scaled
@@ -111,6 +121,7 @@ struct ExpertExchange {
   // inverse[j] is where received row j went (both empty without EP).
   std::vector<int32_t> perm, inverse;
   std::vector<int64_t> local_rows;  // [E/EP + 1]: local expert l owns rows [r_l, r_{l+1})
+  core::Tensor perm_t, inverse_t;   // perm and inverse (i32) on the activations' device
 };
 
 // Optional instrumentation of the expert-parallel all-to-alls (the counts
@@ -168,7 +179,9 @@ class MoeMlp {
   // stop). Must outlive the calls it measures.
   void set_comm_stats(MoeCommStats* stats) { comm_stats_ = stats; }
 
-  // x: [s(/p), b, h] -> [s(/p), b, h] (host f32).
+  // x: [s(/p), b, h] -> [s(/p), b, h]: host f32, or on a device (the
+  // router's and experts' weights' device and dtype) f32 or bf16; the router's
+  // logits and probabilities are f32 everywhere.
   absl::StatusOr<core::Tensor> Forward(const core::Tensor& x, Saved* saved) const;
   // dy: [s(/p), b, h]; accumulates the router's and experts' gradients.
   absl::StatusOr<core::Tensor> Backward(const core::Tensor& dy, float loss_weight,

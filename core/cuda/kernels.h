@@ -233,6 +233,38 @@ cudaError_t QkvSplitBackward(Elem t, const void* dqkv, int64_t rows, int64_t bat
                              int64_t n, int64_t d, int64_t r, float base, int64_t offset,
                              void* dproj, cudaStream_t stream);
 
+// ---- moe.cu: the mixture-of-experts layer's per-token work
+// (core/cpu/moe.h). Indices i32; logits, probabilities f32; statistics f64.
+// Router top-k, one thread per token: expert/prob [t, K]; stats [2E + 1] =
+// counts, softmax sums, lse² sum, reduced over tokens in a fixed order from
+// `scratch` (f64 [T, 2E + 1]).
+cudaError_t MoeRouteTopK(const float* logits, int64_t tokens, int64_t experts, int64_t topk,
+                         int32_t* expert, float* prob, double* scratch, double* stats,
+                         cudaStream_t stream);
+// The dispatch layout, one block per expert; `scratch`: i32 [2 * T * K + E]
+// (the experts' slot lists, their keep flags, the counts). row [T, K],
+// row_token [n_rows] (writes past n_rows are dropped).
+cudaError_t MoeRouteLayout(const int32_t* expert, const float* prob, int64_t tokens,
+                           int64_t experts, int64_t topk, int64_t capacity, bool pad,
+                           int32_t* scratch, int32_t* row, int32_t* row_token, int64_t n_rows,
+                           cudaStream_t stream);
+// dx [T, h] = per token the sum of its rows drows[row(t, k)] in ascending row order.
+cudaError_t MoePermuteBackward(Elem t, const void* drows, const int32_t* row, int64_t tokens,
+                               int64_t topk, int64_t h, void* dx, cudaStream_t stream);
+// y [T, h] = Σ_k prob · rows[row(t, k)] in k order.
+cudaError_t MoeCombineForward(Elem t, const void* rows, const float* prob, const int32_t* row,
+                              int64_t tokens, int64_t topk, int64_t h, void* y,
+                              cudaStream_t stream);
+// drows [n_rows, h] (zeroed first), dprob [T, K] (double dot products).
+cudaError_t MoeCombineBackward(Elem t, const void* dy, const void* rows, const float* prob,
+                               const int32_t* row, int64_t tokens, int64_t topk, int64_t h,
+                               int64_t n_rows, void* drows, float* dprob, cudaStream_t stream);
+// dlogits [T, E]; aux_grad f64 [E] or null.
+cudaError_t MoeRouterBackward(const float* logits, const int32_t* expert, const float* prob,
+                              const float* dprob, const double* aux_grad, bool z_loss,
+                              double z_scale, int64_t tokens, int64_t experts, int64_t topk,
+                              float* dlogits, cudaStream_t stream);
+
 }  // namespace loom::core::cuda::kernels
 
 #endif  // LOOM_CORE_CUDA_KERNELS_H_

@@ -14,6 +14,7 @@
 #include "core/cuda/layernorm.h"
 #include "core/cuda/linear.h"
 #include "core/cuda/matmul.h"
+#include "core/cuda/moe.h"
 #include "core/cuda/qkv_split.h"
 #include "core/cuda/reduce.h"
 #include "core/cuda/residual_norm.h"

@@ -146,6 +146,24 @@ struct AdamWOptions {
   float grad_scale = 1.0f;    // grads are multiplied by this first (clipping, 1/loss_scale)
 };
 
+// ---- moe: the mixture-of-experts router and token permutation (layers/moe.h)
+// Top-k of `experts` per token and the dispatch layout: each expert's kept
+// assignments in token order, experts one after the other.
+struct MoeRouteOptions {
+  int64_t experts = 0;
+  int64_t topk = 1;
+  int64_t capacity = 0;          // assignments an expert keeps (its most probable); 0: all
+  bool pad_to_capacity = false;  // with a capacity, every expert gets `capacity` rows
+};
+// The router's backward beyond the combine weights' gradient: the
+// load-balancing loss's (aux_grad, f64 [E], when aux_loss) and the z-loss's
+// (z_scale · lse_t / T · softmax(logits_t), z_scale = loss weight · coeff · 2).
+struct MoeRouterBackwardOptions {
+  bool aux_loss = false;
+  bool z_loss = false;
+  double z_scale = 0;
+};
+
 // ---- checks
 
 // p in [0, 1] and this call's heads inside the global ones; every device's

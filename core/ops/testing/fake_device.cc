@@ -21,6 +21,7 @@
 #include "core/cpu/layernorm.h"
 #include "core/cpu/linear.h"
 #include "core/cpu/matmul.h"
+#include "core/cpu/moe.h"
 #include "core/cpu/qkv_split.h"
 #include "core/cpu/reduce.h"
 #include "core/cpu/residual_norm.h"
