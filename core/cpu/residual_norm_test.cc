@@ -90,7 +90,9 @@ TEST(ResidualNormTest, ForwardIsDropoutAddNormBitwise) {
     EXPECT_TRUE(Bitwise(resid, a)) << what;
     EXPECT_TRUE(Bitwise(out, want)) << what;
     EXPECT_TRUE(Bitwise(rstd, wr)) << what;
-    if (!k.rms) EXPECT_TRUE(Bitwise(mean, wm)) << what;
+    if (!k.rms) {
+      EXPECT_TRUE(Bitwise(mean, wm)) << what;
+    }
     // In place: resid in the branch's storage (what the block does), and in x's.
     Tensor in_branch = Copy(branch), out2 = Make(k.shape);
     LOOM_ASSERT_OK(ResidualNormForward(x, in_branch, gamma, k.rms ? Tensor() : beta, o,
@@ -140,7 +142,9 @@ TEST(ResidualNormTest, BackwardIsNormBackwardAddDropoutBitwise) {
     EXPECT_TRUE(Bitwise(dx, want_dx)) << what;
     EXPECT_TRUE(Bitwise(dbranch, want_branch)) << what;
     EXPECT_TRUE(Bitwise(dg, want_dg)) << what;
-    if (!k.rms) EXPECT_TRUE(Bitwise(db, want_db)) << what;
+    if (!k.rms) {
+      EXPECT_TRUE(Bitwise(db, want_db)) << what;
+    }
     // No branch gradient (the block's ln1), dx in dout's and in dresid's storage.
     Tensor in_dout = Copy(dout), dg2 = Copy(dg0), db2 = Copy(db0);
     LOOM_ASSERT_OK(ResidualNormBackward(in_dout, dresid, resid, gamma, m, rstd, o, &in_dout,

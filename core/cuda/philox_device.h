@@ -61,7 +61,8 @@ LOOM_HD uint32_t DropoutBitsAtHD(uint64_t seed, uint64_t offset, uint64_t index)
 // The dropout stream's Philox block `block` (of element group block / 16)
 // serves the 8 elements 128 (block / 16) + block % 16 + 16 k, k < 8 (the
 // layout of cpu::DropoutBitsAt); bits[k] are their 16-bit draws. One Philox
-// evaluation per 8 elements instead of one per element.
+// evaluation per 8 elements instead of one per element (residual_norm.cu;
+// dropout_block_bits_test checks it against cpu::DropoutBitsAt).
 LOOM_HD void DropoutBlockBits(uint64_t seed, uint64_t offset, uint64_t block, uint32_t bits[8]) {
   const Philox4 out = Philox4x32_10HD(
       Philox4{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),

@@ -66,7 +66,9 @@ absl::StatusOr<int64_t> CheckResidualNormBackward(const char* op, const Tensor& 
   LOOM_ASSIGN_OR_RETURN(const int64_t rows, CheckStats(op, resid, gamma, &mean, rstd, o));
   LOOM_RETURN_IF_ERROR(CheckNormGradients(op, resid, gamma, dout, *dx, *dgamma));
   LOOM_RETURN_IF_ERROR(CheckSameShape(op, "resid", resid, "dresid", dresid));
-  if (dbranch != nullptr) LOOM_RETURN_IF_ERROR(CheckSameShape(op, "resid", resid, "dbranch", *dbranch));
+  if (dbranch != nullptr) {
+    LOOM_RETURN_IF_ERROR(CheckSameShape(op, "resid", resid, "dbranch", *dbranch));
+  }
   LOOM_RETURN_IF_ERROR(CheckNormKind(op, o, "dbeta", dbeta != nullptr));
   if (dbeta != nullptr) LOOM_RETURN_IF_ERROR(CheckSameShape(op, "gamma", gamma, "dbeta", *dbeta));
   LOOM_RETURN_IF_ERROR(CheckDropoutArgs(op, resid, o.dropout, o.where));
