@@ -2,7 +2,8 @@
 // LOOM_KERNEL_IMPL=residual_norm=fused the block runs ResidualNormForward /
 // ResidualNormBackward (dropout + residual add + ln2 in one op; ln2's and
 // ln1's backward with the residual gradient and the attention branch's
-// dropout). Their CPU implementations are the unfused kernels composed, so
+// dropout), and through GptModel (losses, every gradient, activation bytes,
+// with full recomputation too). Their CPU implementations are the unfused kernels composed, so
 // the block's output, input gradient, every parameter gradient and the saved
 // norm tensors (meaning and size: activation memory) must equal the unfused
 // path bitwise: GPT-2 (LayerNorm, biases) and Llama (RMSNorm, SwiGLU, RoPE,
@@ -11,6 +12,8 @@
 // and under CP 2 (two row runs per rank).
 
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,7 @@
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "layers/gpt_config.h"
+#include "layers/gpt_model.h"
 #include "layers/params.h"
 #include "layers/test_util.h"
 #include "layers/transformer_block.h"
@@ -116,6 +120,35 @@ absl::Status Step(const GptConfig& config, TpGroup tp, CpGroup cp, core::Device 
   return absl::OkStatus();
 }
 
+
+// A whole model's step (loss, every parameter gradient, the activation bytes
+// it keeps) on this rank, 2 layers, hidden dropout 0.1; "full": full
+// recomputation (the blocks rerun in the backward).
+absl::Status ModelStep(GptConfig config, TpGroup tp, core::Device device, bool full,
+                       StepOut* out) {
+  config.num_layers = 2;
+  config.device = device;
+  if (full) {
+    config.recompute_granularity = "full";
+    config.recompute_method = "uniform";
+    config.recompute_num_layers = 1;
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, tp));
+  LOOM_RETURN_IF_ERROR(model->params().ZeroGrads());
+  const Tensor ids = testing::RandomIds(config.seq_length, kB, config.vocab_size, 100);
+  const Tensor targets = testing::RandomIds(config.seq_length, kB, config.vocab_size, 200);
+  GptModel::Saved saved;
+  double loss = 0;
+  LOOM_RETURN_IF_ERROR(model->Forward(0, ids, targets, testing::StepDropout(0), &saved, &loss)
+                           .status());
+  LOOM_RETURN_IF_ERROR(
+      model->Backward(0, Tensor(), 1.0f, testing::StepDropout(0), saved).status());
+  *out = {{static_cast<float>(loss), static_cast<float>(loss - static_cast<float>(loss))},
+          {static_cast<float>(saved.ActivationBytes())}};
+  for (Param& p : model->params().params()) out->push_back(Host(p.grad));
+  return absl::OkStatus();
+}
+
 class ResidualNormWiringTest : public ::testing::Test {
  protected:
   void TearDown() override { Force(nullptr); }
@@ -207,6 +240,40 @@ TEST_F(ResidualNormWiringTest, TensorSequenceAndContextParallelFusedEqualsUnfuse
         ExpectBitwise(got[r], want[r],
                       absl::StrCat(config.normalization, " ", layout, " rank ", r));
       }
+    }
+  }
+}
+
+TEST_F(ResidualNormWiringTest, ModelLossesAndGradientsEqualUnfusedBitwise) {
+  for (const GptConfig& config : {Gpt2(), Llama()}) {
+    for (bool full : {false, true}) {
+      for (bool fake : {false, true}) {
+        StepOut want, got;
+        std::optional<core::ops::testing::ScopedFakeDevice> device;
+        if (fake) device.emplace();
+        const core::Device where = fake ? core::Device::CUDA(0) : core::Device::CPU();
+        Force(nullptr);
+        absl::Status s = ModelStep(config, TpGroup{}, where, full, &want);
+        ASSERT_TRUE(s.ok()) << s;
+        Force("residual_norm=fused");
+        s = ModelStep(config, TpGroup{}, where, full, &got);
+        ASSERT_TRUE(s.ok()) << s;
+        ExpectBitwise(got, want, absl::StrCat("model ", config.normalization, full ? " full" : "",
+                                              fake ? " fake cuda" : " cpu"));
+      }
+    }
+    // TP 2 with sequence parallelism, ranks as threads.
+    std::vector<StepOut> want(2), got(2);
+    for (int pass = 0; pass < 2; ++pass) {
+      Force(pass == 0 ? nullptr : "residual_norm=fused");
+      std::vector<StepOut>& runs = pass == 0 ? want : got;
+      absl::Status s = testing::RunRanks(2, [&](int r, comm::Communicator* c) -> absl::Status {
+        return ModelStep(config, TpGroup{c, true}, core::Device::CPU(), false, &runs[r]);
+      });
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    for (int r = 0; r < 2; ++r) {
+      ExpectBitwise(got[r], want[r], absl::StrCat("model ", config.normalization, " tp2 sp rank ", r));
     }
   }
 }
