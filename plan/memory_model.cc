@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/ops/kernel_choice.h"
 #include "layers/gpt_config.h"
 #include "pipeline/layer_assignment.h"
 #include "pipeline/schedule.h"
@@ -41,10 +42,22 @@ struct ActTerms {
   double x_seq = 0;    // Xs: X, or X/t under SP
   double layer = 0;    // K_layer (dense layer)
   double moe_layer = 0;
-  double lse = 0;      // P
+  double lse = 0;      // P: what the attention kernel keeps (lse, or s x s probs)
   double logits = 0;   // [s/c, b, V/t] f32
   double stats = 0;    // per-token f32 vector [s/c, b] (times 1/t under SP where split)
 };
+
+// What the attention kernel keeps for its backward per layer: each row's
+// log-sum-exp (f32), or, where the kernel manifest runs the s x s kernel on
+// this device (CUDA until a device run proves another: core/ops/
+// kernel_manifest.textproto), its probabilities [b, heads/t, s, s] in the
+// compute dtype. The CP ring always keeps the lse.
+double AttentionKept(const train::TrainConfig& c, double b, double heads, double s, double e) {
+  const core::DeviceType device = c.device == "cuda" ? core::DeviceType::kCUDA : core::DeviceType::kCPU;
+  const absl::StatusOr<core::ops::KernelChoice> choice = core::ops::ChooseKernel("attention", device);
+  const bool probs = c.context_parallel_size == 1 && choice.ok() && choice->implementation == "sxs";
+  return probs ? b * heads * s * s * e : b * heads * s * 4;
+}
 
 ActTerms Terms(const train::TrainConfig& c) {
   const layers::GptConfig& m = c.model;
@@ -57,7 +70,7 @@ ActTerms Terms(const train::TrainConfig& c) {
   a.x_full = s * b * h * e;
   a.x_seq = sp ? a.x_full / t : a.x_full;
   a.stats = s * b * 4;
-  a.lse = b * (m.num_attention_heads / t) * s * 4;
+  a.lse = AttentionKept(c, b, m.num_attention_heads / t, s, e);
   const double heads = m.num_attention_heads, groups = m.query_groups();
   const double ffn = static_cast<double>(m.ffn()) / h;
   // qkv, core output; RoPE keeps q and k rotated (the kernel's per-head layout).
@@ -271,7 +284,8 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       st.bytes.optimizer / gib);
   absl::StrAppendFormat(
       &s,
-      "  X  = s/CP x b x h x e = %.0f B; Xs = %.0f B (SP: X / TP); lse P = %.0f B\n"
+      "  X  = s/CP x b x h x e = %.0f B; Xs = %.0f B (SP: X / TP); attention's kept P = %.0f B "
+      "(lse, or the s x s kernel's probabilities where it runs)\n"
       "  K_layer = %s = %.0f B\n"
       "  activations   = a K_chunk + K_head + W + R, a = %d chunk activations in flight "
       "(pipeline simulator) = %.3f GiB\n"

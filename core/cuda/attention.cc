@@ -79,26 +79,8 @@ absl::StatusOr<AttentionDims> CheckBackward(const char* op, const Tensor& dout, 
   return g;
 }
 
-kernels::AttentionMask Mask(const cpu::AttentionDropout& dr, int64_t heads) {
-  kernels::AttentionMask m;
-  m.dropout = dr.p > 0.0f;
-  m.params.seed = dr.seed;
-  m.params.offset = dr.offset;
-  m.params.threshold = cpu::DropoutThreshold(dr.p);
-  m.params.scale = dr.p >= 1.0f ? 0.0f : 1.0f / (1.0f - dr.p);
-  m.heads = heads;
-  m.total_heads = dr.total_heads == 0 ? heads : dr.total_heads;
-  m.head_offset = dr.head_offset;
-  return m;
-}
+using internal::ElementAt;
 
-// Pointer `elems` elements after t's first.
-const void* At(const Tensor& t, int64_t elems) {
-  return static_cast<const char*>(t.raw_data()) + elems * static_cast<int64_t>(DTypeSize(t.dtype()));
-}
-void* At(Tensor* t, int64_t elems) {
-  return static_cast<char*>(t->raw_data()) + elems * static_cast<int64_t>(DTypeSize(t->dtype()));
-}
 
 // One GEMM per (batch, head) pair; pair p = bi * heads + h, whose q/k/v rows
 // start at element 3 d p of qkv (row stride b heads 3 d), its out rows at d p
@@ -140,7 +122,7 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
   const DType dt = qkv.dtype();
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const int64_t pairs = g.b * g.heads, ss = g.s * g.s;
-  const kernels::AttentionMask mask = Mask(dropout, heads);
+  const kernels::AttentionMask mask = internal::AttentionMaskOf(dropout, heads);
 
   // probs = scale * Q Kᵀ (the raw scores; the row kernel turns them into probabilities).
   // Query rows [r0, r0 + rows) against keys [0, r0 + rows).
@@ -149,9 +131,9 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
     qk.trans_b = true;
     qk.m = rows, qk.n = r0 + rows, qk.k = g.d;
     qk.alpha = 1.0f / std::sqrt(static_cast<float>(g.d));
-    qk.a = At(qkv, r0 * ld_qkv), qk.lda = ld_qkv, qk.stride_a = 3 * g.d;
-    qk.b = At(qkv, g.d), qk.ldb = ld_qkv, qk.stride_b = 3 * g.d;
-    qk.c = At(probs, r0 * g.s), qk.ldc = g.s, qk.stride_c = ss;
+    qk.a = ElementAt(qkv, r0 * ld_qkv), qk.lda = ld_qkv, qk.stride_a = 3 * g.d;
+    qk.b = ElementAt(qkv, g.d), qk.ldb = ld_qkv, qk.stride_b = 3 * g.d;
+    qk.c = ElementAt(probs, r0 * g.s), qk.ldc = g.s, qk.stride_c = ss;
     return internal::Gemm(kOp, qk);
   }));
 
@@ -168,9 +150,9 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
   return ForCausalBlocks(g.s, [&](int64_t r0, int64_t rows) {
     internal::GemmArgs pv = PairGemm(g, dt);
     pv.m = rows, pv.n = g.d, pv.k = r0 + rows;
-    pv.a = At(p, r0 * g.s), pv.lda = g.s, pv.stride_a = ss;
-    pv.b = At(qkv, 2 * g.d), pv.ldb = ld_qkv, pv.stride_b = 3 * g.d;
-    pv.c = At(out, r0 * ld_out), pv.ldc = ld_out, pv.stride_c = g.d;
+    pv.a = ElementAt(p, r0 * g.s), pv.lda = g.s, pv.stride_a = ss;
+    pv.b = ElementAt(qkv, 2 * g.d), pv.ldb = ld_qkv, pv.stride_b = 3 * g.d;
+    pv.c = ElementAt(out, r0 * ld_out), pv.ldc = ld_out, pv.stride_c = g.d;
     return internal::Gemm(kOp, pv);
   });
 }
@@ -186,7 +168,7 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
   const DType dt = qkv.dtype();
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const int64_t pairs = g.b * g.heads, ss = g.s * g.s;
-  const kernels::AttentionMask mask = Mask(dropout, heads);
+  const kernels::AttentionMask mask = internal::AttentionMaskOf(dropout, heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
 
   LOOM_ASSIGN_OR_RETURN(Tensor ds, internal::Scratch(probs.shape(), dt));
@@ -199,9 +181,9 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
     internal::GemmArgs dp = PairGemm(g, dt);
     dp.trans_b = true;
     dp.m = rows, dp.n = r0 + rows, dp.k = g.d;
-    dp.a = At(dout, r0 * ld_out), dp.lda = ld_out, dp.stride_a = g.d;
-    dp.b = At(qkv, 2 * g.d), dp.ldb = ld_qkv, dp.stride_b = 3 * g.d;
-    dp.c = At(&ds, r0 * g.s), dp.ldc = g.s, dp.stride_c = ss;
+    dp.a = ElementAt(dout, r0 * ld_out), dp.lda = ld_out, dp.stride_a = g.d;
+    dp.b = ElementAt(qkv, 2 * g.d), dp.ldb = ld_qkv, dp.stride_b = 3 * g.d;
+    dp.c = ElementAt(&ds, r0 * g.s), dp.ldc = g.s, dp.stride_c = ss;
     return internal::Gemm(kOp, dp);
   }));
   // ds = dS = scale P (dP' - rowsum(P dP')), dropped = P keep / (1 - p).
@@ -213,9 +195,9 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
   LOOM_RETURN_IF_ERROR(ForCausalBlocks(g.s, [&](int64_t r0, int64_t rows) {
     internal::GemmArgs dq = PairGemm(g, dt);
     dq.m = rows, dq.n = g.d, dq.k = r0 + rows;
-    dq.a = At(ds, r0 * g.s), dq.lda = g.s, dq.stride_a = ss;
-    dq.b = At(qkv, g.d), dq.ldb = ld_qkv, dq.stride_b = 3 * g.d;
-    dq.c = At(dqkv, r0 * ld_qkv), dq.ldc = ld_qkv, dq.stride_c = 3 * g.d;
+    dq.a = ElementAt(ds, r0 * g.s), dq.lda = g.s, dq.stride_a = ss;
+    dq.b = ElementAt(qkv, g.d), dq.ldb = ld_qkv, dq.stride_b = 3 * g.d;
+    dq.c = ElementAt(dqkv, r0 * ld_qkv), dq.ldc = ld_qkv, dq.stride_c = 3 * g.d;
     return internal::Gemm(kOp, dq);
   }));
   // dK = dSᵀ Q
@@ -224,9 +206,9 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
     internal::GemmArgs dk = PairGemm(g, dt);
     dk.trans_a = true;
     dk.m = cols, dk.n = g.d, dk.k = g.s - c0;
-    dk.a = At(ds, c0 * g.s + c0), dk.lda = g.s, dk.stride_a = ss;
-    dk.b = At(qkv, c0 * ld_qkv), dk.ldb = ld_qkv, dk.stride_b = 3 * g.d;
-    dk.c = At(dqkv, c0 * ld_qkv + g.d), dk.ldc = ld_qkv, dk.stride_c = 3 * g.d;
+    dk.a = ElementAt(ds, c0 * g.s + c0), dk.lda = g.s, dk.stride_a = ss;
+    dk.b = ElementAt(qkv, c0 * ld_qkv), dk.ldb = ld_qkv, dk.stride_b = 3 * g.d;
+    dk.c = ElementAt(dqkv, c0 * ld_qkv + g.d), dk.ldc = ld_qkv, dk.stride_c = 3 * g.d;
     return internal::Gemm(kOp, dk);
   }));
   // dV = Pᵀ dO, P after dropout.
@@ -235,9 +217,9 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
     internal::GemmArgs dv = PairGemm(g, dt);
     dv.trans_a = true;
     dv.m = cols, dv.n = g.d, dv.k = g.s - c0;
-    dv.a = At(p, c0 * g.s + c0), dv.lda = g.s, dv.stride_a = ss;
-    dv.b = At(dout, c0 * ld_out), dv.ldb = ld_out, dv.stride_b = g.d;
-    dv.c = At(dqkv, c0 * ld_qkv + 2 * g.d), dv.ldc = ld_qkv, dv.stride_c = 3 * g.d;
+    dv.a = ElementAt(p, c0 * g.s + c0), dv.lda = g.s, dv.stride_a = ss;
+    dv.b = ElementAt(dout, c0 * ld_out), dv.ldb = ld_out, dv.stride_b = g.d;
+    dv.c = ElementAt(dqkv, c0 * ld_qkv + 2 * g.d), dv.ldc = ld_qkv, dv.stride_c = 3 * g.d;
     return internal::Gemm(kOp, dv);
   });
 }
@@ -251,7 +233,7 @@ absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_CUDA_LAUNCH(kOp, kernels::FlashAttentionForward(internal::ElemOf(qkv.dtype()), qkv.raw_data(),
                                                        out->raw_data(), lse->data<float>(), g.s,
-                                                       g.b, g.d, Mask(dropout, heads), stream));
+                                                       g.b, g.d, internal::AttentionMaskOf(dropout, heads), stream));
   return absl::OkStatus();
 }
 
@@ -268,7 +250,7 @@ absl::Status FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const
   LOOM_CUDA_LAUNCH(kOp, kernels::FlashAttentionBackward(
                             internal::ElemOf(qkv.dtype()), dout.raw_data(), qkv.raw_data(),
                             out.raw_data(), lse.data<float>(), delta.data<float>(),
-                            dqkv->raw_data(), g.s, g.b, g.d, Mask(dropout, heads), stream));
+                            dqkv->raw_data(), g.s, g.b, g.d, internal::AttentionMaskOf(dropout, heads), stream));
   return absl::OkStatus();
 }
 

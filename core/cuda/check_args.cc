@@ -1,6 +1,7 @@
 #include "core/cuda/check_args.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu/philox.h"
 #include "core/cuda/runtime.h"
 
 namespace loom::core::cuda::internal {
@@ -121,6 +122,26 @@ absl::Status CheckDevices(const char* op, std::initializer_list<Arg> args) {
         " (call SetCurrentDevice first)"));
   }
   return absl::OkStatus();
+}
+
+kernels::AttentionMask AttentionMaskOf(const ops::AttentionDropout& dr, int64_t heads) {
+  kernels::AttentionMask m;
+  m.dropout = dr.p > 0.0f;
+  m.params.seed = dr.seed;
+  m.params.offset = dr.offset;
+  m.params.threshold = cpu::DropoutThreshold(dr.p);
+  m.params.scale = dr.p >= 1.0f ? 0.0f : 1.0f / (1.0f - dr.p);
+  m.heads = heads;
+  m.total_heads = dr.total_heads == 0 ? heads : dr.total_heads;
+  m.head_offset = dr.head_offset;
+  return m;
+}
+
+const void* ElementAt(const Tensor& t, int64_t elems) {
+  return static_cast<const char*>(t.raw_data()) + elems * static_cast<int64_t>(DTypeSize(t.dtype()));
+}
+void* ElementAt(Tensor* t, int64_t elems) {
+  return static_cast<char*>(t->raw_data()) + elems * static_cast<int64_t>(DTypeSize(t->dtype()));
 }
 
 kernels::Elem ElemOf(DType dtype) {

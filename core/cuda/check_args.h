@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/cuda/kernels.h"
+#include "core/ops/contracts/options.h"
 #include "core/ops/contracts/shape_checks.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
@@ -53,6 +54,14 @@ absl::Status CheckDevices(const char* op, std::initializer_list<Arg> args);
 // non-null) with the first one's dtype and shape. Errors as CheckFloat(Out),
 // CheckSameDType and CheckSameShape, in that order over all arguments.
 absl::Status CheckAlike(const char* op, std::initializer_list<Arg> args);
+
+// The kernels' attention mask and dropout parameters for this call's heads
+// (the dropout mask at global probability indices, as the CPU's).
+kernels::AttentionMask AttentionMaskOf(const ops::AttentionDropout& dropout, int64_t heads);
+
+// The address `elems` elements after t's first (strided sub-matrices).
+const void* ElementAt(const Tensor& t, int64_t elems);
+void* ElementAt(Tensor* t, int64_t elems);
 
 kernels::Elem ElemOf(DType dtype);     // f32, bf16, f16
 kernels::Index IndexOf(DType dtype);   // i32, i64

@@ -30,22 +30,8 @@ absl::Status CheckState(const char* op, const Tensor* acc, const Tensor* max, co
   return internal::CheckIs(op, "sum", sum, DType::kF32);
 }
 
-kernels::AttentionMask Mask(const AttentionDropout& dr, int64_t heads) {
-  kernels::AttentionMask m;
-  m.dropout = dr.p > 0.0f;
-  m.params.seed = dr.seed;
-  m.params.offset = dr.offset;
-  m.params.threshold = cpu::DropoutThreshold(dr.p);
-  m.params.scale = dr.p >= 1.0f ? 0.0f : 1.0f / (1.0f - dr.p);
-  m.heads = heads;
-  m.total_heads = dr.total_heads == 0 ? heads : dr.total_heads;
-  m.head_offset = dr.head_offset;
-  return m;
-}
+using internal::ElementAt;
 
-const char* At(const Tensor& t, int64_t elems) {
-  return static_cast<const char*>(t.raw_data()) + elems * static_cast<int64_t>(DTypeSize(t.dtype()));
-}
 
 // Every query precedes every key: the block adds nothing.
 bool Skipped(const FlashBlockOptions& o) {
@@ -55,8 +41,8 @@ bool Skipped(const FlashBlockOptions& o) {
 kernels::FlashBlockArgs Args(const FlashBlockDims& g, const FlashBlockOptions& o,
                              const Tensor& qkv, const Tensor& kv) {
   kernels::FlashBlockArgs a;
-  a.q = At(qkv, o.q_row * g.b * g.heads * 3 * g.d);
-  a.kv = At(kv, o.k_row * g.b * g.heads * 2 * g.d);
+  a.q = ElementAt(qkv, o.q_row * g.b * g.heads * 3 * g.d);
+  a.kv = ElementAt(kv, o.k_row * g.b * g.heads * 2 * g.d);
   a.b = g.b;
   a.d = g.d;
   a.q_len = o.q_len;
@@ -100,7 +86,7 @@ absl::Status FlashBlockForward(const Tensor& qkv, const Tensor& kv, const FlashB
   LOOM_CUDA_LAUNCH(kOp, kernels::FlashBlockForward(
                             internal::ElemOf(qkv.dtype()), Args(g, o, qkv, kv),
                             acc->data<float>() + first * g.d, max->data<float>() + first,
-                            sum->data<float>() + first, Mask(o.dropout, g.heads), stream));
+                            sum->data<float>() + first, internal::AttentionMaskOf(o.dropout, g.heads), stream));
   return absl::OkStatus();
 }
 
@@ -177,9 +163,9 @@ absl::Status FlashBlockBackward(const Tensor& dout, const Tensor& qkv, const Ten
   LOOM_CUDA_LAUNCH(
       kOp, kernels::FlashBlockBackward(
                internal::ElemOf(qkv.dtype()), Args(g, o, qkv, kv),
-               At(dout, o.q_row * pairs * g.d), lse.data<float>() + o.q_row,
+               ElementAt(dout, o.q_row * pairs * g.d), lse.data<float>() + o.q_row,
                delta.data<float>() + o.q_row, dqkv->data<float>() + o.q_row * pairs * 3 * g.d,
-               dkv->data<float>() + o.k_row * pairs * 2 * g.d, Mask(o.dropout, g.heads), stream));
+               dkv->data<float>() + o.k_row * pairs * 2 * g.d, internal::AttentionMaskOf(o.dropout, g.heads), stream));
   return absl::OkStatus();
 }
 

@@ -8,19 +8,13 @@
 namespace loom::core::cuda {
 namespace {
 
-// Checks logits and the shard; returns the number of rows.
+// Checks logits (dtype here, shapes by the shared contract) and the shard;
+// returns the number of rows.
 absl::StatusOr<int64_t> CheckShard(const char* op, const Tensor& logits,
                                    const cpu::VocabShard& shard) {
   LOOM_RETURN_IF_ERROR(internal::CheckFloat(op, "logits", logits));
-  if (logits.rank() < 1 || logits.dim(logits.rank() - 1) == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": logits ", logits.DebugString(), ", expected [..., Vp > 0]"));
-  }
-  const int64_t vp = logits.dim(logits.rank() - 1), n = logits.numel() / vp;
-  if (shard.valid < 0 || shard.valid > vp || shard.vocab_start < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": shard vocab_start ", shard.vocab_start,
-                                                   " valid ", shard.valid, " does not fit Vp ", vp));
-  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t n,
+                        ops::CheckVocabShardRows(op, logits, /*targets=*/Tensor(), shard));
   LOOM_RETURN_IF_ERROR(internal::CheckRows(op, "rows", n));
   return n;
 }

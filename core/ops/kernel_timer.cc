@@ -60,12 +60,39 @@ int64_t GemmFlops(bool batched, const Tensor& a, const Tensor& b, const Tensor* 
   return 2 * batch * d.m * d.n * d.k;
 }
 
+// A linear layer's GEMM with its epilogue: 2·rows·M·K for x [rows, K] and
+// w [M, K] (the forward and the data gradient), or dy [rows, M] and
+// x [rows, K] (the weight gradient). 0 for shapes the kernel refuses.
+int64_t LinearFlops(const Tensor& a, const Tensor& b, bool weight_gradient) {
+  if (a.rank() != 2 || b.rank() != 2) return 0;
+  const int64_t rows = a.dim(0);
+  return weight_gradient ? 2 * rows * a.dim(1) * b.dim(1) : 2 * rows * b.dim(0) * b.dim(1);
+}
+
 template <auto Member>
 constexpr bool kIsGemm = false;
 template <>
 constexpr bool kIsGemm<&KernelTable::matmul> = true;
 template <>
 constexpr bool kIsGemm<&KernelTable::batched_matmul> = true;
+template <auto Member>
+constexpr bool kIsLinear = false;
+template <>
+constexpr bool kIsLinear<&KernelTable::linear_forward> = true;
+template <>
+constexpr bool kIsLinear<&KernelTable::linear_backward_data> = true;
+template <>
+constexpr bool kIsLinear<&KernelTable::linear_backward_weight> = true;
+template <auto Member>
+constexpr bool kIsWeightGradient = false;
+template <>
+constexpr bool kIsWeightGradient<&KernelTable::linear_backward_weight> = true;
+
+// The first two tensor arguments of a linear op.
+template <typename... Rest>
+int64_t LinearOpFlops(bool weight_gradient, const Tensor& a, const Tensor& b, const Rest&...) {
+  return LinearFlops(a, b, weight_gradient);
+}
 
 // The timed stand-in for KernelTable member `Member` (of function type Fn).
 template <auto Member, typename Fn>
@@ -103,6 +130,11 @@ struct Timed<Member, R (*)(Args...)> {
     if constexpr (kIsGemm<Member>) {
       counters.flops.fetch_add(GemmFlops(Member == &KernelTable::batched_matmul, args...),
                                std::memory_order_relaxed);
+    }
+    if constexpr (kIsLinear<Member>) {
+      counters.flops.fetch_add(
+          LinearOpFlops(kIsWeightGradient<Member>, args...),
+          std::memory_order_relaxed);
     }
   }
   // Reads the device time of the marks so far (waits for their work).

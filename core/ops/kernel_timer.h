@@ -35,7 +35,7 @@ struct KernelTime {
   std::string kernel;  // the KernelTable member, e.g. "matmul"
   int64_t calls = 0;
   double seconds = 0;
-  double flops = 0;  // matmul and batched_matmul: 2·M·N·K per product; others 0
+  double flops = 0;  // GEMMs (matmul, batched_matmul, the linear ops): 2·M·N·K; others 0
 };
 
 class KernelTimer {

@@ -63,6 +63,27 @@ TEST(KernelTimerTest, CountsCallsTimeAndGemmFlopsAndLeavesResultsAlone) {
   EXPECT_TRUE((*timer)->Totals().empty());
 }
 
+// The linear layer's fused GEMMs count their products too (the bench's GEMM
+// share must not drop when their epilogues are on).
+TEST(KernelTimerTest, LinearOpsCountTheirGemmFlops) {
+  const Tensor x = Random(Shape{4, 16}, 1), w = Random(Shape{8, 16}, 2);
+  const Tensor bias = Random(Shape{8}, 3), dy = Random(Shape{4, 8}, 4);
+  Tensor y = *Tensor::Empty(Shape{4, 8}, DType::kF32);
+  Tensor dx = *Tensor::Empty(Shape{4, 16}, DType::kF32);
+  Tensor dw = *Tensor::Zeros(Shape{8, 16}, DType::kF32);
+  auto timer = KernelTimer::Start();
+  ASSERT_TRUE(timer.ok()) << timer.status();
+  ASSERT_TRUE(LinearForward(x, w, bias, &y, nullptr, {}).ok());
+  ASSERT_TRUE(LinearBackwardData(dy, w, Tensor(), &dx, nullptr, {}).ok());
+  ASSERT_TRUE(LinearBackwardWeight(dy, x, &dw, nullptr, {}).ok());
+  const std::vector<KernelTime> totals = (*timer)->Totals();
+  for (const char* op : {"linear_forward", "linear_backward_data", "linear_backward_weight"}) {
+    const KernelTime* t = Find(totals, op);
+    ASSERT_NE(t, nullptr) << op;
+    EXPECT_EQ(t->flops, 2.0 * 4 * 8 * 16) << op;
+  }
+}
+
 TEST(KernelTimerTest, OneAtATimeAndTheBuiltInTableComesBack) {
   {
     auto timer = KernelTimer::Start();
