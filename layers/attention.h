@@ -61,7 +61,8 @@ struct AttentionOptions {
 // position of row i is i on every layout and pipeline stage; under context
 // parallelism it sees this CP rank's two chunks, rotated at their global
 // positions, and runs as ring attention over the CP group
-// (layers/context_parallel.h: host tensors, --device=cpu).
+// (layers/context_parallel.h; the trainer still refuses CP with --device=cuda
+// until the ring's CUDA kernels have passed on a device).
 class ParallelAttention {
  public:
   struct Saved {

@@ -48,7 +48,8 @@ struct ContextParallelLayout {
 
 // The context-parallel group a model runs in, passed explicitly like TpGroup.
 // With size 1 (comm may be null) activations hold the whole sequence and the
-// attention is the flash kernel; CP > 1 runs the ring below (host tensors).
+// attention is the planned kernel (attention_plan.h); CP > 1 runs the ring
+// below, on the tensors' device (its blocks are core/ops kernels).
 struct CpGroup {
   comm::Communicator* comm = nullptr;
 
@@ -94,7 +95,8 @@ absl::StatusOr<core::Tensor> SelectLocalRows(const core::Tensor& global,
                                              const ContextParallelLayout& layout);
 
 // Causal attention over the CP group `cp` (size layout.cp, this rank
-// layout.rank); host tensors:
+// layout.rank); tensors on one device (f32, or bf16 on a GPU; lse and the
+// running state f32):
 //   qkv:  f32[2c, b, heads * 3 * d]  (core/cpu/attention.h's layout)
 //   out:  f32[2c, b, heads * d], written
 //   lse:  f32[b, heads, 2c], written (keep with out for the backward)
