@@ -274,12 +274,10 @@ absl::StatusOr<Tensor> ParallelMlp::Forward(const Tensor& x, Saved* saved) const
   }
   LOOM_ASSIGN_OR_RETURN(saved->pre_gelu, up_.Forward(x, &saved->up_in));
   const Tensor& pre = saved->pre_gelu;
-  {
-    LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(core::Shape{pre.dim(0), pre.dim(1), pre.dim(2) / 2},
-                                                    pre.dtype(), pre.device()));
-    LOOM_RETURN_IF_ERROR(core::ops::SwigluForward(pre, &act));
-    return down_.Forward(act, &saved->down_in);
-  }
+  LOOM_ASSIGN_OR_RETURN(Tensor act, Tensor::Empty(core::Shape{pre.dim(0), pre.dim(1), pre.dim(2) / 2},
+                                                  pre.dtype(), pre.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::SwigluForward(pre, &act));
+  return down_.Forward(act, &saved->down_in);
 }
 
 absl::StatusOr<Tensor> ParallelMlp::Backward(const Tensor& dy, const Saved& saved) const {
@@ -293,12 +291,10 @@ absl::StatusOr<Tensor> ParallelMlp::Backward(const Tensor& dy, const Saved& save
     return up_.Backward(dpre, saved.up_in, up_bias_done);
   }
   LOOM_ASSIGN_OR_RETURN(Tensor dact, down_.Backward(dy, saved.down_in));
-  {
-    LOOM_ASSIGN_OR_RETURN(Tensor dpre, Tensor::Empty(saved.pre_gelu.shape(), saved.pre_gelu.dtype(),
-                                                     saved.pre_gelu.device()));
-    LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, saved.pre_gelu, &dpre));
-    return up_.Backward(dpre, saved.up_in);
-  }
+  LOOM_ASSIGN_OR_RETURN(Tensor dpre, Tensor::Empty(saved.pre_gelu.shape(), saved.pre_gelu.dtype(),
+                                                   saved.pre_gelu.device()));
+  LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, saved.pre_gelu, &dpre));
+  return up_.Backward(dpre, saved.up_in);
 }
 
 }  // namespace loom::layers

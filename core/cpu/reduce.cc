@@ -125,4 +125,13 @@ absl::StatusOr<double> L2Norm(const Tensor& x) {
   return std::sqrt(*ss);
 }
 
+absl::Status SumSquaresInto(const Tensor& x, Tensor* acc) {
+  constexpr const char* kOp = "SumSquaresInto";
+  LOOM_RETURN_IF_ERROR(ops::CheckDoubleAccumulator(kOp, acc));
+  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "acc", *acc, DType::kF64));
+  LOOM_ASSIGN_OR_RETURN(const double s, SumInDouble<true>(kOp, x));
+  acc->data<double>()[0] += s;
+  return absl::OkStatus();
+}
+
 }  // namespace loom::core::cpu

@@ -14,6 +14,9 @@ namespace loom::core::cpu {
 //   x: f32[any]
 absl::StatusOr<double> Sum(const Tensor& x);
 absl::StatusOr<double> SumSquares(const Tensor& x);
+// acc[0] += SumSquares(x); acc: f64[1] on the CPU (what a gradient norm
+// sums run by run without waiting for a device per run).
+absl::Status SumSquaresInto(const Tensor& x, Tensor* acc);
 // sqrt(SumSquares(x)).
 absl::StatusOr<double> L2Norm(const Tensor& x);
 

@@ -62,5 +62,25 @@ TEST(ReduceTest, ErrorsNameOp) {
   EXPECT_TRUE(IsInvalidArgument(L2Norm(Make({3}, DType::kF64)).status(), {"L2Norm", "f64"}));
 }
 
+// SumSquaresInto adds each call's sum to the accumulator: the same double
+// additions, in the same order, as summing SumSquares on the host.
+TEST(ReduceTest, SumSquaresIntoAccumulatesLikeHostSums) {
+  Tensor acc = Make({1}, DType::kF64);
+  acc.data<double>()[0] = 0.0;
+  double host = 0.0;
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{70001}, int64_t{300007}}) {
+    const Tensor x = Random({n}, 10 + n, -2.0f, 2.0f);
+    ASSERT_TRUE(SumSquaresInto(x, &acc).ok());
+    host += *SumSquares(x);
+    EXPECT_EQ(acc.data<double>()[0], host) << n;
+  }
+  const Tensor x = Random({4}, 1);
+  EXPECT_TRUE(IsInvalidArgument(SumSquaresInto(x, nullptr), {"SumSquaresInto", "acc"}));
+  Tensor f32 = Make({1}, DType::kF32);
+  EXPECT_TRUE(IsInvalidArgument(SumSquaresInto(x, &f32), {"SumSquaresInto", "f64"}));
+  Tensor two = Make({2}, DType::kF64);
+  EXPECT_TRUE(IsInvalidArgument(SumSquaresInto(x, &two), {"SumSquaresInto", "one element"}));
+}
+
 }  // namespace
 }  // namespace loom::core::cpu::testing

@@ -212,8 +212,9 @@ cudaError_t Convert(Elem from, Elem to, const void* src, void* dst, int64_t n, c
 // ---- reduce.cu: *result = sum (or sum of squares) of x in double,
 // deterministic; `partials` holds kReduceBlocks doubles.
 inline constexpr int kReduceBlocks = 264;
+// accumulate: *result += the sum (else *result = the sum).
 cudaError_t ReduceToDouble(Elem t, const void* x, int64_t n, bool squares, double* partials,
-                           double* result, cudaStream_t stream);
+                           double* result, cudaStream_t stream, bool accumulate = false);
 
 // ---- adamw.cu
 struct AdamWScalars {

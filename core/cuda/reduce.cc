@@ -28,6 +28,21 @@ absl::StatusOr<double> Reduce(const char* op, const Tensor& x, bool squares) {
 }  // namespace
 
 absl::StatusOr<double> Sum(const Tensor& x) { return Reduce("Sum", x, false); }
+
+absl::Status SumSquaresInto(const Tensor& x, Tensor* acc) {
+  constexpr const char* kOp = "SumSquaresInto";
+  LOOM_RETURN_IF_ERROR(internal::CheckFloat(kOp, "x", x));
+  LOOM_RETURN_IF_ERROR(ops::CheckDoubleAccumulator(kOp, acc));
+  LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"x", &x}, {"acc", acc}}));
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
+  LOOM_ASSIGN_OR_RETURN(Tensor partials,
+                        internal::Scratch(Shape{kernels::kReduceBlocks}, DType::kF64));
+  LOOM_CUDA_LAUNCH(kOp, kernels::ReduceToDouble(internal::ElemOf(x.dtype()), x.raw_data(),
+                                                x.numel(), /*squares=*/true,
+                                                partials.data<double>(), acc->data<double>(),
+                                                stream, /*accumulate=*/true));
+  return absl::OkStatus();
+}
 absl::StatusOr<double> SumSquares(const Tensor& x) { return Reduce("SumSquares", x, true); }
 absl::StatusOr<double> L2Norm(const Tensor& x) {
   absl::StatusOr<double> ss = Reduce("L2Norm", x, true);

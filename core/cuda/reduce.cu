@@ -32,23 +32,23 @@ __global__ void PartialSumKernel(const T* x, int64_t n, bool squares, double* pa
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-__global__ void FinalSumKernel(const double* partials, double* result) {
+__global__ void FinalSumKernel(const double* partials, double* result, bool accumulate) {
   __shared__ double smem[kThreads / 32];
   double acc = 0.0;
   for (int i = threadIdx.x; i < kReduceBlocks; i += kThreads) acc += partials[i];
   acc = BlockSumDouble(acc, smem);
-  if (threadIdx.x == 0) *result = acc;
+  if (threadIdx.x == 0) *result = accumulate ? *result + acc : acc;
 }
 
 }  // namespace
 
 cudaError_t ReduceToDouble(Elem t, const void* x, int64_t n, bool squares, double* partials,
-                           double* result, cudaStream_t stream) {
+                           double* result, cudaStream_t stream, bool accumulate) {
   // Launched even for n == 0, so *result is always written (0).
   LOOM_DISPATCH_FLOAT(t, T,
                       PartialSumKernel<T><<<kReduceBlocks, kThreads, 0, stream>>>(
                           static_cast<const T*>(x), n, squares, partials));
-  FinalSumKernel<<<1, kThreads, 0, stream>>>(partials, result);
+  FinalSumKernel<<<1, kThreads, 0, stream>>>(partials, result, accumulate);
   return cudaGetLastError();
 }
 

@@ -13,6 +13,9 @@ namespace loom::core::cuda {
 absl::StatusOr<double> Sum(const Tensor& x);
 absl::StatusOr<double> SumSquares(const Tensor& x);
 absl::StatusOr<double> L2Norm(const Tensor& x);  // sqrt(SumSquares(x))
+// acc[0] += SumSquares(x) on the device (acc f64 [1] on x's device), queued
+// on the current stream: no host wait.
+absl::Status SumSquaresInto(const Tensor& x, Tensor* acc);
 
 }  // namespace loom::core::cuda
 

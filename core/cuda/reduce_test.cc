@@ -29,11 +29,32 @@ TEST(CudaReduceTest, MatchesCpuInDouble) {
   }
 }
 
+// Accumulated on the device across calls, read once: the CPU's running sum
+// up to the order inside each call.
+TEST(CudaReduceTest, SumSquaresIntoAccumulatesOnTheDevice) {
+  LOOM_REQUIRE_GPU();
+  uint64_t seed = 40;
+  for (DType dt : FloatTypes()) {
+    Tensor acc = *Tensor::Zeros(Shape{1}, DType::kF64)->To(Device::CUDA(0));
+    double host = 0.0;
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{100003}}) {
+      const Tensor x = RoundedTo(Random(Shape{n}, ++seed, -1.0f, 2.0f), dt);
+      ASSERT_TRUE(SumSquaresInto(ToGpu(x, dt), &acc).ok());
+      host += *cpu::SumSquares(x);
+    }
+    const double got = acc.To(Device::CPU())->data<double>()[0];
+    EXPECT_NEAR(got, host, 1e-12 * (1.0 + host));
+  }
+}
+
 TEST(CudaReduceTest, RejectsBadArguments) {
   Tensor x = Random(Shape{4}, 1);
   EXPECT_TRUE(IsInvalidArgument(Sum(x).status(), {"Sum", "cpu", "CUDA"}));
   Tensor i = CpuEmpty(Shape{4}, DType::kI32);
   EXPECT_TRUE(IsInvalidArgument(L2Norm(i).status(), {"L2Norm", "i32"}));
+  Tensor acc = CpuEmpty(Shape{1}, DType::kF64);
+  EXPECT_TRUE(IsInvalidArgument(SumSquaresInto(x, nullptr), {"SumSquaresInto", "acc"}));
+  EXPECT_TRUE(IsInvalidArgument(SumSquaresInto(x, &acc), {"SumSquaresInto", "cpu", "CUDA"}));
 }
 
 }  // namespace

@@ -124,6 +124,8 @@
   X(Convert, convert, absl::Status, src, (const Tensor& src, Tensor* dst), (src, dst))             \
   X(Sum, sum, absl::StatusOr<double>, x, (const Tensor& x), (x))                                   \
   X(SumSquares, sum_squares, absl::StatusOr<double>, x, (const Tensor& x), (x))                    \
+  /* acc[0] += SumSquares(x) on x's device (acc f64 [1] there): no host wait per call. */          \
+  X(SumSquaresInto, sum_squares_into, absl::Status, x, (const Tensor& x, Tensor* acc), (x, acc))   \
   X(AdamWStep, adamw_step, absl::Status, grad,                                                     \
     (Tensor* param, const Tensor& grad, Tensor* m, Tensor* v, int64_t step,                        \
      const AdamWOptions& opts),                                                                    \

@@ -14,6 +14,15 @@ absl::Status CheckNumel(const char* op, const char* arg, const Tensor& t, int64_
   return absl::OkStatus();
 }
 
+absl::Status CheckDoubleAccumulator(const char* op, const Tensor* acc) {
+  if (acc == nullptr || !acc->defined() || acc->dtype() != DType::kF64 || acc->numel() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": acc is ", acc != nullptr && acc->defined() ? acc->DebugString() : "undefined",
+        ", expected an f64 tensor of one element"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want) {
   if (t.shape() != want) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is ", t.DebugString(),

@@ -22,6 +22,9 @@ namespace loom::core::ops {
 absl::Status CheckNumel(const char* op, const char* arg, const Tensor& t, int64_t numel,
                         const std::string& why);
 
+// SumSquaresInto's accumulator: not null, f64, one element.
+absl::Status CheckDoubleAccumulator(const char* op, const Tensor* acc);
+
 // `t` has exactly the shape `want`.
 absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& want);
 
