@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_stats.h"
 #include "core/ops/kernel_choice.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
@@ -109,6 +110,8 @@ absl::StatusOr<double> Optimizer::GradNorm() const {
   // read once: one host wait per step on a GPU, not one per run. (The same
   // additions in the same order as summing the runs on the host.)
   auto squares = [&](const std::vector<Run>& runs) -> absl::StatusOr<double> {
+    // A reduction's scratch, not optimizer state (the ledger's "other").
+    core::MemoryScope scratch(core::MemoryCategory::kOther);
     LOOM_ASSIGN_OR_RETURN(Tensor acc, Tensor::Empty(core::Shape{1}, core::DType::kF64,
                                                     grads.device()));
     LOOM_RETURN_IF_ERROR(core::ops::Zero(&acc));
