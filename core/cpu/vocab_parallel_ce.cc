@@ -58,20 +58,22 @@ float RescaledSum(float sum, float local_max, float max) {
 absl::StatusOr<int64_t> CheckShard(const char* op, const Tensor& logits, const Tensor& targets,
                                    const VocabShard& shard) {
   LOOM_RETURN_IF_ERROR(internal::CheckInput(op, "logits", logits));
-  if (logits.rank() < 1 || logits.dim(logits.rank() - 1) == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": logits ", internal::Describe(logits), ", expected [..., Vp > 0]"));
+  if (targets.defined()) LOOM_RETURN_IF_ERROR(internal::CheckIndex(op, "targets", targets));
+  return ops::CheckVocabShardRows(op, logits, targets, shard);
+}
+
+// Every target inside the global vocabulary (ids are read on the host).
+absl::Status CheckTargetsInVocabulary(const char* op, const Tensor& targets, int64_t n,
+                                      const VocabShard& shard) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = internal::IndexAt(targets, i);
+    if (t < 0 || t >= shard.vocab_size) {
+      return absl::OutOfRangeError(absl::StrCat(op, ": target ", t, " at token ", i,
+                                                " is outside the vocabulary [0, ",
+                                                shard.vocab_size, ")"));
+    }
   }
-  const int64_t vp = logits.dim(logits.rank() - 1), n = logits.numel() / vp;
-  if (shard.valid < 0 || shard.valid > vp || shard.vocab_start < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": shard vocab_start ", shard.vocab_start,
-                                                   " valid ", shard.valid, " does not fit Vp ", vp));
-  }
-  if (targets.defined()) {
-    LOOM_RETURN_IF_ERROR(internal::CheckIndex(op, "targets", targets));
-    LOOM_RETURN_IF_ERROR(internal::CheckNumel(op, "targets", targets, n, "one per row"));
-  }
-  return n;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -100,14 +102,7 @@ absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const
   LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", max, n, "one per row"));
   LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "sums", sums));
   LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sums", *sums, 2 * n, "[2, rows]"));
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = internal::IndexAt(targets, i);
-    if (t < 0 || t >= shard.vocab_size) {
-      return absl::OutOfRangeError(absl::StrCat(kOp, ": target ", t, " at token ", i,
-                                                " is outside the vocabulary [0, ",
-                                                shard.vocab_size, ")"));
-    }
-  }
+  LOOM_RETURN_IF_ERROR(CheckTargetsInVocabulary(kOp, targets, n, shard));
   const float* l = logits.data<float>();
   const float* m = max.data<float>();
   float* sum = sums->data<float>();
@@ -126,22 +121,13 @@ absl::Status VocabShardSumExp(const Tensor& logits, const Tensor& targets, const
 absl::Status VocabShardRowMaxSumExp(const Tensor& logits, const Tensor& targets,
                                     const VocabShard& shard, Tensor* max, Tensor* sums) {
   constexpr const char* kOp = "VocabShardRowMaxSumExp";
-  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "logits", logits));
-  LOOM_RETURN_IF_ERROR(internal::CheckIndex(kOp, "targets", targets));
-  LOOM_ASSIGN_OR_RETURN(const int64_t n, ops::CheckVocabShardRows(kOp, logits, targets, shard));
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckShard(kOp, logits, targets, shard));
   const int64_t vp = logits.dim(logits.rank() - 1);
   LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "max", max));
   LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "max", *max, n, "one per row"));
   LOOM_RETURN_IF_ERROR(internal::CheckOutput(kOp, "sums", sums));
   LOOM_RETURN_IF_ERROR(internal::CheckNumel(kOp, "sums", *sums, 2 * n, "[2, rows]"));
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = internal::IndexAt(targets, i);
-    if (t < 0 || t >= shard.vocab_size) {
-      return absl::OutOfRangeError(absl::StrCat(kOp, ": target ", t, " at token ", i,
-                                                " is outside the vocabulary [0, ",
-                                                shard.vocab_size, ")"));
-    }
-  }
+  LOOM_RETURN_IF_ERROR(CheckTargetsInVocabulary(kOp, targets, n, shard));
   const float* l = logits.data<float>();
   float* m = max->data<float>();
   float* sum = sums->data<float>();
@@ -164,9 +150,7 @@ absl::Status VocabShardRescaleSums(const Tensor& logits, const Tensor& targets,
                                    const Tensor& local_max, const Tensor& max,
                                    const VocabShard& shard, Tensor* sums) {
   constexpr const char* kOp = "VocabShardRescaleSums";
-  LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "logits", logits));
-  LOOM_RETURN_IF_ERROR(internal::CheckIndex(kOp, "targets", targets));
-  LOOM_ASSIGN_OR_RETURN(const int64_t n, ops::CheckVocabShardRows(kOp, logits, targets, shard));
+  LOOM_ASSIGN_OR_RETURN(const int64_t n, CheckShard(kOp, logits, targets, shard));
   const int64_t vp = logits.dim(logits.rank() - 1);
   LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "local_max", local_max));
   LOOM_RETURN_IF_ERROR(internal::CheckInput(kOp, "max", max));
