@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -17,7 +19,8 @@ namespace loom::train {
 namespace {
 
 constexpr char kSyntax[] =
-    "expected rank=R,iteration=N,kind=exit|sigkill|hang|collective|save[,attempt=A|any], "
+    "expected rank=R,iteration=N,kind=exit|sigkill|hang|collective|save|slow[,ms=M (kind=slow "
+    "only)][,attempt=A|any], "
     "several separated by ';' (see train/fault_injection.h)";
 
 absl::Status Malformed(absl::string_view spec, absl::string_view what) {
@@ -56,13 +59,15 @@ const char* FaultKindName(FaultKind kind) {
     case FaultKind::kHang: return "hang";
     case FaultKind::kCollective: return "collective";
     case FaultKind::kSave: return "save";
+    case FaultKind::kSlow: return "slow";
   }
   return "unknown";
 }
 
 std::string Fault::Describe() const {
   return absl::StrCat("rank=", global_rank, " iteration=", iteration,
-                      " kind=", FaultKindName(kind), " attempt=",
+                      " kind=", FaultKindName(kind),
+                      kind == FaultKind::kSlow ? absl::StrCat(" ms=", delay_ms) : "", " attempt=",
                       attempt == kAnyAttempt ? std::string("any") : absl::StrCat(attempt));
 }
 
@@ -80,7 +85,8 @@ absl::StatusOr<std::vector<Fault>> ParseFaults(absl::string_view spec) {
   for (absl::string_view one : absl::StrSplit(spec, ';')) {
     if (one.empty()) return Malformed(spec, "an empty fault (stray ';')");
     Fault f;
-    bool has_rank = false, has_iteration = false, has_kind = false, has_attempt = false;
+    bool has_rank = false, has_iteration = false, has_kind = false, has_attempt = false,
+         has_ms = false;
     for (absl::string_view item : absl::StrSplit(one, ',')) {
       const size_t eq = item.find('=');
       if (eq == absl::string_view::npos) {
@@ -106,13 +112,19 @@ absl::StatusOr<std::vector<Fault>> ParseFaults(absl::string_view spec) {
         if (repeated(&has_kind)) return Malformed(spec, "kind given twice in one fault");
         bool known = false;
         for (FaultKind k : {FaultKind::kExit, FaultKind::kSigkill, FaultKind::kHang,
-                            FaultKind::kCollective, FaultKind::kSave}) {
+                            FaultKind::kCollective, FaultKind::kSave, FaultKind::kSlow}) {
           if (value == FaultKindName(k)) {
             f.kind = k;
             known = true;
           }
         }
         if (!known) return Malformed(spec, absl::StrCat("unknown kind=", value));
+      } else if (key == "ms") {
+        if (repeated(&has_ms)) return Malformed(spec, "ms given twice in one fault");
+        // An hour at most: a longer "delay" is a hang (kind=hang).
+        if (!absl::SimpleAtoi(value, &f.delay_ms) || f.delay_ms < 1 || f.delay_ms > 3600000) {
+          return Malformed(spec, absl::StrCat("ms=", value, " is not a delay of 1..3600000 ms"));
+        }
       } else if (key == "attempt") {
         if (repeated(&has_attempt)) return Malformed(spec, "attempt given twice in one fault");
         if (value == "any") {
@@ -128,6 +140,13 @@ absl::StatusOr<std::vector<Fault>> ParseFaults(absl::string_view spec) {
     if (!has_rank || !has_iteration || !has_kind) {
       const char* missing = !has_rank ? "rank" : !has_iteration ? "iteration" : "kind";
       return Malformed(spec, absl::StrCat("'", one, "' lacks ", missing));
+    }
+    if (f.kind == FaultKind::kSlow && !has_ms) {
+      return Malformed(spec, absl::StrCat("'", one, "' lacks ms (kind=slow's delay per step)"));
+    }
+    if (f.kind != FaultKind::kSlow && has_ms) {
+      return Malformed(spec, absl::StrCat("'", one, "': ms is kind=slow's delay, not kind=",
+                                          FaultKindName(f.kind), "'s"));
     }
     faults.push_back(f);
   }
@@ -173,7 +192,9 @@ absl::StatusOr<FaultInjector> FaultInjector::Create(absl::string_view spec, int 
 
 absl::Status FaultInjector::FireAtStep(int64_t iteration, comm::Communicator* world) {
   for (const Fault& f : faults_) {
-    if (f.iteration != iteration || f.kind == FaultKind::kSave) continue;
+    if (f.iteration != iteration || f.kind == FaultKind::kSave || f.kind == FaultKind::kSlow) {
+      continue;
+    }
     switch (f.kind) {
       case FaultKind::kExit:
         Announce(absl::StrCat(f.Describe(), " (exit status 3)"));
@@ -193,10 +214,27 @@ absl::Status FaultInjector::FireAtStep(int64_t iteration, comm::Communicator* wo
             s.ok() ? std::string("OK (another rank's collective matched it)") : s.ToString()));
       }
       case FaultKind::kSave:
+      case FaultKind::kSlow:
         break;
     }
   }
   return absl::OkStatus();
+}
+
+void FaultInjector::SlowDown(int64_t iteration) {
+  slow_announced_.resize(faults_.size(), false);
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const Fault& f = faults_[i];
+    if (f.kind != FaultKind::kSlow || iteration < f.iteration) continue;
+    if (!slow_announced_[i]) {
+      // Once: every later step sleeps as well, and a line per step would
+      // drown the log. A resumed run announces at its first step.
+      slow_announced_[i] = true;
+      Announce(absl::StrCat(f.Describe(), " (sleeping ", f.delay_ms, " ms in the forward-backward "
+                            "of iteration ", iteration, " and every later step)"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(f.delay_ms));
+  }
 }
 
 void FaultInjector::ArmSave(int64_t iteration) {

@@ -4,9 +4,11 @@
 // Test only: makes one rank of a real job fail in a chosen way at a chosen
 // iteration, so the restart machinery (comm/launch/launcher.h: the agent,
 // heartbeats, LOOM_RESTART_COUNT; the trainer's resume from --save) can be
-// tested end to end from a shell script. Driven by one environment variable:
+// tested end to end from a shell script, or makes it slow, so --log-straggler
+// (train/straggler.h) has a straggler to name. Driven by one environment
+// variable:
 //
-//   LOOM_FAULT=rank=R,iteration=N,kind=K[,attempt=A][;rank=...,...]
+//   LOOM_FAULT=rank=R,iteration=N,kind=K[,ms=M][,attempt=A][;rank=...,...]
 //
 //   rank       global rank that fails (0 <= R < world size)
 //   iteration  1 <= N <= --train-iters: the fault fires as rank R starts the
@@ -26,13 +28,19 @@
 //              save        SIGKILL in the middle of writing this rank's
 //                          shard file (half of it on disk, the checkpoint
 //                          not committed: `latest` still names the previous one)
+//              slow        the rank sleeps M ms inside the forward-backward of
+//                          step N and of every later step (a slow GPU: the
+//                          compute --log-straggler measures); announced once
+//   ms         kind=slow only (and required there): the delay per step,
+//              1 <= M <= 3600000
 //   attempt    the start it fires in: LOOM_RESTART_COUNT (comm::launch::
 //              RestartCount()) must equal A; default 0 (the first start only,
 //              so the restarted job does not fail again); `any`: every start
 //
 // Several faults are separated by ';'. Keys may come in any order; spaces are
 // not allowed. Every fault prints one line to stderr as it fires
-// ("loom: LOOM_FAULT fires: rank=1 iteration=5 kind=sigkill attempt=0").
+// ("loom: LOOM_FAULT fires: rank=1 iteration=5 kind=sigkill attempt=0";
+// kind=slow once, at its first slowed step).
 // A malformed value is an error naming LOOM_FAULT (Finalize, before any work).
 // Unset or empty: no fault, and nothing is checked per step but an empty vector.
 
@@ -49,7 +57,7 @@ namespace loom::train {
 
 constexpr char kFaultVariable[] = "LOOM_FAULT";
 
-enum class FaultKind { kExit, kSigkill, kHang, kCollective, kSave };
+enum class FaultKind { kExit, kSigkill, kHang, kCollective, kSave, kSlow };
 const char* FaultKindName(FaultKind kind);  // "exit", "sigkill", ...
 
 struct Fault {
@@ -58,7 +66,9 @@ struct Fault {
   int64_t iteration = 1;
   FaultKind kind = FaultKind::kExit;
   int attempt = 0;  // the RestartCount() it fires in, or kAnyAttempt
-  std::string Describe() const;  // "rank=1 iteration=5 kind=sigkill attempt=0"
+  int64_t delay_ms = 0;  // kind=slow: ms=M
+  // "rank=1 iteration=5 kind=sigkill attempt=0" ("... kind=slow ms=300 attempt=0").
+  std::string Describe() const;
 };
 
 // The value of LOOM_FAULT ("" when unset).
@@ -88,6 +98,11 @@ class FaultInjector {
   absl::Status AtStep(int64_t iteration, comm::Communicator* world) {
     return faults_.empty() ? absl::OkStatus() : FireAtStep(iteration, world);
   }
+  // Called inside the forward-backward of the step that makes iteration
+  // `iteration`: a kind=slow fault at or before it sleeps its ms here.
+  void InCompute(int64_t iteration) {
+    if (!faults_.empty()) SlowDown(iteration);
+  }
   // Called before the checkpoint save at `iteration`: a kind=save fault
   // there arms the shard writer's hook (checkpoint/writer.h) to SIGKILL this
   // process when this rank's shard file is half written.
@@ -98,8 +113,10 @@ class FaultInjector {
  private:
   absl::Status FireAtStep(int64_t iteration, comm::Communicator* world);
   void ArmSave(int64_t iteration);
+  void SlowDown(int64_t iteration);
 
   std::vector<Fault> faults_;  // this rank's, this start's
+  std::vector<bool> slow_announced_;  // by faults_ index: kind=slow prints its line once
 };
 
 }  // namespace loom::train

@@ -1,12 +1,14 @@
 // LOOM_FAULT: the syntax (and its errors, naming the variable), which rank
 // and start a fault fires in, and each kind as it fires (death tests: the
 // process exits 3, is killed, hangs; a collective nobody else joins times
-// out; a shard file is left half written).
+// out; a shard file is left half written; a slow rank sleeps in every step
+// from its iteration on).
 #include "train/fault_injection.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <string>
 #include <vector>
@@ -48,6 +50,11 @@ TEST(FaultInjectionTest, ParsesTheSyntax) {
   EXPECT_EQ(f[1].global_rank, 3);
   EXPECT_EQ(f[1].kind, FaultKind::kHang);
   EXPECT_EQ(f[1].attempt, Fault::kAnyAttempt);
+  f = Parsed("rank=1,iteration=3,kind=slow,ms=250");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].kind, FaultKind::kSlow);
+  EXPECT_EQ(f[0].delay_ms, 250);
+  EXPECT_EQ(f[0].Describe(), "rank=1 iteration=3 kind=slow ms=250 attempt=0");
   for (const char* kind : {"exit", "sigkill", "hang", "collective", "save"}) {
     f = Parsed(std::string("rank=0,iteration=1,kind=") + kind);
     ASSERT_EQ(f.size(), 1u);
@@ -73,6 +80,13 @@ TEST(FaultInjectionTest, MalformedValuesNameTheVariableAndWhatIsWrong) {
            {"rank=1,iteration=5,kind=exit;", "an empty fault"},
            {"rank=1 iteration=5 kind=exit", "spaces are not allowed"},
            {"rank=1,iteration=5,kind", "'kind' is not key=value"},
+           {"rank=1,iteration=5,kind=slow", "lacks ms (kind=slow's delay per step)"},
+           {"rank=1,iteration=5,kind=slow,ms=0", "ms=0 is not a delay of 1..3600000 ms"},
+           {"rank=1,iteration=5,kind=slow,ms=-5", "ms=-5 is not a delay"},
+           {"rank=1,iteration=5,kind=slow,ms=fast", "ms=fast is not a delay"},
+           {"rank=1,iteration=5,kind=slow,ms=3600001", "ms=3600001 is not a delay"},
+           {"rank=1,iteration=5,kind=slow,ms=5,ms=6", "ms given twice"},
+           {"rank=1,iteration=5,kind=exit,ms=5", "ms is kind=slow's delay, not kind=exit's"},
        }) {
     const std::string message = ErrorOf(c.spec);
     EXPECT_NE(message.find("LOOM_FAULT=" + c.spec + ": "), std::string::npos) << message;
@@ -105,6 +119,33 @@ TEST(FaultInjectionTest, FiresOnlyOnItsRankAndStart) {
                                            "kind=save", 0, 0);
   for (int64_t i : {1, 2, 3, 4, 6}) EXPECT_TRUE(f.AtStep(i, nullptr).ok());
   f.BeforeSave(3);  // not its iteration: nothing armed
+}
+
+TEST(FaultInjectionTest, SlowSleepsInEveryStepFromItsIteration) {
+  const std::string spec = "rank=1,iteration=3,kind=slow,ms=1000";
+  FaultInjector other = *FaultInjector::Create(spec, 0, 0);
+  EXPECT_TRUE(other.empty());
+  FaultInjector f = *FaultInjector::Create(spec, 1, 0);
+  auto elapsed_ms = [&f](int64_t iteration) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(f.AtStep(iteration, nullptr).ok());  // not a step fault: returns at once
+    f.InCompute(iteration);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  // Before its iteration nothing sleeps (half the delay: a bound a busy
+  // machine cannot reach); from it on every step sleeps at least the delay.
+  EXPECT_LT(elapsed_ms(1), 500);
+  EXPECT_LT(elapsed_ms(2), 500);
+  ::testing::internal::CaptureStderr();
+  for (int64_t i : {3, 7}) EXPECT_GE(elapsed_ms(i), 1000) << "iteration " << i;
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  // Announced once, at the first slowed step.
+  EXPECT_NE(err.find("LOOM_FAULT fires: rank=1 iteration=3 kind=slow ms=1000 attempt=0 "
+                     "(sleeping 1000 ms in the forward-backward of iteration 3"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("fires", err.find("fires") + 1), std::string::npos) << err;
 }
 
 using FaultInjectionDeathTest = ::testing::Test;
