@@ -1,25 +1,24 @@
 #include "comm/launch/flags.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <set>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cli.h"
 
 ABSL_FLAG(std::string, backend, loom::comm::launch::CommFlags{}.backend,
-          "Collective backend: local, mpi, ucx or nccl (//train:gpt: see --distributed-backend).");
+          "Collective backend: local, mpi, ucx or nccl. //train:gpt: Loom's name for Megatron's "
+          "--distributed-backend, which wins when both are given.");
 ABSL_FLAG(std::string, network, loom::comm::launch::CommFlags{}.network,
           "auto, ethernet or infiniband (see comm/README.md).");
 ABSL_FLAG(int, nproc_per_node, loom::comm::launch::CommFlags{}.nproc_per_node,
-          "Ranks to start on this node (re-executes this binary; //train:gpt: 2 unless given). "
-          "Not with a launcher's RANK/WORLD_SIZE, OpenMPI or Slurm variables: then this process "
-          "is one rank.");
+          "Ranks to start on this node, each re-executing this binary (not given: the binary's "
+          "default, which //train:gpt --help shows). Not with a launcher's RANK/WORLD_SIZE, "
+          "OpenMPI or Slurm variables: then this process is one rank.");
 ABSL_FLAG(int, rank, -1, "This process's global rank (else from the environment).");
 ABSL_FLAG(int, world_size, -1, "Number of ranks (else from the environment).");
 ABSL_FLAG(int, local_rank, -1, "Rank on this node (else from the environment).");
@@ -62,20 +61,19 @@ bool Given(const std::string& name) {
 
 }  // namespace
 
-std::vector<char*> ParseFlags(int argc, char** argv, const char* usage) {
-  // Rewritten in place: the launcher re-executes this argv for every rank. A
-  // rewritten argument has the length of the original.
-  const std::vector<std::string> normalized = core::NormalizeFlagNames(argc, argv);
-  for (int i = 0; i < argc; ++i) std::memcpy(argv[i], normalized[i].data(), normalized[i].size());
+std::vector<char*> ParseFlags(int argc, char** argv, const char* usage,
+                              const core::HelpText& help) {
   {
     absl::MutexLock l(&given_mu);
     if (given == nullptr) given = new std::set<std::string>;
     given->clear();
-    for (const std::string& name : core::FlagNamesIn(normalized)) given->insert(name);
+    for (const std::string& name : core::FlagNamesIn(std::vector<std::string>(argv, argv + argc))) {
+      given->insert(name);
+    }
   }
   static std::once_flag usage_once;  // Abseil allows one usage message per process
   std::call_once(usage_once, [usage] { absl::SetProgramUsageMessage(usage); });
-  return absl::ParseCommandLine(argc, argv);
+  return core::ParseCommandLine(argc, argv, help);
 }
 
 CommFlags GetCommFlags() {

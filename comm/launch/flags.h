@@ -20,6 +20,7 @@
 #include "comm/launch/discovery.h"
 #include "comm/launch/launcher.h"
 #include "comm/launch/plan.h"
+#include "core/cli.h"
 
 namespace loom::comm::launch {
 
@@ -48,10 +49,11 @@ struct CommFlags {
   int flight_recorder_entries = 2048;
 };
 
-// Rewrites dashes in flag names to underscores in place (core/cli.h's
-// NormalizeFlagNames), notes which flags were given, then
-// absl::ParseCommandLine. Returns the positional arguments.
-std::vector<char*> ParseFlags(int argc, char** argv, const char* usage);
+// Notes which flags were given, then core::ParseCommandLine: flag names
+// rewritten to underscores in place, problems named with dashes (exit 2),
+// `help` (if any) printed for --help. Returns the positional arguments.
+std::vector<char*> ParseFlags(int argc, char** argv, const char* usage,
+                              const core::HelpText& help = nullptr);
 
 CommFlags GetCommFlags();
 
