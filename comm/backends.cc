@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "comm/launch/discovery.h"
 #include "comm/launch/network.h"
+#include "comm/launch/torchrun.h"
 #include "comm/local/communicator.h"
 #include "comm/store/file_store.h"
 #include "comm/store/memory_store.h"
@@ -161,7 +162,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::Comm
     to.is_server = info.rank == 0;
     to.secret = flags.rendezvous_secret;  // --rendezvous-secret / LOOM_RENDEZVOUS_SECRET
     to.connect_timeout = o.comm.timeout;
-    auto st = TcpStore::Create(to);
+    // Under torchrun its agent owns MASTER_PORT: meet through its store.
+    auto st = info.torchrun_agent_store ? launch::MeetThroughTorchrun(info, to)
+                                        : TcpStore::Create(to);
     if (!st.ok()) return st.status();
     o.store = std::move(*st);
   } else if (absl::Status s = CheckStore(flags.store); !s.ok()) {

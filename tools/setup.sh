@@ -71,3 +71,24 @@ else
   echo "setup.sh: warning: python3 -m pip not available; //core/cuda/cudnn will be skipped" \
        "(pip install nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION to enable it)." >&2
 fi
+
+# PyTorch, for the tests that run the real torchrun and its TCPStore
+# (//tests:torchrun_test, //comm:torchrun_store_test) and the PyTorch
+# reference benchmarks: a virtual environment at LOOM_PYTORCH_VENV (default
+# ~/.cache/loom/pytorch-venv), pinned. About 5 GiB (PyPI's wheel brings its
+# CUDA libraries); LOOM_SKIP_TORCH=1 skips it, and those tests then skip too.
+TORCH_VERSION=2.15.0
+if [ "${LOOM_SKIP_TORCH:-0}" = 1 ]; then
+  echo "setup.sh: LOOM_SKIP_TORCH=1: no PyTorch (the torchrun tests will skip)."
+else
+  # shellcheck source=tools/reference_venv.sh
+  source "$(dirname "$0")/reference_venv.sh"
+  TORCH_VENV="${LOOM_PYTORCH_VENV:-$HOME/.cache/loom/pytorch-venv}"
+  if "$TORCH_VENV/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(not m.version("torch").startswith(sys.argv[1]))' \
+      "$TORCH_VERSION" 2>/dev/null; then
+    echo "setup.sh: torch $TORCH_VERSION already in $TORCH_VENV; nothing to do."
+  else
+    ensure_reference_venv "$TORCH_VENV" "torch" "torch==$TORCH_VERSION" >/dev/null
+    echo "setup.sh: installed torch $TORCH_VERSION into $TORCH_VENV (pip)."
+  fi
+fi

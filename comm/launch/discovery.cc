@@ -1,6 +1,7 @@
 #include "comm/launch/discovery.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -73,6 +74,60 @@ int SlurmTasksOnThisNode(const EnvLookup& env) {
   return 1;
 }
 
+// A launcher's variables next to --rank/--world-size/--local-rank must say
+// the same: two different worlds in one process is a typo, not a choice.
+absl::Status CheckFlagsAgreeWithLauncher(const ExplicitRank& flags, const EnvLookup& env) {
+  for (const Source& src : kSources) {
+    const struct {
+      const char* flag;
+      int value;
+      const char* var;
+    } pairs[] = {{"--rank", flags.rank, src.rank},
+                 {"--world-size", flags.world_size, src.size},
+                 {"--local-rank", flags.local_rank, src.local_rank}};
+    for (const auto& p : pairs) {
+      int from_env = 0;
+      bool has = false;
+      if (p.value < 0 || !ReadInt(env, p.var, &from_env, &has).ok() || !has) continue;
+      if (from_env != p.value) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            p.flag, "=", p.value, " disagrees with ", p.var, "=", env(p.var), " from ", src.name,
+            ": the launcher already chose this process's place; drop ", p.flag,
+            " or make it match"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// torchrun's variables about its own store (torch/distributed/rendezvous.py's
+// _agent_store_serves: the agent serves only its own MASTER_ADDR:MASTER_PORT).
+absl::Status ReadTorchrunStore(const ExplicitRank& flags, const EnvLookup& env, RankInfo* info) {
+  const char* use = env("TORCHELASTIC_USE_AGENT_STORE");
+  bool has_restart = false;
+  absl::Status s = ReadInt(env, "TORCHELASTIC_RESTART_COUNT", &info->torchrun_restart_count,
+                           &has_restart);
+  if (!s.ok()) return s;
+  if (info->torchrun_restart_count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable TORCHELASTIC_RESTART_COUNT='",
+                                                   env("TORCHELASTIC_RESTART_COUNT"),
+                                                   "' must be >= 0"));
+  }
+  if (IsSet(env, "TORCHELASTIC_RUN_ID")) info->torchrun_run_id = env("TORCHELASTIC_RUN_ID");
+  if (use == nullptr || std::string(use) != "True") return absl::OkStatus();
+  if (!flags.master_addr.empty() || flags.master_port >= 0) return absl::OkStatus();
+  for (const char* var : {"MASTER_ADDR", "MASTER_PORT"}) {
+    if (!IsSet(env, var)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TORCHELASTIC_USE_AGENT_STORE=True says torchrun's agent serves a store at "
+          "MASTER_ADDR:MASTER_PORT, but ", var, " is not set: start the job with torchrun, "
+          "or unset TORCHELASTIC_USE_AGENT_STORE"));
+    }
+  }
+  info->torchrun_agent_store = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 EnvLookup RealEnv() {
@@ -95,7 +150,15 @@ std::vector<std::string> ExternalRankSettings(const ExplicitRank& flags, const E
 absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup& env) {
   RankInfo info;
   bool found = false;
-  if (flags.rank >= 0 || flags.world_size >= 0) {
+  if (flags.rank >= 0 || flags.world_size >= 0 || flags.local_rank >= 0) {
+    absl::Status agree = CheckFlagsAgreeWithLauncher(flags, env);
+    if (!agree.ok()) return agree;
+  }
+  // Half of --rank/--world-size next to a launcher's variables that agree
+  // with it: the launcher's world, below.
+  const bool launcher_says = !ExternalRankSettings({}, env).empty();
+  if ((flags.rank >= 0 && flags.world_size >= 1) ||
+      (!launcher_says && (flags.rank >= 0 || flags.world_size >= 0))) {
     if (flags.rank < 0 || flags.world_size < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--rank=", flags.rank, " and --world-size=", flags.world_size,
@@ -168,6 +231,10 @@ absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup
   if (!master.ok()) return master.status();
   info.master_addr = master->addr;
   info.master_port = master->port;
+  if (info.from == RankSource::kTorchrun) {
+    absl::Status s = ReadTorchrunStore(flags, env, &info);
+    if (!s.ok()) return s;
+  }
   return info;
 }
 

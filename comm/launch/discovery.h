@@ -10,7 +10,10 @@
 //      SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE and SLURM_NODEID),
 //   5. otherwise a single process (rank 0 of 1).
 // The rendezvous address: --master-addr/--master-port, else MASTER_ADDR /
-// MASTER_PORT, else 127.0.0.1:29500.
+// MASTER_PORT, else 127.0.0.1:29500. Under torchrun, TORCHELASTIC_USE_AGENT_STORE,
+// TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT say whose store is there.
+// Flags and a launcher's variables that disagree (--world-size=4 with
+// WORLD_SIZE=2) are an error naming both.
 //
 // This is the only code that reads launcher variables: binaries take what
 // they need (local rank, ranks on this node) from RankInfo.
@@ -46,6 +49,13 @@ struct RankInfo {
   std::string master_addr = kDefaultMasterAddr;
   int master_port = kDefaultMasterPort;
   RankSource from = RankSource::kSingleProcess;
+  // torchrun's agent already serves a store at master_addr:master_port
+  // (TORCHELASTIC_USE_AGENT_STORE=True, the address from MASTER_ADDR/
+  // MASTER_PORT): rank 0 cannot listen there, every rank joins it as a
+  // client instead (comm/launch/torchrun.h).
+  bool torchrun_agent_store = false;
+  std::string torchrun_run_id;    // TORCHELASTIC_RUN_ID ("" when not set)
+  int torchrun_restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
   // For messages: "flags (--rank/--world-size)", "torchrun env (RANK/WORLD_SIZE)",
   // "OpenMPI env (...)", "Slurm env (...)", "single process (...)".
   std::string source = "single process (no flags or launcher environment)";

@@ -25,15 +25,19 @@ TEST(DiscoverRank, Order) {
       {"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "8"},
       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"},
       {"SLURM_LOCALID", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}};
+  // Flags first (they must agree with every launcher's variables: below).
+  auto no_launchers = std::map<std::string, std::string>{{"MASTER_ADDR", "10.0.0.1"},
+                                                         {"MASTER_PORT", "1234"}};
   ExplicitRank flags;
   flags.rank = 3;
   flags.world_size = 7;
-  auto r = DiscoverRank(flags, Env(all));
+  auto r = DiscoverRank(flags, Env(no_launchers));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->rank, 3);
   EXPECT_EQ(r->world_size, 7);
   EXPECT_EQ(r->master_addr, "10.0.0.1");
   EXPECT_EQ(r->master_port, 1234);
+  EXPECT_EQ(r->from, RankSource::kFlags);
 
   r = DiscoverRank({}, Env(all));
   EXPECT_EQ(r->rank, 1);
@@ -94,6 +98,84 @@ TEST(DiscoverRank, Errors) {
   local_only.local_rank = 1;
   r = DiscoverRank(local_only, Env({}));
   EXPECT_TRUE(absl::StrContains(r.status().message(), "--local-rank=1")) << r.status();
+}
+
+// A launcher chose this process's place: flags may repeat it, never change it.
+TEST(DiscoverRank, FlagsThatDisagreeWithTheLauncherAreRefused) {
+  const auto torchrun = Env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}});
+  ExplicitRank same;
+  same.rank = 1;
+  same.world_size = 2;
+  auto r = DiscoverRank(same, torchrun);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->world_size, 2);
+
+  ExplicitRank bigger = same;
+  bigger.world_size = 4;
+  r = DiscoverRank(bigger, torchrun);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                "--world-size=4 disagrees with WORLD_SIZE=2 from torchrun"))
+      << r.status();
+  ExplicitRank alone;  // half of the pair: torchrun's world, if it agrees
+  alone.world_size = 4;
+  r = DiscoverRank(alone, torchrun);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "--world-size=4 disagrees with WORLD_SIZE=2"))
+      << r.status();
+  alone.world_size = 2;
+  r = DiscoverRank(alone, torchrun);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->rank, 1);
+  EXPECT_EQ(r->from, RankSource::kTorchrun);
+
+  ExplicitRank other_local = same;
+  other_local.local_rank = 0;
+  r = DiscoverRank(other_local, torchrun);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "--local-rank=0 disagrees with LOCAL_RANK=1"))
+      << r.status();
+}
+
+// torchrun's agent serves its store on MASTER_ADDR:MASTER_PORT and says so.
+TEST(DiscoverRank, TorchrunsAgentStore) {
+  std::map<std::string, std::string> vars = {
+      {"RANK", "0"},          {"WORLD_SIZE", "2"},          {"LOCAL_RANK", "0"},
+      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29533"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RUN_ID", "job7"},
+      {"TORCHELASTIC_RESTART_COUNT", "1"}};
+  auto r = DiscoverRank({}, Env(vars));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->torchrun_agent_store);
+  EXPECT_EQ(r->torchrun_run_id, "job7");
+  EXPECT_EQ(r->torchrun_restart_count, 1);
+  EXPECT_EQ(r->master_port, 29533);
+
+  // torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: nobody serves there,
+  // rank 0 does as under any other launcher.
+  auto no_agent = vars;
+  no_agent["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  r = DiscoverRank({}, Env(no_agent));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->torchrun_agent_store);
+
+  // --master-addr/--master-port point elsewhere: not the agent's store.
+  ExplicitRank moved;
+  moved.master_port = 40000;
+  r = DiscoverRank(moved, Env(vars));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->torchrun_agent_store);
+
+  auto half = vars;
+  half.erase("MASTER_PORT");
+  r = DiscoverRank({}, Env(half));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "MASTER_PORT is not set")) << r.status();
+
+  auto bad = vars;
+  bad["TORCHELASTIC_RESTART_COUNT"] = "one";
+  r = DiscoverRank({}, Env(bad));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "TORCHELASTIC_RESTART_COUNT='one'"))
+      << r.status();
 }
 
 // The multi-node agents' address (flags.cc's CheckAgentFlags and

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -32,10 +33,21 @@ bool IsLaunchedChild() {
   return v != nullptr && std::string(v) == "1";
 }
 
+namespace {
+std::atomic<int> restart_count_override{-1};
+}  // namespace
+
+void SetRestartCount(int n) { restart_count_override = n; }
+
 int RestartCount() {
-  const char* v = std::getenv("LOOM_RESTART_COUNT");
-  int n = 0;
-  return v != nullptr && absl::SimpleAtoi(v, &n) && n > 0 ? n : 0;
+  if (const int n = restart_count_override; n >= 0) return n;
+  // Loom's own agent says LOOM_RESTART_COUNT; torchrun's says TORCHELASTIC_RESTART_COUNT.
+  for (const char* name : {"LOOM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
+    const char* v = std::getenv(name);
+    int n = 0;
+    if (v != nullptr && *v != '\0') return absl::SimpleAtoi(v, &n) && n > 0 ? n : 0;
+  }
+  return 0;
 }
 
 absl::StatusOr<int> PickFreePort() {

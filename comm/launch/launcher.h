@@ -66,6 +66,10 @@ bool IsLaunchedChild();
 // this start (LOOM_RESTART_COUNT, torchelastic's TORCHELASTIC_RESTART_COUNT);
 // 0 on the first start and in a process no agent started.
 int RestartCount();
+// Under torchrun the world's start count comes from the ranks' meeting
+// (comm/launch/torchrun.h), not from TORCHELASTIC_RESTART_COUNT, which each
+// node's agent counts on its own: RestartCount() returns `n` from then on.
+void SetRestartCount(int n);
 
 // Runs argv[0..argc) (this very binary, /proc/self/exe) once per rank and
 // waits for all. Refuses (FailedPrecondition, before starting anything) in a

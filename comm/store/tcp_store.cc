@@ -22,9 +22,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "comm/store/auth.h"
+#include "comm/store/socket_io.h"
 
 namespace loom::comm {
 namespace {
+
+using socket_io::ReadAll;
+using socket_io::ReadSome;
+using socket_io::WriteAll;
 
 enum Cmd : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
 enum Reply : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
@@ -32,65 +37,6 @@ const char kFlagsHint[] = "(set by --master-addr/--master-port or MASTER_ADDR/MA
 const char kSecretFlags[] = "--rendezvous-secret / LOOM_RENDEZVOUS_SECRET";
 // Refusals are logged for this many distinct peer addresses, then only counted.
 constexpr size_t kMaxLoggedPeers = 1024;
-
-bool WriteAll(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
-// Waits until fd is readable; false at `deadline`, when `stop` is set, or on
-// a poll error.
-bool WaitReadable(int fd, absl::Time deadline, const std::atomic<bool>* stop) {
-  for (;;) {
-    if (stop && *stop) return false;
-    absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    // Slices of at most 100 ms so `stop` is noticed, and never 0 ms: an
-    // infinite `left` once overflowed to 0 here and every idle connection's
-    // handler spun on a core (the stalls seen in comm/bench on 2 cores).
-    const int ms = static_cast<int>(std::clamp<int64_t>(
-        absl::ToInt64Milliseconds(std::min(left, absl::Milliseconds(100))) + 1, 1, 100));
-    int pr = poll(&pfd, 1, ms);
-    if (pr < 0 && errno != EINTR) return false;
-    if (pr > 0) return true;
-  }
-}
-
-// Reads exactly n bytes; gives up at `deadline` or when `stop` is set.
-bool ReadAll(int fd, void* p, size_t n, absl::Time deadline, const std::atomic<bool>* stop) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    if (!WaitReadable(fd, deadline, stop)) return false;
-    ssize_t k = recv(fd, c, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
-// Appends what is available (at least one byte) to *buf; false on EOF, an
-// error, `deadline` or `stop`.
-bool ReadSome(int fd, std::string* buf, absl::Time deadline, const std::atomic<bool>* stop) {
-  for (;;) {
-    if (!WaitReadable(fd, deadline, stop)) return false;
-    char tmp[16384];
-    ssize_t k = recv(fd, tmp, sizeof(tmp), 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    buf->append(tmp, static_cast<size_t>(k));
-    return true;
-  }
-}
 
 // A reply: exactly one frame, nothing after it (a client has one request in
 // flight, so more bytes mean the stream is out of step).
@@ -157,28 +103,11 @@ Handshake ClientHandshake(int fd, const std::string& secret, absl::Time deadline
   return Handshake::kOk;
 }
 
-std::string PeerAddress(const sockaddr_in& a) {
-  char buf[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
-  return buf;
-}
-
 // Resolves `host` (IPv4) for the server's bind and the clients' connect.
-absl::StatusOr<sockaddr_in> Resolve(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int gai = getaddrinfo(host.c_str(), absl::StrCat(port).c_str(), &hints, &res);
-  if (gai != 0 || res == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("TCP store: cannot resolve master address '",
-                                                   host, "' ", kFlagsHint, ": ",
-                                                   gai_strerror(gai)));
-  }
-  sockaddr_in out;
-  std::memcpy(&out, res->ai_addr, sizeof(out));
-  freeaddrinfo(res);
-  return out;
+absl::StatusOr<sockaddr_in> ResolveMaster(const std::string& host, int port) {
+  absl::StatusOr<sockaddr_in> a = socket_io::Resolve(host, port, "master address", kFlagsHint);
+  if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat("TCP store: ", a.status().message()));
+  return a;
 }
 
 }  // namespace
@@ -201,9 +130,9 @@ class TcpStore::Server {
   // Binds the address the ranks were told (options_.host), never every
   // interface.
   absl::Status Start(int* bound_port) {
-    absl::StatusOr<sockaddr_in> addr = Resolve(options_.host, options_.port);
+    absl::StatusOr<sockaddr_in> addr = ResolveMaster(options_.host, options_.port);
     if (!addr.ok()) return addr.status();
-    const std::string ip = PeerAddress(*addr);
+    const std::string ip = socket_io::AddressText(*addr);
     listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -254,7 +183,7 @@ class TcpStore::Server {
       socklen_t plen = sizeof(peer);
       int fd = accept(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &plen);
       if (fd < 0) continue;
-      const std::string ip = PeerAddress(peer);
+      const std::string ip = socket_io::AddressText(peer);
       std::unique_lock<std::mutex> l(mu_);
       ReapFinishedLocked();
       std::string over;
@@ -479,7 +408,7 @@ TcpStore::Refusals TcpStore::refusals() const {
 }
 
 absl::Status TcpStore::Connect(absl::Duration within) {
-  absl::StatusOr<sockaddr_in> addr = Resolve(host_, port_);
+  absl::StatusOr<sockaddr_in> addr = ResolveMaster(host_, port_);
   if (!addr.ok()) return addr.status();
   absl::Time deadline = absl::Now() + within;
   std::string last = "timed out";
