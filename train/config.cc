@@ -147,8 +147,11 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
                                                c->virtual_pipeline_size, cp);
   if (!layout.ok()) return layout;
 
-  if (c->train_iters < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--train-iters (", c->train_iters, ") must be >= 1"));
+  // --skip-train takes no step: --train-iters=0 is then what it says (Megatron's spelling).
+  if (c->train_iters < (c->skip_train ? 0 : 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--train-iters (", c->train_iters, ") must be >= 1",
+                     c->skip_train ? "" : " (0 only with --skip-train)"));
   }
   if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
   if (c->lr.warmup_iters < 0) c->lr.warmup_iters = std::min<int64_t>(20, c->train_iters / 10);
@@ -244,6 +247,24 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
         "--exit-duration-in-mins (", *c->exit_duration_in_mins,
         ") must be > 0: the run saves and exits once it has taken that many minutes "
         "(leave the flag out for no limit)"));
+  }
+  if (c->straggler_minmax_count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--straggler-minmax-count (", c->straggler_minmax_count,
+        ") must be >= 1: how many of the slowest and of the fastest ranks --log-straggler names"));
+  }
+  if (c->straggler_minmax_count != 1 && !c->log_straggler) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--straggler-minmax-count (", c->straggler_minmax_count,
+        ") needs --log-straggler: it sets how many ranks the straggler report names"));
+  }
+  if (c->straggler_ctrlr_port.has_value() || c->disable_straggler_on_startup) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c->straggler_ctrlr_port.has_value() ? "--straggler-ctrlr-port"
+                                            : "--disable-straggler-on-startup",
+        " belongs to Megatron's run-time straggler controller (a port that switches the detector "
+        "on and off), which Loom does not have: --log-straggler reports with every "
+        "--log-interval from the start; leave the flag out"));
   }
   if (absl::Status faults = ValidateFaults(c->fault_injection, world_size, c->train_iters);
       !faults.ok()) {

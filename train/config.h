@@ -139,6 +139,15 @@ struct TrainConfig {
   // With --tensorboard-dir: "<timer>-time" scalars (the max over ranks, s
   // per iteration) with each log line.
   bool log_timers_to_tensorboard = false;
+  // --log-straggler (Megatron's): with each log line, rank 0 logs one
+  // "straggler:" line naming the straggler_minmax_count slowest and fastest
+  // ranks by compute time against the median (train/straggler.h).
+  bool log_straggler = false;
+  int straggler_minmax_count = 1;  // >= 1; more than the ranks lists them all
+  // Megatron's run-time controller of the detector (an HTTP port that turns
+  // it on and off): not in Loom, so Finalize refuses these when given.
+  bool disable_straggler_on_startup = false;
+  std::optional<int> straggler_ctrlr_port;
   // --profile: every rank records the steps that start with
   // profile_step_start .. profile_step_end - 1 iterations completed (the
   // timers as spans, every collective and p2p op) and writes a Chrome trace;
