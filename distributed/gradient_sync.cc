@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/ops.h"
@@ -102,7 +103,10 @@ absl::Status GradientSync::Layout() {
     if (fits) {
       open->range.first = seg.range.first;
     } else {
-      reversed.push_back({seg.range, {}, seg.tied});
+      GradBucket bucket;
+      bucket.range = seg.range;
+      bucket.tied_embedding = seg.tied;
+      reversed.push_back(std::move(bucket));
       open = &reversed.back();
     }
     if (std::find(open->units.begin(), open->units.end(), seg.unit) == open->units.end() &&

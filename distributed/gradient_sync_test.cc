@@ -138,8 +138,12 @@ TEST(GradientSyncLayoutTest, BucketsTileTheBufferInWholeParameterSlots) {
       EXPECT_TRUE(starts_a_slot) << "bucket at " << b.range.first;
     }
     EXPECT_EQ(at, params.padded_numel());
-    if (bucket_bytes == 64) EXPECT_EQ((*sync)->buckets().size(), 5u);  // embedding, 3 layers, head
-    if (bucket_bytes == int64_t{1} << 30) EXPECT_EQ((*sync)->buckets().size(), 1u);
+    if (bucket_bytes == 64) {
+      EXPECT_EQ((*sync)->buckets().size(), 5u);  // embedding, 3 layers, head
+    }
+    if (bucket_bytes == int64_t{1} << 30) {
+      EXPECT_EQ((*sync)->buckets().size(), 1u);
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
@@ -86,7 +87,10 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
       return absl::InvalidArgumentError(absl::StrCat("duplicate parameter name ", spec.name));
     }
     buf.index_[spec.name] = buf.params_.size();
-    buf.params_.push_back(Param{nullptr, {}, {}, {}, total, start});
+    Param param;
+    param.offset = total;
+    param.split_start = start;
+    buf.params_.push_back(std::move(param));
     buf.numel_ += local->numel();
     total += multiple > 1 ? (local->numel() + multiple - 1) / multiple * multiple : local->numel();
   }

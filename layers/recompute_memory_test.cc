@@ -109,7 +109,9 @@ TEST_P(RecomputeMemoryTest, KeptBytesFollowTheFormulas) {
               "a layer keeps I + X = %lld B, the rest B = %lld B\n",
               tp, sp ? " SP" : "", static_cast<long long>(L), static_cast<long long>(X),
               static_cast<long long>(P), static_cast<long long>(I + X), static_cast<long long>(B));
-  if (tp == 1) EXPECT_EQ(I, 15 * X + 4 * kSeq * kBatch * 4 + P);
+  if (tp == 1) {
+    EXPECT_EQ(I, 15 * X + 4 * kSeq * kBatch * 4 + P);
+  }
 
   struct Case {
     Recompute r;

@@ -255,11 +255,12 @@ std::vector<Record> Recorder::Snapshot() const {
     const Slot& s = slots_[id & mask_];
     const uint64_t h1 = s.header.load(std::memory_order_acquire);
     Record r;
-    r.seq = s.seq.load(std::memory_order_relaxed);
-    r.bytes = s.bytes.load(std::memory_order_relaxed);
-    const int64_t pt = s.peer_tag.load(std::memory_order_relaxed);
-    r.issued_us = s.issued.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    // Acquire loads (Issue's stores release): if one reads a later op's
+    // field, that op's header 0 is visible to the h2 load after them.
+    r.seq = s.seq.load(std::memory_order_acquire);
+    r.bytes = s.bytes.load(std::memory_order_acquire);
+    const int64_t pt = s.peer_tag.load(std::memory_order_acquire);
+    r.issued_us = s.issued.load(std::memory_order_acquire);
     const uint64_t h2 = s.header.load(std::memory_order_relaxed);
     // Being rewritten, or already reused for a later op.
     if (h1 != h2 || h1 == 0 || (h1 >> 16) != id + 1) continue;

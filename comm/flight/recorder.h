@@ -199,15 +199,17 @@ inline uint64_t Recorder::Issue(OpKind kind, uint64_t seq, core::DType dtype, ui
                                 int peer, int tag) {
   const uint64_t id = next_id_.load(std::memory_order_relaxed);
   Slot& s = slots_[id & mask_];
-  // Sequence lock: readers skip the slot while its header is 0.
+  // Sequence lock: readers skip the slot while its header is 0. The fields
+  // are release stores (Snapshot's loads acquire), so a reader that sees one
+  // of them sees the 0 before it too; not a release fence, which
+  // ThreadSanitizer cannot model (GCC's -Wtsan). On x86 the same moves.
   s.header.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  s.seq.store(seq, std::memory_order_relaxed);
-  s.bytes.store(bytes, std::memory_order_relaxed);
+  s.seq.store(seq, std::memory_order_release);
+  s.bytes.store(bytes, std::memory_order_release);
   s.peer_tag.store(static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(peer)) << 32 |
                                         static_cast<uint32_t>(tag)),
-                   std::memory_order_relaxed);
-  s.issued.store(NowUs(), std::memory_order_relaxed);
+                   std::memory_order_release);
+  s.issued.store(NowUs(), std::memory_order_release);
   // started/completed keep the slot's previous op's stamps: their id bits
   // (and times before `issued`) tell readers they are stale (two fewer stores).
   s.header.store((id + 1) << 16 | uint64_t{static_cast<uint8_t>(kind)} << 8 |

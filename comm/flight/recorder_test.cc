@@ -97,7 +97,9 @@ TEST(FlightRecorder, SnapshotsDuringRecordingAreConsistent) {
       ASSERT_EQ(e.bytes, 4 * e.id);
       ASSERT_EQ(e.kind, e.id % 2 ? OpKind::kAllGather : OpKind::kAllReduce);
       ASSERT_EQ(e.peer, static_cast<int>(e.id % 7));
-      if (e.completed_us != 0) ASSERT_EQ(e.failed, e.id % 3 == 0);
+      if (e.completed_us != 0) {
+        ASSERT_EQ(e.failed, e.id % 3 == 0);
+      }
     }
     for (size_t i = 1; i < s.size(); ++i) ASSERT_GT(s[i].id, s[i - 1].id);
     seen += s.size();
@@ -122,7 +124,9 @@ TEST(FlightRecorder, TimestampsAreMonotoneAndAdvance) {
   for (size_t k = 0; k < s.size(); ++k) {
     EXPECT_GE(s[k].started_us, s[k].issued_us);
     EXPECT_GE(s[k].completed_us, s[k].started_us);
-    if (k > 0) EXPECT_GE(s[k].issued_us, s[k - 1].completed_us);
+    if (k > 0) {
+      EXPECT_GE(s[k].issued_us, s[k - 1].completed_us);
+    }
     EXPECT_EQ(s[k].peer, 0);
     EXPECT_EQ(s[k].tag, -1);
   }

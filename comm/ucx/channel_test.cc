@@ -125,7 +125,9 @@ TEST(UcxChannel, LengthsDifferingAcrossTheLimitFailAsOnUcx) {
     const std::vector<absl::Status> channel = RunWorld(Options(kLimit), c.fn);
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(channel[r], ucx[r]) << c.name << ", rank " << r;
-      if (!ucx[r].ok()) EXPECT_TRUE(absl::IsInvalidArgument(ucx[r])) << c.name << ": " << ucx[r];
+      if (!ucx[r].ok()) {
+        EXPECT_TRUE(absl::IsInvalidArgument(ucx[r])) << c.name << ": " << ucx[r];
+      }
     }
     EXPECT_FALSE(ucx[1].ok()) << c.name;
   }

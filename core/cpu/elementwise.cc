@@ -1,6 +1,5 @@
 #include "core/cpu/elementwise.h"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>

@@ -23,6 +23,9 @@ constexpr int kLanes = 8;  // independent accumulators per block (two vectors of
 // out[s] = sum_{i < n} x[s][i] (squared if `squares`) in double, for S blocks
 // of n elements each. Element i of a block goes to accumulator i % kLanes,
 // whatever S is, so a block's sum has the same bits alone or in a group.
+// Only a single block (S == 1) can be short; a group is kStreams full blocks
+// (kBlock, a multiple of kLanes) and has no tail loop: with n == kBlock known,
+// the never-run one had a wrapped trip count (-Waggressive-loop-optimizations).
 // Products of floats are exact in double (FMA or not: same bits). Vector
 // types, not arrays: GCC kept a [S][lanes] array in memory (5x slower).
 template <bool squares, int S>
@@ -44,9 +47,11 @@ LOOM_CPU_INLINE void BlockSums(const float* const* x, int64_t n, double* out) {
   }
   for (int s = 0; s < S; ++s) {
     double tail = 0;
-    for (int64_t j = i; j < n; ++j) {
-      const double v = x[s][j];
-      tail += squares ? v * v : v;
+    if constexpr (S == 1) {
+      for (int64_t j = i; j < n; ++j) {
+        const double v = x[s][j];
+        tail += squares ? v * v : v;
+      }
     }
     const D4 pair = acc[s][0] + acc[s][1];
     out[s] = tail + ((pair[0] + pair[2]) + (pair[1] + pair[3]));
@@ -60,15 +65,16 @@ LOOM_CPU_INLINE void BlockSumSquaresOfBody(const float* x, int64_t n, double* ou
   BlockSums<true, 1>(&x, n, out);
 }
 LOOM_CPU_MULTIVERSION(BlockSumSquaresOf, (const float* x, int64_t n, double* out), (x, n, out))
-LOOM_CPU_INLINE void StreamsSumOfBody(const float* const* x, int64_t n, double* out) {
-  BlockSums<false, kStreams>(x, n, out);
+// kStreams full blocks of kBlock elements each.
+static_assert(kBlock % kLanes == 0, "a full block has no tail");
+LOOM_CPU_INLINE void StreamsSumOfBody(const float* const* x, double* out) {
+  BlockSums<false, kStreams>(x, kBlock, out);
 }
-LOOM_CPU_MULTIVERSION(StreamsSumOf, (const float* const* x, int64_t n, double* out), (x, n, out))
-LOOM_CPU_INLINE void StreamsSumSquaresOfBody(const float* const* x, int64_t n, double* out) {
-  BlockSums<true, kStreams>(x, n, out);
+LOOM_CPU_MULTIVERSION(StreamsSumOf, (const float* const* x, double* out), (x, out))
+LOOM_CPU_INLINE void StreamsSumSquaresOfBody(const float* const* x, double* out) {
+  BlockSums<true, kStreams>(x, kBlock, out);
 }
-LOOM_CPU_MULTIVERSION(StreamsSumSquaresOf, (const float* const* x, int64_t n, double* out),
-                      (x, n, out))
+LOOM_CPU_MULTIVERSION(StreamsSumSquaresOf, (const float* const* x, double* out), (x, out))
 
 template <bool squares>
 absl::StatusOr<double> SumInDouble(const char* op, const Tensor& x) {
@@ -88,9 +94,9 @@ absl::StatusOr<double> SumInDouble(const char* op, const Tensor& x) {
       const float* streams[kStreams];
       for (int s = 0; s < kStreams; ++s) streams[s] = p + (g * kStreams + s) * kBlock;
       if (squares) {
-        StreamsSumSquaresOf(streams, kBlock, &partial[g * kStreams]);
+        StreamsSumSquaresOf(streams, &partial[g * kStreams]);
       } else {
-        StreamsSumOf(streams, kBlock, &partial[g * kStreams]);
+        StreamsSumOf(streams, &partial[g * kStreams]);
       }
     }
 #pragma omp for schedule(static)

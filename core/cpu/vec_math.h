@@ -10,6 +10,8 @@
 
 // GCC 12's AVX-512 headers initialise their "undefined" vectors from
 // themselves, which -Wall reports at every inlined use; silence that here.
+// The first inclusion is the one that counts (include guards): a kernel that
+// uses AVX-512 gets <immintrin.h> from here, not directly before this header.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
