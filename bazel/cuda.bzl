@@ -14,10 +14,19 @@ _GENCODE = [
     "-gencode=arch=compute_90,code=compute_90",
 ]
 
+# The host compiler warns as for C++ (.bazelrc, LOOM_COPTS). In this
+# workspace's own code nvcc's and the host compiler's warnings are errors, as
+# .bazelrc makes them for C++ (#35); not where Loom is an external repository.
+_HOST_WARNINGS = ["-Xcompiler", "-Wall,-Wextra,-Wno-sign-compare,-Wno-unused-parameter"]
+_WERROR = ["-Werror", "all-warnings", "-Xcompiler", "-Werror"]
+
 def _nvcc_compile_impl(ctx):
     cc_infos = [d[CcInfo] for d in ctx.attr.deps if CcInfo in d]
     comp = cc_common.merge_cc_infos(cc_infos = cc_infos).compilation_context
     flags = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC", "-ccbin", ctx.attr.host_compiler] + _GENCODE
+    flags += _HOST_WARNINGS
+    if ctx.label.workspace_name == "":
+        flags += _WERROR
     for d in comp.defines.to_list() + comp.local_defines.to_list():
         flags.append("-D" + d)
     for i in comp.includes.to_list() + comp.quote_includes.to_list() + comp.system_includes.to_list():
