@@ -85,6 +85,10 @@ absl::StatusOr<std::unique_ptr<TcpStore>> FindAndJoin(const RankInfo& info,
           return store;
         }
         last = absl::StrCat("the store at ", *announced, " has no start number");
+      } else if (absl::IsPermissionDenied(store.status())) {
+        // A live store that refuses the secret (or cannot prove it): a
+        // mistyped secret, or an impostor. Waiting would not change either.
+        return store.status();
       } else {
         last = std::string(store.status().message());
       }

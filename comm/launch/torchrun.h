@@ -30,8 +30,7 @@
 //
 // Someone who can reach torchrun's port can overwrite the announcement: the
 // ranks then fail the handshake with PermissionDenied (an impostor cannot
-// prove the secret) rather than join a stranger's world, and keep reading
-// until the comm timeout.
+// prove the secret) rather than join a stranger's world.
 
 #include <memory>
 #include <string>
