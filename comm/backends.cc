@@ -6,20 +6,9 @@
 #include "comm/launch/discovery.h"
 #include "comm/launch/network.h"
 #include "comm/launch/torchrun.h"
-#include "comm/local/communicator.h"
 #include "comm/store/file_store.h"
 #include "comm/store/memory_store.h"
 #include "comm/store/tcp_store.h"
-#ifdef LOOM_COMM_HAVE_MPI
-#include "comm/mpi/communicator.h"
-#endif
-#ifdef LOOM_COMM_HAVE_UCX
-#include "comm/ucx/communicator.h"
-#endif
-#ifdef LOOM_COMM_HAVE_NCCL
-#include "comm/nccl/communicator.h"
-#endif
-
 namespace loom::comm {
 namespace {
 
@@ -33,33 +22,10 @@ absl::Status CheckStore(const std::string& store) {
 
 }  // namespace
 
-std::vector<std::string> AvailableBackends() {
-  std::vector<std::string> out = {"local"};
-#ifdef LOOM_COMM_HAVE_MPI
-  out.push_back("mpi");
-#endif
-#ifdef LOOM_COMM_HAVE_UCX
-  out.push_back("ucx");
-#endif
-#ifdef LOOM_COMM_HAVE_NCCL
-  out.push_back("nccl");
-#endif
-  return out;
-}
+std::vector<std::string> AvailableBackends() { return BuiltBackends(); }
 
 absl::Status CheckBackend(const std::string& backend, const std::string& flag) {
-  std::vector<std::string> avail = AvailableBackends();
-  if (backend != "local" && backend != "mpi" && backend != "ucx" && backend != "nccl") {
-    return absl::InvalidArgumentError(absl::StrCat(flag, "='", backend,
-                                                   "' is not a backend; built backends: ",
-                                                   absl::StrJoin(avail, ", ")));
-  }
-  if (std::find(avail.begin(), avail.end(), backend) == avail.end()) {
-    return absl::UnimplementedError(absl::StrCat(
-        flag, "=", backend, " was not built (its library is missing; see "
-        "@loom_deps//:MISSING.txt); built backends: ", absl::StrJoin(avail, ", ")));
-  }
-  return absl::OkStatus();
+  return LookupBuiltBackend(backend, flag).status();
 }
 
 absl::Status CheckCommFlags(const launch::CommFlags& flags, const std::string& backend_flag) {
@@ -82,54 +48,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
   if (!s.ok()) return s;
   s = launch::ApplyNetworkSettings(o.network, backend);
   if (!s.ok()) return s;
-  if (backend == "local") {
-    auto* mem = dynamic_cast<MemoryStore*>(o.store.get());
-    if (mem == nullptr) {
-      return absl::InvalidArgumentError(
-          "backend 'local' runs ranks as threads of one process: pass a MemoryStore shared by "
-          "those threads as BackendOptions::store");
-    }
-    local::LocalOptions lo;
-    lo.comm = o.comm;
-    return local::Create(o.rank, o.world_size, *mem, lo);
-  }
-#ifdef LOOM_COMM_HAVE_MPI
-  if (backend == "mpi") {
-    mpi::MpiOptions mo;
-    mo.comm = o.comm;
-    return mpi::CreateWorld(mo);
-  }
-#endif
-#ifdef LOOM_COMM_HAVE_UCX
-  if (backend == "ucx") {
-    if (!o.store) {
-      return absl::InvalidArgumentError(
-          "backend 'ucx' exchanges worker addresses through a store: set BackendOptions::store");
-    }
-    ucx::UcxOptions uo;
-    uo.comm = o.comm;
-    return ucx::Create(o.rank, o.world_size, o.store, uo);
-  }
-#endif
-#ifdef LOOM_COMM_HAVE_NCCL
-  if (backend == "nccl") {
-    if (!o.store) {
-      return absl::InvalidArgumentError(
-          "backend 'nccl' publishes NCCL's unique id through a store: set BackendOptions::store");
-    }
-    nccl::NcclOptions no;
-    no.comm = o.comm;
-    no.local_rank = o.local_rank;  // the GPU of this rank
-    return nccl::Create(o.rank, o.world_size, o.store, no);
-  }
-#endif
-  return absl::InternalError("unreachable");
+  return (*FindFactory(backend))(o);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::CommFlags& flags,
                                                               std::shared_ptr<Store>* store_out) {
-  if (flags.backend == "local" || flags.backend == "mpi") {
-    return CreateFromFlags(flags, launch::RankInfo{}, store_out);  // neither needs a rank
+  const BackendInfo* backend = FindBackend(flags.backend);
+  if (backend == nullptr || backend->launched_by != LaunchedBy::kProcesses) {
+    // Threads refuse below; MPI knows the rank; an unknown name fails in Create.
+    return CreateFromFlags(flags, launch::RankInfo{}, store_out);
   }
   absl::StatusOr<launch::RankInfo> info = launch::DiscoverRank(flags.rank);
   if (!info.ok()) return info.status();
@@ -144,12 +71,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateFromFlags(const launch::Comm
   o.comm.timeout = absl::Seconds(flags.timeout_s);
   o.comm.flight_recorder_dir = flags.flight_recorder_dir;
   o.comm.flight_recorder_entries = flags.flight_recorder_entries;
-  if (flags.backend == "local") {
-    return absl::InvalidArgumentError(
-        "--backend=local runs ranks as threads of one process; multi-process binaries need "
-        "--backend=mpi, --backend=ucx or --backend=nccl");
+  absl::StatusOr<const BackendInfo*> backend = LookupBuiltBackend(flags.backend);
+  if (!backend.ok()) return backend.status();
+  if ((*backend)->launched_by == LaunchedBy::kThreads) {
+    std::vector<std::string> processes;
+    for (const std::string& name : BuiltBackends()) {
+      if (FindBackend(name)->launched_by != LaunchedBy::kThreads) {
+        processes.push_back(absl::StrCat("--backend=", name));
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--backend=", flags.backend, " runs ranks as threads of one process; multi-process "
+        "binaries need ", absl::StrJoin(processes, ", ")));
   }
-  if (flags.backend == "mpi") return Create("mpi", o);
+  if (!(*backend)->needs_store) return Create(flags.backend, o);  // mpi: MPI knows the rank
   o.rank = info.rank;
   o.world_size = info.world_size;
   o.local_rank = info.local_rank;

@@ -2,35 +2,28 @@
 #define LOOM_COMM_BACKENDS_H_
 
 // The backend factory: binaries select a backend by name (--backend). Links
-// every backend available on this machine (MPI, UCX, NCCL when installed).
+// every backend available on this machine (MPI, UCX, NCCL when installed);
+// what each one is and how it is created is in the registry
+// (backend_registry.h), filled from the backends' folders.
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "comm/backend_registry.h"
 #include "comm/comm.h"
 #include "comm/launch/flags.h"
 #include "comm/store/store.h"
 
 namespace loom::comm {
 
-struct BackendOptions {
-  int rank = 0;        // ignored by mpi (MPI knows)
-  int world_size = 1;  // ignored by mpi
-  int local_rank = 0;   // nccl: the GPU this rank uses
-  // Rendezvous: local needs a MemoryStore shared by its threads; ucx needs
-  // (and nccl) any store reachable by all ranks; mpi needs none.
-  std::shared_ptr<Store> store;
-  CommOptions comm;
-  std::string network = "auto";  // see comm/launch/network.h
-};
-
-// "local", "mpi", "ucx" or "nccl". Unknown or not-built names are InvalidArgument /
-// Unimplemented errors listing AvailableBackends().
+// A registered backend's name ("local", "mpi", "ucx", "nccl"). Unknown or
+// not-built names are InvalidArgument / Unimplemented errors listing
+// AvailableBackends().
 absl::StatusOr<std::unique_ptr<Communicator>> Create(const std::string& backend,
                                                      const BackendOptions& options);
-std::vector<std::string> AvailableBackends();
+std::vector<std::string> AvailableBackends();  // BuiltBackends(): sorted
 
 // OK iff `backend` is a backend name and was built into this binary. Errors
 // name `flag` (as the user typed it, e.g. "--distributed-backend") and list

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "comm/backend_registry.h"
 
 namespace loom::comm::launch {
 
@@ -12,35 +13,14 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> NetworkSettings
     return absl::InvalidArgumentError(absl::StrCat(
         "--network='", network, "' is not one of auto, ethernet, infiniband"));
   }
-  if (backend != "local" && backend != "mpi" && backend != "ucx" && backend != "nccl") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend='", backend, "' is not one of local, mpi, ucx, nccl"));
+  absl::StatusOr<const BackendInfo*> info = LookupBackend(backend);
+  if (!info.ok()) return info.status();
+  // Each backend's own table (comm/<backend>/info.cc); "auto" sets nothing.
+  auto it = (*info)->network.find(network);
+  if (network == "auto" || it == (*info)->network.end()) {
+    return std::vector<std::pair<std::string, std::string>>{};
   }
-  std::vector<std::pair<std::string, std::string>> out;
-  if (network == "auto" || backend == "local") return out;
-  if (backend == "nccl") {
-    // NCCL_NET picks NCCL's transport by name, so "infiniband" fails at init
-    // when there is no IB instead of silently falling back to sockets (like
-    // UCX_TLS=rc,... for ucx). No interface is named: like the other backends
-    // we leave NCCL_SOCKET_IFNAME to NCCL's choice or the user.
-    if (network == "ethernet") {
-      out.push_back({"NCCL_IB_DISABLE", "1"});
-      out.push_back({"NCCL_NET", "Socket"});
-    } else {
-      out.push_back({"NCCL_IB_DISABLE", "0"});
-      out.push_back({"NCCL_NET", "IB"});
-    }
-  } else if (backend == "ucx") {
-    out.push_back({"UCX_TLS", network == "ethernet" ? "sm,self,tcp" : "rc,ud,sm,self"});
-  } else {  // mpi
-    if (network == "ethernet") {
-      out.push_back({"OMPI_MCA_pml", "ob1"});
-      out.push_back({"OMPI_MCA_btl", "tcp,self,vader"});
-    } else {
-      out.push_back({"OMPI_MCA_pml", "ucx"});
-    }
-  }
-  return out;
+  return it->second;
 }
 
 absl::Status ApplyNetworkSettings(const std::string& network, const std::string& backend) {

@@ -2,13 +2,10 @@
 #define LOOM_COMM_LAUNCH_NETWORK_H_
 
 // `--network=auto|ethernet|infiniband` mapped to each backend's own settings
-// (environment variables read when the backend initialises). The table is in
-// comm/README.md.
+// (environment variables read when the backend initialises). Each backend
+// registers its table (BackendInfo::network, comm/<backend>/info.cc); the
+// table of all of them is in comm/README.md. E.g.
 //   ucx: ethernet -> UCX_TLS=sm,self,tcp   infiniband -> UCX_TLS=rc,ud,sm,self
-//   mpi: ethernet -> OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self,vader
-//        infiniband -> OMPI_MCA_pml=ucx
-//   nccl: ethernet -> NCCL_IB_DISABLE=1 NCCL_NET=Socket
-//         infiniband -> NCCL_IB_DISABLE=0 NCCL_NET=IB
 //   auto: nothing is set; the libraries' own defaults and the user's
 //         UCX_TLS / OMPI_MCA_* / NCCL_* apply.
 
@@ -20,9 +17,9 @@
 
 namespace loom::comm::launch {
 
-// The (variable, value) pairs for `network` and `backend` ("local", "mpi",
-// "ucx", "nccl"). An unknown network or backend is an InvalidArgument naming
-// --network / --backend and the accepted values.
+// The (variable, value) pairs for `network` and `backend` (a name the
+// backend registry knows). An unknown network or backend is an
+// InvalidArgument naming --network / --backend and the accepted values.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> NetworkSettings(
     const std::string& network, const std::string& backend);
 

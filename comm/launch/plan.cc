@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "comm/backend_registry.h"
 #include "core/cli.h"
 
 namespace loom::comm::launch {
@@ -65,9 +66,14 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
   const bool our_child = launched != nullptr && std::string(launched) == "1";
   const std::vector<std::string> external = ExternalRankSettings(r.rank, env);
   const std::string backend = absl::StrCat(r.backend_flag, "=", r.backend);
+  // Who starts this backend's ranks, from the registry (comm/<backend>/info.cc).
+  absl::StatusOr<const BackendInfo*> info_or = LookupBackend(r.backend, r.backend_flag);
+  if (!info_or.ok()) return info_or.status();
+  const LaunchedBy by = (*info_or)->launched_by;
+  const bool threads = by == LaunchedBy::kThreads, mpirun = by == LaunchedBy::kMpirun;
 
   const bool agent_flags = r.nnodes > 1 || r.supervised;
-  if (our_child && r.backend == "local") {
+  if (our_child && threads) {
     // The agent's supervised process running the ranks as threads.
     int threads = 0;
     const char* v = env("LOOM_LOCAL_THREADS");
@@ -100,7 +106,7 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
     if (!info.ok()) return info.status();
     plan.rank = *info;
     plan.world_size = info->world_size;
-    if (r.backend == "local") {
+    if (threads) {
       if (info->world_size > 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             backend, " runs every rank as a thread of one process, but this process is rank ",
@@ -111,7 +117,7 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
       plan.nproc_per_node = 1;
       return plan;
     }
-    if (r.backend == "mpi" && info->world_size > 1 && info->from != RankSource::kOpenMpi &&
+    if (mpirun && info->world_size > 1 && info->from != RankSource::kOpenMpi &&
         info->from != RankSource::kSlurm) {
       return absl::InvalidArgumentError(absl::StrCat(
           backend, " takes its ranks from mpirun (or srun), but this process is rank ", info->rank,
@@ -121,7 +127,7 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
           MpirunCommand(r, info->world_size)));
     }
     if (!our_child && r.tcp_store && !r.has_secret && info->world_size > 1 &&
-        (r.backend == "ucx" || r.backend == "nccl")) {
+        (*info_or)->needs_store) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", info->rank, " of ", info->world_size, " started by ", info->source,
           " meets the others through rank 0's TCP store, which admits only connections that "
@@ -137,7 +143,7 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
   if (n < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node=", n, " must be >= 1"));
   }
-  if (r.backend == "local") {
+  if (threads) {
     if (r.nnodes > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--nnodes=", r.nnodes, " with ", backend, ": local runs every rank as a thread of one "
@@ -149,13 +155,13 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const LaunchRequest& r, const EnvLookup& e
     plan.world_size = n;
     return plan;
   }
-  if (r.backend == "mpi" && agent_flags) {
+  if (mpirun && agent_flags) {
     return absl::InvalidArgumentError(absl::StrCat(
         AgentFlags(r), " start", r.agent_flags.size() > 1 ? "" : "s", " this binary's own "
         "agent, but ", backend, " takes its ranks from mpirun: use ", r.backend_flag,
         "=ucx (or nccl) for the agent, or mpirun's own fault handling"));
   }
-  if (r.backend == "mpi") {
+  if (mpirun) {
     if (r.nproc_per_node.has_value() && n > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--nproc-per-node=", n, " cannot start ", backend, " ranks: mpirun starts MPI's ranks "

@@ -33,7 +33,7 @@
 namespace loom::comm::launch {
 
 struct LaunchRequest {
-  std::string backend;                     // local | mpi | ucx | nccl
+  std::string backend;                     // a registered backend (backend_registry.h)
   std::string backend_flag = "--backend";  // the flag that chose it, for messages
   ExplicitRank rank;                       // --rank, --world-size, --local-rank, --master-*
   std::optional<int> nproc_per_node;       // --nproc-per-node when given
