@@ -156,5 +156,35 @@ TEST(SkipTrainTest, EvaluatesTheLoadedModelOnly) {
   }
 }
 
+// Scoring an imported model on a validation-only corpus, as in Megatron:
+// --skip-train (with --train-iters=0 or not) needs no train split.
+TEST(SkipTrainTest, ValidationOnlyCorpusNeedsNoTrainSplit) {
+  const std::string dir = TmpDir("skip_valid_only_src");
+  TrainConfig c = testing::TinyConfig({1, 1, 1}, kSaved);
+  c.save = dir;
+  ASSERT_TRUE(testing::Run(c, {1, 1, 1}).status.ok());
+
+  for (int64_t iters : {int64_t{100}, int64_t{0}}) {
+    TrainConfig e = testing::TinyConfig({1, 1, 1}, iters == 0 ? 1 : iters);
+    e.train_iters = iters;
+    e.load = dir;
+    e.skip_train = true;
+    e.eval_iters = 2;
+    e.split = "0,100,0";
+    testing::RunResult r = testing::Run(e, {1, 1, 1});
+    ASSERT_TRUE(r.status.ok()) << "--train-iters=" << iters << ": " << r.status;
+    EXPECT_TRUE(std::isfinite(r.eval_loss));
+    EXPECT_TRUE(r.losses.empty());
+  }
+  // Training on it still needs a train split, and --train-iters=0 needs --skip-train.
+  TrainConfig train = testing::TinyConfig({1, 1, 1}, 2);
+  train.split = "0,100,0";
+  testing::RunResult r = testing::Run(train, {1, 1, 1});
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("the train split holds 0 tokens"));
+  train.split = "969,30,1";
+  train.train_iters = 0;
+  EXPECT_THAT(std::string(Finalize(&train, 1).message()), HasSubstr("0 only with --skip-train"));
+}
+
 }  // namespace
 }  // namespace loom::train

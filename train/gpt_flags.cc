@@ -103,8 +103,8 @@ ABSL_FLAG(int, context_parallel_size, D().context_parallel_size,
           "CP degree: the sequence split over CP ranks in 2 x CP zig-zag chunks, ring attention "
           "(--device=cpu)");
 ABSL_FLAG(std::string, distributed_backend, D().distributed_backend,
-          "local | mpi | ucx | nccl; empty: --backend if given, else ucx (nccl with "
-          "--device=cuda)");
+          "local | mpi | ucx | nccl; not given: --backend (Loom's name for this flag) if "
+          "given, else ucx (nccl with --device=cuda)");
 ABSL_FLAG(double, distributed_timeout_minutes, 0,
           "Collective timeout in minutes (0: --comm-timeout-s)");
 ABSL_FLAG(std::string, device, D().device,
@@ -171,6 +171,15 @@ ABSL_FLAG(int, timing_log_level, D().timing_log_level,
           "micro-batch forward/backward-compute, p2p, batch-generator");
 ABSL_FLAG(bool, log_timers_to_tensorboard, D().log_timers_to_tensorboard,
           "Also write the timers as <timer>-time scalars (max over ranks, s per iteration)");
+ABSL_FLAG(bool, log_straggler, D().log_straggler,
+          "With each log line, one 'straggler:' line naming the slowest and fastest ranks by "
+          "compute time (forward-backward + optimizer) against the median");
+ABSL_FLAG(int, straggler_minmax_count, D().straggler_minmax_count,
+          "How many of the slowest and of the fastest ranks --log-straggler names (>= 1)");
+ABSL_FLAG(bool, disable_straggler_on_startup, D().disable_straggler_on_startup,
+          "Megatron's; refused: Loom has no run-time straggler controller");
+ABSL_FLAG(std::optional<int>, straggler_ctrlr_port, D().straggler_ctrlr_port,
+          "Megatron's; refused: Loom has no run-time straggler controller");
 ABSL_FLAG(bool, profile, D().profile,
           "Write a Chrome trace (Perfetto, chrome://tracing) of steps --profile-step-start .. "
           "--profile-step-end of every rank into --profile-dir (merged: trace.json)");
@@ -307,6 +316,10 @@ TrainConfig ConfigFromFlags() {
   c.log_validation_ppl_to_tensorboard = absl::GetFlag(FLAGS_log_validation_ppl_to_tensorboard);
   c.timing_log_level = absl::GetFlag(FLAGS_timing_log_level);
   c.log_timers_to_tensorboard = absl::GetFlag(FLAGS_log_timers_to_tensorboard);
+  c.log_straggler = absl::GetFlag(FLAGS_log_straggler);
+  c.straggler_minmax_count = absl::GetFlag(FLAGS_straggler_minmax_count);
+  c.disable_straggler_on_startup = absl::GetFlag(FLAGS_disable_straggler_on_startup);
+  c.straggler_ctrlr_port = absl::GetFlag(FLAGS_straggler_ctrlr_port);
   c.profile = absl::GetFlag(FLAGS_profile);
   c.profile_dir = ResolveUserPath(absl::GetFlag(FLAGS_profile_dir));
   c.profile_step_start = absl::GetFlag(FLAGS_profile_step_start);

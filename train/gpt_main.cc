@@ -22,6 +22,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "comm/backends.h"
 #include "comm/launch/flags.h"
 #include "comm/launch/launcher.h"
@@ -34,6 +36,7 @@
 #include "train/data/tokenizer.h"
 #include "train/device_setup.h"
 #include "train/gpt_flags.h"
+#include "train/help.h"
 #include "train/trainer.h"
 
 // The planner's choice (plan/auto_layout.h). Here, not in gpt_flags.cc:
@@ -64,6 +67,24 @@ bool IsHelpFile(absl::string_view file) {
   return absl::StrContains(file, "train/gpt_flags.cc") ||
          absl::StrContains(file, "train/gpt_main.cc") ||
          absl::StrContains(file, "comm/launch/flags.cc");
+}
+
+// --help: the flags in Megatron's groups, each with the default this job
+// runs with. The launcher's flags (comm/launch/flags.cc) serve every binary:
+// here no --nproc-per-node starts kDefaultNprocPerNode ranks, and no
+// --backend / --distributed-backend means BackendOf's.
+std::string Help() {
+  const std::string backend = loom::train::BackendOf(TrainConfig{});
+  const loom::train::GptHelpText help =
+      loom::train::GptHelp(kUsage, IsHelpFile,
+                           {{"nproc_per_node", absl::StrCat(kDefaultNprocPerNode)},
+                            {"backend", backend},
+                            {"distributed_backend", backend}});
+  if (!help.problems.empty()) {
+    std::fprintf(stderr, "gpt: %s\n",
+                 absl::StrReplaceAll(help.problems, {{"\n", "\ngpt: "}}).c_str());
+  }
+  return help.text;
 }
 
 void PrintError(const absl::Status& s) {
@@ -157,7 +178,7 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = IsHelpFile;
   absl::SetFlagsUsageConfig(usage);
   const std::vector<std::string> typed(argv + 1, argv + argc);  // before names are rewritten
-  launch::ParseFlags(argc, argv, kUsage);
+  launch::ParseFlags(argc, argv, kUsage, Help);
   TrainConfig config = loom::train::ConfigFromFlags();
   // With --load, the model flags not typed come from the checkpoint.
   std::vector<std::string> with_program = typed;

@@ -330,10 +330,14 @@ absl::Status Trainer::SetupData() {
       o.seq_length = config_.model.seq_length;
       o.seed = config_.model.seed;
       o.cache_dir = cache;
-      o.documents = splits[0];
-      o.num_samples = config_.train_iters * config_.global_batch_size;
-      o.name = "train";
-      LOOM_ASSIGN_OR_RETURN(train_data_, GptDataset::Build(dataset_.get(), o));
+      // --skip-train (or --train-iters=0) evaluates only: no train split needed,
+      // so a validation-only corpus (--split=0,100,0) scores an imported model.
+      if (!config_.skip_train && config_.train_iters > 0) {
+        o.documents = splits[0];
+        o.num_samples = config_.train_iters * config_.global_batch_size;
+        o.name = "train";
+        LOOM_ASSIGN_OR_RETURN(train_data_, GptDataset::Build(dataset_.get(), o));
+      }
       if (config_.eval_iters > 0 && splits[1].end > splits[1].begin) {
         o.documents = splits[1];
         o.num_samples = config_.eval_iters * config_.global_batch_size;
@@ -409,6 +413,8 @@ absl::StatusOr<double> Trainer::TrainStep() {
   const int64_t consumed = consumed_samples_;
   std::optional<core::MemoryScope> tag(std::in_place, core::MemoryCategory::kActivations);
   timers_.Start(TimerId::kForwardBackward);
+  straggler_.Start();  // --log-straggler's compute: forward-backward + optimizer
+  faults_.InCompute(iteration_ + 1);  // LOOM_FAULT kind=slow (tests only): a slow GPU
   LOOM_ASSIGN_OR_RETURN(pipeline::StepResult step, executor_->RunStep([&](int m) {
     Beat(iteration_, Phase::kTrain);  // three relaxed stores: every micro-batch
     timers_.Start(TimerId::kBatchGenerator);
@@ -418,6 +424,7 @@ absl::StatusOr<double> Trainer::TrainStep() {
                  timers_.profiling() ? absl::StrCat("{\"micro_batch\":", m, "}") : "");
     return mb;
   }));
+  straggler_.Stop();
   timers_.Stop(TimerId::kForwardBackward);
   tag.reset();
   // 2. The gradients made final: DP, the tied embedding, SP (GradientSync).
@@ -435,7 +442,9 @@ absl::StatusOr<double> Trainer::TrainStep() {
   //    updated parameters (ZeRO-1).
   tag.emplace(core::MemoryCategory::kOptimizer);
   timers_.Start(TimerId::kOptimizer);
+  straggler_.Start();
   LOOM_ASSIGN_OR_RETURN(double grad_norm, optimizer_->Step(config_.lr.At(iteration_)));
+  straggler_.Stop();
   timers_.Stop(TimerId::kOptimizer);
   tag.reset();
   // ZeRO-1 only: otherwise nothing is gathered (Megatron's params-all-gather).
@@ -1015,6 +1024,15 @@ absl::Status Trainer::Train() {
       // Megatron's timer block belongs to the log line: one record.
       LOOM_ASSIGN_OR_RETURN(std::string timers, IntervalTimers(window_iters));
       Log(FormatStep(m, config_.train_iters) + timers);
+      if (straggler_.enabled()) {  // collective: every rank, at every log line
+        LOOM_ASSIGN_OR_RETURN(StragglerReport r,
+                              straggler_.Report(world_, iteration_, window_iters));
+        Log(FormatStragglerReport(r));
+        if (tensorboard_) {
+          AddTensorBoardScalar("straggler-slowdown", r.slowest.front().slowdown, false);
+          AddTensorBoardScalar("straggler-median-compute-time", r.median_ms / 1000, false);
+        }
+      }
       if (world_->rank() == 0) metrics_.WriteStep(m);
       if (tensorboard_) {
         // Megatron's: seconds per iteration and model TFLOP/s per GPU, over the log interval.

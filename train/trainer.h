@@ -27,6 +27,7 @@
 #include "train/fault_injection.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
+#include "train/straggler.h"
 #include "train/tensorboard/events.h"
 #include "train/timers.h"
 
@@ -53,7 +54,8 @@ class Trainer {
 
   // Runs iterations [iteration(), config.train_iters), logging every
   // --log-interval (with Megatron's "(min, max) time across ranks" block of
-  // the --timing-log-level timers, train/timers.h) and evaluating every
+  // the --timing-log-level timers, train/timers.h, and with --log-straggler
+  // a "straggler:" line, train/straggler.h) and evaluating every
   // --eval-interval; --profile records the steps of its window and writes
   // the merged Chrome trace (profile/profiler.h). With --skip-train:
   // one evaluation, logged, and nothing else. --exit-signal-handler,
@@ -117,7 +119,8 @@ class Trainer {
  private:
   Trainer(const TrainConfig& config, comm::Communicator* world, comm::Grid grid, LogFn log)
       : config_(config), world_(world), grid_(grid), log_(std::move(log)),
-        created_(std::chrono::steady_clock::now()), timers_(config.timing_log_level) {}
+        created_(std::chrono::steady_clock::now()), timers_(config.timing_log_level),
+        straggler_(config.log_straggler, config.straggler_minmax_count) {}
   absl::Status Setup();
   absl::Status SetupData();
   // Micro-batch m of the step that starts at `consumed` samples.
@@ -207,6 +210,9 @@ class Trainer {
   Timers timers_;
   ExecutorTimers executor_timers_{&timers_};
   std::unique_ptr<profile::Profiler> profiler_;  // --profile
+  // --log-straggler: this rank's forward-backward + optimizer time, reported
+  // with each log line (train/straggler.h).
+  StragglerDetector straggler_;
 };
 
 }  // namespace loom::train
