@@ -112,7 +112,7 @@ TEST(TimelineSvgTest, WellFormedWithTwoMVBoxesPerStage) {
     o.micro_batches = m;
     const Schedule s = *BuildSchedule(o);
     const SimResult r = *Simulate(s);
-    SvgOptions opt;
+    timeline::SvgOptions opt;
     opt.subtitle = "f=1 & b=2 <check escaping>";
     const std::string svg = RenderTimelineSvg(s, r, opt);
 

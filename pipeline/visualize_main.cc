@@ -20,14 +20,15 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
-#include "profile/chrome_trace.h"
-#include "profile/schedule_trace.h"
 #include "absl/strings/str_format.h"
 #include "core/cli.h"
 #include "pipeline/schedule.h"
+#include "pipeline/schedule_trace.h"
 #include "pipeline/simulator.h"
 #include "pipeline/timeline_svg.h"
 #include "pipeline/timeline_text.h"
+#include "profile/chrome_trace.h"
+#include "timeline/svg.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved");
 ABSL_FLAG(int, pp, 4, "pipeline stages P (--pipeline-model-parallel-size)");
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
 
   std::string text;
   if (format == "svg") {
-    lp::SvgOptions svg;
+    loom::timeline::SvgOptions svg;
     svg.subtitle = absl::StrFormat(
         "f=%g, b=%g, comm=%g (%s); light = forward, dark hatched = backward; "
         "label = micro-batch.chunk",
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
     text = lp::RenderTimelineSvg(*schedule, *result, svg);
   } else if (format == "chrome") {
     text = loom::profile::FormatMergedTrace(
-        loom::profile::ScheduleTrace(*schedule, *result, absl::GetFlag(FLAGS_us_per_unit)));
+        lp::ScheduleTrace(*schedule, *result, absl::GetFlag(FLAGS_us_per_unit)));
   } else if (format == "text") {
     text = lp::RenderComputeText(*schedule) + lp::RenderSummaryText(*schedule, *result);
   } else {

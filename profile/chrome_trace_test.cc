@@ -7,10 +7,6 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "pipeline/schedule.h"
-#include "pipeline/simulator.h"
-#include "profile/schedule_trace.h"
-#include "profile/trace_svg.h"
 
 namespace loom::profile {
 namespace {
@@ -101,44 +97,6 @@ TEST(ChromeTraceTest, MergeGivesOnePidPerRankOnRankZerosClock) {
   EXPECT_DOUBLE_EQ(ts[0], 11);
   EXPECT_DOUBLE_EQ(ts[1], 21);
   EXPECT_DOUBLE_EQ(ts[2], 11);  // 10 after its sync, which is rank 0's (1 after the origin)
-}
-
-TEST(ChromeTraceTest, PlanAndSvgOfASimulatedSchedule) {
-  pipeline::ScheduleOptions so;
-  so.kind = pipeline::ScheduleKind::k1F1B;
-  so.pp = 2;
-  so.micro_batches = 4;
-  absl::StatusOr<pipeline::Schedule> s = pipeline::BuildSchedule(so);
-  ASSERT_TRUE(s.ok()) << s.status();
-  absl::StatusOr<pipeline::SimResult> r = pipeline::Simulate(*s);
-  ASSERT_TRUE(r.ok()) << r.status();
-  const std::vector<RankTrace> plan = ScheduleTrace(*s, *r, 100);
-  ASSERT_EQ(plan.size(), 2u);
-  absl::StatusOr<ParsedTrace> t = ParseTrace(FormatMergedTrace(plan), "plan");
-  ASSERT_TRUE(t.ok()) << t.status();
-  int forwards = 0, backwards = 0;
-  for (const Event& e : t->events) {
-    if (e.name == "forward-compute") {
-      ++forwards;
-      EXPECT_DOUBLE_EQ(e.dur_us, 100);
-    }
-    if (e.name == "backward-compute") {
-      ++backwards;
-      EXPECT_DOUBLE_EQ(e.dur_us, 200);
-    }
-  }
-  EXPECT_EQ(forwards, 8);
-  EXPECT_EQ(backwards, 8);
-  ASSERT_EQ(t->processes.size(), 2u);
-  EXPECT_EQ(t->processes[0].second.rfind("stage 0 (plan", 0), 0u) << t->processes[0].second;
-
-  const std::string svg = RenderTraceSvg(*t, "plan");
-  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
-  size_t boxes = 0;
-  for (size_t at = 0; (at = svg.find("class=\"box\"", at)) != std::string::npos; ++at) ++boxes;
-  EXPECT_EQ(boxes, t->events.size());
-  EXPECT_NE(svg.find("data-name=\"backward-compute\""), std::string::npos);
-  EXPECT_NE(svg.find("stage 1 (plan"), std::string::npos);
 }
 
 }  // namespace

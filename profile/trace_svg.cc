@@ -5,7 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_format.h"
-#include "pipeline/timeline_svg.h"
+#include "timeline/svg.h"
 
 namespace loom::profile {
 
@@ -40,9 +40,9 @@ std::string RenderTraceSvg(const ParsedTrace& trace, const std::string& title) {
   int k = 0;
   for (auto& [name, index] : names) index = k++;
   std::map<int, std::string> labels(trace.processes.begin(), trace.processes.end());
-  std::vector<pipeline::SvgRow> rows;
+  std::vector<timeline::SvgRow> rows;
   for (auto& [pid, events] : by_pid) {
-    pipeline::SvgRow row;
+    timeline::SvgRow row;
     row.label = labels.count(pid) ? labels[pid] : absl::StrFormat("rank %d", pid);
     // Sub-lanes: "main" first, then the other tracks, each split where its
     // spans overlap without nesting.
@@ -62,12 +62,12 @@ std::string RenderTraceSvg(const ParsedTrace& trace, const std::string& title) {
       for (auto& [lane_depth, index] : sub_rows) index = used++;
       for (size_t i = 0; i < spans.size(); ++i) {
         const Event& e = *spans[i];
-        pipeline::SvgBox b;
+        timeline::SvgBox b;
         b.start = (e.ts_us - origin) / 1000;
         b.end = (e.ts_us + e.dur_us - origin) / 1000;
         b.name = e.name;
         const double hue = 360.0 * names[e.name] / std::max<size_t>(1, names.size());
-        b.fill = pipeline::SvgColor(hue, 0.65, e.cat == "comm" || e.cat == "p2p" ? 0.45 : 0.7);
+        b.fill = timeline::SvgColor(hue, 0.65, e.cat == "comm" || e.cat == "p2p" ? 0.45 : 0.7);
         b.title = absl::StrFormat("%s (%s) %.3f ms on %s %s", e.name, e.cat, e.dur_us / 1000,
                                   e.track, e.args);
         b.lane = lane0 + sub_rows[{lanes[i], depths[i]}];
@@ -78,17 +78,17 @@ std::string RenderTraceSvg(const ParsedTrace& trace, const std::string& title) {
     row.lanes = std::max(1, lane0);
     // Outer spans first, so the nested ones are drawn over them.
     std::stable_sort(row.boxes.begin(), row.boxes.end(),
-                     [](const pipeline::SvgBox& a, const pipeline::SvgBox& b) {
+                     [](const timeline::SvgBox& a, const timeline::SvgBox& b) {
                        return a.start != b.start ? a.start < b.start : a.end > b.end;
                      });
     rows.push_back(std::move(row));
   }
-  pipeline::SvgOptions o;
+  timeline::SvgOptions o;
   o.row_height = 18;
   o.target_width = 1400;
   o.subtitle = "one row per rank; sub-rows: the timers (a nested span below its parent), then "
                "each communicator's ops; hover a box for its arguments";
-  return pipeline::RenderRowsSvg(rows, title, "ms", o);
+  return timeline::RenderRowsSvg(rows, title, "ms", o);
 }
 
 }  // namespace loom::profile

@@ -1,10 +1,11 @@
 #ifndef LOOM_PROFILE_TRACE_SVG_H_
 #define LOOM_PROFILE_TRACE_SVG_H_
 
-// A merged trace (FormatMergedTrace, or ScheduleTrace's plan) drawn as an SVG
-// with pipeline/timeline_svg's writer: one row per rank, one sub-lane per
-// track lane ("main", "comm tp", ...), spans coloured by name (the same name,
-// the same colour in every row), time in ms from the first span.
+// A merged trace (FormatMergedTrace of a run, or of pipeline::ScheduleTrace's
+// plan) drawn as an SVG with timeline/svg.h's writer: one row per rank, one
+// sub-lane per track lane ("main", "comm tp", ...), spans coloured by name
+// (the same name, the same colour in every row), time in ms from the first
+// span.
 
 #include <string>
 
