@@ -12,8 +12,11 @@
 // which is unique within a step, so any posting order matches.
 //
 // Shapes are agreed once from the model config, never sent with a message:
-// every boundary tensor is [s (/tp under sequence parallelism), b, h] in the
-// model's compute dtype (f32; bf16 under --bf16) on the model's device.
+// every boundary tensor is BoundaryShape's [s/cp (/tp under sequence
+// parallelism), b, h], in the dtype and on the device the caller gives
+// StageP2P: the executor passes the activations' dtype, which is the model's
+// compute dtype on a GPU (bf16 under --bf16) but always f32 on the CPU, where
+// --bf16 changes only the GEMMs' operands (layers/params.h, gemm_value).
 // Receive buffers are allocated by the caller (AllocateBoundary) and must stay
 // alive until Exchange returns.
 
@@ -74,8 +77,8 @@ class StageP2P {
   };
 
   // Posts all legs as one BatchSendRecv and waits for all of it (the
-  // communicator's timeout applies). Shapes are checked before anything is
-  // posted. Errors name the stage and the batch's actions:
+  // communicator's timeout applies). Shapes and dtypes are checked before
+  // anything is posted. Errors name the stage and the batch's actions:
   //   "stage 1: RecvGrad(micro-batch 3, chunk 0) from stage 2: <comm status>".
   absl::Status Exchange(const std::vector<Leg>& legs);
 
