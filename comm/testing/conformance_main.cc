@@ -15,9 +15,10 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "comm/backend_registry.h"
 #include "comm/backends.h"
 #include "comm/launch/flags.h"
-#include "comm/launch/launcher.h"
+#include "comm/launch/run_ranks.h"
 #include "comm/testing/conformance.h"
 
 ABSL_FLAG(std::string, mode, "suite", "suite, dead_peer or failed_op");
@@ -26,30 +27,16 @@ ABSL_FLAG(std::string, only, "", "Run only the case with this name.");
 namespace loom::comm {
 namespace {
 
-int Main(int argc, char** argv) {
-  launch::ParseFlags(argc, argv, "comm conformance suite on a multi-process backend");
-  launch::CommFlags flags = launch::GetCommFlags();
-  if (flags.nproc_per_node > 1 && !launch::IsLaunchedChild()) {
-    launch::LaunchOptions lo;
-    lo.nproc_per_node = flags.nproc_per_node;
-    absl::Status s = launch::LaunchAndWait(lo, argc, argv);
-    std::cout << (s.ok() ? "all ranks passed" : s.ToString()) << std::endl;
-    return s.ok() ? 0 : 1;
-  }
-  const bool dead_peer = absl::GetFlag(FLAGS_mode) == "dead_peer";
-  std::shared_ptr<Store> store;
-  auto world = CreateFromFlags(flags, &store);
-  if (!world.ok()) {
-    std::cerr << "cannot create the " << flags.backend << " world: " << world.status() << std::endl;
-    return 2;
-  }
-  Communicator& c = **world;
+// One rank's run: the case(s) --mode names, on this rank's world. What the
+// backend is expected to do comes from the registry (ConformanceTraits).
+absl::Status RunRank(Communicator& c, const launch::CommFlags& flags) {
+  const ConformanceTraits& traits = FindBackend(flags.backend)->conformance;
   const std::string who = absl::StrCat("[", flags.backend, " rank ", c.rank(), "/", c.size(), "] ");
-  if (dead_peer) {
+  if (absl::GetFlag(FLAGS_mode) == "dead_peer") {
     std::string observed;
     absl::Status s = testing::DeadPeer(
         c, c.size() - 1, [] { raise(SIGKILL); }, absl::Seconds(flags.timeout_s), absl::Seconds(5),
-        flags.backend != "mpi", &observed);
+        traits.names_missing_ranks, &observed);
     std::cout << who << (s.ok() ? "DEAD_PEER_OK " + observed : "DEAD_PEER_FAIL " + s.ToString())
               << std::endl;
     std::fflush(nullptr);
@@ -60,12 +47,11 @@ int Main(int argc, char** argv) {
     std::cout << who << (s.ok() ? "FAILED_OP_OK" : "FAILED_OP_FAIL " + s.ToString()) << std::endl;
     std::fflush(nullptr);
     // MPI: rank 0's failed all-reduce stays pending forever; do not finalize.
-    if (flags.backend == "mpi") _exit(s.ok() ? 0 : 1);
-    world->reset();  // destroys what the failed ops left with the transport
-    return s.ok() ? 0 : 1;
+    if (traits.one_world_per_process) _exit(s.ok() ? 0 : 1);
+    return s;  // the caller destroys what the failed ops left with the transport
   }
   testing::SuiteOptions so;
-  so.detects_mismatch = flags.backend != "mpi";
+  so.detects_mismatch = traits.detects_mismatch;
   int failed = 0;
   for (const testing::Case& k : testing::Cases(so)) {
     if (!absl::GetFlag(FLAGS_only).empty() && k.name != absl::GetFlag(FLAGS_only)) continue;
@@ -77,9 +63,9 @@ int Main(int argc, char** argv) {
     if (!s.ok()) ++failed;
   }
   // Second init is an error, not a crash.
-  if (flags.backend == "mpi") {
+  if (traits.one_world_per_process) {
     BackendOptions o;
-    auto again = Create("mpi", o);
+    auto again = Create(flags.backend, o);
     if (again.ok() || !absl::IsFailedPrecondition(again.status())) {
       std::cout << who << "[FAIL] SecondInit: expected FailedPrecondition, got "
                 << again.status() << std::endl;
@@ -93,8 +79,26 @@ int Main(int argc, char** argv) {
     std::cout << who << "[FAIL] final barrier: " << s << std::endl;
     ++failed;
   }
-  world->reset();
-  return failed == 0 ? 0 : 1;
+  return failed == 0 ? absl::OkStatus()
+                     : absl::InternalError(absl::StrCat(failed, " case(s) failed"));
+}
+
+int Main(int argc, char** argv) {
+  launch::ParseFlags(argc, argv, "comm conformance suite on a multi-process backend");
+  const launch::CommFlags flags = launch::GetCommFlags();
+  bool ran = false;  // a rank's world was created and the cases ran
+  launch::RanksOutcome out = launch::RunRanks(
+      flags, {}, argc, argv, [&](Communicator& c, const launch::RankContext&) {
+        ran = true;
+        return RunRank(c, flags);
+      });
+  if (out.role == launch::Role::kLauncher) {
+    std::cout << (out.status.ok() ? "all ranks passed" : out.status.ToString()) << std::endl;
+  } else if (!out.status.ok() && !ran) {
+    std::cerr << "cannot create the " << flags.backend << " world: " << out.status << std::endl;
+    return 2;
+  }
+  return out.ExitCode();
 }
 
 }  // namespace
