@@ -21,17 +21,13 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "comm/backends.h"
 #include "comm/launch/flags.h"
-#include "comm/launch/launcher.h"
-#include "comm/launch/plan.h"
-#include "comm/local/communicator.h"
+#include "comm/launch/run_ranks.h"
 #include "core/status_macros.h"
 #include "distributed/gradient_sync.h"
 #include "layers/gpt_model.h"
@@ -180,53 +176,15 @@ int Main(int argc, char** argv) {
   comm::launch::ParseFlags(argc, argv, "bazel run //distributed:bench -- [--nproc-per-node=2]");
   comm::launch::CommFlags flags = comm::launch::GetCommFlags();
   if (!flags.backend_given) flags.backend = "ucx";
-  comm::launch::LaunchRequest request = comm::launch::LaunchRequestFor(flags);
-  request.default_nproc_per_node = 2;
-  request.program = argv[0];
-  absl::Status checked = comm::CheckCommFlags(flags);
-  absl::StatusOr<comm::launch::LaunchPlan> plan =
-      checked.ok() ? comm::launch::PlanLaunch(request) : checked;
-  if (!plan.ok()) {
-    std::fprintf(stderr, "bench: %s\n", std::string(plan.status().message()).c_str());
-    return 2;
+  comm::launch::RunRanksOptions options;
+  options.default_nproc_per_node = 2;
+  comm::launch::RanksOutcome out = comm::launch::RunRanks(
+      flags, options, argc, argv,
+      [](comm::Communicator& world, const comm::launch::RankContext&) { return RunRank(world); });
+  if (!out.status.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(out.status.message()).c_str());
   }
-  absl::Status status;
-  switch (plan->role) {
-    case comm::launch::Role::kLauncher: {
-      status = comm::launch::LaunchAndWait(comm::launch::LaunchOptionsFor(flags, *plan), argc,
-                                           argv);
-      break;
-    }
-    case comm::launch::Role::kThreads: {
-      comm::local::LocalOptions lo;
-      lo.comm.timeout = absl::Seconds(flags.timeout_s);
-      absl::StatusOr<std::vector<std::unique_ptr<comm::Communicator>>> world =
-          comm::local::CreateWorld(plan->nproc_per_node, lo);
-      if (!world.ok()) {
-        status = world.status();
-        break;
-      }
-      std::vector<absl::Status> results(world->size());
-      std::vector<std::thread> threads;
-      for (size_t r = 0; r < world->size(); ++r) {
-        threads.emplace_back([&, r] { results[r] = RunRank(*(*world)[r]); });
-      }
-      for (std::thread& t : threads) t.join();
-      for (const absl::Status& s : results) status.Update(s);
-      break;
-    }
-    case comm::launch::Role::kRank: {
-      absl::StatusOr<std::unique_ptr<comm::Communicator>> world =
-          comm::CreateFromFlags(flags, plan->rank);
-      status = world.ok() ? RunRank(**world) : world.status();
-      break;
-    }
-  }
-  if (!status.ok()) {
-    std::fprintf(stderr, "bench: %s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
+  return out.ExitCode();
 }
 
 }  // namespace
