@@ -26,9 +26,10 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
-#include "comm/backends.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "comm/launch/flags.h"
-#include "comm/launch/launcher.h"
+#include "comm/launch/run_ranks.h"
 #include "core/bench_util/bench_util.h"
 #include "core/cpu/matmul.h"
 #include "core/status_macros.h"
@@ -249,30 +250,12 @@ int ExpertParallelBench(int ep) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetFlag(&FLAGS_nproc_per_node, 2);
-  absl::SetFlag(&FLAGS_backend, "ucx");
-  comm::launch::ParseFlags(argc, argv, "Times one transformer layer at TP = 1 and TP = 2.");
-  if (absl::GetFlag(FLAGS_expert_model_parallel_size) > 1) {
-    return ExpertParallelBench(absl::GetFlag(FLAGS_expert_model_parallel_size));
+// TP = 1 on rank 0, then TP = 2 over `tp_comm` (2 ranks).
+absl::Status TpBench(comm::Communicator& tp_comm) {
+  if (tp_comm.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "needs 2 ranks (--nproc-per-node=2), not ", tp_comm.size()));
   }
-  comm::launch::CommFlags flags = comm::launch::GetCommFlags();
-  if (flags.nproc_per_node > 1 && !comm::launch::IsLaunchedChild()) {
-    comm::launch::LaunchOptions lo;
-    lo.nproc_per_node = flags.nproc_per_node;
-    absl::Status s = comm::launch::LaunchAndWait(lo, argc, argv);
-    if (!s.ok()) std::fprintf(stderr, "bench: %s\n", std::string(s.message()).c_str());
-    return s.ok() ? 0 : 1;
-  }
-  auto world = comm::CreateFromFlags(flags);
-  if (!world.ok() || (*world)->size() != 2) {
-    std::fprintf(stderr, "bench: needs 2 ranks (--nproc-per-node=2): %s\n",
-                 world.ok() ? "wrong world size" : std::string(world.status().message()).c_str());
-    return 1;
-  }
-  comm::Communicator& tp_comm = **world;
   const int rank = tp_comm.rank();
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   loom::layers::GptConfig c;
@@ -369,5 +352,25 @@ int main(int argc, char** argv) {
                 total_ms, compute_ms, comm_ms, comm_ms > 0 ? 100.0 * hidden / comm_ms : 0.0,
                 flops / (total_ms * 1e6), 2 * gemm2, flops / (total_ms * 1e6) / (2 * gemm2));
   }
-  return 0;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetFlag(&FLAGS_nproc_per_node, 2);
+  absl::SetFlag(&FLAGS_backend, "ucx");
+  comm::launch::ParseFlags(argc, argv, "Times one transformer layer at TP = 1 and TP = 2.");
+  if (absl::GetFlag(FLAGS_expert_model_parallel_size) > 1) {
+    return ExpertParallelBench(absl::GetFlag(FLAGS_expert_model_parallel_size));
+  }
+  comm::launch::RunRanksOptions options;
+  options.default_nproc_per_node = 2;
+  comm::launch::RanksOutcome out = comm::launch::RunRanks(
+      comm::launch::GetCommFlags(), options, argc, argv,
+      [](comm::Communicator& world, const comm::launch::RankContext&) { return TpBench(world); });
+  if (!out.status.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(out.status.message()).c_str());
+  }
+  return out.ExitCode();
 }
