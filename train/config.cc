@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "comm/backend_registry.h"
 #include "core/cpu/cpu_features.h"
 #include "core/ops/kernel_choice.h"
 #include "core/status_macros.h"
@@ -19,9 +21,14 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
   // LOOM_KERNEL_IMPL / LOOM_REFERENCE_KERNELS against the kernel manifest.
   LOOM_RETURN_IF_ERROR(core::ops::CheckKernelOverrides());
   const std::string backend = BackendOf(*c);
-  if (backend != "local" && backend != "mpi" && backend != "ucx" && backend != "nccl") {
+  // Any backend Loom knows (the registry's, built here or not: //plan sizes
+  // NCCL jobs on CPU-only machines); whether it was built is CheckCommFlags'.
+  absl::StatusOr<const comm::BackendInfo*> info =
+      comm::LookupBackend(backend, c->distributed_backend_flag);
+  if (!info.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(c->distributed_backend_flag, "=", backend,
-                                                   ": expected local, mpi, ucx or nccl"));
+                                                   ": expected one of ",
+                                                   absl::StrJoin(comm::KnownBackends(), ", ")));
   }
   c->distributed_backend = backend;
   if (!(c->distributed_timeout_s > 0)) {
@@ -55,10 +62,11 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device=", c->device, ": expected cpu or cuda"));
   }
-  if (backend == "nccl" && c->device != "cuda") {
+  if ((*info)->device == comm::BackendDevice::kCuda && c->device != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat(
-        c->distributed_backend_flag, "=nccl needs --device=cuda (NCCL moves GPU memory; with "
-        "--device=", c->device, " use ucx, mpi or local)"));
+        c->distributed_backend_flag, "=", backend, " needs --device=cuda (it moves GPU memory; "
+        "with --device=", c->device, " use ",
+        absl::StrJoin(comm::BackendsOn(comm::BackendDevice::kHost), ", "), ")"));
   }
   if (c->bf16 && c->device == "cpu") {
     // The CPU's --bf16 runs the GEMMs on AVX512_BF16 or AMX-BF16 (checked

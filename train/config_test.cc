@@ -249,7 +249,8 @@ TEST(ConfigTest, DefaultsAreTheDefaultJob) {
 TEST(ConfigTest, BackendIsCheckedByTheFlagTyped) {
   TrainConfig c = Base();
   c.distributed_backend = "carrier-pigeon";
-  ExpectError(c, 2, {"--distributed-backend=carrier-pigeon", "local, mpi, ucx or nccl"});
+  ExpectError(c, 2,
+              {"--distributed-backend=carrier-pigeon", "expected one of local, mpi, nccl, ucx"});
   c.distributed_backend_flag = "--backend";
   ExpectError(c, 2, {"--backend=carrier-pigeon"});
   c = Base();
