@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # //train:gpt under the real torchrun (PyTorch's, from the reference
-# environment tools/setup.sh makes; tools/pytorch_reference/find_torch.sh).
+# environment `tools/setup.sh --torch` makes; tools/pytorch_reference/find_torch.sh).
 # torchrun's agent serves its own store on MASTER_PORT; Loom's rank 0 serves
 # the job's authenticated store on a free port and announces it there
 # (comm/launch/torchrun.h). Every run trains the same small job as a 2-rank

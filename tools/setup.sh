@@ -2,7 +2,8 @@
 # Installs every Debian package that Loom's build, tests and default training
 # job need, on a fresh Debian 12 machine. Idempotent: installs only what is
 # missing and says what it did (apt packages, and the cudnn-frontend headers
-# from PyPI). Runs apt as root, or through sudo otherwise.
+# from PyPI). Runs apt as root, or through sudo otherwise. `--torch` (or
+# LOOM_REQUIRE_TORCH=1, as CI sets) also installs PyTorch for the torchrun tests.
 set -euo pipefail
 
 PACKAGES=(
@@ -76,10 +77,14 @@ fi
 # (//tests:torchrun_test, //comm:torchrun_store_test) and the PyTorch
 # reference benchmarks: a virtual environment at LOOM_PYTORCH_VENV (default
 # ~/.cache/loom/pytorch-venv), pinned. About 5 GiB (PyPI's wheel brings its
-# CUDA libraries); LOOM_SKIP_TORCH=1 skips it, and those tests then skip too.
+# CUDA libraries), so only when asked: `tools/setup.sh --torch`, or
+# LOOM_REQUIRE_TORCH=1 (CI, where those tests must run). Without it they skip.
 TORCH_VERSION=2.15.0
-if [ "${LOOM_SKIP_TORCH:-0}" = 1 ]; then
-  echo "setup.sh: LOOM_SKIP_TORCH=1: no PyTorch (the torchrun tests will skip)."
+want_torch=0
+for arg in "$@"; do [ "$arg" = --torch ] && want_torch=1; done
+[ "${LOOM_REQUIRE_TORCH:-0}" = 1 ] && want_torch=1
+if [ "$want_torch" = 0 ]; then
+  echo "setup.sh: no PyTorch asked for (tools/setup.sh --torch installs it; the torchrun tests skip without it)."
 else
   # shellcheck source=tools/reference_venv.sh
   source "$(dirname "$0")/reference_venv.sh"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Loom's client of torchrun's store (comm/store/torchrun_store.h) against the
 # real thing: PyTorch's TCPStore (libuv server, as torchrun's agent runs it)
-# from the reference environment tools/setup.sh makes. Both directions: values
+# from the reference environment `tools/setup.sh --torch` makes. Both directions: values
 # set in C++ read in Python and the other way, an atomic add seen by both, a
 # wait that times out and a call after it on a new connection.
 # Skips (exit 0, saying why) without PyTorch, unless LOOM_REQUIRE_TORCH=1 (CI).

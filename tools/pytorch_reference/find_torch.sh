@@ -1,5 +1,5 @@
 # Sourced by tests that need the real PyTorch (torchrun, its TCPStore): finds
-# the reference environment tools/setup.sh makes.
+# the reference environment `tools/setup.sh --torch` makes.
 #
 #   source tools/pytorch_reference/find_torch.sh
 #   PY=$(find_torch_python) || { echo "SKIPPED: $PY"; exit "$(torch_missing_status)"; }
@@ -16,7 +16,7 @@ find_torch_python() {
   home=$(getent passwd "$(id -u)" | cut -d: -f6)
   venv="${LOOM_PYTORCH_VENV:-$home/.cache/loom/pytorch-venv}"
   if ! "$venv/bin/python" -c 'import torch.distributed' 2>/dev/null; then
-    echo "no PyTorch in $venv (tools/setup.sh makes it; LOOM_PYTORCH_VENV names another)"
+    echo "no PyTorch in $venv (tools/setup.sh --torch makes it; LOOM_PYTORCH_VENV names another)"
     return 1
   fi
   echo "$venv/bin/python"
