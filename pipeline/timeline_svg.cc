@@ -27,11 +27,7 @@ std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
   const int height = axis_y + 56;
 
   std::string svg;
-  absl::StrAppendFormat(&svg, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  absl::StrAppendFormat(&svg,
-                        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-                        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n",
-                        width, height, width, height);
+  timeline::AppendSvgOpening(&svg, width, height);
   svg +=
       "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
       "patternTransform=\"rotate(45)\"><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" "

@@ -72,6 +72,14 @@ void AppendTimeAxis(std::string* svg, int axis_y, int plot_w, double makespan, d
                         kLeft, axis_y + 34, EscapeXml(unit));
 }
 
+void AppendSvgOpening(std::string* svg, int width, int height) {
+  absl::StrAppendFormat(svg, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  absl::StrAppendFormat(svg,
+                        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n",
+                        width, height, width, height);
+}
+
 std::string RenderRowsSvg(const std::vector<SvgRow>& rows, const std::string& title,
                           const std::string& time_unit, const SvgOptions& opt) {
   double makespan = 1e-9;
@@ -90,11 +98,7 @@ std::string RenderRowsSvg(const std::vector<SvgRow>& rows, const std::string& ti
   const int axis_y = y;
   const int height = axis_y + 56;
   std::string svg;
-  absl::StrAppendFormat(&svg, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  absl::StrAppendFormat(&svg,
-                        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-                        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n",
-                        width, height, width, height);
+  AppendSvgOpening(&svg, width, height);
   svg += "<rect class=\"background\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   absl::StrAppendFormat(&svg, "<text class=\"title\" x=\"%d\" y=\"24\" font-size=\"16\" "
                               "font-weight=\"bold\">%s</text>\n",

@@ -51,6 +51,10 @@ std::string SvgColor(double hue, double saturation, double lightness);
 // `s` with &, <, > and " escaped, for text and attribute values.
 std::string EscapeXml(const std::string& s);
 
+// The document's opening: the XML declaration and the <svg> element of
+// width x height pixels (its closing tag is the caller's).
+void AppendSvgOpening(std::string* svg, int width, int height);
+
 // The time axis under the rows at y = axis_y: a line plot_w wide from kLeft,
 // ticks every 1, 2 or 5 times a power of ten (10 to 20 of them up to
 // `makespan`), `pixels_per_unit` apart per unit, and "time (unit)".
