@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/config.h"
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/report.h"
-#include "train/config.h"
 
 namespace loom::plan {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
+#include "config/config.h"
 
 namespace loom::plan {
 

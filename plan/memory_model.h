@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
+#include "config/config.h"
 
 namespace loom::plan {
 

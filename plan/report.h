@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/config.h"
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/memory_model.h"
 #include "plan/time_model.h"
-#include "train/config.h"
 
 namespace loom::plan {
 

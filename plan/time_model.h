@@ -25,8 +25,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "config/config.h"
 #include "plan/hardware.h"
-#include "train/config.h"
 
 namespace loom::plan {
 

@@ -9,8 +9,8 @@
 // go there.
 
 #include "absl/status/status.h"
+#include "config/config.h"
 #include "core/device.h"
-#include "train/config.h"
 
 namespace loom::train {
 

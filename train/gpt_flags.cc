@@ -10,13 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "core/status_macros.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/format.h"
 #include "checkpoint/rank_state.h"
 #include "checkpoint/reader.h"
+#include "config/fault_spec.h"
 #include "core/cli.h"
-#include "train/fault_injection.h"
+#include "core/status_macros.h"
 
 namespace {
 const loom::train::TrainConfig& D() {

@@ -9,14 +9,14 @@
 
 #include "absl/status/statusor.h"
 #include "comm/launch/flags.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace loom::train {
 
 // The complete TrainConfig the command line gives, the distributed backend
 // (--distributed-backend, else --backend) and timeout
 // (--distributed-timeout-minutes, else --comm-timeout-s) included, and the
-// test-only LOOM_FAULT (train/fault_injection.h) as fault_injection. Relative
+// test-only LOOM_FAULT (config/fault_spec.h) as fault_injection. Relative
 // paths are taken from where `bazel run` was started (core::ResolveUserPath).
 // Not yet Finalize()d: that needs the world size (comm::launch::PlanLaunch's).
 TrainConfig ConfigFromFlags();

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "config/config.h"
 #include "gtest/gtest.h"
-#include "train/config.h"
 
 namespace loom::train {
 namespace {

@@ -8,20 +8,11 @@
 
 #include "absl/status/statusor.h"
 #include "comm/comm.h"
+#include "config/optimizer_config.h"
 #include "core/tensor.h"
 #include "layers/params.h"
 
 namespace loom::train {
-
-struct OptimizerConfig {
-  float beta1 = 0.9f;         // --adam-beta1
-  float beta2 = 0.999f;       // --adam-beta2
-  float eps = 1e-8f;          // --adam-eps
-  float weight_decay = 0.01f; // --weight-decay (not applied to biases and LayerNorm)
-  float clip_grad = 1.0f;     // --clip-grad (0: no clipping)
-  bool distributed = false;   // --use-distributed-optimizer (ZeRO-1 over DP)
-  int64_t bucket_bytes = 4 << 20;  // data-parallel gradient buckets (GradientSync)
-};
 
 // The groups the gradient norm is summed over (null = size 1).
 struct OptimizerGroups {

@@ -14,8 +14,8 @@
 #include "absl/flags/reflection.h"
 #include "absl/synchronization/mutex.h"
 #include "comm/launch/flags.h"
+#include "config/config.h"
 #include "gtest/gtest.h"
-#include "train/config.h"
 #include "train/gpt_flags.h"
 #include "train/test_util.h"
 

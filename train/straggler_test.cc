@@ -12,8 +12,8 @@
 #include "absl/flags/reflection.h"
 #include "comm/launch/flags.h"
 #include "comm/testing/ranks_as_threads.h"
+#include "config/config.h"
 #include "gtest/gtest.h"
-#include "train/config.h"
 #include "train/gpt_flags.h"
 
 namespace loom::train {

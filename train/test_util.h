@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "train/config.h"
+#include "config/config.h"
 #include "train/trainer.h"
 
 namespace loom::train::testing {

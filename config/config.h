@@ -1,14 +1,14 @@
-#ifndef LOOM_TRAIN_CONFIG_H_
-#define LOOM_TRAIN_CONFIG_H_
+#ifndef LOOM_CONFIG_CONFIG_H_
+#define LOOM_CONFIG_CONFIG_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "config/lr_schedule.h"
+#include "config/optimizer_config.h"
 #include "layers/gpt_config.h"
-#include "train/lr_schedule.h"
-#include "train/optimizer.h"
 
 namespace loom::train {
 
@@ -170,7 +170,7 @@ struct TrainConfig {
   bool exit_signal_handler = false;              // --exit-signal-handler: on SIGTERM (needs --save)
   std::optional<int64_t> exit_interval;          // --exit-interval: when iteration % N == 0
   std::optional<double> exit_duration_in_mins;   // --exit-duration-in-mins: once the run took M min
-  // Test only: the value of LOOM_FAULT (train/fault_injection.h); "" = none.
+  // Test only: the value of LOOM_FAULT (config/fault_spec.h); "" = none.
   std::string fault_injection;
   double peak_flops = 0;     // --peak-flops per rank for MFU (0: measure a GEMM at start)
   int64_t sample_tokens = 200;  // generated at the end (0: none)
@@ -203,4 +203,4 @@ absl::Status Finalize(TrainConfig* config, int world_size);
 
 }  // namespace loom::train
 
-#endif  // LOOM_TRAIN_CONFIG_H_
+#endif  // LOOM_CONFIG_CONFIG_H_

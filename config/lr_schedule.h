@@ -1,5 +1,5 @@
-#ifndef LOOM_TRAIN_LR_SCHEDULE_H_
-#define LOOM_TRAIN_LR_SCHEDULE_H_
+#ifndef LOOM_CONFIG_LR_SCHEDULE_H_
+#define LOOM_CONFIG_LR_SCHEDULE_H_
 
 #include <string>
 
@@ -25,4 +25,4 @@ struct LrSchedule {
 
 }  // namespace loom::train
 
-#endif  // LOOM_TRAIN_LR_SCHEDULE_H_
+#endif  // LOOM_CONFIG_LR_SCHEDULE_H_

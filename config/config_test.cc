@@ -1,4 +1,4 @@
-#include "train/config.h"
+#include "config/config.h"
 
 #include "core/cpu/cpu_features.h"
 #include "gtest/gtest.h"

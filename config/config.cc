@@ -1,14 +1,14 @@
-#include "train/config.h"
+#include "config/config.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "comm/backend_registry.h"
+#include "config/fault_spec.h"
 #include "core/cpu/cpu_features.h"
 #include "core/ops/kernel_choice.h"
 #include "core/status_macros.h"
-#include "train/fault_injection.h"
 
 namespace loom::train {
 

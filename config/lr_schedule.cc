@@ -1,4 +1,4 @@
-#include "train/lr_schedule.h"
+#include "config/lr_schedule.h"
 
 #include <cmath>
 

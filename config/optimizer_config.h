@@ -1,0 +1,22 @@
+#ifndef LOOM_CONFIG_OPTIMIZER_CONFIG_H_
+#define LOOM_CONFIG_OPTIMIZER_CONFIG_H_
+
+#include <cstdint>
+
+namespace loom::train {
+
+// AdamW's settings, apart from the optimizer (train/optimizer.h), so the
+// configuration and the planner need not link it.
+struct OptimizerConfig {
+  float beta1 = 0.9f;         // --adam-beta1
+  float beta2 = 0.999f;       // --adam-beta2
+  float eps = 1e-8f;          // --adam-eps
+  float weight_decay = 0.01f; // --weight-decay (not applied to biases and LayerNorm)
+  float clip_grad = 1.0f;     // --clip-grad (0: no clipping)
+  bool distributed = false;   // --use-distributed-optimizer (ZeRO-1 over DP)
+  int64_t bucket_bytes = 4 << 20;  // data-parallel gradient buckets (GradientSync)
+};
+
+}  // namespace loom::train
+
+#endif  // LOOM_CONFIG_OPTIMIZER_CONFIG_H_
