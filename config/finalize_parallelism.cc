@@ -1,0 +1,137 @@
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "config/finalize.h"
+#include "core/status_macros.h"
+
+namespace loom::train::finalize {
+namespace {
+
+// --num-layers-per-virtual-pipeline-stage: the chunks per stage, and the
+// schedule it implies.
+absl::Status VirtualStages(TrainConfig* c) {
+  const int pp = c->pipeline_model_parallel_size;
+  const int64_t layers = c->model.num_layers;
+  c->virtual_pipeline_size = 1;
+  if (c->num_layers_per_virtual_pipeline_stage > 0) {
+    const int64_t per = c->num_layers_per_virtual_pipeline_stage;
+    if (pp == 1) {
+      return absl::InvalidArgumentError(
+          "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1 "
+          "(interleaving splits each stage's layers into chunks)");
+    }
+    if (layers % (pp * per) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--num-layers (", layers, ") is not divisible by --pipeline-model-parallel-size (", pp,
+          ") x --num-layers-per-virtual-pipeline-stage (", per, ") = ", pp * per));
+    }
+    c->virtual_pipeline_size = static_cast<int>(layers / (pp * per));
+    if (c->pipeline_schedule == "1f1b" && c->virtual_pipeline_size > 1) {
+      c->pipeline_schedule = "interleaved";  // Megatron: interleaving implies the schedule
+    }
+    if (c->pipeline_schedule == "gpipe" && c->virtual_pipeline_size > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--pipeline-schedule=gpipe runs one chunk per stage; --num-layers-per-virtual-"
+          "pipeline-stage=",
+          per, " gives ", c->virtual_pipeline_size,
+          " chunks per stage (drop it, or use --pipeline-schedule=interleaved)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Parallelism(TrainConfig* c, int world_size) {
+  const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+  const int cp = c->context_parallel_size;
+  if (tp < 1 || pp < 1 || cp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tensor-model-parallel-size (", tp, "), --pipeline-model-parallel-size (", pp,
+        ") and --context-parallel-size (", cp, ") must be >= 1"));
+  }
+  if (world_size % (tp * pp * cp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world size (", world_size, " ranks) is not divisible by --tensor-model-parallel-size (",
+        tp, ") x --pipeline-model-parallel-size (", pp, ")",
+        cp > 1 ? absl::StrCat(" x --context-parallel-size (", cp, ")") : "", " = ", tp * pp * cp,
+        " (the world: --nproc-per-node, or the launcher's WORLD_SIZE)"));
+  }
+  if (cp > 1 && c->device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--context-parallel-size=", cp, " runs on --device=cpu only (the ring attention uses the "
+        "CPU flash blocks; a device ring is not built yet)"));
+  }
+  c->world_size = world_size;
+  c->data_parallel_size = world_size / (tp * pp * cp);
+  return absl::OkStatus();
+}
+
+absl::Status Batch(TrainConfig* c) {
+  const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+  const int cp = c->context_parallel_size;
+  const int dp = c->data_parallel_size, world_size = c->world_size;
+  if (c->micro_batch_size < 1 || c->global_batch_size < 1) {
+    return absl::InvalidArgumentError("--micro-batch-size and --global-batch-size must be >= 1");
+  }
+  if (c->global_batch_size % (c->micro_batch_size * dp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch-size (", c->global_batch_size, ") is not divisible by --micro-batch-size (",
+        c->micro_batch_size, ") x data-parallel size (", dp, ") = ", c->micro_batch_size * dp,
+        " (data-parallel size = world ", world_size, " / (TP ", tp, " x PP ", pp,
+        cp > 1 ? absl::StrCat(" x CP ", cp) : "", "))"));
+  }
+  c->num_micro_batches = c->global_batch_size / (c->micro_batch_size * dp);
+  return absl::OkStatus();
+}
+
+absl::Status PipelineSchedule(TrainConfig* c) {
+  const int pp = c->pipeline_model_parallel_size;
+  if (c->pipeline_schedule != "gpipe" && c->pipeline_schedule != "1f1b" &&
+      c->pipeline_schedule != "interleaved") {
+    return absl::InvalidArgumentError(absl::StrCat("--pipeline-schedule=", c->pipeline_schedule,
+                                                   ": expected gpipe, 1f1b or interleaved"));
+  }
+  LOOM_RETURN_IF_ERROR(VirtualStages(c));
+  if (c->pipeline_schedule == "interleaved" && c->virtual_pipeline_size < 2) {
+    return absl::InvalidArgumentError(
+        "--pipeline-schedule=interleaved needs --num-layers-per-virtual-pipeline-stage giving "
+        "at least 2 chunks per stage");
+  }
+  if (c->pipeline_schedule == "interleaved" && c->num_micro_batches % pp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule=interleaved: micro-batches per step (", c->num_micro_batches,
+        " = --global-batch-size / (--micro-batch-size x DP)) must be a multiple of "
+        "--pipeline-model-parallel-size (",
+        pp, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Layout(TrainConfig* c) {
+  const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+  const int cp = c->context_parallel_size;
+  const int dp = c->data_parallel_size;
+  if (const int ep = c->expert_model_parallel_size; ep != 1) {
+    if (ep > 1 && !c->model.moe()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--expert-model-parallel-size=", ep, " needs MoE layers (--num-experts > 0)"));
+    }
+    if (ep < 1 || c->model.num_experts % ep != 0 || dp % ep != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--expert-model-parallel-size (", ep, ") must divide --num-experts (",
+          c->model.num_experts, ") and the data-parallel size (", dp,
+          "): EP ranks are carved out of DP"));
+    }
+  }
+  if (c->sequence_parallel && tp == 1) c->sequence_parallel = false;  // nothing to split
+  // Also --seq-length against TP (SP) and CP, and the --recompute-* flags
+  // (Megatron's rules), N against the layers of one chunk: --num-layers /
+  // (PP x virtual stages).
+  absl::Status layout = layers::ValidateLayout(c->model, tp, c->sequence_parallel, pp,
+                                               c->virtual_pipeline_size, cp);
+  if (!layout.ok()) return layout;
+  return absl::OkStatus();
+}
+
+}  // namespace loom::train::finalize
