@@ -86,7 +86,7 @@ ActTerms Terms(const train::TrainConfig& c) {
   // An MoE layer also keeps the routed copies of its tokens (dispatched
   // input, expert output, the permutations: 4·k hidden states of its own
   // tokens) and, under EP, the rows exchanged with the other EP ranks
-  // (6·k·(EP − 1)/EP; fitted on memory_model_test, where routing is uneven).
+  // (6·k·(EP − 1)/EP; fitted on plan_memory_model_test, where routing is uneven).
   const double k = static_cast<double>(m.moe_router_topk), ep = c.expert_model_parallel_size;
   a.moe_layer = layer(mlp_split * k) + k * a.x_seq * (4 + 6 * (ep - 1) / ep);
   const double vocab = static_cast<double>(

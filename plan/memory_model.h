@@ -3,7 +3,7 @@
 
 // Peak memory per rank by category, as Loom allocates it (core/memory_stats.h
 // categories; the formulas are docs/PLANNER.md's and were fitted to what
-// //plan:memory_model_test measures with the local backend).
+// //tests:plan_memory_model_test measures with the local backend).
 //
 //   parameters   4·n_pad (+ 2·n_pad with --bf16: the compute copy)
 //   gradients    4·n_pad                           (f32 always)

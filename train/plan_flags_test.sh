@@ -3,7 +3,7 @@
 # constraints (every listed layout keeps them, the header names them); one no
 # layout can have exits 2 naming it, with nothing listed.
 set -uo pipefail
-plan="$TEST_SRCDIR/$TEST_WORKSPACE/plan/plan"
+plan="$TEST_SRCDIR/$TEST_WORKSPACE/train/plan"
 hw="$TEST_SRCDIR/$TEST_WORKSPACE/plan/testdata/cpu.textproto"
 cd "$TEST_TMPDIR"
 fail() { echo "FAIL: $*"; for f in out.txt err.txt; do [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }

@@ -1,4 +1,4 @@
-// bazel run //plan:bench -- [--hardware=plan/testdata/cpu.textproto]
+// bazel run //train:plan_bench -- [--hardware=plan/testdata/cpu.textproto]
 // The time model against Loom on this machine: small GPTs trained for a few
 // steps in several layouts (ranks as threads, local backend); the measured
 // step time (median over the steps after the first, from the trainer's own
