@@ -4,7 +4,7 @@
 // Layout enumeration: every (TP, CP, PP, VP, DP, EP, SP, micro-batch,
 // recomputation, distributed optimizer) that //train:gpt would accept for a
 // model on `gpus` ranks. A layout is a finalized train::TrainConfig: the
-// trainer's own Finalize() (train/config.h) decides validity, so the planner
+// trainer's own Finalize() (config/config.h) decides validity, so the planner
 // never lists a layout the trainer refuses, and its error is the reason.
 
 #include <set>

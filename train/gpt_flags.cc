@@ -1,5 +1,5 @@
 // Every //train:gpt flag (listed with its default by --help). The defaults
-// are TrainConfig{}'s: change them in train/config.h.
+// are TrainConfig{}'s: change them in config/config.h.
 #include "train/gpt_flags.h"
 
 #include <functional>
