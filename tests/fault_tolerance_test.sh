@@ -8,14 +8,11 @@
 set -euo pipefail
 GPT="$(readlink -f "$1")"; PREPROCESS="$(readlink -f "$2")"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/corpus_lib.sh"
 cd "$TEST_TMPDIR"
 export OMP_NUM_THREADS=1  # 2 cores, 8 ranks
 
-for i in $(seq 1 300); do
-  printf 'the quick brown fox %d jumps over the lazy dog\n%%\n' "$((i % 17))"
-done > corpus.txt
-"$PREPROCESS" --input=corpus.txt --output-prefix=corpus --tokenizer-type=ByteLevelTokenizer \
-  --document-separator=% > /dev/null 2>&1
+tiny_corpus "$PREPROCESS" corpus
 
 COMMON=(--data-path=corpus --data-cache-dir="$TEST_TMPDIR/cache" --num-layers=4 --hidden-size=32
         --num-attention-heads=4 --seq-length=16 --micro-batch-size=1 --global-batch-size=4

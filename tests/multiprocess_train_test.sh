@@ -8,15 +8,11 @@
 set -euo pipefail
 GPT="$(readlink -f "$1")"; PREPROCESS="$(readlink -f "$2")"
 MPIRUN="${3:+$(readlink -f "$3")}"
+source "$(dirname "$0")/corpus_lib.sh"  # beside this script (also in Bazel's runfiles)
 cd "$TEST_TMPDIR"
 export OMP_NUM_THREADS=1  # 2 cores, up to 4 ranks
 
-# A small corpus: repeated English-like lines as fortune-style documents.
-for i in $(seq 1 300); do
-  printf 'the quick brown fox %d jumps over the lazy dog\n%%\n' "$((i % 17))"
-done > corpus.txt
-"$PREPROCESS" --input=corpus.txt --output-prefix=corpus --tokenizer-type=ByteLevelTokenizer \
-  --document-separator=% > /dev/null 2>&1
+tiny_corpus "$PREPROCESS" corpus
 
 # Before any rank starts, the launcher refuses what cannot work, naming the
 # flags as typed (exit 2, no rank started, nothing trained).

@@ -15,6 +15,7 @@ set -euo pipefail
 GPT="$(readlink -f "$1")"; PREPROCESS="$(readlink -f "$2")"; SCRIPT="$(readlink -f "$3")"
 source "$(dirname "$0")/slurm_lib.sh"  # beside this script (also in Bazel's runfiles)
 source "$(dirname "$0")/checkpoint_lib.sh"  # final, same
+source "$(dirname "$0")/corpus_lib.sh"  # tiny_corpus
 if reason=$(slurm_skip_reason); then echo "SKIPPED: slurm_test: $reason"; exit 0; fi
 
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -28,11 +29,7 @@ trap 'exit 143' TERM INT  # Bazel's timeout: still stop the daemons (EXIT)
 slurm_start "$T/slurm"
 elapsed "cluster up"
 
-for i in $(seq 1 300); do
-  printf 'the quick brown fox %d jumps over the lazy dog\n%%\n' "$((i % 17))"
-done > corpus.txt
-"$PREPROCESS" --input=corpus.txt --output-prefix="$T/corpus" --tokenizer-type=ByteLevelTokenizer \
-  --document-separator=% > /dev/null 2>&1
+tiny_corpus "$PREPROCESS" "$T/corpus"
 
 JOB=(--data-path="$T/corpus" --data-cache-dir="$T/cache" --num-layers=2 --hidden-size=64
      --num-attention-heads=4 --seq-length=32 --micro-batch-size=2 --global-batch-size=4

@@ -27,6 +27,7 @@ PY=$(find_torch_python) || { echo "SKIPPED: torchrun_test: $PY"; exit "$(torch_m
 TORCHRUN=("$PY" -W ignore -m torch.distributed.run)
 source "$HERE/two_hosts_lib.sh"
 source "$HERE/checkpoint_lib.sh"
+source "$HERE/corpus_lib.sh"
 
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 cd "$T"
@@ -45,11 +46,7 @@ export OMP_NUM_THREADS=1
 export LOOM_RENDEZVOUS_SECRET; LOOM_RENDEZVOUS_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT LOOM_FAULT LOOM_RESTART_COUNT
 
-for i in $(seq 1 300); do
-  printf 'the quick brown fox %d jumps over the lazy dog\n%%\n' "$((i % 17))"
-done > corpus.txt
-"$PREPROCESS" --input=corpus.txt --output-prefix="$T/corpus" --tokenizer-type=ByteLevelTokenizer \
-  --document-separator=% > /dev/null 2>&1
+tiny_corpus "$PREPROCESS" "$T/corpus"
 
 ITERS=60
 JOB=(--distributed-backend=ucx --data-path="$T/corpus" --data-cache-dir="$T/cache" --num-layers=2

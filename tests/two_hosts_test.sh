@@ -23,6 +23,7 @@ set -euo pipefail
 GPT="$(readlink -f "$1")"; PREPROCESS="$(readlink -f "$2")"
 source "$(dirname "$0")/two_hosts_lib.sh"  # beside this script (also in Bazel's runfiles)
 source "$(dirname "$0")/checkpoint_lib.sh"  # final, same
+source "$(dirname "$0")/corpus_lib.sh"  # tiny_corpus
 if reason=$(th_skip_reason); then echo "SKIPPED: two_hosts_test: $reason"; exit 0; fi
 
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -43,11 +44,7 @@ export OMP_NUM_THREADS=1
 export UCX_TLS=tcp,self                  # the wire only, never shared memory
 export LOOM_RENDEZVOUS_SECRET; LOOM_RENDEZVOUS_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 
-for i in $(seq 1 300); do
-  printf 'the quick brown fox %d jumps over the lazy dog\n%%\n' "$((i % 17))"
-done > corpus.txt
-"$PREPROCESS" --input=corpus.txt --output-prefix="$T/corpus" --tokenizer-type=ByteLevelTokenizer \
-  --document-separator=% > /dev/null 2>&1
+tiny_corpus "$PREPROCESS" "$T/corpus"
 
 ITERS=200
 JOB=(--distributed-backend=ucx --data-path="$T/corpus" --data-cache-dir="$T/cache" --num-layers=2
