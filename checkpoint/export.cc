@@ -260,7 +260,7 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
       {"n_head", heads},
       {"n_inner", f},
       {"activation_function", "gelu_new"},  // tanh approximation, as core/cpu computes it
-      {"layer_norm_epsilon", Decimal(m.layernorm_epsilon())},
+      {"layer_norm_epsilon", Decimal(m.norm_epsilon())},
       {"initializer_range", Decimal(m.init_method_std())},
       {"resid_pdrop", 0.0},
       {"embd_pdrop", 0.0},

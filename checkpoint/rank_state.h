@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "checkpoint/checkpoint.pb.h"
+#include "checkpoint/model_config.h"  // the manifest's model, which callers use with these
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "core/tensor.h"
@@ -69,13 +70,6 @@ std::vector<Piece> PiecesToSave(const RankView& view, bool save_optimizer);
 // checkpoint has them) from `reader`. Padding is zeroed.
 absl::Status LoadRank(CheckpointReader& reader, const RankView& view, bool load_optimizer);
 
-ModelConfig ModelConfigProto(const layers::GptConfig& c);
-// Compares the architecture a checkpoint was saved with against the flags:
-// the error names the flag and both values.
-absl::Status CheckModelConfig(const ModelConfig& saved, const layers::GptConfig& flags,
-                              const std::string& checkpoint_path);
-// The GptConfig a checkpoint describes (for offline tools).
-layers::GptConfig GptConfigFromProto(const ModelConfig& m);
 
 }  // namespace loom::checkpoint
 

@@ -260,7 +260,7 @@ std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer,
   // block is whole query groups (whole heads without GQA). See gpt_config.h.
   specs.push_back(
       Spec(p + "attention.qkv.weight", {qkv_rows, h}, TpSplit::kRows, Init::kNormal, std, true));
-  if (bias) {
+  if (c.qkv_bias()) {
     specs.push_back(
         Spec(p + "attention.qkv.bias", {qkv_rows}, TpSplit::kRows, Init::kZeros, 0, false));
   }
@@ -352,7 +352,7 @@ int64_t ParameterCount(const GptConfig& c) {
   const int64_t qkv = (c.num_attention_heads + 2 * c.query_groups()) * c.head_dim();
   const int64_t up = c.swiglu ? 2 * f : f;
   const int64_t norm = c.rms_norm() ? h : 2 * h;
-  const int64_t biases = c.add_bias_linear ? qkv + h + up + h : 0;
+  const int64_t biases = (c.qkv_bias() ? qkv : 0) + (c.add_bias_linear ? h + up + h : 0);
   const int64_t block = 2 * norm + qkv * h + h * h + up * h + h * f + biases;
   // An MoE layer (no biases: ValidateMoe): E experts and the router [E, h]
   // instead of one MLP.

@@ -6,41 +6,23 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "layers/gpt_architecture.h"
 #include "layers/params.h"
 
 namespace loom::layers {
 
-// The model's shape and initialisation, named after Megatron's flags.
-struct GptConfig {
-  int64_t num_layers = 2;                  // --num-layers
-  int64_t hidden_size = 64;                // --hidden-size
-  int64_t num_attention_heads = 4;         // --num-attention-heads
-  int64_t ffn_hidden_size = 0;             // --ffn-hidden-size (0: 4 x hidden)
-  int64_t seq_length = 32;                 // --seq-length
-  int64_t max_position_embeddings = 0;     // --max-position-embeddings (0: seq_length)
-  int64_t vocab_size = 256;                // from the tokenizer
-  int64_t make_vocab_size_divisible_by = 128;  // --make-vocab-size-divisible-by
+// The model: its architecture (layers/gpt_architecture.h: the fields a
+// checkpoint saves and compares, each declared once there) and how it runs
+// here (initialisation, placement, recomputation, MoE execution), named after
+// Megatron's flags.
+struct GptConfig : GptArchitecture {
   float init_method_std = 0.02f;           // --init-method-std
-  float layernorm_epsilon = 1e-5f;         // --norm-epsilon (or --layernorm-epsilon)
   uint64_t seed = 1234;                    // --seed
   // Where the parameters and activations live (--device) and the dtype the
   // layers compute in (--bf16: bf16 weights and activations; the optimizer
   // keeps f32 master weights and f32 gradients either way).
   core::Device device = core::Device::CPU();
   core::DType compute_dtype = core::DType::kF32;
-
-  // Llama-style architecture, Megatron's flags; the defaults are GPT-2's.
-  std::string normalization = "LayerNorm";  // --normalization: LayerNorm | RMSNorm (weight only)
-  // --position-embedding-type: learned_absolute (a position table added to the
-  // token embedding) | rope (no table; q and k rotated in every layer).
-  std::string position_embedding_type = "learned_absolute";
-  float rotary_base = 10000.0f;            // --rotary-base
-  float rotary_percent = 1.0f;             // --rotary-percent: rotated share of each head
-  bool swiglu = false;                     // --swiglu: silu(gate) * up MLP
-  bool group_query_attention = false;      // --group-query-attention
-  int64_t num_query_groups = 1;            // --num-query-groups (with the flag above)
-  bool untie_embeddings_and_output_weights = false;  // --untie-embeddings-and-output-weights
-  bool add_bias_linear = true;             // false: --disable-bias-linear
 
   // Activation recomputation (Megatron's flags; the model is the same, only
   // what a forward keeps for its backward changes, and the result is bit-exact).
@@ -68,9 +50,7 @@ struct GptConfig {
   //   --moe-expert-capacity-factor C (0: dropless): an expert takes at most
   //     ceil(tokens · K / E · C) assignments, the most probable ones;
   //     --moe-pad-expert-input-to-capacity pads every expert to that many rows.
-  int64_t num_experts = 0;
-  int64_t moe_router_topk = 2;
-  int64_t moe_layer_freq = 1;
+  // (--num-experts, --moe-router-topk and --moe-layer-freq are architecture.)
   std::string moe_router_load_balancing_type = "aux_loss";
   float moe_aux_loss_coeff = 0.0f;
   float moe_z_loss_coeff = 0.0f;
@@ -80,30 +60,6 @@ struct GptConfig {
   // instead of one expert after the other (same numbers).
   bool moe_grouped_gemm = false;
 
-  // Megatron's default with --swiglu keeps the MLP's parameter count near 8h²:
-  // int(4h · 2/3 / 64) · 64.
-  int64_t ffn() const {
-    if (ffn_hidden_size > 0) return ffn_hidden_size;
-    return swiglu ? (4 * hidden_size * 2 / 3) / 64 * 64 : 4 * hidden_size;
-  }
-  int64_t max_positions() const {
-    return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
-  }
-  bool rms_norm() const { return normalization == "RMSNorm"; }
-  bool rope() const { return position_embedding_type == "rope"; }
-  bool learned_positions() const { return !rope(); }
-  bool tied_output_layer() const { return !untie_embeddings_and_output_weights; }
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
-  // K/V heads: --num-query-groups with --group-query-attention, else one per head.
-  int64_t query_groups() const {
-    return group_query_attention ? num_query_groups : num_attention_heads;
-  }
-  // Leading dims of each head that RoPE rotates: int(head_dim · --rotary-percent).
-  int64_t rotary_dim() const {
-    return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);
-  }
-  bool moe() const { return num_experts > 0; }
-  bool moe_layer(int64_t layer) const { return moe() && layer % moe_layer_freq == 0; }
   bool recompute_full() const { return recompute_granularity == "full"; }
   bool recompute_selective() const { return recompute_granularity == "selective"; }
 };
@@ -152,6 +108,7 @@ inline constexpr char kOutputLayerName[] = "output_layer.weight";
 //       (g·(n+2) + n)·d + e / (g·(n+2) + n+1)·d + e (rotate-half RoPE, HF's
 //       convention, so no permutation of q/k rows).
 //   layers.i.attention.qkv.bias          [(H + 2G)·d]  same order; unless --disable-bias-linear
+//       without --add-qkv-bias (HF Qwen2: q/k/v_proj.bias, rows as their weights')
 //   layers.i.attention.dense.weight      [h, H·d]  columns split (o_proj)
 //   layers.i.attention.dense.bias        [h]     replicated; unless --disable-bias-linear
 //   layers.i.post_attention_layernorm.*  as input_layernorm

@@ -1,24 +1,36 @@
 #include "train/flag_groups.h"
 
 #include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/cli.h"
+#include "layers/gpt_architecture.h"
 
 namespace loom::train {
+namespace {
+
+// The model's flags: the architecture's, as layers/gpt_architecture.h lists
+// them, then the initialisation and how MoE layers run.
+std::vector<const char*> ModelFlags() {
+  std::vector<const char*> flags;
+  for (const layers::ArchitectureField& f : layers::ArchitectureFields()) {
+    flags.push_back(f.flag.data());  // a string literal: NUL-terminated
+  }
+  for (const char* f : {"layernorm_epsilon", "init_method_std", "moe_router_load_balancing_type",
+                        "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_expert_capacity_factor",
+                        "moe_pad_expert_input_to_capacity", "moe_grouped_gemm"}) {
+    flags.push_back(f);
+  }
+  return flags;
+}
+
+}  // namespace
 
 const std::vector<FlagGroup>& GptFlagGroups() {
   static const auto* groups = new std::vector<FlagGroup>{
-      {"Model",
-       {"num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-        "group_query_attention", "num_query_groups", "seq_length", "max_position_embeddings",
-        "position_embedding_type", "rotary_base", "rotary_percent",
-        "make_vocab_size_divisible_by", "normalization", "norm_epsilon", "layernorm_epsilon",
-        "swiglu", "untie_embeddings_and_output_weights", "disable_bias_linear",
-        "init_method_std", "num_experts", "moe_router_topk", "moe_layer_freq",
-        "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff",
-        "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity", "moe_grouped_gemm"}},
+      {"Model", ModelFlags()},
       // Megatron's "distributed" arguments, and where the ranks compute.
       {"Parallelism and placement",
        {"tensor_model_parallel_size", "sequence_parallel", "pipeline_model_parallel_size",

@@ -17,6 +17,7 @@
 #include "config/fault_spec.h"
 #include "core/cli.h"
 #include "core/status_macros.h"
+#include "layers/gpt_architecture.h"
 
 namespace {
 const loom::train::TrainConfig& D() {
@@ -25,37 +26,14 @@ const loom::train::TrainConfig& D() {
 }
 }  // namespace
 
-// Model.
-ABSL_FLAG(int64_t, num_layers, D().model.num_layers, "Transformer layers");
-ABSL_FLAG(int64_t, hidden_size, D().model.hidden_size, "Hidden size");
-ABSL_FLAG(int64_t, num_attention_heads, D().model.num_attention_heads, "Attention heads");
-ABSL_FLAG(int64_t, ffn_hidden_size, D().model.ffn_hidden_size, "MLP hidden size (0: 4 x hidden)");
-ABSL_FLAG(int64_t, seq_length, D().model.seq_length, "Tokens per sample");
-ABSL_FLAG(int64_t, max_position_embeddings, D().model.max_position_embeddings,
-          "Position table size (0: --seq-length)");
-ABSL_FLAG(int64_t, make_vocab_size_divisible_by, D().model.make_vocab_size_divisible_by,
-          "Pad the vocabulary to a multiple of this x TP");
+// Model: the architecture's flags, one per row of layers/gpt_architecture.h.
+#define LOOM_ARCHITECTURE_FLAG(type, member, default_value, flag, sense, applies, defining, help) \
+  ABSL_FLAG(type, flag, loom::layers::sense(D().model.member), help);
+LOOM_GPT_ARCHITECTURE_FIELDS(LOOM_ARCHITECTURE_FLAG)
+#undef LOOM_ARCHITECTURE_FLAG
+ABSL_FLAG(float, layernorm_epsilon, D().model.layernorm_epsilon,
+          "Megatron's older name of --norm-epsilon (--norm-epsilon wins when both are set)");
 ABSL_FLAG(float, init_method_std, D().model.init_method_std, "Std of the normal weight init");
-ABSL_FLAG(float, layernorm_epsilon, D().model.layernorm_epsilon, "LayerNorm epsilon");
-// Llama-style architecture (Megatron's names; the defaults are GPT-2's).
-ABSL_FLAG(std::string, normalization, D().model.normalization, "LayerNorm | RMSNorm");
-ABSL_FLAG(float, norm_epsilon, D().model.layernorm_epsilon,
-          "Epsilon of LayerNorm / RMSNorm (Megatron's newer name of --layernorm-epsilon; "
-          "wins when set to other than its default)");
-ABSL_FLAG(std::string, position_embedding_type, D().model.position_embedding_type,
-          "learned_absolute | rope (rotary q and k, no position table)");
-ABSL_FLAG(float, rotary_base, D().model.rotary_base, "RoPE base (theta)");
-ABSL_FLAG(float, rotary_percent, D().model.rotary_percent, "Share of each head's dims RoPE rotates");
-ABSL_FLAG(bool, swiglu, D().model.swiglu,
-          "SwiGLU MLP: silu(gate) * up (--ffn-hidden-size 0: int(8 x hidden / 3 / 64) x 64)");
-ABSL_FLAG(bool, group_query_attention, D().model.group_query_attention,
-          "Grouped-query attention: --num-query-groups K/V heads");
-ABSL_FLAG(int64_t, num_query_groups, D().model.num_query_groups,
-          "K/V heads with --group-query-attention (divides --num-attention-heads; TP divides it)");
-ABSL_FLAG(bool, untie_embeddings_and_output_weights, D().model.untie_embeddings_and_output_weights,
-          "A separate output-layer weight instead of the word embedding");
-ABSL_FLAG(bool, disable_bias_linear, !D().model.add_bias_linear,
-          "No biases in the attention and MLP linear layers");
 // Activation recomputation (Megatron's flags; layers/gpt_config.h).
 ABSL_FLAG(std::string, recompute_granularity, D().model.recompute_granularity,
           "Activation recomputation: full (rerun whole layers in the backward, with "
@@ -67,11 +45,6 @@ ABSL_FLAG(std::string, recompute_method, D().model.recompute_method,
 ABSL_FLAG(int64_t, recompute_num_layers, D().model.recompute_num_layers,
           "N for --recompute-method: 1 .. layers per model chunk (0: unset)");
 // Mixture of experts (Megatron's flags; layers/moe.h).
-ABSL_FLAG(int64_t, num_experts, D().model.num_experts,
-          "Experts per MoE layer (0: dense MLPs); needs --disable-bias-linear");
-ABSL_FLAG(int64_t, moe_router_topk, D().model.moe_router_topk, "Experts per token");
-ABSL_FLAG(int64_t, moe_layer_freq, D().model.moe_layer_freq,
-          "Layer l is an MoE layer when l % N == 0 (1: every layer)");
 ABSL_FLAG(std::string, moe_router_load_balancing_type, D().model.moe_router_load_balancing_type,
           "aux_loss (Switch load-balancing loss) | none");
 ABSL_FLAG(float, moe_aux_loss_coeff, D().model.moe_aux_loss_coeff,
@@ -228,31 +201,14 @@ TrainConfig ConfigFromFlags() {
   using core::ResolveUserPath;
   const comm::launch::CommFlags comm = comm::launch::GetCommFlags();
   TrainConfig c;
-  c.model.num_layers = absl::GetFlag(FLAGS_num_layers);
-  c.model.hidden_size = absl::GetFlag(FLAGS_hidden_size);
-  c.model.num_attention_heads = absl::GetFlag(FLAGS_num_attention_heads);
-  c.model.ffn_hidden_size = absl::GetFlag(FLAGS_ffn_hidden_size);
-  c.model.seq_length = absl::GetFlag(FLAGS_seq_length);
-  c.model.max_position_embeddings = absl::GetFlag(FLAGS_max_position_embeddings);
-  c.model.make_vocab_size_divisible_by = absl::GetFlag(FLAGS_make_vocab_size_divisible_by);
-  c.model.init_method_std = absl::GetFlag(FLAGS_init_method_std);
-  c.model.layernorm_epsilon = absl::GetFlag(FLAGS_layernorm_epsilon);
-  if (absl::GetFlag(FLAGS_norm_epsilon) != D().model.layernorm_epsilon) {
-    c.model.layernorm_epsilon = absl::GetFlag(FLAGS_norm_epsilon);
+#define LOOM_READ_ARCHITECTURE_FLAG(type, member, default_value, flag, sense, ...) \
+  c.model.member = layers::sense(absl::GetFlag(FLAGS_##flag));
+  LOOM_GPT_ARCHITECTURE_FIELDS(LOOM_READ_ARCHITECTURE_FLAG)
+#undef LOOM_READ_ARCHITECTURE_FLAG
+  if (c.model.layernorm_epsilon == D().model.layernorm_epsilon) {
+    c.model.layernorm_epsilon = absl::GetFlag(FLAGS_layernorm_epsilon);
   }
-  c.model.normalization = absl::GetFlag(FLAGS_normalization);
-  c.model.position_embedding_type = absl::GetFlag(FLAGS_position_embedding_type);
-  c.model.rotary_base = absl::GetFlag(FLAGS_rotary_base);
-  c.model.rotary_percent = absl::GetFlag(FLAGS_rotary_percent);
-  c.model.swiglu = absl::GetFlag(FLAGS_swiglu);
-  c.model.group_query_attention = absl::GetFlag(FLAGS_group_query_attention);
-  c.model.num_query_groups = absl::GetFlag(FLAGS_num_query_groups);
-  c.model.untie_embeddings_and_output_weights =
-      absl::GetFlag(FLAGS_untie_embeddings_and_output_weights);
-  c.model.add_bias_linear = !absl::GetFlag(FLAGS_disable_bias_linear);
-  c.model.num_experts = absl::GetFlag(FLAGS_num_experts);
-  c.model.moe_router_topk = absl::GetFlag(FLAGS_moe_router_topk);
-  c.model.moe_layer_freq = absl::GetFlag(FLAGS_moe_layer_freq);
+  c.model.init_method_std = absl::GetFlag(FLAGS_init_method_std);
   c.model.moe_router_load_balancing_type = absl::GetFlag(FLAGS_moe_router_load_balancing_type);
   c.model.moe_aux_loss_coeff = absl::GetFlag(FLAGS_moe_aux_loss_coeff);
   c.model.moe_z_loss_coeff = absl::GetFlag(FLAGS_moe_z_loss_coeff);
@@ -358,57 +314,17 @@ absl::StatusOr<std::string> ApplyCheckpointModelArgs(TrainConfig* config,
   if (!manifest.ok()) return std::string();
   const layers::GptConfig saved = checkpoint::GptConfigFromProto(manifest->model());
   layers::GptConfig& m = config->model;
-  auto given = [&](std::initializer_list<const char*> names) {
-    for (const char* n : names) {
-      if (typed.count(n) || typed.count(absl::StrCat("no", n))) return true;
-    }
-    return false;
+  auto typed_flag = [&](absl::string_view name) {
+    return typed.count(std::string(name)) > 0 || typed.count(absl::StrCat("no", name)) > 0;
   };
   std::vector<std::string> taken;
-  auto take = [&](std::initializer_list<const char*> names, auto* field, auto value,
-                  const std::string& shown) {
-    if (given(names)) return;
-    if (*field != value) {
-      *field = value;
-      taken.push_back(absl::StrCat("--", absl::StrReplaceAll(*names.begin(), {{"_", "-"}}), "=",
-                                   shown));
-    }
-  };
-  auto num = [](auto v) { return absl::StrCat(v); };
-  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
-  take({"num_layers"}, &m.num_layers, saved.num_layers, num(saved.num_layers));
-  take({"hidden_size"}, &m.hidden_size, saved.hidden_size, num(saved.hidden_size));
-  take({"num_attention_heads"}, &m.num_attention_heads, saved.num_attention_heads,
-       num(saved.num_attention_heads));
-  take({"ffn_hidden_size"}, &m.ffn_hidden_size, saved.ffn_hidden_size,
-       num(saved.ffn_hidden_size));
-  take({"seq_length"}, &m.seq_length, saved.seq_length, num(saved.seq_length));
-  take({"max_position_embeddings"}, &m.max_position_embeddings, saved.max_position_embeddings,
-       num(saved.max_position_embeddings));
-  take({"make_vocab_size_divisible_by"}, &m.make_vocab_size_divisible_by,
-       saved.make_vocab_size_divisible_by, num(saved.make_vocab_size_divisible_by));
-  take({"norm_epsilon", "layernorm_epsilon"}, &m.layernorm_epsilon, saved.layernorm_epsilon,
-       num(saved.layernorm_epsilon));
-  take({"normalization"}, &m.normalization, saved.normalization, saved.normalization);
-  take({"position_embedding_type"}, &m.position_embedding_type, saved.position_embedding_type,
-       saved.position_embedding_type);
-  take({"rotary_base"}, &m.rotary_base, saved.rotary_base, num(saved.rotary_base));
-  take({"rotary_percent"}, &m.rotary_percent, saved.rotary_percent, num(saved.rotary_percent));
-  take({"swiglu"}, &m.swiglu, saved.swiglu, b(saved.swiglu));
-  take({"group_query_attention"}, &m.group_query_attention, saved.group_query_attention,
-       b(saved.group_query_attention));
-  take({"num_query_groups"}, &m.num_query_groups, saved.num_query_groups,
-       num(saved.num_query_groups));
-  take({"untie_embeddings_and_output_weights"}, &m.untie_embeddings_and_output_weights,
-       saved.untie_embeddings_and_output_weights, b(saved.untie_embeddings_and_output_weights));
-  bool no_bias = !m.add_bias_linear;
-  take({"disable_bias_linear"}, &no_bias, !saved.add_bias_linear, b(!saved.add_bias_linear));
-  m.add_bias_linear = !no_bias;
-  take({"num_experts"}, &m.num_experts, saved.num_experts, num(saved.num_experts));
-  if (saved.moe()) {
-    take({"moe_router_topk"}, &m.moe_router_topk, saved.moe_router_topk,
-         num(saved.moe_router_topk));
-    take({"moe_layer_freq"}, &m.moe_layer_freq, saved.moe_layer_freq, num(saved.moe_layer_freq));
+  for (const layers::ArchitectureField& f : layers::ArchitectureFields()) {
+    if (!f.applies(saved) || typed_flag(f.flag)) continue;
+    if (f.flag == "norm_epsilon" && typed_flag("layernorm_epsilon")) continue;  // its old name
+    const layers::FieldValue value = f.get(saved);
+    if (f.get(m) == value) continue;
+    f.set(m, value);
+    taken.push_back(absl::StrCat(f.dashed(), "=", layers::FieldValueString(value)));
   }
   // What the user typed must match: the checkpoint's comparison, naming the
   // flag (the vocabulary is the tokenizer's, compared when the trainer loads).

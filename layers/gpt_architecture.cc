@@ -1,0 +1,63 @@
+#include "layers/gpt_architecture.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+
+namespace loom::layers {
+
+std::string ArchitectureField::dashed() const {
+  return absl::StrCat("--", absl::StrReplaceAll(flag, {{"_", "-"}}));
+}
+
+const std::vector<ArchitectureField>& ArchitectureFields() {
+#define LOOM_FIELD_ROW(type, member, default_value, flag, sense, applies, defining, help) \
+  ArchitectureField{                                                                       \
+      #flag,                                                                               \
+      help,                                                                                \
+      kCompared##applies,                                                                  \
+      &applies,                                                                            \
+      [](const GptArchitecture& a) {                                                       \
+        return FieldValue(std::in_place_type<type>, sense(a.member));                      \
+      },                                                                                   \
+      [](const GptArchitecture& a) {                                                       \
+        return FieldValue(std::in_place_type<type>, sense(a.defining));                    \
+      },                                                                                   \
+      [](GptArchitecture& a, const FieldValue& v) { a.member = sense(std::get<type>(v)); }},
+  static const auto* fields =
+      new std::vector<ArchitectureField>{LOOM_GPT_ARCHITECTURE_FIELDS(LOOM_FIELD_ROW)};
+#undef LOOM_FIELD_ROW
+  return *fields;
+}
+
+const ArchitectureField* FindArchitectureField(absl::string_view flag) {
+  absl::ConsumePrefix(&flag, "--");
+  const std::string name = absl::StrReplaceAll(flag, {{"-", "_"}});
+  for (const ArchitectureField& f : ArchitectureFields()) {
+    if (f.flag == name) return &f;
+  }
+  return nullptr;
+}
+
+std::string FieldValueString(const FieldValue& v) {
+  struct {
+    std::string operator()(int64_t x) const { return absl::StrCat(x); }
+    std::string operator()(float x) const { return absl::StrCat(x); }
+    std::string operator()(bool x) const { return x ? "true" : "false"; }
+    std::string operator()(const std::string& x) const { return x; }
+  } show;
+  return std::visit(show, v);
+}
+
+FieldValue ZeroLike(const FieldValue& v) {
+  return std::visit([](const auto& x) { return FieldValue(std::decay_t<decltype(x)>{}); }, v);
+}
+
+FieldValue ComparedValue(const ArchitectureField& f, const GptArchitecture& a) {
+  const FieldValue v = f.defining(a);
+  return f.applies(a) ? v : ZeroLike(v);
+}
+
+}  // namespace loom::layers
