@@ -223,49 +223,69 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   if (group > 1) {
     if (c.optimizer.distributed) {
       reduce = CollectiveSeconds(hw, CollectiveKind::kReduceScatter, grad_bytes, group, dp_inter);
-      gather = CollectiveSeconds(hw, CollectiveKind::kAllGather, 4 * params, group, dp_inter);
+      gather = CollectiveSeconds(hw, CollectiveKind::kAllGather,
+                                  options.param_gather_bytes * params, group, dp_inter);
     } else {
       reduce = CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes, group, dp_inter);
     }
   }
-  // Overlap, read off the simulated timeline of the busiest stage. Each chunk's
-  // parameters form its buckets (1/v of the stage's). --overlap-grad-reduce:
-  // a chunk's reduction may start when its last backward (micro-batch M − 1)
-  // ends; reductions run one after the other; what runs past the makespan is
-  // exposed. --overlap-param-gather: a chunk's gather must finish before its
-  // first forward (micro-batch 0) starts; gathers run one after the other from
-  // the start of the step. Without the overlaps all of it is exposed.
-  std::vector<double> last_backward(vp, 0), first_forward(vp, 1e300);
+  // Overlap, read off the simulated timeline of the busiest stage, at the
+  // granularity of GradientSync's buckets: whole layers (distributed/
+  // gradient_sync.h), each chunk's parameters spread evenly over its layers.
+  // --overlap-grad-reduce: a layer's reduction may start when the chunk's last
+  // backward (micro-batch M − 1) has passed it (backward runs the layers in
+  // reverse, at an even pace); reductions run one after the other; what runs
+  // past the makespan is exposed. --overlap-param-gather: a layer's gather
+  // must finish before the chunk's first forward (micro-batch 0) reaches it;
+  // gathers run one after the other from the start of the step; the largest
+  // lateness is exposed. Without the overlaps all of it is exposed.
+  struct Span {
+    double start = 1e300, end = 0;
+  };
+  std::vector<Span> last_backward(vp), first_forward(vp);
   for (const pipeline::TimedAction& a : result->stages[busiest].actions) {
-    if (a.action.kind == pipeline::ActionKind::kBackward) {
-      last_backward[a.action.chunk] = std::max(last_backward[a.action.chunk], a.end);
-    } else if (a.action.kind == pipeline::ActionKind::kForward) {
-      first_forward[a.action.chunk] = std::min(first_forward[a.action.chunk], a.start);
+    const int ch = a.action.chunk;
+    if (a.action.kind == pipeline::ActionKind::kBackward && a.end >= last_backward[ch].end) {
+      last_backward[ch] = {a.start, a.end};
+    } else if (a.action.kind == pipeline::ActionKind::kForward &&
+               a.start < first_forward[ch].start) {
+      first_forward[ch] = {a.start, a.end};
     }
   }
+  struct Piece {
+    double at;       // ready (reduce) or needed (gather), seconds into the step
+    double seconds;  // its collective
+  };
+  std::vector<Piece> reduces, gathers;
+  for (int ch = 0; ch < vp; ++ch) {
+    auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, vp, busiest, ch);
+    if (!range.ok()) return range.status();
+    const int n = std::max(1, range->end() - range->first);
+    const Span& b = last_backward[ch];
+    const Span& f = first_forward[ch];
+    for (int i = 0; i < n; ++i) {
+      reduces.push_back({b.start + (i + 1) * (b.end - b.start) / n, reduce / vp / n});
+      gathers.push_back({f.start + i * (f.end - f.start) / n, gather / vp / n});
+    }
+  }
+  auto by_time = [](const Piece& a, const Piece& b) { return a.at < b.at; };
   double dp_exposed = 0;
   if (c.overlap_grad_reduce) {
-    std::vector<int> order(vp);
-    for (int ch = 0; ch < vp; ++ch) order[ch] = ch;
-    std::sort(order.begin(), order.end(),
-              [&](int a, int b) { return last_backward[a] < last_backward[b]; });
+    std::stable_sort(reduces.begin(), reduces.end(), by_time);
     double busy_until = 0;
-    for (int ch : order) busy_until = std::max(busy_until, last_backward[ch]) + reduce / vp;
-    dp_exposed += std::max(reduce / vp / 4, busy_until - result->makespan);
+    for (const Piece& r : reduces) busy_until = std::max(busy_until, r.at) + r.seconds;
+    dp_exposed += std::max(0.0, busy_until - result->makespan);
   } else {
     dp_exposed += reduce;
   }
   if (c.overlap_param_gather) {
-    std::vector<int> order(vp);
-    for (int ch = 0; ch < vp; ++ch) order[ch] = ch;
-    std::sort(order.begin(), order.end(),
-              [&](int a, int b) { return first_forward[a] < first_forward[b]; });
+    std::stable_sort(gathers.begin(), gathers.end(), by_time);
     double done = 0, late = 0;
-    for (int ch : order) {
-      done += gather / vp;
-      late = std::max(late, done - first_forward[ch]);
+    for (const Piece& g : gathers) {
+      done += g.seconds;
+      late = std::max(late, done - g.at);
     }
-    dp_exposed += std::max(gather / vp / 4, late);
+    dp_exposed += late;
   } else {
     dp_exposed += gather;
   }

@@ -34,6 +34,10 @@ struct TimeOptions {
   // Megatron's --tp-comm-overlap: the forward's TP communication hides
   // behind its GEMMs too (Loom overlaps only the backward's).
   bool tp_comm_overlap = false;
+  // Bytes per element of the distributed optimizer's parameter all-gather:
+  // 4, Loom's (it gathers the f32 master values and refreshes the bf16 copy
+  // from them); 2, Megatron's (it gathers the bf16 model parameters).
+  int param_gather_bytes = 4;
 };
 
 struct StepTime {
