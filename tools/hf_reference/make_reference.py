@@ -38,7 +38,8 @@ try:
     from safetensors import safe_open
     from safetensors.torch import save_file
     from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                              MistralConfig, MixtralConfig, MixtralForCausalLM)
+                              MistralConfig, MixtralConfig, MixtralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM)
 except ImportError as e:
     sys.exit(f"make_reference.py: {e}. Run it with the virtual environment of "
              "tools/hf_reference/make_venv.sh (~/.cache/loom/hf-venv/bin/python).")
@@ -119,6 +120,21 @@ def mixtral_tiny():
     torch.manual_seed(SEED)
     model = MixtralForCausalLM(config)
     randomize(model, SEED + 3)
+    return model
+
+
+def qwen2_tiny():
+    """Llama's shape with Qwen2's one difference: a bias on q/k/v_proj (none
+    on o_proj or the MLP); tied embeddings as Qwen2-0.5B, RoPE base 1e6."""
+    config = Qwen2Config(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=64, vocab_size=VOCAB,
+                         max_position_embeddings=32, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                         tie_word_embeddings=True, use_sliding_window=False,
+                         initializer_range=INIT_STD, bos_token_id=1, eos_token_id=2,
+                         attn_implementation="eager")
+    torch.manual_seed(SEED)
+    model = Qwen2ForCausalLM(config)
+    randomize(model, SEED + 4)
     return model
 
 
@@ -267,6 +283,7 @@ bits, ~2e-6). It also rewrites this README.
 | `llama_tiny_sharded/` | the same Llama saved with `max_shard_size="40KB"`: 3 shards and `model.safetensors.index.json` |
 | `llama_tiny_bf16/` | the same Llama's weights `.to(torch.bfloat16)` (torch's rounding, for Loom's bf16 writer) |
 | `mixtral_tiny/` | `MixtralForCausalLM`: the Llama's shape (RoPE base 1e6) with every MLP 4 SwiGLU experts, top-2 routing; saved as transformers writes it (`block_sparse_moe.gate`, `experts.E.w1/w2/w3`) |
+| `qwen2_tiny/` | `Qwen2ForCausalLM`: the Llama's shape with a bias on `q_proj`/`k_proj`/`v_proj` only, RoPE base 1e6, RMSNorm eps 1e-6, tied embeddings |
 | `configs/` | `config.json` files only: `mistral_tiny.json` (no sliding window: Llama's architecture), `llama_tied_mha.json` (tied, no GQA), and two Loom refuses: `mistral_sliding_window.json`, `llama_rope_scaling.json` |
 
 Each model folder holds what `save_pretrained` wrote (f32 safetensors,
@@ -309,6 +326,7 @@ def main():
         sys.exit("llama_tiny_sharded: save_pretrained wrote no index (one shard)")
     save_bf16(llama, os.path.join(args.out, "llama_tiny_bf16"))
     save(mixtral_tiny(), os.path.join(args.out, "mixtral_tiny"), ids)
+    save(qwen2_tiny(), os.path.join(args.out, "qwen2_tiny"), ids)
     write_configs(args.out)
     write_readme(args.out)
     print("versions:", json.dumps(versions()))
