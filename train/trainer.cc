@@ -255,7 +255,7 @@ absl::Status Trainer::Setup() {
     absl::StrAppend(&variant, ", ", m.query_groups(), " query groups");
   }
   if (!m.tied_output_layer()) variant += ", untied output layer";
-  if (!m.add_bias_linear) variant += ", no linear biases";
+  if (!m.add_bias_linear) variant += m.add_qkv_bias ? ", only a QKV bias" : ", no linear biases";
   if (m.moe()) {
     absl::StrAppend(&variant, ", MoE: ", m.num_experts, " experts, top-", m.moe_router_topk,
                     m.moe_layer_freq == 1 ? " in every layer"
