@@ -32,6 +32,13 @@ absl::StatusOr<std::vector<Planned>> PlanAll(const train::TrainConfig& base, con
 // The table: one row per layout (at most `rows`; 0: all).
 std::string FormatTable(const std::vector<Planned>& plans, const Hardware& hw, size_t rows);
 
+// Why the rest lose against row 1 (the fastest that fits): how many do not fit
+// and which memory category is largest in them; of those that fit, how many
+// are slower mostly by compute, by exposed communication or by bubble (the
+// term with the largest excess over row 1's); and, for rows 2 .. `rows`, each
+// term's difference to row 1.
+std::string WhyTheyLose(const std::vector<Planned>& plans, const Hardware& hw, size_t rows);
+
 // --explain: the formulas with this layout's numbers.
 std::string Explain(const Planned& p, const Hardware& hw);
 

@@ -2,7 +2,9 @@
 // enumeration and ordering of layouts (no timing: see docs/PLANNER.md).
 #include "plan/time_model.h"
 
+#include <algorithm>
 #include <set>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "layers/gpt_config.h"
@@ -140,6 +142,59 @@ TEST(ReportTest, FittingLayoutsFirstFastestFirst) {
   const std::string table = FormatTable(*plans, *hw, 5);
   EXPECT_NE(table.find("tokens/s"), std::string::npos);
   EXPECT_NE(Explain(plans->front(), *hw).find("pipeline::Simulate"), std::string::npos);
+}
+
+TEST(TimeModelTest, OverlappedGradientReductionHidesAllButTheLastLayers) {
+  // Slow DP links: one step's reduction is as long as a good part of the
+  // backward. --overlap-grad-reduce reduces layer by layer (GradientSync's
+  // buckets) behind the last micro-batch's backward: what stays exposed is
+  // less than the whole reduction and at least the last layer's share.
+  absl::StatusOr<Hardware> hw = ParseHardware(R"(
+    name: "slow dp" device_memory_bytes: 1e12 peak_flops: 1e12 memory_bandwidth: 1e15
+    devices_per_node: 1 compute_dtype_bytes: 4
+    intra_node { all_reduce { bus_bandwidth: 1e18 } }
+    inter_node { all_reduce { bus_bandwidth: 2e9 } }
+  )", "slow dp");
+  ASSERT_TRUE(hw.ok()) << hw.status();
+  train::TrainConfig c = Model();
+  c.global_batch_size = 4;
+  train::TrainConfig overlapped = c;
+  overlapped.overlap_grad_reduce = true;
+  ASSERT_TRUE(train::Finalize(&c, 4).ok());
+  ASSERT_TRUE(train::Finalize(&overlapped, 4).ok());
+  absl::StatusOr<StepTime> plain = PredictStepTime(c, *hw);
+  absl::StatusOr<StepTime> hidden = PredictStepTime(overlapped, *hw);
+  ASSERT_TRUE(plain.ok() && hidden.ok());
+  EXPECT_DOUBLE_EQ(plain->dp_exposed, plain->dp_comm);
+  EXPECT_LT(hidden->dp_exposed, 0.9 * hidden->dp_comm);
+  EXPECT_GE(hidden->dp_exposed, hidden->dp_comm / 8 * 0.999);  // 8 layers: the last one's share
+  EXPECT_LT(hidden->step, plain->step);
+}
+
+TEST(TimeModelTest, WhyTheRestLoseNamesEachRowsLargestExcess) {
+  const Hardware hw = Ideal();
+  SearchOptions search;
+  search.gpus = 8;
+  search.devices_per_node = 8;
+  absl::StatusOr<std::vector<Planned>> plans = PlanAll(Model(), hw, search, {});
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_GT(plans->size(), 3u);
+  const std::string why = WhyTheyLose(*plans, hw, 3);
+  EXPECT_NE(why.find("against #1 (" + DescribeLayout(plans->front().config)), std::string::npos)
+      << why;
+  EXPECT_NE(why.find(std::to_string(plans->size() - 1) + " fit and are slower"), std::string::npos)
+      << why;
+  const Planned& second = (*plans)[1];
+  const double excess[3] = {second.time.compute - plans->front().time.compute,
+                            second.time.exposed_comm - plans->front().time.exposed_comm,
+                            second.time.bubble - plans->front().time.bubble};
+  const char* terms[3] = {"compute", "exposed communication", "bubble"};
+  const int largest = static_cast<int>(std::max_element(excess, excess + 3) - excess);
+  const size_t line = why.find("#2 " + DescribeLayout(second.config) + ":");
+  ASSERT_NE(line, std::string::npos) << why;
+  EXPECT_NE(why.find(std::string("(mostly ") + terms[largest] + ")", line), std::string::npos)
+      << why;
+  EXPECT_EQ(why.find("#4 "), std::string::npos) << "rows 2 and 3 only: " << why;
 }
 
 }  // namespace

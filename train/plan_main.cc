@@ -110,6 +110,11 @@ int main(int argc, char** argv) {
       "%d fit in memory; fastest first:\n",
       plans->size(), gpus, typed.empty() ? "" : (" with " + typed).c_str(), rejected, fit);
   std::printf("%s", loom::plan::FormatTable(*plans, *hw, absl::GetFlag(FLAGS_top)).c_str());
+  std::printf("\n%s", loom::plan::WhyTheyLose(*plans, *hw, std::min<size_t>(
+                                                        absl::GetFlag(FLAGS_top) > 0
+                                                            ? absl::GetFlag(FLAGS_top)
+                                                            : plans->size(),
+                                                        10)).c_str());
   if (absl::GetFlag(FLAGS_explain) && !plans->empty()) {
     const size_t k = std::min<size_t>(plans->size(),
                                       std::max(1, absl::GetFlag(FLAGS_explain_rank))) - 1;
