@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/file_util.h"
+#include "checkpoint/hf/tensor_map.h"
 #include "checkpoint/rank_state.h"
 #include "checkpoint/writer.h"
 #include "core/status_macros.h"
@@ -63,14 +63,6 @@ class Source {
   std::set<std::string> taken_;
 };
 
-std::vector<float> Transpose(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  std::vector<float> y(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
-  }
-  return y;
-}
-
 }  // namespace
 
 layers::GptConfig GptConfigFromHf(const HfModelConfig& hf, int64_t seq_length) {
@@ -105,121 +97,27 @@ absl::StatusOr<std::vector<LoomTensor>> LoomTensorsFromHf(const HfModelConfig& h
                                                           const layers::GptConfig& c,
                                                           const TensorSet& tensors) {
   Source src(tensors, hf.path);
+  LOOM_ASSIGN_OR_RETURN(const HfFamily family, HfFamilyOf(hf.model_type));
+  // GPT-2's names as GPT2LMHeadModel saves them, or as GPT2Model does.
+  const std::string gpt2_prefix = src.Has("transformer.wte.weight") ? "transformer." : "";
+  const std::vector<HfMapEntry> table = HfTensorMap(family, c, gpt2_prefix);
+  absl::Status covers = CheckCoversModel(table, c, hf.architecture);
+  if (!covers.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(hf.path, ": ", covers.message()));
+  }
   std::vector<LoomTensor> out;
-  const int64_t h = c.hidden_size, f = c.ffn(), V = c.vocab_size, H = c.num_attention_heads,
-                G = c.query_groups(), d = c.head_dim();
-  auto put = [&](std::string name, std::vector<int64_t> shape, std::vector<float> data) {
-    out.push_back(LoomTensor{std::move(name), std::move(shape), std::move(data)});
-  };
-  auto copy = [&](const std::string& hf_name, const std::string& ours,
-                  std::vector<int64_t> shape) -> absl::Status {
-    LOOM_ASSIGN_OR_RETURN(std::vector<float> x, src.Take(hf_name, shape));
-    put(ours, shape, std::move(x));
-    return absl::OkStatus();
-  };
-  if (hf.model_type == "gpt2") {
-    const std::string t = src.Has("transformer.wte.weight") ? "transformer." : "";
-    // Conv1D [in, out] -> Loom [out, in].
-    auto conv = [&](const std::string& hf_name, const std::string& ours, int64_t in,
-                    int64_t outs) -> absl::Status {
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> x, src.Take(hf_name, {in, outs}));
-      put(ours, {outs, in}, Transpose(x, in, outs));
-      return absl::OkStatus();
-    };
-    LOOM_RETURN_IF_ERROR(copy(t + "wte.weight", layers::kWordEmbeddingName, {V, h}));
-    LOOM_RETURN_IF_ERROR(
-        copy(t + "wpe.weight", layers::kPositionEmbeddingName, {c.max_positions(), h}));
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string q = absl::StrCat(t, "h.", i, "."), p = absl::StrCat("layers.", i, ".");
-      LOOM_RETURN_IF_ERROR(copy(q + "ln_1.weight", p + "input_layernorm.weight", {h}));
-      LOOM_RETURN_IF_ERROR(copy(q + "ln_1.bias", p + "input_layernorm.bias", {h}));
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> cw, src.Take(q + "attn.c_attn.weight", {h, 3 * h}));
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> cb, src.Take(q + "attn.c_attn.bias", {3 * h}));
-      std::vector<float> w(3 * h * h), b(3 * h);
-      for (int64_t j = 0; j < 3 * h; ++j) {
-        // HF column j = part * h + head * d + e -> our row head * 3d + part * d + e.
-        const int64_t part = j / h, within = j % h;
-        const int64_t row = (within / d) * 3 * d + part * d + within % d;
-        b[row] = cb[j];
-        for (int64_t k = 0; k < h; ++k) w[row * h + k] = cw[k * 3 * h + j];
-      }
-      put(p + "attention.qkv.weight", {3 * h, h}, std::move(w));
-      put(p + "attention.qkv.bias", {3 * h}, std::move(b));
-      LOOM_RETURN_IF_ERROR(conv(q + "attn.c_proj.weight", p + "attention.dense.weight", h, h));
-      LOOM_RETURN_IF_ERROR(copy(q + "attn.c_proj.bias", p + "attention.dense.bias", {h}));
-      LOOM_RETURN_IF_ERROR(copy(q + "ln_2.weight", p + "post_attention_layernorm.weight", {h}));
-      LOOM_RETURN_IF_ERROR(copy(q + "ln_2.bias", p + "post_attention_layernorm.bias", {h}));
-      LOOM_RETURN_IF_ERROR(conv(q + "mlp.c_fc.weight", p + "mlp.dense_h_to_4h.weight", h, f));
-      LOOM_RETURN_IF_ERROR(copy(q + "mlp.c_fc.bias", p + "mlp.dense_h_to_4h.bias", {f}));
-      LOOM_RETURN_IF_ERROR(conv(q + "mlp.c_proj.weight", p + "mlp.dense_4h_to_h.weight", f, h));
-      LOOM_RETURN_IF_ERROR(copy(q + "mlp.c_proj.bias", p + "mlp.dense_4h_to_h.bias", {h}));
+  for (const HfMapEntry& e : table) {
+    std::vector<std::vector<float>> parts;
+    for (const HfTensorSpec& t : e.hf) {
+      LOOM_ASSIGN_OR_RETURN(std::vector<float> x, src.Take(t.name, t.shape));
+      parts.push_back(std::move(x));
     }
-    LOOM_RETURN_IF_ERROR(copy(t + "ln_f.weight", layers::kFinalNormWeightName, {h}));
-    LOOM_RETURN_IF_ERROR(copy(t + "ln_f.bias", layers::kFinalNormBiasName, {h}));
-  } else {
-    // Llama / Mistral / Mixtral: RMSNorm, RoPE, SwiGLU, no biases (hf_config
-    // refuses others). A SwiGLU MLP (dense, or one Mixtral expert): [gate; up]
-    // -> dense_h_to_4h [2, F·h], down -> dense_4h_to_h.
-    auto swiglu = [&](const std::string& gate_name, const std::string& up_name,
-                      const std::string& down_name, const std::string& ours) -> absl::Status {
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> gate, src.Take(gate_name, {f, h}));
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> up, src.Take(up_name, {f, h}));
-      gate.insert(gate.end(), up.begin(), up.end());
-      put(ours + "dense_h_to_4h.weight", {2, f * h}, std::move(gate));
-      return copy(down_name, ours + "dense_4h_to_h.weight", {h, f});
-    };
-    if (!c.tied_output_layer()) {
-      LOOM_RETURN_IF_ERROR(copy("lm_head.weight", layers::kOutputLayerName, {V, h}));
-    }
-    LOOM_RETURN_IF_ERROR(copy("model.embed_tokens.weight", layers::kWordEmbeddingName, {V, h}));
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string q = absl::StrCat("model.layers.", i, "."),
-                        p = absl::StrCat("layers.", i, ".");
-      LOOM_RETURN_IF_ERROR(copy(q + "input_layernorm.weight", p + "input_layernorm.weight", {h}));
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> wq,
-                            src.Take(q + "self_attn.q_proj.weight", {H * d, h}));
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> wk,
-                            src.Take(q + "self_attn.k_proj.weight", {G * d, h}));
-      LOOM_ASSIGN_OR_RETURN(std::vector<float> wv,
-                            src.Take(q + "self_attn.v_proj.weight", {G * d, h}));
-      std::vector<float> w((H + 2 * G) * d * h);
-      for (auto [part, from, count] : {std::tuple{layers::QkvPart::kQuery, &wq, H},
-                                       std::tuple{layers::QkvPart::kKey, &wk, G},
-                                       std::tuple{layers::QkvPart::kValue, &wv, G}}) {
-        for (int64_t j = 0; j < count; ++j) {
-          for (int64_t e = 0; e < d; ++e) {
-            const int64_t to = layers::QkvWeightRow(c, part, j, e);
-            std::copy(from->begin() + (j * d + e) * h, from->begin() + (j * d + e + 1) * h,
-                      w.begin() + to * h);
-          }
-        }
-      }
-      put(p + "attention.qkv.weight", {(H + 2 * G) * d, h}, std::move(w));
-      LOOM_RETURN_IF_ERROR(
-          copy(q + "self_attn.o_proj.weight", p + "attention.dense.weight", {h, H * d}));
-      LOOM_RETURN_IF_ERROR(
-          copy(q + "post_attention_layernorm.weight", p + "post_attention_layernorm.weight", {h}));
-      if (c.moe_layer(i)) {
-        // Mixtral as save_pretrained writes it (transformers 5 fuses the
-        // experts in memory only): w1 gate, w3 up, w2 down.
-        const std::string m = q + "block_sparse_moe.";
-        LOOM_RETURN_IF_ERROR(
-            copy(m + "gate.weight", p + "mlp.router.weight", {c.num_experts, h}));
-        for (int64_t e = 0; e < c.num_experts; ++e) {
-          const std::string x = absl::StrCat(m, "experts.", e, ".");
-          LOOM_RETURN_IF_ERROR(swiglu(x + "w1.weight", x + "w3.weight", x + "w2.weight",
-                                      absl::StrCat(p, "mlp.experts.", e, ".")));
-        }
-      } else {
-        LOOM_RETURN_IF_ERROR(swiglu(q + "mlp.gate_proj.weight", q + "mlp.up_proj.weight",
-                                    q + "mlp.down_proj.weight", p + "mlp."));
-      }
-    }
-    LOOM_RETURN_IF_ERROR(copy("model.norm.weight", layers::kFinalNormWeightName, {h}));
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> data, e.transform.ToLoom(std::move(parts)));
+    out.push_back(LoomTensor{e.loom_name, e.loom_shape, std::move(data)});
   }
   // A tied model may still store lm_head: it must be the word embedding.
   if (c.tied_output_layer() && src.Has("lm_head.weight")) {
-    LOOM_ASSIGN_OR_RETURN(std::vector<float> head, src.Take("lm_head.weight", {V, h}));
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> head, src.Take("lm_head.weight", {c.vocab_size, c.hidden_size}));
     for (const LoomTensor& t : out) {
       if (t.name == layers::kWordEmbeddingName && t.data != head) {
         return absl::InvalidArgumentError(
@@ -261,12 +159,7 @@ absl::Status ImportHuggingFace(const ImportOptions& o) {
   // Every parameter of the model (layout 1x1), from the Loom tensors.
   std::map<std::string, const LoomTensor*> by_name;
   for (const LoomTensor& t : loom) by_name[t.name] = &t;
-  std::vector<layers::ParamSpec> specs = layers::EmbeddingParamSpecs(model, 1);
-  for (int64_t i = 0; i < model.num_layers; ++i) {
-    for (auto& s : layers::BlockParamSpecs(model, i)) specs.push_back(s);
-  }
-  for (auto& s : layers::FinalNormParamSpecs(model)) specs.push_back(s);
-  for (auto& s : layers::OutputLayerParamSpecs(model, 1)) specs.push_back(s);
+  const std::vector<layers::ParamSpec> specs = ModelParamSpecs(model);
   if (specs.size() != loom.size()) {
     return absl::InternalError(
         absl::StrCat("import made ", loom.size(), " tensors but the model has ", specs.size()));
