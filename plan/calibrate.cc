@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -11,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "comm/comm.h"
 #include "comm/local/communicator.h"
 #include "core/ops/ops.h"
@@ -145,6 +148,90 @@ absl::StatusOr<std::string> Calibrate() {
       absl::StrFormat("memory_bandwidth: %.6g\n", bandwidth),
       "devices_per_node: 64\nranks_share_compute: true\ncompute_dtype_bytes: 4\n",
       "attention_efficiency: 0.5\n", "intra_node {\n", link, "}\n", "inter_node {\n", link, "}\n");
+}
+
+std::vector<GemmShape> DeviceGemmShapes() {
+  std::vector<GemmShape> shapes;
+  for (int64_t n = 256; n <= 8192; n *= 2) shapes.push_back({n, n, n});
+  const int64_t tokens = 4096;
+  for (int64_t h : {2048, 4096, 6144, 8192, 12288, 18432}) {
+    for (int64_t tp : {1, 2, 4, 8}) {
+      shapes.push_back({tokens, 3 * h / tp, h});  // QKV
+      shapes.push_back({tokens, h, h / tp});      // projection
+      shapes.push_back({tokens, 4 * h / tp, h});  // MLP up
+      shapes.push_back({tokens, h, 4 * h / tp});  // MLP down
+    }
+  }
+  return shapes;
+}
+
+absl::StatusOr<Hardware> CalibrateDevice(const Hardware& base, core::Device device,
+                                         core::DType dtype, const std::vector<GemmShape>& shapes,
+                                         int64_t copy_bytes) {
+  if (!(base.peak_flops() > 0)) {
+    return absl::InvalidArgumentError("--calibrate on a device: --hardware needs peak_flops > 0");
+  }
+  // Repetitions of `fn` for about 20 ms at `rate`, then the best of 3 runs,
+  // each ended by a synchronization (the device queues work asynchronously).
+  auto time_per_call = [&](double work, double rate,
+                           const std::function<absl::Status()>& fn) -> absl::StatusOr<double> {
+    for (int i = 0; i < 2; ++i) {
+      if (absl::Status s = fn(); !s.ok()) return s;
+    }
+    if (absl::Status s = core::ops::Synchronize(device); !s.ok()) return s;
+    const int reps = static_cast<int>(std::clamp(0.02 * rate / std::max(1.0, work), 1.0, 1000.0));
+    absl::StatusOr<double> best = Best(3, [&]() -> absl::Status {
+      for (int i = 0; i < reps; ++i) {
+        if (absl::Status s = fn(); !s.ok()) return s;
+      }
+      return core::ops::Synchronize(device);
+    });
+    if (!best.ok()) return best.status();
+    return *best / reps;
+  };
+  std::map<double, std::pair<double, int>> by_flops;  // flops -> (sum of efficiencies, count)
+  for (const GemmShape& g : shapes) {
+    auto a = core::Tensor::Zeros({g.m, g.k}, dtype, device);
+    auto b = core::Tensor::Zeros({g.k, g.n}, dtype, device);
+    auto c = core::Tensor::Zeros({g.m, g.n}, dtype, device);
+    if (!a.ok() || !b.ok() || !c.ok()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "--calibrate: GEMM buffers of %d x %d x %d on %s", g.m, g.n, g.k, device.ToString()));
+    }
+    const double flops = 2.0 * g.m * g.n * g.k;
+    absl::StatusOr<double> t = time_per_call(flops, base.peak_flops() * 0.5,
+                                             [&] { return core::ops::Matmul(*a, *b, &*c); });
+    if (!t.ok()) return t.status();
+    if (!(*t > 0)) return absl::InternalError("--calibrate: a GEMM took no time");
+    auto& [sum, count] = by_flops[flops];
+    sum += std::min(1.0, flops / *t / base.peak_flops());
+    ++count;
+  }
+  Hardware hw = base;
+  hw.clear_gemm_efficiency();
+  for (const auto& [flops, sum_count] : by_flops) {
+    GemmPoint* p = hw.add_gemm_efficiency();
+    p->set_flops(flops);
+    p->set_efficiency(sum_count.first / sum_count.second);
+  }
+  const int64_t elements = std::max<int64_t>(1, copy_bytes / 4);
+  auto src = core::Tensor::Zeros({elements}, core::DType::kF32, device);
+  auto dst = core::Tensor::Zeros({elements}, core::DType::kF32, device);
+  if (!src.ok() || !dst.ok()) {
+    return absl::ResourceExhaustedError("--calibrate: copy buffers on " + device.ToString());
+  }
+  absl::StatusOr<double> copy =
+      time_per_call(2.0 * elements * 4, base.memory_bandwidth() > 0 ? base.memory_bandwidth() : 1e11,
+                    [&] { return core::ops::Copy(*src, &*dst); });
+  if (!copy.ok()) return copy.status();
+  hw.set_memory_bandwidth(2.0 * elements * 4 / *copy);
+  hw.set_source(absl::StrCat(
+      "GEMM-efficiency curve (", core::DTypeName(dtype), ", against peak_flops ",
+      absl::StrFormat("%.4g", base.peak_flops()), ") and memory bandwidth measured by //train:plan "
+      "--calibrate on ", device.ToString(), " at ",
+      absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
+      "; everything else from: ", base.source()));
+  return hw;
 }
 
 }  // namespace loom::plan

@@ -27,4 +27,9 @@ rc=0; "$plan" "${model[@]}" --tensor-model-parallel-size=3 > out.txt 2> err.txt 
 grep -q "no layout with --tensor-model-parallel-size=3 is valid on 4 ranks" err.txt ||
   fail "the error does not name the typed flag"
 [ ! -s out.txt ] || fail "a table was printed for an impossible constraint"
+# --calibrate on a GPU measures against a datasheet file: without one, exit 2 naming the flag.
+rc=0; "$plan" --calibrate --device=cuda > out.txt 2> err.txt || rc=$?
+[ "$rc" = 2 ] || fail "--calibrate --device=cuda without --hardware exited $rc, expected 2"
+grep -q "needs --hardware=FILE" err.txt || fail "the error does not name --hardware"
+
 echo PASS

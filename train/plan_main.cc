@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "google/protobuf/text_format.h"
 #include "comm/launch/flags.h"
 #include "core/cli.h"
 #include "plan/calibrate.h"
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/report.h"
+#include "train/device_setup.h"
 #include "train/gpt_flags.h"
 
 ABSL_FLAG(int, gpus, 0, "Ranks to plan for (0: --nproc-per-node x --nnodes)");
@@ -32,7 +34,8 @@ ABSL_FLAG(bool, tp_comm_overlap, false,
           "Assume Megatron's --tp-comm-overlap (forward TP communication hidden behind GEMMs)");
 ABSL_FLAG(bool, calibrate, false,
           "Measure this machine (GEMM sizes, memcpy, the local backend's collectives) and print "
-          "a hardware file");
+          "a hardware file; with --device=cuda [--bf16] --hardware=BASE: BASE with the GEMM "
+          "curve and memory bandwidth measured on the GPU");
 
 namespace {
 // `bazel run` starts binaries in their runfiles: a relative --hardware is
@@ -43,9 +46,45 @@ std::string UserPath(const std::string& path) {
   return std::string(cwd) + "/" + path;
 }
 
+// --calibrate --device=cuda [--bf16] --hardware=BASE: BASE with the GEMM curve
+// and memory bandwidth measured on this rank's GPU (plan/calibrate.h).
+int CalibrateDevice() {
+  loom::train::TrainConfig config = loom::train::ConfigFromFlags();
+  const std::string path = UserPath(absl::GetFlag(FLAGS_hardware));
+  if (path.empty()) {
+    std::fprintf(stderr,
+                 "plan: --calibrate --device=cuda needs --hardware=FILE: the datasheet description "
+                 "whose peak_flops the measured curve is relative to and whose links it keeps "
+                 "(e.g. plan/testdata/h100_dgx.textproto)\n");
+    return 2;
+  }
+  absl::StatusOr<loom::plan::Hardware> base = loom::plan::LoadHardware(path);
+  if (!base.ok()) {
+    std::fprintf(stderr, "plan: %s\n", std::string(base.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = loom::train::SelectDevice(&config, 0, 1); !s.ok()) {
+    std::fprintf(stderr, "plan: --calibrate --device=cuda: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<loom::plan::Hardware> hw = loom::plan::CalibrateDevice(
+      *base, config.model.device, config.bf16 ? loom::core::DType::kBF16 : loom::core::DType::kF32,
+      loom::plan::DeviceGemmShapes(), int64_t{1} << 30);
+  std::string text;
+  if (!hw.ok() || !google::protobuf::TextFormat::PrintToString(*hw, &text)) {
+    std::fprintf(stderr, "plan: --calibrate --device=cuda: %s\n",
+                 hw.ok() ? "cannot print the result" : std::string(hw.status().message()).c_str());
+    return 1;
+  }
+  std::printf("# Measured by `//train:plan -- --calibrate --device=cuda%s --hardware=%s`\n"
+              "# (plan/calibrate.h): GEMM curve and memory bandwidth; the rest is that file's.\n%s",
+              config.bf16 ? " --bf16" : "", absl::GetFlag(FLAGS_hardware).c_str(), text.c_str());
+  return 0;
+}
+
 constexpr char kUsage[] =
     "bazel run //train:plan -- <model flags of //train:gpt> --gpus=N --hardware=FILE "
-    "--global-batch-size=B [--explain] | --calibrate";
+    "--global-batch-size=B [--explain] | --calibrate [--device=cuda [--bf16] --hardware=BASE]";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,6 +93,9 @@ int main(int argc, char** argv) {
   const std::set<std::string> fixed = loom::plan::TypedLayoutFlags(
       loom::core::FlagNamesIn(std::vector<std::string>(argv, argv + argc)));
   loom::comm::launch::ParseFlags(argc, argv, kUsage);
+  if (absl::GetFlag(FLAGS_calibrate) && loom::train::ConfigFromFlags().device == "cuda") {
+    return CalibrateDevice();
+  }
   if (absl::GetFlag(FLAGS_calibrate)) {
     absl::StatusOr<std::string> text = loom::plan::Calibrate();
     if (!text.ok()) {
