@@ -26,14 +26,14 @@ absl::StatusOr<Tensor> Slice(const Tensor& flat, const FlatRange& r) {
 // embedding, completed only by the embedding-group sum).
 struct Segment {
   FlatRange range;
-  int unit = -1;  // index into GptModel::units()
+  int unit = -1;  // index into StageModel::units()
   bool tied = false;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
-    layers::GptModel* model, const GradientSyncGroups& groups, const GradientSyncOptions& options) {
+    layers::StageModel* model, const GradientSyncGroups& groups, const GradientSyncOptions& options) {
   if (model == nullptr) return absl::InvalidArgumentError("GradientSync: no model");
   if (options.micro_batches < 1) {
     return absl::InvalidArgumentError(

@@ -48,7 +48,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/comm.h"
-#include "layers/gpt_model.h"
+#include "layers/stage_model.h"
 
 namespace loom::distributed {
 
@@ -99,7 +99,7 @@ class GradientSync {
  public:
   // Lays out the buckets and installs the model's hooks. `model` must
   // outlive the GradientSync (which removes its hooks when destroyed).
-  static absl::StatusOr<std::unique_ptr<GradientSync>> Create(layers::GptModel* model,
+  static absl::StatusOr<std::unique_ptr<GradientSync>> Create(layers::StageModel* model,
                                                               const GradientSyncGroups& groups,
                                                               const GradientSyncOptions& options);
   ~GradientSync();
@@ -136,7 +136,7 @@ class GradientSync {
   int buckets_started_early() const { return started_early_; }
 
  private:
-  GradientSync(layers::GptModel* model, GradientSyncGroups groups, GradientSyncOptions options)
+  GradientSync(layers::StageModel* model, GradientSyncGroups groups, GradientSyncOptions options)
       : model_(model), groups_(groups), options_(options) {}
   absl::Status Layout();
   absl::Status OnBackward(int64_t unit);
@@ -152,7 +152,7 @@ class GradientSync {
   // The bucket's parts: its expert and dense runs under EP, else all of it.
   std::vector<BucketPart> Parts(const FlatRange& bucket) const;
 
-  layers::GptModel* model_;
+  layers::StageModel* model_;
   GradientSyncGroups groups_;
   GradientSyncOptions options_;
   std::vector<GradBucket> buckets_;

@@ -183,18 +183,35 @@ absl::Status GptModel::BuildLayers() {
 }
 
 absl::Status GptModel::Before(int64_t unit) const {
-  return hooks_.before_forward ? hooks_.before_forward(unit) : absl::OkStatus();
+  const ModelHooks& h = hooks();
+  return h.before_forward ? h.before_forward(unit) : absl::OkStatus();
 }
 
 absl::Status GptModel::After(int64_t unit) const {
-  return hooks_.after_backward ? hooks_.after_backward(unit) : absl::OkStatus();
+  const ModelHooks& h = hooks();
+  return h.after_backward ? h.after_backward(unit) : absl::OkStatus();
+}
+
+Shape GptModel::BoundaryShape(int64_t micro_batch_size) const {
+  const int64_t local = local_seq_length();  // this CP rank's two chunks
+  const int64_t s = tp_.sequence_parallel && tp_.parallel() ? local / tp_.size() : local;
+  return Shape{s, micro_batch_size, config_.hidden_size};
+}
+
+core::DType GptModel::boundary_dtype() const {
+  return config_.device.is_cpu() ? core::DType::kF32 : config_.compute_dtype;
 }
 
 absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tensor& targets,
-                                         const DropoutStream& dropout, Saved* saved,
+                                         const DropoutStream& dropout, Activations* activations,
                                          double* loss) {
   if (c < 0 || c >= static_cast<int>(chunks_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("GptModel: no chunk ", c));
+  }
+  Saved* const saved = dynamic_cast<Saved*>(activations);
+  if (saved == nullptr) {
+    return absl::InvalidArgumentError(
+        "GptModel::Forward: the activations are not a GptModel::Saved (use NewActivations())");
   }
   const ChunkSpec& chunk = chunks_[c];
   Tensor x = input;
@@ -245,15 +262,22 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
   return Tensor();
 }
 
-absl::StatusOr<double> GptModel::LossOf(const Tensor& loss_sums) {
+absl::StatusOr<double> GptModel::LossOf(const Tensor& loss_sums) const {
   return VocabParallelCrossEntropy::MeanLoss(loss_sums);
 }
 
 absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
-                                          const DropoutStream& dropout, const Saved& saved) {
+                                          const DropoutStream& dropout,
+                                          const Activations& activations) {
   if (c < 0 || c >= static_cast<int>(chunks_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("GptModel: no chunk ", c));
   }
+  const Saved* const as_saved = dynamic_cast<const Saved*>(&activations);
+  if (as_saved == nullptr) {
+    return absl::InvalidArgumentError(
+        "GptModel::Backward: the activations are not a GptModel::Saved (use NewActivations())");
+  }
+  const Saved& saved = *as_saved;
   const ChunkSpec& chunk = chunks_[c];
   Tensor d = dy;
   if (chunk.post_process) {
@@ -329,25 +353,6 @@ absl::StatusOr<Tensor> GptModel::GatherLogits(const Saved& saved) const {
   LOOM_ASSIGN_OR_RETURN(Tensor f32, Tensor::Empty(out.shape(), core::DType::kF32));
   LOOM_RETURN_IF_ERROR(core::ops::Convert(out, &f32));  // bf16 logits, for the caller in f32
   return f32;
-}
-
-absl::Status AllReduceSequenceParallelGrads(
-    const TpGroup& tp, ParamBuffer* params,
-    const std::vector<std::pair<int64_t, int64_t>>& ranges) {
-  if (!tp.sequence_parallel || !tp.parallel()) return absl::OkStatus();
-  std::vector<comm::WorkPtr> works;
-  for (Param& p : params->params()) {
-    if (!p.spec->sequence_parallel_grad) continue;
-    const int64_t p_end = p.offset + p.grad.numel();
-    for (const auto& [begin, end] : ranges) {
-      const int64_t from = std::max(begin, p.offset), to = std::min(end, p_end);
-      if (from >= to) continue;
-      LOOM_ASSIGN_OR_RETURN(Tensor flat, p.grad.Reshape(Shape{p.grad.numel()}));
-      LOOM_ASSIGN_OR_RETURN(Tensor part, flat.Narrow(from - p.offset, to - from));
-      works.push_back(tp.comm->AllReduce(part, comm::ReduceOp::kSum));
-    }
-  }
-  return comm::WaitAllOnStream(works);
 }
 
 }  // namespace loom::layers

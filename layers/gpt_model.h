@@ -15,33 +15,12 @@
 #include "layers/layer_norm.h"
 #include "layers/linear.h"
 #include "layers/params.h"
+#include "layers/stage_model.h"
 #include "layers/tp_group.h"
 #include "layers/transformer_block.h"
 #include "layers/vocab_parallel.h"
 
 namespace loom::layers {
-
-// A contiguous run of layers held by one pipeline stage (a "model chunk";
-// interleaved schedules give a stage several). The first chunk of the model
-// also embeds the tokens; the last also computes the loss.
-struct ChunkSpec {
-  int64_t first_layer = 0;
-  int64_t num_layers = 0;
-  bool pre_process = true;   // token (+ learned position) embedding
-  bool post_process = true;  // final norm, output layer (tied or not), cross-entropy
-};
-
-// Parameter units, in the order a forward reads them: what data parallelism
-// buckets and waits on (//distributed:gradient_sync). Unit ids:
-//   kEmbeddingUnit        token (+ position) embedding (a pre_process chunk)
-//   0 .. num_layers - 1   transformer layer l (global index)
-//   num_layers            the head: final norm + the output layer (the word
-//                         embedding when tied, else output_layer.weight)
-inline constexpr int64_t kEmbeddingUnit = -1;
-struct ParamUnit {
-  int64_t id = 0;
-  std::vector<ParamHandle> params;  // read by its forward, accumulated by its backward
-};
 
 // How the blocks of a chunk run under the config's activation recomputation
 // (GptConfig's recompute_* fields, Megatron's semantics): consecutive runs of
@@ -61,15 +40,6 @@ struct BlockRun {
 };
 std::vector<BlockRun> RecomputePlan(const GptConfig& config, int64_t num_layers);
 
-// Progress callbacks, for data parallelism to overlap its communication with
-// the computation. An error stops the forward or backward that called it.
-struct ModelHooks {
-  // Before a forward reads unit `id`'s parameters (ZeRO-1 parameter gather).
-  std::function<absl::Status(int64_t unit)> before_forward;
-  // After a backward of one micro-batch has accumulated unit `id`'s gradients.
-  std::function<absl::Status(int64_t unit)> after_backward;
-};
-
 // A GPT-2-style model (token + learned position embeddings, pre-LN blocks,
 // final LayerNorm, output layer tied to the token embedding), or as the
 // config says a Llama-style one (RMSNorm, RoPE and no position table, SwiGLU,
@@ -81,11 +51,15 @@ struct ModelHooks {
 // The model only computes: gradients accumulate into the ParamBuffer and
 // every reduction across ranks (data parallel, the sequence-parallel sum over
 // TP, the tied embedding across pipeline stages) is GradientSync's.
-class GptModel {
+//
+// The GPT family's StageModel (layers/stage_model.h): the pipeline executor,
+// the gradient sync and the trainer's timers see only that interface.
+class GptModel : public StageModel {
  public:
   // What one forward of one chunk keeps for its backward (one per in-flight
-  // micro-batch).
-  struct Saved {
+  // micro-batch). Forward and Backward take only a Saved (as their
+  // StageModel::Activations).
+  struct Saved : StageModel::Activations {
     core::Tensor ids;  // pre_process: [s, b]
     VocabParallelEmbedding::Saved embedding;
     std::vector<TransformerBlock::Saved> blocks;  // empty where a block is recomputed
@@ -95,7 +69,8 @@ class GptModel {
     LayerNorm::Saved final_norm;
     ColumnParallelLinear::Saved output;
     VocabParallelCrossEntropy::Saved loss;
-    int64_t ActivationBytes() const;  // for memory accounting
+    int64_t ActivationBytes() const override;  // for memory accounting
+    core::Tensor DeviceLoss() const override { return loss.sums; }
   };
 
   // `buffer_multiple`: pad every parameter's slot in the flat buffers to a
@@ -118,18 +93,21 @@ class GptModel {
   // The single-chunk, whole-model form.
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config, TpGroup tp);
 
+  std::unique_ptr<Activations> NewActivations() const override {
+    return std::make_unique<Saved>();
+  }
   // Forward of chunk `c`. Input: token ids i32[s, b] for a pre_process chunk,
   // else the hidden state [s(/p), b, h] (s: local_seq_length()). Returns the hidden state, or for a
   // post_process chunk an empty tensor with *loss set (mean over tokens;
   // `targets` i32[s, b] is used only there). `loss` may be null: then the
   // loss stays on the device in saved->loss.sums (see LossOf), and the host
-  // does not wait for the forward's kernels.
+  // does not wait for the forward's kernels. `saved` must be a Saved.
   absl::StatusOr<core::Tensor> Forward(int c, const core::Tensor& input,
                                        const core::Tensor& targets, const DropoutStream& dropout,
-                                       Saved* saved, double* loss);
+                                       Activations* saved, double* loss) override;
   // The mean loss of a post_process forward whose `loss` was null, from its
   // saved->loss.sums (kept by the caller after the Saved is released).
-  static absl::StatusOr<double> LossOf(const core::Tensor& loss_sums);
+  absl::StatusOr<double> LossOf(const core::Tensor& loss_sums) const override;
   // Backward of chunk `c`: `dy` is the gradient of its output (ignored for a
   // post_process chunk, which starts from `dloss`, the weight of this
   // micro-batch's mean loss; every chunk scales its MoE layers' load-balancing
@@ -139,40 +117,46 @@ class GptModel {
   // from its kept input with the same `dropout` (same masks: bit-identical to
   // no recomputation), repeating the run's TP collectives but calling no
   // before_forward hook (the parameters were gathered for the forward).
+  // `saved` must be a Saved.
   absl::StatusOr<core::Tensor> Backward(int c, const core::Tensor& dy, float dloss,
-                                        const DropoutStream& dropout, const Saved& saved);
+                                        const DropoutStream& dropout,
+                                        const Activations& saved) override;
 
   // Full logits [s, b, V] (unpadded) of a post_process chunk's last forward,
   // gathered over TP, as f32 on the host: for tests and text generation.
   absl::StatusOr<core::Tensor> GatherLogits(const Saved& saved) const;
 
-  void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
-  const ModelHooks& hooks() const { return hooks_; }  // to chain another observer
   // This rank's parameter units, in forward order.
-  const std::vector<ParamUnit>& units() const { return units_; }
-  int64_t head_unit() const { return config_.num_layers; }
+  const std::vector<ParamUnit>& units() const override { return units_; }
+  int64_t head_unit() const override { return config_.num_layers; }
 
   // Handles of the parameters outside the blocks (invalid where this rank
   // does not hold them). With a tied output layer the word embedding of a
   // last stage that does not also hold the first is a tied copy
   // (Param::tied_copy); untied, a last stage holds output_layer() instead and
   // a first stage's word embedding is an ordinary parameter.
-  ParamHandle word_embedding() const { return word_embedding_; }
+  ParamHandle word_embedding() const override { return word_embedding_; }
   ParamHandle position_embedding() const { return position_embedding_; }  // learned_absolute
   ParamHandle output_layer() const { return output_layer_weight_; }      // untied
   // True when the word embedding is also the output layer: its copies on the
   // first and last stage must be summed (GradientSync).
-  bool tied_word_embedding() const { return config_.tied_output_layer(); }
+  bool tied_word_embedding() const override { return config_.tied_output_layer(); }
 
   const GptConfig& config() const { return config_; }
-  const TpGroup& tp() const { return tp_; }
+  const TpGroup& tp() const override { return tp_; }
   const CpGroup& cp() const { return cp_; }
   const EpGroup& ep() const { return ep_; }
   // Rows of this rank's sequence before SP: --seq-length / --context-parallel-size.
-  int64_t local_seq_length() const { return config_.seq_length / cp_.size(); }
-  const std::vector<ChunkSpec>& chunks() const { return chunks_; }
-  ParamBuffer& params() { return params_; }
-  const ParamBuffer& params() const { return params_; }
+  int64_t local_seq_length() const override { return config_.seq_length / cp_.size(); }
+  // [s/cp (/tp under sequence parallelism), b, h] (as pipeline::BoundaryShape),
+  // in the compute dtype, except on the CPU, where --bf16 changes only the
+  // GEMMs' operands (layers/linear.h): f32.
+  core::Shape BoundaryShape(int64_t micro_batch_size) const override;
+  core::DType boundary_dtype() const override;
+  core::Device device() const override { return config_.device; }
+  const std::vector<ChunkSpec>& chunks() const override { return chunks_; }
+  ParamBuffer& params() override { return params_; }
+  const ParamBuffer& params() const override { return params_; }
   int64_t padded_vocab_size() const { return padded_vocab_; }
 
  private:
@@ -205,16 +189,7 @@ class GptModel {
   std::optional<ColumnParallelLinear> output_layer_;       // post_process
   VocabParallelCrossEntropy loss_;
   std::vector<ParamUnit> units_;
-  ModelHooks hooks_;
 };
-
-// Under sequence parallelism, all-reduces (sum) over TP the gradients of the
-// replicated parameters that saw only s/p rows (LayerNorm, row-parallel bias,
-// position embedding), restricted to the flat ranges `ranges` of the buffer
-// (every TP rank passes the same ranges: their buffers have one layout).
-// A no-op without SP. Collective over TP.
-absl::Status AllReduceSequenceParallelGrads(const TpGroup& tp, ParamBuffer* params,
-                                            const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
 }  // namespace loom::layers
 

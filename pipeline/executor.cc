@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,7 +12,7 @@
 namespace loom::pipeline {
 
 using core::Tensor;
-using layers::GptModel;
+using layers::StageModel;
 
 namespace {
 
@@ -37,20 +38,16 @@ absl::Status CheckIds(const char* what, const Tensor& t, int64_t s, int64_t b, i
 
 }  // namespace
 
-Executor::Executor(const Schedule& schedule, GptModel* model, comm::Communicator* pp,
+Executor::Executor(const Schedule& schedule, StageModel* model, comm::Communicator* pp,
                    const ExecutorOptions& options, core::Shape boundary)
     : schedule_(schedule),
       model_(model),
       pp_(pp),
       options_(options),
       pp_rank_(pp ? pp->rank() : 0),
-      // Activations are in the compute dtype, except on the CPU, where
-      // --bf16 changes only the GEMMs' operands (layers/linear.h).
-      p2p_(pp, schedule.options.vp, boundary,
-           model->config().device.is_cpu() ? core::DType::kF32 : model->config().compute_dtype,
-           model->config().device) {}
+      p2p_(pp, schedule.options.vp, boundary, model->boundary_dtype(), model->device()) {}
 
-absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* model,
+absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, StageModel* model,
                                           comm::Communicator* pp,
                                           const ExecutorOptions& options) {
   const int P = schedule.options.pp, v = schedule.options.vp, M = schedule.options.micro_batches;
@@ -80,7 +77,7 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* mo
     return absl::InvalidArgumentError(absl::StrCat(
         "pipeline executor, stage ", rank, ": the model holds ", chunks.size(),
         " chunk(s) but the schedule runs --virtual-pipeline-model-parallel-size ", v,
-        " chunks per stage; create the GptModel with one ChunkSpec per chunk (LayersOf)"));
+        " chunks per stage; create the model with one ChunkSpec per chunk (LayersOf)"));
   }
   for (int c = 0; c < v; ++c) {
     const int vs = VirtualStage(P, rank, c);
@@ -117,8 +114,7 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, GptModel* mo
                              : "a training step needs a schedule with backwards (BuildSchedule)"));
   }
   LOOM_RETURN_IF_ERROR(CheckTagRange(M, P * v));
-  const core::Shape boundary =
-      BoundaryShape(model->config(), model->tp(), options.micro_batch_size, model->cp().size());
+  const core::Shape boundary = model->BoundaryShape(options.micro_batch_size);
   return Executor(schedule, model, pp, options, boundary);
 }
 
@@ -131,7 +127,8 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
 
   std::map<int, MicroBatch> batches;     // fetched, until the last backward of m here
   std::map<int, int> backwards_done;     // per micro-batch, of v chunks
-  std::map<Key, GptModel::Saved> saved;  // forward done, backward not yet
+  // Forward done, backward not yet.
+  std::map<Key, std::unique_ptr<StageModel::Activations>> saved;
   std::map<Key, Tensor> outputs;         // forward outputs awaiting SendActivation
   std::map<Key, Tensor> inputs;          // received activations awaiting Forward
   std::map<Key, Tensor> input_grads;     // backward results awaiting SendGrad
@@ -172,7 +169,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     }
     if (spec.post_process) LOOM_RETURN_IF_ERROR(CheckIds("targets", mb->targets, s, b, a.micro_batch));
     if (saved.count(key)) return absl::InternalError("the schedule runs this forward twice");
-    GptModel::Saved& record = saved[key];
+    StageModel::Activations& record = *(saved[key] = model_->NewActivations());
     // The loss stays on the device until the step ends: reading it back here
     // would make the host wait for every micro-batch's forward on a GPU.
     absl::StatusOr<Tensor> out =
@@ -182,7 +179,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
       return out.status();
     }
     if (spec.post_process) {
-      loss_sums[a.micro_batch] = record.loss.sums;
+      loss_sums[a.micro_batch] = record.DeviceLoss();
     } else {
       if (out->shape() != p2p_.boundary_shape()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -221,7 +218,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
       output_grads.erase(it);
     }
     LOOM_ASSIGN_OR_RETURN(Tensor dx, model_->Backward(a.chunk, dy, options_.loss_scale,
-                                                      mb->dropout, rec->second));
+                                                      mb->dropout, *rec->second));
     if (!spec.pre_process) {
       if (dx.shape() != p2p_.boundary_shape()) {
         return absl::InvalidArgumentError(absl::StrCat("input gradient ", dx.DebugString(),
@@ -302,7 +299,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
         return absl::InternalError(absl::StrCat("stage ", me, ": no forward of micro-batch ", m,
                                                 " through the last chunk"));
       }
-      LOOM_ASSIGN_OR_RETURN(result.losses[m], GptModel::LossOf(loss_sums[m]));
+      LOOM_ASSIGN_OR_RETURN(result.losses[m], model_->LossOf(loss_sums[m]));
     }
     double sum = 0;
     for (double l : result.losses) sum += l;
@@ -314,7 +311,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     // issued before (comm/comm.h, POINT TO POINT).
     LOOM_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(core::Shape{1}, core::DType::kF64));
     host.data<double>()[0] = result.mean_loss;
-    LOOM_ASSIGN_OR_RETURN(Tensor t, host.To(model_->config().device));  // NCCL moves device memory
+    LOOM_ASSIGN_OR_RETURN(Tensor t, host.To(model_->device()));  // NCCL moves device memory
     absl::Status st = pp_->Broadcast(t, /*root=*/P - 1)->WaitOnStream();
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("stage ", me,

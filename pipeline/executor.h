@@ -2,15 +2,15 @@
 #define LOOM_PIPELINE_EXECUTOR_H_
 
 // Runs one training step of a pipeline schedule (//pipeline:schedule) on the
-// model chunks one rank holds: Megatron's forward_backward_func over
-// schedules-as-data.
+// model chunks one rank holds (any layers::StageModel: layers/stage_model.h):
+// Megatron's forward_backward_func over schedules-as-data.
 //
 // Every pipeline stage (and every TP rank of it) constructs one Executor and
 // calls RunStep once per step, in the same order as its peers. RunStep:
 //   1. executes this stage's action list: Forward/Backward of its chunks, and
 //      each run of consecutive communication actions as ONE BatchSendRecv
 //      (//pipeline:p2p) that it waits for before going on;
-//   2. keeps only the activations (GptModel::Saved) the schedule still needs:
+//   2. keeps only the activations (StageModel::Activations) the schedule still needs:
 //      a micro-batch's record is freed right after its backward;
 //   3. accumulates gradients over micro-batches into the model's grad buffer
 //      (the backward of micro-batch m starts from dloss = loss_scale); it does
@@ -44,7 +44,7 @@
 #include "comm/comm.h"
 #include "core/tensor.h"
 #include "layers/attention.h"
-#include "layers/gpt_model.h"
+#include "layers/stage_model.h"
 #include "pipeline/p2p.h"
 #include "pipeline/schedule.h"
 
@@ -95,10 +95,10 @@ struct StepResult {
   // Mean of `losses`, on every stage (broadcast over pp); on other stages 0
   // when broadcast_loss is false.
   double mean_loss = 0;
-  // Peak number of live GptModel::Saved records per chunk during the step
+  // Peak number of live StageModel::Activations records per chunk during the step
   // (GPipe: M; 1F1B: at most P on stage 0).
   std::vector<int> peak_live_saved;
-  // Peak of the summed Saved::ActivationBytes() over all chunks.
+  // Peak of the summed Activations::ActivationBytes() over all chunks.
   int64_t peak_activation_bytes = 0;
 };
 
@@ -110,7 +110,7 @@ class Executor {
   // be null when P = 1); every communication action's peer is an adjacent
   // stage; tags fit; the schedule has backward actions unless forward_only.
   // The pointers must outlive the Executor.
-  static absl::StatusOr<Executor> Create(const Schedule& schedule, layers::GptModel* model,
+  static absl::StatusOr<Executor> Create(const Schedule& schedule, layers::StageModel* model,
                                          comm::Communicator* pp,
                                          const ExecutorOptions& options = {});
 
@@ -125,11 +125,11 @@ class Executor {
   bool is_last_stage() const { return pp_rank_ == schedule_.options.pp - 1; }
 
  private:
-  Executor(const Schedule& schedule, layers::GptModel* model, comm::Communicator* pp,
+  Executor(const Schedule& schedule, layers::StageModel* model, comm::Communicator* pp,
            const ExecutorOptions& options, core::Shape boundary);
 
   Schedule schedule_;
-  layers::GptModel* model_;
+  layers::StageModel* model_;
   comm::Communicator* pp_;
   ExecutorOptions options_;
   int pp_rank_ = 0;

@@ -37,7 +37,9 @@ namespace loom::pipeline {
 
 // The shape of every activation / grad crossing a stage boundary:
 // [s / tp if sequence parallel else s, micro_batch_size, hidden_size] with
-// s = seq_length / cp (a context-parallel rank's two chunks).
+// s = seq_length / cp (a context-parallel rank's two chunks). The GPT
+// family's boundary: GptModel::BoundaryShape is the same formula, and the
+// executor takes its model's (StageModel::BoundaryShape).
 core::Shape BoundaryShape(const layers::GptConfig& config, const layers::TpGroup& tp,
                           int64_t micro_batch_size, int cp = 1);
 

@@ -160,7 +160,7 @@ class Timers {
 // the action's start) to its own.
 class ExecutorTimers : public pipeline::ActionObserver {
  public:
-  // `head_unit`: GptModel::head_unit() (the output layer's unit id).
+  // `head_unit`: StageModel::head_unit() (the output layer's unit id).
   explicit ExecutorTimers(Timers* timers, int64_t head_unit = -2)
       : timers_(timers), head_unit_(head_unit) {}
   void Begin(const pipeline::Action* actions, int count) override;

@@ -118,6 +118,9 @@ absl::Status Trainer::Setup() {
   layers::TpGroup tp{groups_.tp.get(), config_.sequence_parallel};
   layers::CpGroup cp{groups_.cp.get()};
   {
+    // The GPT family's factory. The executor, the gradient sync and the
+    // timers below see only a layers::StageModel: a new model family
+    // provides another StageModel here.
     core::MemoryScope tag(core::MemoryCategory::kParameters);
     LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(
                                       config_.model, tp, cp, chunks,
