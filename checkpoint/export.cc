@@ -62,20 +62,22 @@ absl::Status WriteHfFolder(const std::string& out_dir, const std::vector<hf::Nam
 // Mixtral's default, for checkpoints older than their moe_aux_loss_coeff.
 constexpr double kMixtralAuxLossCoef = 0.001;
 
-// LlamaForCausalLM, or MixtralForCausalLM for an MoE checkpoint whose every
-// layer is MoE (the caller checks): the same names but block_sparse_moe for mlp.
+// LlamaForCausalLM, MixtralForCausalLM for an MoE checkpoint whose every
+// layer is MoE (the caller checks): the same names but block_sparse_moe for
+// mlp, or Qwen2ForCausalLM for one with a QKV bias (--add-qkv-bias).
 absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, hf::Dtype dtype) {
   const layers::GptConfig c = GptConfigFromProto(reader.manifest().model());
-  const bool mixtral = c.moe();
+  const bool mixtral = c.moe(), qwen2 = c.add_qkv_bias;
+  const char* architecture =
+      mixtral ? "MixtralForCausalLM" : (qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
   const int64_t h = c.hidden_size, f = c.ffn(), V = c.vocab_size, H = c.num_attention_heads,
                 G = c.query_groups(), d = c.head_dim();
   LOOM_ASSIGN_OR_RETURN(
       std::vector<hf::NamedTensor> tensors,
-      HfTensors(reader, mixtral ? hf::HfFamily::kMixtral : hf::HfFamily::kLlama,
-                mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"));
+      HfTensors(reader, mixtral ? hf::HfFamily::kMixtral : hf::HfFamily::kLlama, architecture));
   nlohmann::ordered_json config = {
-      {"architectures", {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", mixtral ? "mixtral" : "llama"},
+      {"architectures", {architecture}},
+      {"model_type", mixtral ? "mixtral" : (qwen2 ? "qwen2" : "llama")},
       {"vocab_size", V},
       {"hidden_size", h},
       {"intermediate_size", f},
@@ -102,6 +104,10 @@ absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, h
     config["router_jitter_noise"] = 0.0;
     config["output_router_logits"] = false;
     config["sliding_window"] = nullptr;
+  } else if (qwen2) {
+    // Qwen2's q/k/v_proj always carry a bias, o_proj and the MLP none.
+    config["use_sliding_window"] = false;
+    config["sliding_window"] = nullptr;
   } else {
     config["attention_bias"] = false;
     config["mlp_bias"] = false;
@@ -122,6 +128,12 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
   const layers::GptConfig c = GptConfigFromProto(m);
   const bool llama = c.rms_norm() && c.rope() && c.swiglu && !c.add_bias_linear &&
                      c.rotary_percent == 1.0f;
+  if (c.moe() && c.add_qkv_bias) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", iter_dir, " is a mixture of experts (--num-experts=", c.num_experts,
+        ") with --add-qkv-bias: no Hugging Face architecture (MixtralForCausalLM has no QKV "
+        "bias) to export it as"));
+  }
   if (c.moe()) {
     // Mixtral: Llama's architecture with every MLP a mixture of SwiGLU experts.
     if (!llama) {
@@ -146,7 +158,8 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint ", iter_dir, " is neither GPT-2 (LayerNorm, learned_absolute, GELU, biases, "
         "tied) nor Llama (RMSNorm, rope with --rotary-percent=1, --swiglu, "
-        "--disable-bias-linear): no Hugging Face architecture to export it as"));
+        "--disable-bias-linear; Qwen2 with --add-qkv-bias): no Hugging Face architecture to "
+        "export it as"));
   }
   const int64_t h = m.hidden_size(), f = m.ffn_hidden_size(), heads = m.num_attention_heads();
   LOOM_ASSIGN_OR_RETURN(std::vector<hf::NamedTensor> tensors,

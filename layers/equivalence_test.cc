@@ -64,11 +64,17 @@ GptConfig LlamaConfig(int tp) {
 // Mixtral-style: the Llama-style model with an MoE MLP in every other layer
 // (4 experts, top-2, load-balancing and z losses), dropless or with a
 // capacity that drops and pads (every layout must drop the same assignments).
-enum class Arch { kGpt2, kLlama, kMoe, kMoeCapacity };
+// Qwen2-style: the Llama-style model with a bias on the QKV projection only
+// (its rows split with the weight's over TP).
+enum class Arch { kGpt2, kLlama, kQwen2, kMoe, kMoeCapacity };
 GptConfig ConfigOf(Arch arch, int tp) {
   if (arch == Arch::kGpt2) return TestConfig();
   GptConfig c = LlamaConfig(tp);
   if (arch == Arch::kLlama) return c;
+  if (arch == Arch::kQwen2) {
+    c.add_qkv_bias = true;
+    return c;
+  }
   c.num_experts = 4;
   c.moe_router_topk = 2;
   c.moe_layer_freq = 2;  // layer 0 MoE, layer 1 dense
@@ -84,6 +90,7 @@ const char* ArchName(Arch a) {
   switch (a) {
     case Arch::kGpt2: return "";
     case Arch::kLlama: return "_llama";
+    case Arch::kQwen2: return "_qwen2";
     case Arch::kMoe: return "_moe";
     case Arch::kMoeCapacity: return "_moe_capacity";
   }
@@ -178,7 +185,8 @@ TEST_P(EquivalenceTest, MatchesSingleRank) {
 INSTANTIATE_TEST_SUITE_P(Layouts, EquivalenceTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool(),
                                             ::testing::Values(Arch::kGpt2, Arch::kLlama,
-                                                              Arch::kMoe, Arch::kMoeCapacity)),
+                                                              Arch::kQwen2, Arch::kMoe,
+                                                              Arch::kMoeCapacity)),
                          [](const auto& info) {
                            return "tp" + std::to_string(std::get<0>(info.param)) +
                                   (std::get<1>(info.param) ? "_sp" : "") +

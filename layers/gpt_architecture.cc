@@ -1,8 +1,11 @@
 #include "layers/gpt_architecture.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 
@@ -44,7 +47,17 @@ const ArchitectureField* FindArchitectureField(absl::string_view flag) {
 std::string FieldValueString(const FieldValue& v) {
   struct {
     std::string operator()(int64_t x) const { return absl::StrCat(x); }
-    std::string operator()(float x) const { return absl::StrCat(x); }
+    // The shortest decimal that reads back as x, integers in full (1000000,
+    // not StrCat's 1e+06, which also keeps only 6 digits: 1.2345678e-06 needs 8).
+    std::string operator()(float x) const {
+      if (x == std::floor(x) && std::fabs(x) < 1e15f) {
+        return absl::StrCat(static_cast<int64_t>(x));
+      }
+      for (int digits = 6;; ++digits) {
+        const std::string s = absl::StrFormat("%.*g", digits, x);
+        if (digits >= 9 || std::strtof(s.c_str(), nullptr) == x) return s;
+      }
+    }
     std::string operator()(bool x) const { return x ? "true" : "false"; }
     std::string operator()(const std::string& x) const { return x; }
   } show;

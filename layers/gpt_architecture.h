@@ -134,7 +134,8 @@ const std::vector<ArchitectureField>& ArchitectureFields();
 // The field of that flag (underscores or dashes, with or without "--"); null if none.
 const ArchitectureField* FindArchitectureField(absl::string_view flag);
 
-// "64", "1e-05", "true", "RMSNorm".
+// "64", "1e-05", "1000000", "true", "RMSNorm": floats as the shortest decimal
+// that reads back as them.
 std::string FieldValueString(const FieldValue& v);
 // The zero of v's type (0, 0.0f, false, ""): what a field that does not
 // apply reads as, and what an absent proto field holds.

@@ -66,6 +66,9 @@ TEST(GptArchitectureTest, DefiningValuesResolveDefaultsAndComparedValuesIgnoreWh
   EXPECT_FALSE(FindArchitectureField("make_vocab_size_divisible_by")->compared);
   EXPECT_TRUE(FindArchitectureField("hidden_size")->compared);
   EXPECT_EQ(FieldValueString(FieldValue(1e-5f)), "1e-05");
+  EXPECT_EQ(FieldValueString(FieldValue(1e6f)), "1000000");
+  EXPECT_EQ(FieldValueString(FieldValue(1.2345678e-6f)), "1.2345678e-06");
+  EXPECT_EQ(FieldValueString(FieldValue(0.5f)), "0.5");
   EXPECT_EQ(FieldValueString(FieldValue(true)), "true");
 }
 

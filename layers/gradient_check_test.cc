@@ -27,10 +27,11 @@ using core::Tensor;
 constexpr double kEps = 1e-2;
 constexpr double kTolerance = 1e-2;
 
-// The architectures checked: GPT-2, Llama-style, and Llama-style with an MoE
-// MLP in every layer (4 experts, top-2, the load-balancing and z losses
-// weighted well above f32 noise), dropless or with a capacity that drops.
-enum class Arch { kGpt2, kLlama, kMoe, kMoeCapacity };
+// The architectures checked: GPT-2, Llama-style, Qwen2-style (Llama with a
+// QKV bias only), and Llama-style with an MoE MLP in every layer (4 experts,
+// top-2, the load-balancing and z losses weighted well above f32 noise),
+// dropless or with a capacity that drops.
+enum class Arch { kGpt2, kLlama, kQwen2, kMoe, kMoeCapacity };
 
 GptConfig SmallConfig(Arch arch) {
   const bool llama = arch != Arch::kGpt2;
@@ -55,6 +56,7 @@ GptConfig SmallConfig(Arch arch) {
     c.num_query_groups = 2;
     c.untie_embeddings_and_output_weights = true;
     c.add_bias_linear = false;
+    c.add_qkv_bias = arch == Arch::kQwen2;
   }
   if (arch == Arch::kMoe || arch == Arch::kMoeCapacity) {
     c.num_experts = 4;
@@ -221,12 +223,13 @@ TEST_P(GradientCheckTest, WrongGradientIsCaught) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GradientCheckTest,
-                         ::testing::Values(Arch::kGpt2, Arch::kLlama, Arch::kMoe,
-                                           Arch::kMoeCapacity),
+                         ::testing::Values(Arch::kGpt2, Arch::kLlama, Arch::kQwen2,
+                                           Arch::kMoe, Arch::kMoeCapacity),
                          [](const auto& info) {
                            switch (info.param) {
                              case Arch::kGpt2: return "Gpt2";
                              case Arch::kLlama: return "Llama";
+                             case Arch::kQwen2: return "Qwen2";
                              case Arch::kMoe: return "Moe";
                              case Arch::kMoeCapacity: return "MoeCapacity";
                            }

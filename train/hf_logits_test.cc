@@ -1,5 +1,5 @@
 // The logits of Hugging Face models imported with checkpoint::hf::
-// ImportHuggingFace (checkpoint/hf/testdata: a tiny GPT-2, Llama and Mixtral,
+// ImportHuggingFace (checkpoint/hf/testdata: a tiny GPT-2, Llama, Mixtral and Qwen2,
 // made by transformers) match transformers' own logits on the committed
 // input ids, at TP 1 and 2 x PP 1 and 2 (ranks as threads, stages run one
 // after the other), and a wrong weight mapping does not.
@@ -213,10 +213,19 @@ TEST(HfLogitsTest, MixtralMatchesTransformers) {
   }
 }
 
+// Qwen2: Llama's architecture with a bias on q/k/v_proj only (--add-qkv-bias
+// with --disable-bias-linear), tied embeddings.
+TEST(HfLogitsTest, Qwen2MatchesTransformers) {
+  for (int tp : {1, 2}) {
+    for (int pp : {1, 2}) EXPECT_LT(LogitsError("qwen2_tiny", tp, pp), kTolerance);
+  }
+}
+
 // A wrong mapping is caught: GPT-2's Conv1D attention output projection
 // left untransposed, Llama's gate and up projections swapped, and Mixtral's
 // router rows of experts 0 and 1 swapped (each router row must stay with its
-// expert).
+// expert), and Qwen2's key bias taken for the value bias (the bias rows must
+// follow their weight rows).
 TEST(HfLogitsTest, WrongMappingFails) {
   EXPECT_GT(LogitsError("gpt2_tiny", 1, 1,
                         [](layers::GptModel& m) {
@@ -242,6 +251,15 @@ TEST(HfLogitsTest, WrongMappingFails) {
                           const int64_t h = p.value.dim(1);
                           float* w = p.value.data<float>();
                           std::swap_ranges(w, w + h, w + h);
+                        }),
+            100 * kTolerance);
+  EXPECT_GT(LogitsError("qwen2_tiny", 1, 1,
+                        [](layers::GptModel& m) {
+                          // [group 0: q0, q1, k, v; group 1: ...], d rows each.
+                          layers::Param& p = m.params().at("layers.0.attention.qkv.bias");
+                          const int64_t d = p.value.numel() / 8;
+                          float* b = p.value.data<float>();
+                          std::swap_ranges(b + 2 * d, b + 3 * d, b + 3 * d);
                         }),
             100 * kTolerance);
 }

@@ -90,6 +90,7 @@ constexpr Arch kArchs[] = {
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"MixtralForCausalLM", "mixtral"},
+    {"Qwen2ForCausalLM", "qwen2"},
 };
 
 std::string Supported() {
@@ -125,7 +126,8 @@ absl::Status ParseGpt2(const Fields& f, HfModelConfig& c) {
     return f.Error("activation_function",
                    "Loom's GPT-2 uses the tanh GELU (gelu_new, gelu_pytorch_tanh, gelu_fast)");
   }
-  LOOM_ASSIGN_OR_RETURN(c.norm_epsilon, f.Number("layer_norm_epsilon", 1e-5));
+  LOOM_ASSIGN_OR_RETURN(const double epsilon, f.Number("layer_norm_epsilon", 1e-5));
+  c.layernorm_epsilon = static_cast<float>(epsilon);
   LOOM_ASSIGN_OR_RETURN(bool scale, f.Bool("scale_attn_weights", true));
   if (!scale) return f.Error("scale_attn_weights", "Loom always scales attention by 1/sqrt(d)");
   LOOM_ASSIGN_OR_RETURN(bool by_layer, f.Bool("scale_attn_by_inverse_layer_idx", false));
@@ -143,8 +145,8 @@ absl::Status ParseGpt2(const Fields& f, HfModelConfig& c) {
 
 absl::Status ParseRope(const Fields& f, HfModelConfig& c) {
   LOOM_RETURN_IF_ERROR(f.Must("rope_scaling", false, "RoPE scaling is not supported"));
-  LOOM_ASSIGN_OR_RETURN(c.rotary_base, f.Number("rope_theta", 10000.0));
-  LOOM_ASSIGN_OR_RETURN(c.rotary_percent, f.Number("partial_rotary_factor", 1.0));
+  LOOM_ASSIGN_OR_RETURN(double base, f.Number("rope_theta", 10000.0));
+  LOOM_ASSIGN_OR_RETURN(double percent, f.Number("partial_rotary_factor", 1.0));
   if (f.Set("rope_parameters")) {  // transformers 5
     const json& rp = f.At("rope_parameters");
     if (!rp.is_object()) return f.Error("rope_parameters", "expected an object");
@@ -163,18 +165,20 @@ absl::Status ParseRope(const Fields& f, HfModelConfig& c) {
         return r.Error(k, "not supported with default RoPE");
       }
     }
-    LOOM_ASSIGN_OR_RETURN(c.rotary_base, r.Number("rope_theta", c.rotary_base));
-    LOOM_ASSIGN_OR_RETURN(c.rotary_percent, r.Number("partial_rotary_factor", c.rotary_percent));
-    if (!(c.rotary_base > 0)) return r.Error("rope_theta", "must be positive");
-    if (!(c.rotary_percent > 0 && c.rotary_percent <= 1)) {
+    LOOM_ASSIGN_OR_RETURN(base, r.Number("rope_theta", base));
+    LOOM_ASSIGN_OR_RETURN(percent, r.Number("partial_rotary_factor", percent));
+    if (!(base > 0)) return r.Error("rope_theta", "must be positive");
+    if (!(percent > 0 && percent <= 1)) {
       return r.Error("partial_rotary_factor", "must be in (0, 1]");
     }
   }
-  if (!(c.rotary_base > 0)) return f.Error("rope_theta", "must be positive");
-  if (!(c.rotary_percent > 0 && c.rotary_percent <= 1)) {
+  if (!(base > 0)) return f.Error("rope_theta", "must be positive");
+  if (!(percent > 0 && percent <= 1)) {
     return f.Error("partial_rotary_factor", "must be in (0, 1]");
   }
-  const double rotary_dims = c.rotary_percent * c.head_dim();
+  c.rotary_base = static_cast<float>(base);
+  c.rotary_percent = static_cast<float>(percent);
+  const double rotary_dims = percent * static_cast<double>(c.head_dim());
   if (rotary_dims != std::floor(rotary_dims) || static_cast<int64_t>(rotary_dims) % 2 != 0) {
     return f.Error(f.Has("partial_rotary_factor") ? "partial_rotary_factor" : "rope_parameters",
                    absl::StrCat("rotary dimensions ", rotary_dims, " of head_dim ", c.head_dim(),
@@ -213,7 +217,8 @@ absl::Status ParseLlama(const Fields& f, HfModelConfig& c) {
   if (attention_bias) return f.Error("attention_bias", "biases in Llama attention are not supported");
   LOOM_ASSIGN_OR_RETURN(bool mlp_bias, f.Bool("mlp_bias", false));
   if (mlp_bias) return f.Error("mlp_bias", "biases in the Llama MLP are not supported");
-  LOOM_ASSIGN_OR_RETURN(c.norm_epsilon, f.Number("rms_norm_eps", 1e-6));
+  LOOM_ASSIGN_OR_RETURN(const double epsilon, f.Number("rms_norm_eps", 1e-6));
+  c.layernorm_epsilon = static_cast<float>(epsilon);
   LOOM_RETURN_IF_ERROR(ParseRope(f, c));
   // Mistral: a sliding window that covers the whole context is full attention.
   if (f.Set("sliding_window")) {
@@ -247,6 +252,24 @@ absl::Status ParseMixtral(const Fields& f, HfModelConfig& c) {
   if (jitter != 0) return f.Error("router_jitter_noise", "router jitter is not supported");
   LOOM_ASSIGN_OR_RETURN(c.moe_aux_loss_coeff, f.Number("router_aux_loss_coef", 0.001));
   if (c.moe_aux_loss_coeff < 0) return f.Error("router_aux_loss_coef", "must be >= 0");
+  return absl::OkStatus();
+}
+
+// Qwen2, on top of ParseLlama: q/k/v_proj always carry a bias (o_proj and
+// the MLP none: Loom's --add-qkv-bias). Sliding-window layers are refused.
+absl::Status ParseQwen2(const Fields& f, HfModelConfig& c) {
+  c.add_qkv_bias = true;
+  LOOM_ASSIGN_OR_RETURN(bool sliding, f.Bool("use_sliding_window", false));
+  if (sliding) return f.Error("use_sliding_window", "sliding-window attention is not supported");
+  if (f.Set("layer_types")) {
+    const json& types = f.At("layer_types");
+    if (!types.is_array()) return f.Error("layer_types", "expected a list");
+    for (const json& t : types) {
+      if (t != "full_attention") {
+        return f.Error("layer_types", "only full_attention layers are supported");
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -298,8 +321,9 @@ absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& text, const std::
   } else {
     LOOM_RETURN_IF_ERROR(ParseLlama(f, c));
     if (c.model_type == "mixtral") LOOM_RETURN_IF_ERROR(ParseMixtral(f, c));
+    if (c.model_type == "qwen2") LOOM_RETURN_IF_ERROR(ParseQwen2(f, c));
   }
-  if (!(c.norm_epsilon > 0)) {
+  if (!(c.layernorm_epsilon > 0)) {
     return f.Error(c.model_type == "gpt2" ? "layer_norm_epsilon" : "rms_norm_eps",
                    "must be positive");
   }
@@ -319,37 +343,20 @@ absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& path) {
 }
 
 std::vector<std::string> GptFlags(const HfModelConfig& c) {
-  std::vector<std::string> flags = {
-      absl::StrCat("--num-layers=", c.num_layers),
-      absl::StrCat("--hidden-size=", c.hidden_size),
-      absl::StrCat("--num-attention-heads=", c.num_attention_heads),
-      absl::StrCat("--ffn-hidden-size=", c.ffn_hidden_size),
-      absl::StrCat("--max-position-embeddings=", c.max_position_embeddings),
-      absl::StrCat("--normalization=", c.normalization),
-      absl::StrCat("--norm-epsilon=", Num(c.norm_epsilon)),
-      absl::StrCat("--position-embedding-type=", c.position_embedding_type),
-  };
-  if (c.position_embedding_type == "rope") {
-    flags.push_back(absl::StrCat("--rotary-base=", Num(c.rotary_base)));
-    if (c.rotary_percent != 1.0) {
-      flags.push_back(absl::StrCat("--rotary-percent=", Num(c.rotary_percent)));
+  std::vector<std::string> flags;
+  for (const layers::ArchitectureField& f : layers::ArchitectureFields()) {
+    // Chosen at import, not in a config.json.
+    if (f.flag == "seq_length" || f.flag == "make_vocab_size_divisible_by") continue;
+    if (!f.applies(c)) continue;
+    const layers::FieldValue v = f.get(c);
+    if (const bool* on = std::get_if<bool>(&v)) {
+      if (*on) flags.push_back(f.dashed());
+    } else if (v != layers::ZeroLike(v)) {  // --num-experts=0 is a dense model: no flag
+      flags.push_back(absl::StrCat(f.dashed(), "=", layers::FieldValueString(v)));
     }
   }
-  if (c.swiglu) flags.push_back("--swiglu");
-  if (c.group_query_attention) {
-    flags.push_back("--group-query-attention");
-    flags.push_back(absl::StrCat("--num-query-groups=", c.num_query_groups));
-  }
-  if (c.untie_embeddings_and_output_weights) {
-    flags.push_back("--untie-embeddings-and-output-weights");
-  }
-  if (!c.add_bias_linear) flags.push_back("--disable-bias-linear");
-  if (c.num_experts > 0) {
-    flags.push_back(absl::StrCat("--num-experts=", c.num_experts));
-    flags.push_back(absl::StrCat("--moe-router-topk=", c.moe_router_topk));
-    if (c.moe_aux_loss_coeff > 0) {
-      flags.push_back(absl::StrCat("--moe-aux-loss-coeff=", Num(c.moe_aux_loss_coeff)));
-    }
+  if (c.moe() && c.moe_aux_loss_coeff > 0) {
+    flags.push_back(absl::StrCat("--moe-aux-loss-coeff=", Num(c.moe_aux_loss_coeff)));
   }
   return flags;
 }

@@ -39,7 +39,7 @@ TEST(HfConfig, Gpt2Tiny) {
   EXPECT_EQ(c->vocab_size, 96);
   EXPECT_EQ(c->max_position_embeddings, 32);
   EXPECT_EQ(c->normalization, "LayerNorm");
-  EXPECT_DOUBLE_EQ(c->norm_epsilon, 1e-5);
+  EXPECT_FLOAT_EQ(c->layernorm_epsilon, 1e-5f);
   EXPECT_EQ(c->position_embedding_type, "learned_absolute");
   EXPECT_FALSE(c->swiglu);
   EXPECT_FALSE(c->untie_embeddings_and_output_weights);  // GPT-2 ties lm_head to wte
@@ -57,8 +57,8 @@ constexpr char kLlamaFlags[] =
     "--num-layers=2 --hidden-size=32 --num-attention-heads=4 --ffn-hidden-size=64 "
     "--max-position-embeddings=32 "
     "--normalization=RMSNorm --norm-epsilon=1e-05 --position-embedding-type=rope "
-    "--rotary-base=10000 --swiglu --group-query-attention --num-query-groups=2 "
-    "--untie-embeddings-and-output-weights --disable-bias-linear";
+    "--rotary-base=10000 --rotary-percent=1 --swiglu --group-query-attention "
+    "--num-query-groups=2 --untie-embeddings-and-output-weights --disable-bias-linear";
 
 TEST(HfConfig, LlamaTinyAndShardedCopy) {
   for (const char* name : {"llama_tiny", "llama_tiny_sharded"}) {
@@ -76,7 +76,7 @@ TEST(HfConfig, LlamaTinyAndShardedCopy) {
     EXPECT_EQ(c->vocab_size, 96);
     EXPECT_EQ(c->max_position_embeddings, 32);
     EXPECT_EQ(c->normalization, "RMSNorm");
-    EXPECT_DOUBLE_EQ(c->norm_epsilon, 1e-5);
+    EXPECT_FLOAT_EQ(c->layernorm_epsilon, 1e-5f);
     EXPECT_EQ(c->position_embedding_type, "rope");
     EXPECT_DOUBLE_EQ(c->rotary_base, 10000);
     EXPECT_DOUBLE_EQ(c->rotary_percent, 1.0);
@@ -84,7 +84,7 @@ TEST(HfConfig, LlamaTinyAndShardedCopy) {
     EXPECT_TRUE(c->untie_embeddings_and_output_weights);
     EXPECT_FALSE(c->add_bias_linear);
     EXPECT_EQ(GptFlagsString(*c), kLlamaFlags);
-    EXPECT_EQ(GptFlags(*c).size(), 14u);
+    EXPECT_EQ(GptFlags(*c).size(), 15u);
   }
 }
 
@@ -103,6 +103,36 @@ TEST(HfConfig, MistralWithoutSlidingWindowIsLlama) {
   EXPECT_EQ(GptFlagsString(*c), kLlamaFlags);
 }
 
+// Qwen2: Llama's architecture with a bias on q/k/v_proj only (as
+// transformers builds it: the config says nothing of biases), tied.
+TEST(HfConfig, Qwen2IsLlamaWithAQkvBias) {
+  absl::StatusOr<HfModelConfig> c = ReadHfConfig(TestData("qwen2_tiny"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen2ForCausalLM");
+  EXPECT_EQ(c->model_type, "qwen2");
+  EXPECT_TRUE(c->add_qkv_bias);
+  EXPECT_FALSE(c->add_bias_linear);
+  EXPECT_TRUE(c->qkv_bias());
+  EXPECT_FALSE(c->untie_embeddings_and_output_weights);
+  EXPECT_EQ(GptFlagsString(*c),
+            "--num-layers=2 --hidden-size=32 --num-attention-heads=4 --ffn-hidden-size=64 "
+            "--max-position-embeddings=32 "
+            "--normalization=RMSNorm --norm-epsilon=1e-06 --position-embedding-type=rope "
+            "--rotary-base=1000000 --rotary-percent=1 --swiglu --group-query-attention "
+            "--num-query-groups=2 --disable-bias-linear --add-qkv-bias");
+  // Sliding-window attention is refused, naming the field.
+  nlohmann::ordered_json j = ReadJson(TestData("qwen2_tiny/config.json"));
+  j["use_sliding_window"] = true;
+  c = ParseHfConfig(j.dump(), "q.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("q.json: use_sliding_window = true"));
+  j = ReadJson(TestData("qwen2_tiny/config.json"));
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  c = ParseHfConfig(j.dump(), "q.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("layer_types"));
+}
+
 // Mixtral: Llama's flags (RoPE base 1e6) and the MoE ones.
 TEST(HfConfig, MixtralTiny) {
   absl::StatusOr<HfModelConfig> c = ReadHfConfig(TestData("mixtral_tiny"));
@@ -116,9 +146,9 @@ TEST(HfConfig, MixtralTiny) {
             "--num-layers=2 --hidden-size=32 --num-attention-heads=4 --ffn-hidden-size=64 "
             "--max-position-embeddings=32 "
             "--normalization=RMSNorm --norm-epsilon=1e-05 --position-embedding-type=rope "
-            "--rotary-base=1000000 --swiglu --group-query-attention --num-query-groups=2 "
-            "--untie-embeddings-and-output-weights --disable-bias-linear "
-            "--num-experts=4 --moe-router-topk=2 --moe-aux-loss-coeff=0.001");
+            "--rotary-base=1000000 --rotary-percent=1 --swiglu --group-query-attention "
+            "--num-query-groups=2 --untie-embeddings-and-output-weights --disable-bias-linear "
+            "--num-experts=4 --moe-router-topk=2 --moe-layer-freq=1 --moe-aux-loss-coeff=0.001");
   // No load-balancing loss: no flag for it.
   nlohmann::ordered_json j = ReadJson(TestData("mixtral_tiny/config.json"));
   j["router_aux_loss_coef"] = 0.0;
@@ -154,12 +184,12 @@ TEST(HfConfig, Transformers4Spelling) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ(c->rotary_base, 500000);
   EXPECT_EQ(c->dtype, "bfloat16");
-  EXPECT_DOUBLE_EQ(c->norm_epsilon, 1e-6);
+  EXPECT_FLOAT_EQ(c->layernorm_epsilon, 1e-6f);
   EXPECT_EQ(GptFlagsString(*c),
             "--num-layers=3 --hidden-size=64 --num-attention-heads=8 --ffn-hidden-size=172 "
             "--max-position-embeddings=128 "
             "--normalization=RMSNorm --norm-epsilon=1e-06 --position-embedding-type=rope "
-            "--rotary-base=500000 --swiglu --disable-bias-linear");
+            "--rotary-base=500000 --rotary-percent=1 --swiglu --disable-bias-linear");
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
   j["partial_rotary_factor"] = 0.5;
   c = ParseHfConfig(j.dump(), "v4/config.json");

@@ -67,29 +67,10 @@ class Source {
 
 layers::GptConfig GptConfigFromHf(const HfModelConfig& hf, int64_t seq_length) {
   layers::GptConfig c;
-  c.num_layers = hf.num_layers;
-  c.hidden_size = hf.hidden_size;
-  c.num_attention_heads = hf.num_attention_heads;
-  c.ffn_hidden_size = hf.ffn_hidden_size;
-  c.max_position_embeddings = hf.max_position_embeddings;
+  static_cast<layers::GptArchitecture&>(c) = hf;  // the architecture, field for field
   c.seq_length = seq_length > 0 ? seq_length : std::min<int64_t>(hf.max_position_embeddings, 1024);
-  c.vocab_size = hf.vocab_size;
-  c.layernorm_epsilon = static_cast<float>(hf.norm_epsilon);
-  c.normalization = hf.normalization;
-  c.position_embedding_type = hf.position_embedding_type;
-  c.rotary_base = static_cast<float>(hf.rotary_base);
-  c.rotary_percent = static_cast<float>(hf.rotary_percent);
-  c.swiglu = hf.swiglu;
-  c.group_query_attention = hf.group_query_attention;
-  if (hf.group_query_attention) c.num_query_groups = hf.num_query_groups;
-  c.untie_embeddings_and_output_weights = hf.untie_embeddings_and_output_weights;
-  c.add_bias_linear = hf.add_bias_linear;
-  if (hf.num_experts > 0) {  // Mixtral: every layer MoE, dropless (capacity 0)
-    c.num_experts = hf.num_experts;
-    c.moe_router_topk = hf.moe_router_topk;
-    c.moe_layer_freq = 1;
-    c.moe_aux_loss_coeff = static_cast<float>(hf.moe_aux_loss_coeff);
-  }
+  // Mixtral: every layer MoE (hf_config), dropless (capacity 0).
+  if (hf.moe()) c.moe_aux_loss_coeff = static_cast<float>(hf.moe_aux_loss_coeff);
   return c;
 }
 

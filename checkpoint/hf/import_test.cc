@@ -79,7 +79,8 @@ TEST_P(RoundTrip, ImportThenExportIsBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RoundTrip,
-                         ::testing::Values("gpt2_tiny", "llama_tiny", "mixtral_tiny"));
+                         ::testing::Values("gpt2_tiny", "llama_tiny", "mixtral_tiny",
+                                           "qwen2_tiny"));
 
 // The manifest records the experts; they reshard over TP 2 x PP 2 (each
 // expert split like the dense MLP) and export back bit for bit.

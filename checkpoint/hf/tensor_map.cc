@@ -134,11 +134,13 @@ absl::StatusOr<std::vector<std::vector<float>>> Transform::ToHf(std::vector<floa
 
 absl::StatusOr<HfFamily> HfFamilyOf(const std::string& model_type) {
   if (model_type == "gpt2") return HfFamily::kGpt2;
-  if (model_type == "llama" || model_type == "mistral") return HfFamily::kLlama;
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
+    return HfFamily::kLlama;
+  }
   if (model_type == "mixtral") return HfFamily::kMixtral;
   return absl::InvalidArgumentError(
       absl::StrCat("model_type \"", model_type,
-                   "\" has no Hugging Face tensor map (gpt2, llama, mistral, mixtral)"));
+                   "\" has no Hugging Face tensor map (gpt2, llama, mistral, mixtral, qwen2)"));
 }
 
 std::vector<HfMapEntry> HfTensorMap(HfFamily family, const layers::GptConfig& c,
@@ -187,7 +189,8 @@ std::vector<HfMapEntry> HfTensorMap(HfFamily family, const layers::GptConfig& c,
     return table;
   }
 
-  // Llama / Mistral / Mixtral: RMSNorm, RoPE, SwiGLU, no linear biases.
+  // Llama / Mistral / Mixtral / Qwen2: RMSNorm, RoPE, SwiGLU, no linear
+  // biases but Qwen2's on q/k/v_proj (--add-qkv-bias).
   // A SwiGLU MLP (dense, or one Mixtral expert): [gate; up] -> dense_h_to_4h
   // [2, F·h], down -> dense_4h_to_h.
   auto swiglu = [&](const std::string& ours, const std::string& gate, const std::string& up,
@@ -218,6 +221,7 @@ std::vector<HfMapEntry> HfTensorMap(HfFamily family, const layers::GptConfig& c,
     };
     copy(p + "input_layernorm.weight", q + "input_layernorm.weight", {h});
     qkv_proj("weight", h);
+    if (c.qkv_bias()) qkv_proj("bias", 1);
     copy(p + "attention.dense.weight", q + "self_attn.o_proj.weight", {h, H * d});
     copy(p + "post_attention_layernorm.weight", q + "post_attention_layernorm.weight", {h});
     if (family == HfFamily::kMixtral) {
