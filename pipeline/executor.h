@@ -74,7 +74,8 @@ class ActionObserver {
 };
 
 struct ExecutorOptions {
-  // b: boundary tensors are f32[s (/tp under SP), b, h] (--micro-batch-size).
+  // b (--micro-batch-size): boundary tensors are the model's BoundaryShape(b)
+  // (GPT: [s (/tp under SP), b, h]).
   int64_t micro_batch_size = 1;
   // dloss of every micro-batch's mean loss; pass 1/M for the mean over the step
   // (Megatron divides each micro-batch loss by the number of micro-batches).
