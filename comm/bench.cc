@@ -19,7 +19,6 @@
 #include <functional>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -29,7 +28,7 @@
 #include "comm/backends.h"
 #include "comm/launch/flags.h"
 #include "comm/launch/launcher.h"
-#include "comm/local/communicator.h"
+#include "comm/launch/run_ranks.h"
 #include "comm/store/auth.h"
 #include "core/tensor.h"
 #ifdef LOOM_COMM_HAVE_MPI
@@ -339,82 +338,63 @@ int Main(int argc, char** argv) {
 #else
   if (launcher == "auto") launcher = "builtin";
 #endif
-  if (flags.nproc_per_node > 1 && flags.backend != "local" && !under_mpirun &&
-      !launch::IsLaunchedChild()) {
-    if (launcher == "mpirun") {
-      // The ranks run under mpirun so the raw MPI reference runs beside ours.
-      auto port = launch::PickFreePort();
-      Check(port.status());
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", absl::StrCat(*port).c_str(), 1);
-      // mpirun's ranks meet in the TCP store (ucx, nccl): one secret for all.
-      absl::StatusOr<std::string> secret = flags.rendezvous_secret;
-      if (secret->empty()) secret = MakeRendezvousSecret();
-      Check(secret.status());
-      setenv("LOOM_RENDEZVOUS_SECRET", secret->c_str(), 1);
-      setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-      setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-      std::vector<std::string> args = {"mpirun", "-np", absl::StrCat(flags.nproc_per_node),
-                                        "--oversubscribe", "--bind-to", "none",
-                                        "--mca", "plm_rsh_agent", "false",
-                                        "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
-                                        "-x", "LOOM_RENDEZVOUS_SECRET",
-                                        SelfPath()};
-      // The comm flags are re-read from the original argv (without --nproc-per-node).
-      for (size_t i = 1; i < original.size(); ++i) {
-        if (original[i].find("nproc") == std::string::npos) args.push_back(original[i]);
-      }
-      std::vector<char*> cargs;
-      for (auto& a : args) cargs.push_back(a.data());
-      cargs.push_back(nullptr);
-      execvp("mpirun", cargs.data());
-      std::cerr << "bench: cannot exec mpirun (" << std::strerror(errno)
-                << "); use --launcher=builtin" << std::endl;
-      return 1;
+  // The ranks run under mpirun so the raw MPI reference runs beside ours.
+  if (launcher == "mpirun" && flags.nproc_per_node > 1 && flags.backend != "local" &&
+      !under_mpirun && !launch::IsLaunchedChild()) {
+    auto port = launch::PickFreePort();
+    Check(port.status());
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", absl::StrCat(*port).c_str(), 1);
+    // mpirun's ranks meet in the TCP store (ucx, nccl): one secret for all.
+    absl::StatusOr<std::string> secret = flags.rendezvous_secret;
+    if (secret->empty()) secret = MakeRendezvousSecret();
+    Check(secret.status());
+    setenv("LOOM_RENDEZVOUS_SECRET", secret->c_str(), 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    std::vector<std::string> args = {"mpirun", "-np", absl::StrCat(flags.nproc_per_node),
+                                      "--oversubscribe", "--bind-to", "none",
+                                      "--mca", "plm_rsh_agent", "false",
+                                      "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
+                                      "-x", "LOOM_RENDEZVOUS_SECRET",
+                                      SelfPath()};
+    // The comm flags are re-read from the original argv (without --nproc-per-node).
+    for (size_t i = 1; i < original.size(); ++i) {
+      if (original[i].find("nproc") == std::string::npos) args.push_back(original[i]);
     }
-    launch::LaunchOptions lo;
-    lo.nproc_per_node = flags.nproc_per_node;
-    absl::Status s = launch::LaunchAndWait(lo, argc, argv);
-    if (!s.ok()) std::cerr << s << std::endl;
-    return s.ok() ? 0 : 1;
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    execvp("mpirun", cargs.data());
+    std::cerr << "bench: cannot exec mpirun (" << std::strerror(errno)
+              << "); use --launcher=builtin" << std::endl;
+    return 1;
   }
-  if (flags.backend == "local") {
-    // Ranks are threads of this process.
-    const int n = std::max(1, flags.nproc_per_node);
-    local::LocalOptions lo;
-    lo.comm.timeout = absl::Seconds(flags.timeout_s);
-    auto world = local::CreateWorld(n, lo);
-    Check(world.status());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] { RunBench(*(*world)[r], flags, false); });
-    }
-    for (auto& t : threads) t.join();
-    return 0;
-  }
-  std::shared_ptr<Store> store;
-  auto world_or = CreateFromFlags(flags, &store);
-  Check(world_or.status());
-  bool have_mpi = false;
+  // Otherwise the built-in agent, the local backend's threads, or this rank.
+  [[maybe_unused]] bool we_init_mpi = false;
+  const launch::RanksOutcome out = launch::RunRanks(
+      flags, {}, argc, argv, [&](Communicator& c, const launch::RankContext&) {
+        bool have_mpi = false;
 #ifdef LOOM_COMM_HAVE_MPI
-  bool we_init_mpi = false;
-  if (under_mpirun) {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited) {
-      int provided;
-      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-      we_init_mpi = true;
-    }
-    have_mpi = true;
-  }
+        if (under_mpirun && flags.backend != "local") {
+          int inited = 0;
+          MPI_Initialized(&inited);
+          if (!inited) {
+            int provided;
+            MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+            we_init_mpi = true;
+          }
+          have_mpi = true;
+        }
 #endif
-  RunBench(**world_or, flags, have_mpi);
-  world_or->reset();
+        RunBench(c, flags, have_mpi);
+        return absl::OkStatus();
+      });
 #ifdef LOOM_COMM_HAVE_MPI
-  if (we_init_mpi) MPI_Finalize();
+  if (we_init_mpi) MPI_Finalize();  // after the world is gone
 #endif
-  return 0;
+  if (!out.status.ok()) std::cerr << "bench: " << out.status << std::endl;
+  return out.ExitCode();
 }
 
 }  // namespace

@@ -4,16 +4,18 @@
 // flags: a ~3M-parameter byte-level GPT on the fortunes corpus, 2 ranks.
 //
 // One path for every way of starting: the flags give one TrainConfig
-// (train/gpt_flags.cc); comm::launch::PlanLaunch says whether this process
-// starts the ranks (threads or processes) or is one of them; the whole
-// configuration is checked against that world before any rank starts.
+// (train/gpt_flags.cc); comm::launch::RunRanks plans whether this process
+// starts the ranks (threads or processes) or is one of them, and runs them;
+// the whole configuration is checked against that world before any rank
+// starts (its `validate`).
 #include <omp.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -21,17 +23,19 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "comm/backends.h"
+#include "absl/time/time.h"
+#include "comm/comm.h"
 #include "comm/launch/flags.h"
 #include "comm/launch/launcher.h"
 #include "comm/launch/plan.h"
-#include "comm/local/communicator.h"
+#include "comm/launch/run_ranks.h"
 #include "config/config.h"
 #include "core/cli.h"
-#include "core/signal_thread.h"
 #include "plan/auto_layout.h"
 #include "train/data/tokenizer.h"
 #include "train/device_setup.h"
@@ -144,30 +148,22 @@ int RunRank(loom::comm::Communicator* world, TrainConfig config, int local_rank,
   return 0;
 }
 
-// --distributed-backend=local: the ranks are threads of this process.
-int RunThreads(const TrainConfig& config, const launch::CommFlags& comm, int n) {
-  loom::comm::local::LocalOptions lo;
-  lo.comm.timeout = absl::Seconds(comm.timeout_s);
-  lo.comm.flight_recorder_dir = comm.flight_recorder_dir;
-  lo.comm.flight_recorder_entries = comm.flight_recorder_entries;
-  auto world = loom::comm::local::CreateWorld(n, lo);
-  if (!world.ok()) {
-    PrintError(world.status());
-    return 1;
-  }
-  std::vector<int> codes(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      TakeShareOfCores(n);
-      codes[r] = RunRank((*world)[r].get(), config, r, n, r == 0);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int c : codes) {
-    if (c != 0) return c;
-  }
-  return 0;
+// --auto-layout: the planner's layout for `world_size` ranks, with the typed
+// layout flags (`names`) as constraints (plan/auto_layout.h).
+absl::StatusOr<loom::plan::AutoLayout> AutoLayout(const TrainConfig& config, int world_size,
+                                                  const std::vector<std::string>& names) {
+  std::string hardware_name;
+  absl::StatusOr<loom::plan::Hardware> hw = loom::plan::AutoLayoutHardware(
+      loom::core::ResolveUserPath(absl::GetFlag(FLAGS_hardware)), config.device, &hardware_name);
+  if (!hw.ok()) return hw.status();
+  // The planner sizes the embedding and logits with the tokenizer's vocabulary.
+  absl::StatusOr<std::unique_ptr<loom::train::Tokenizer>> tokenizer = loom::train::MakeTokenizer(
+      config.tokenizer_type, {config.vocab_file, config.merge_file, config.tokenizer_model});
+  if (!tokenizer.ok()) return tokenizer.status();
+  TrainConfig sized = config;
+  sized.model.vocab_size = (*tokenizer)->vocab_size();
+  return loom::plan::ChooseLayout(sized, world_size, *hw, hardware_name,
+                                  loom::plan::TypedLayoutFlags(names));
 }
 
 }  // namespace
@@ -192,113 +188,81 @@ int main(int argc, char** argv) {
   }
   const launch::CommFlags comm = loom::train::CommFlagsFor(config);
 
-  // Every check happens here, before any rank starts, naming the flags.
-  absl::Status s = loom::comm::CheckCommFlags(comm, config.distributed_backend_flag);
-  if (!s.ok()) {
-    PrintError(s);
-    return 2;
-  }
-  s = launch::CheckAgentFlags(comm);
-  if (!s.ok()) {
-    PrintError(s);
-    return 2;
-  }
-  launch::LaunchRequest request = launch::LaunchRequestFor(comm);
-  request.backend_flag = config.distributed_backend_flag;
-  request.default_nproc_per_node = kDefaultNprocPerNode;
-  request.program = ProgramForMessages(argv[0]);
-  request.args = typed;
-  absl::StatusOr<launch::LaunchPlan> plan = launch::PlanLaunch(request);
-  if (!plan.ok()) {
-    PrintError(plan.status());
-    return 2;
-  }
-  const bool is_rank = plan->role == launch::Role::kRank;
-  // A rank takes SIGTERM (preemption, the agent's forward) and SIGUSR1 (a
-  // flight-recorder dump) on an idle thread, never mid-computation: set
-  // before this process starts any thread. (The launcher handles its own.)
-  if (plan->role != launch::Role::kLauncher) {
-    loom::core::RouteSignalsToOwnThread({SIGTERM, SIGUSR1});
-  }
-  // Ranks started by someone else all fail the same way: one message per node.
-  const bool speaks = !is_rank || plan->rank.rank == 0 || plan->rank.local_rank == 0;
-  // --auto-layout: every process that gets here computes the same choice
-  // (plan/auto_layout.h), with the typed layout flags as constraints; the
-  // launcher passes it to its ranks as flags.
+  launch::RunRanksOptions options;
+  options.default_nproc_per_node = kDefaultNprocPerNode;
+  options.backend_flag = config.distributed_backend_flag;
+  options.program = ProgramForMessages(argv[0]);
+  options.args = typed;
+  options.route_signals = true;  // the trainer's --exit-signal-handler, flight dumps
+  // Every check happens before any rank starts, naming the flags. Ranks
+  // started by someone else all fail the same way: one message per node.
+  bool validate_refused = false;  // its message is printed already (where this process speaks)
   std::vector<std::string> layout_flags;
-  if (absl::GetFlag(FLAGS_auto_layout)) {
-    std::string hardware_name;
-    absl::StatusOr<loom::plan::Hardware> hw = loom::plan::AutoLayoutHardware(
-        loom::core::ResolveUserPath(absl::GetFlag(FLAGS_hardware)), config.device, &hardware_name);
-    // The planner sizes the embedding and logits with the tokenizer's vocabulary.
-    absl::StatusOr<std::unique_ptr<loom::train::Tokenizer>> tokenizer =
-        hw.ok() ? loom::train::MakeTokenizer(
-                      config.tokenizer_type,
-                      {config.vocab_file, config.merge_file, config.tokenizer_model})
-                : absl::StatusOr<std::unique_ptr<loom::train::Tokenizer>>(hw.status());
-    if (tokenizer.ok()) config.model.vocab_size = (*tokenizer)->vocab_size();
-    absl::StatusOr<loom::plan::AutoLayout> chosen =
-        tokenizer.ok() ? loom::plan::ChooseLayout(config, plan->world_size, *hw, hardware_name,
-                                                  loom::plan::TypedLayoutFlags(names))
-                       : absl::StatusOr<loom::plan::AutoLayout>(tokenizer.status());
-    if (!chosen.ok()) {
-      if (speaks) PrintError(chosen.status());
-      return 2;
+  options.validate = [&](const launch::LaunchPlan& plan) -> absl::Status {
+    const bool is_rank = plan.role == launch::Role::kRank;
+    const bool speaks = !is_rank || plan.rank.rank == 0 || plan.rank.local_rank == 0;
+    const bool logs = !is_rank || plan.rank.rank == 0;
+    absl::Status s;
+    // --auto-layout: every process that gets here computes the same choice;
+    // the launcher passes it to its ranks as flags (adjust_child_argv).
+    if (absl::GetFlag(FLAGS_auto_layout)) {
+      absl::StatusOr<loom::plan::AutoLayout> chosen = AutoLayout(config, plan.world_size, names);
+      if (chosen.ok()) {
+        config = chosen->config;
+        layout_flags = chosen->flags;
+        if (logs) {
+          std::printf("%s\n", chosen->log_line.c_str());
+          std::fflush(stdout);
+        }
+      }
+      s = chosen.status();
     }
-    config = chosen->config;
-    layout_flags = chosen->flags;
-    if (!is_rank || plan->rank.rank == 0) {
-      std::printf("%s\n", chosen->log_line.c_str());
+    if (s.ok() && !from_checkpoint->empty() && logs) {
+      std::printf("%s\n", from_checkpoint->c_str());
       std::fflush(stdout);
     }
-  }
-  if (!from_checkpoint->empty() && (!is_rank || plan->rank.rank == 0)) {
-    std::printf("%s\n", from_checkpoint->c_str());
-    std::fflush(stdout);
-  }
-  TrainConfig checked = config;
-  s = loom::train::Finalize(&checked, plan->world_size);
-  if (s.ok()) {
-    s = loom::train::CheckDevice(
-        checked, is_rank ? plan->rank.local_world_size : plan->nproc_per_node);
-  }
-  if (!s.ok()) {
-    if (speaks) PrintError(s);
-    return 2;
-  }
-  if (!plan->note.empty() && speaks) std::fprintf(stderr, "gpt: note: %s\n", plan->note.c_str());
-
-  switch (plan->role) {
-    case launch::Role::kThreads:
-      return RunThreads(config, comm, plan->nproc_per_node);
-    case launch::Role::kLauncher: {
-      launch::LaunchOptions lo = launch::LaunchOptionsFor(comm, *plan);
-      // A preemption's SIGTERM: the ranks finish the step and save first.
-      if (config.exit_signal_handler) lo.signal_grace = absl::Seconds(comm.timeout_s);
-      // The ranks get the chosen layout as flags (the last of a flag wins):
-      // they do not plan again, nor log the choice twice.
-      std::vector<std::string> args(argv, argv + argc);
-      if (!layout_flags.empty()) {
-        auto end = std::find(args.begin() + 1, args.end(), std::string("--"));
-        layout_flags.push_back("--auto_layout=false");
-        args.insert(end, layout_flags.begin(), layout_flags.end());
-      }
-      std::vector<char*> child_argv;
-      for (std::string& a : args) child_argv.push_back(a.data());
-      child_argv.push_back(nullptr);
-      s = launch::LaunchAndWait(lo, static_cast<int>(args.size()), child_argv.data());
-      if (!s.ok()) PrintError(s);
-      return s.ok() ? 0 : 1;
+    TrainConfig checked = config;
+    if (s.ok()) s = loom::train::Finalize(&checked, plan.world_size);
+    if (s.ok()) {
+      s = loom::train::CheckDevice(checked,
+                                   is_rank ? plan.rank.local_world_size : plan.nproc_per_node);
     }
-    case launch::Role::kRank:
-      break;
+    if (!s.ok()) {
+      if (speaks) PrintError(s);
+      validate_refused = true;
+      return s;
+    }
+    if (!plan.note.empty() && speaks) std::fprintf(stderr, "gpt: note: %s\n", plan.note.c_str());
+    return s;
+  };
+  // A preemption's SIGTERM: the ranks finish the step and save first.
+  options.adjust_launch = [&](launch::LaunchOptions* lo) {
+    if (config.exit_signal_handler) lo->signal_grace = absl::Seconds(comm.timeout_s);
+  };
+  // The ranks get the chosen layout as flags (the last of a flag wins): they
+  // do not plan again, nor log the choice twice.
+  options.adjust_child_argv = [&](std::vector<std::string>* args) {
+    if (layout_flags.empty()) return;
+    layout_flags.push_back("--auto_layout=false");
+    args->insert(std::find(args->begin() + 1, args->end(), std::string("--")),
+                 layout_flags.begin(), layout_flags.end());
+  };
+  // Each rank's exit code (2: refused by its own checks, 1: failed), by local rank.
+  std::mutex mu;
+  std::map<int, int> codes;
+  const launch::RanksOutcome out = launch::RunRanks(
+      comm, options, argc, argv,
+      [&](loom::comm::Communicator& world, const launch::RankContext& context) {
+        TakeShareOfCores(context.local_world_size);
+        const int code = RunRank(&world, config, context.local_rank, context.local_world_size,
+                                 world.rank() == 0);
+        std::lock_guard<std::mutex> lock(mu);
+        codes[context.local_rank] = code;
+        return code == 0 ? absl::OkStatus() : absl::InternalError("the rank failed (printed)");
+      });
+  for (const auto& [local_rank, code] : codes) {
+    if (code != 0) return code;  // printed by the rank
   }
-  TakeShareOfCores(plan->rank.local_world_size);
-  auto world = loom::comm::CreateFromFlags(comm, plan->rank);
-  if (!world.ok()) {
-    PrintError(world.status());
-    return 1;
-  }
-  return RunRank(world->get(), config, plan->rank.local_rank, plan->rank.local_world_size,
-                 (*world)->rank() == 0);
+  if (!out.status.ok() && !validate_refused) PrintError(out.status);
+  return out.ExitCode();
 }

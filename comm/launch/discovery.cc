@@ -1,6 +1,7 @@
 #include "comm/launch/discovery.h"
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -128,6 +129,14 @@ absl::Status ReadTorchrunStore(const ExplicitRank& flags, const EnvLookup& env, 
   return absl::OkStatus();
 }
 
+// LOOM_RESTART_COUNT when set: a value that is not a count >= 1 reads as 0.
+std::optional<int> LoomRestartCount(const EnvLookup& env) {
+  const char* v = env("LOOM_RESTART_COUNT");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  int n = 0;
+  return absl::SimpleAtoi(v, &n) && n > 0 ? n : 0;
+}
+
 }  // namespace
 
 EnvLookup RealEnv() {
@@ -235,6 +244,7 @@ absl::StatusOr<RankInfo> DiscoverRank(const ExplicitRank& flags, const EnvLookup
     absl::Status s = ReadTorchrunStore(flags, env, &info);
     if (!s.ok()) return s;
   }
+  info.restart_count = LoomRestartCount(env).value_or(info.torchrun_restart_count);
   return info;
 }
 

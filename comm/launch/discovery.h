@@ -12,6 +12,7 @@
 // The rendezvous address: --master-addr/--master-port, else MASTER_ADDR /
 // MASTER_PORT, else 127.0.0.1:29500. Under torchrun, TORCHELASTIC_USE_AGENT_STORE,
 // TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT say whose store is there.
+// The start this is: LOOM_RESTART_COUNT (our agent), else torchrun's count.
 // Flags and a launcher's variables that disagree (--world-size=4 with
 // WORLD_SIZE=2) are an error naming both.
 //
@@ -56,6 +57,11 @@ struct RankInfo {
   bool torchrun_agent_store = false;
   std::string torchrun_run_id;    // TORCHELASTIC_RUN_ID ("" when not set)
   int torchrun_restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
+  // How many times the job was restarted before this start: LOOM_RESTART_COUNT
+  // (our agent; any source, e.g. a Slurm script that counts its attempts),
+  // else torchrun_restart_count; 0 without either. What launch::RestartCount()
+  // returns unless the ranks' meeting said otherwise (torchrun.h).
+  int restart_count = 0;
   // For messages: "flags (--rank/--world-size)", "torchrun env (RANK/WORLD_SIZE)",
   // "OpenMPI env (...)", "Slurm env (...)", "single process (...)".
   std::string source = "single process (no flags or launcher environment)";

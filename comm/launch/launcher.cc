@@ -16,7 +16,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "comm/launch/agent.h"
@@ -41,13 +40,9 @@ void SetRestartCount(int n) { restart_count_override = n; }
 
 int RestartCount() {
   if (const int n = restart_count_override; n >= 0) return n;
-  // Loom's own agent says LOOM_RESTART_COUNT; torchrun's says TORCHELASTIC_RESTART_COUNT.
-  for (const char* name : {"LOOM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
-    const char* v = std::getenv(name);
-    int n = 0;
-    if (v != nullptr && *v != '\0') return absl::SimpleAtoi(v, &n) && n > 0 ? n : 0;
-  }
-  return 0;
+  // Discovery reads the launchers' counts (RankInfo::restart_count).
+  const absl::StatusOr<RankInfo> info = DiscoverRank({}, RealEnv());
+  return info.ok() ? info->restart_count : 0;
 }
 
 absl::StatusOr<int> PickFreePort() {

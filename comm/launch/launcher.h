@@ -11,16 +11,8 @@
 // reports that rank and its exit status. Children die with the agent
 // (PR_SET_PDEATHSIG): no orphans.
 //
-//   int main(int argc, char** argv) {
-//     ... parse flags ...
-//     auto plan = launch::PlanLaunch(request);        // see plan.h
-//     ... validate everything against plan->world_size ...
-//     if (plan->role == launch::Role::kLauncher) {
-//       absl::Status s = launch::LaunchAndWait({.nproc_per_node = plan->nproc_per_node}, argc, argv);
-//       if (!s.ok()) std::cerr << s << "\n";
-//       return s.ok() ? 0 : 1;
-//     }
-//     ... this process is one rank (plan->rank) ...
+// Binaries do not call LaunchAndWait themselves: run_ranks.h's RunRanks plans
+// (plan.h), validates against the plan, and runs the agent for a kLauncher plan.
 
 #include <string>
 
@@ -63,8 +55,9 @@ struct LaunchOptions {
 bool IsLaunchedChild();
 
 // In a rank started by the agent: how many times the job was restarted before
-// this start (LOOM_RESTART_COUNT, torchelastic's TORCHELASTIC_RESTART_COUNT);
-// 0 on the first start and in a process no agent started.
+// this start (discovery.h's RankInfo::restart_count: LOOM_RESTART_COUNT,
+// torchelastic's TORCHELASTIC_RESTART_COUNT); 0 on the first start and in a
+// process no agent started. RunRanks sets it from the plan's RankInfo.
 int RestartCount();
 // Under torchrun the world's start count comes from the ranks' meeting
 // (comm/launch/torchrun.h), not from TORCHELASTIC_RESTART_COUNT, which each

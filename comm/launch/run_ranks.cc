@@ -1,13 +1,17 @@
 #include "comm/launch/run_ranks.h"
 
 #include <algorithm>
+#include <csignal>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/backend_registry.h"
 #include "comm/backends.h"
 #include "comm/launch/launcher.h"
 #include "comm/store/memory_store.h"
+#include "core/signal_thread.h"
 
 namespace loom::comm::launch {
 namespace {
@@ -59,6 +63,9 @@ RanksOutcome RunRanks(const CommFlags& flags, const RunRanksOptions& options, in
     return out;
   }
   out.role = plan->role;
+  if (options.route_signals && plan->role != Role::kLauncher) {
+    core::RouteSignalsToOwnThread({SIGTERM, SIGUSR1});
+  }
   if (options.validate) out.status = options.validate(*plan);
   if (!out.status.ok()) return out;
   out.started = true;
@@ -66,7 +73,12 @@ RanksOutcome RunRanks(const CommFlags& flags, const RunRanksOptions& options, in
     case Role::kLauncher: {
       LaunchOptions lo = LaunchOptionsFor(flags, *plan);
       if (options.adjust_launch) options.adjust_launch(&lo);
-      out.status = LaunchAndWait(lo, argc, argv);
+      std::vector<std::string> args(argv, argv + argc);
+      if (options.adjust_child_argv) options.adjust_child_argv(&args);
+      std::vector<char*> child_argv;
+      for (std::string& a : args) child_argv.push_back(a.data());
+      child_argv.push_back(nullptr);
+      out.status = LaunchAndWait(lo, static_cast<int>(args.size()), child_argv.data());
       return out;
     }
     case Role::kThreads:
@@ -75,6 +87,7 @@ RanksOutcome RunRanks(const CommFlags& flags, const RunRanksOptions& options, in
     case Role::kRank:
       break;
   }
+  SetRestartCount(plan->rank.restart_count);  // the ranks' meeting may say otherwise
   absl::StatusOr<std::unique_ptr<Communicator>> world = CreateFromFlags(flags, plan->rank);
   if (!world.ok()) {
     out.status = world.status();

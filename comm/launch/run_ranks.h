@@ -7,12 +7,15 @@
 //   1. checks the comm flags (CheckCommFlags, CheckAgentFlags) and plans the
 //      launch (PlanLaunch; who starts the backend's ranks is the registry's
 //      BackendInfo::launched_by);
-//   2. `validate(plan)` (optional): the binary's own checks against the world
+//   2. `route_signals` (optional, not in the agent): SIGTERM and SIGUSR1 go
+//      to an idle thread of their own from now on;
+//   3. `validate(plan)` (optional): the binary's own checks against the world
 //      it is about to start or join;
-//   3. kLauncher: this process is the node's agent: LaunchAndWait(argv);
+//   4. kLauncher: this process is the node's agent: LaunchAndWait(argv, or
+//      what `adjust_child_argv` makes of it);
 //      kThreads: plan.nproc_per_node ranks as threads of this process, each
 //      created by the backend's factory over one MemoryStore;
-//      kRank: CreateFromFlags(flags, plan.rank);
+//      kRank: RestartCount() is plan.rank's, then CreateFromFlags(flags, plan.rank);
 //      and calls `rank_fn` once per rank with its world communicator.
 //
 //   RanksOutcome out = launch::RunRanks(flags, options, argc, argv, RunRank);
@@ -37,10 +40,19 @@ struct RunRanksOptions {
   // this binary and the arguments given. Default: argv.
   std::string program;
   std::vector<std::string> args;
+  // A rank takes SIGTERM (a preemption, the agent's forward) and SIGUSR1 (a
+  // flight-recorder dump) on an idle thread, never mid-computation
+  // (core/signal_thread.h): routed before `validate` and before any thread
+  // starts. Not in the agent, which forwards SIGINT/SIGTERM to its ranks.
+  bool route_signals = false;
   // Checks against the plan before any rank starts (errors: exit 2).
   std::function<absl::Status(const LaunchPlan&)> validate;
-  // kLauncher only: how the agent is run (default LaunchOptionsFor).
+  // kLauncher only: how the agent is run (default LaunchOptionsFor), and the
+  // command line it starts each rank with (default argv, argv[0] first), e.g.
+  // with flags added before a "--" (the last of a flag wins). Both are called
+  // after `validate`.
   std::function<void(LaunchOptions*)> adjust_launch;
+  std::function<void(std::vector<std::string>* argv)> adjust_child_argv;
 };
 
 // What a rank is told besides its communicator.

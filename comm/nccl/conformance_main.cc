@@ -11,15 +11,16 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "comm/backends.h"
-#include "comm/launch/discovery.h"
 #include "comm/launch/flags.h"
-#include "comm/launch/launcher.h"
+#include "comm/launch/run_ranks.h"
 #include "comm/nccl/device_memory.h"
 #include "comm/nccl/host_mirror.h"
 #include "comm/testing/conformance.h"
@@ -63,51 +64,14 @@ absl::Status DeadPeer(Communicator& c, absl::Duration timeout) {
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
-  launch::ParseFlags(argc, argv, "comm conformance suite on the nccl backend");
-  launch::CommFlags flags = launch::GetCommFlags();
-  if (flags.backend != "nccl") {
-    std::cerr << "conformance_main (comm/nccl) runs --backend=nccl only; use "
-                 "//comm/testing:conformance_main for the others" << std::endl;
-    return 2;
-  }
-  absl::StatusOr<int> gpus = nccl::GpuCount();
-  if (!gpus.ok()) {
-    std::cout << "SKIPPED: no GPU on this machine (" << gpus.status().message() << ")"
-              << std::endl;
-    return 0;
-  }
-  const bool dead_peer = absl::GetFlag(FLAGS_mode) == "dead_peer";
-  if (dead_peer) {
-    // Ranks started by hand (dead_peer_test.sh): the launcher would stop the
-    // survivors as soon as the victim dies, by design.
-    absl::StatusOr<launch::RankInfo> info = launch::DiscoverRank(flags.rank);
-    if (info.ok() && info->world_size > *gpus) {
-      std::cout << "SKIPPED: the dead-peer test needs " << info->world_size
-                << " GPUs (NCCL refuses two ranks on one GPU); this machine has " << *gpus
-                << std::endl;
-      return 0;
-    }
-  }
-  const int nproc = flags.nproc_per_node == 0 ? *gpus : flags.nproc_per_node;
-  if (!dead_peer && nproc > 1 && !launch::IsLaunchedChild()) {
-    launch::LaunchOptions lo;
-    lo.nproc_per_node = nproc;
-    absl::Status s = launch::LaunchAndWait(lo, argc, argv);
-    std::cout << (s.ok() ? "all ranks passed" : s.ToString()) << std::endl;
-    return s.ok() ? 0 : 1;
-  }
-  std::shared_ptr<Store> store;
-  auto world = CreateFromFlags(flags, &store);
-  if (!world.ok()) {
-    std::cerr << "cannot create the nccl world: " << world.status() << std::endl;
-    return 2;
-  }
+// One rank: the suite (or the dead peer) on this rank's GPU.
+absl::Status RunRank(Communicator& world, const launch::CommFlags& flags) {
+  // The suite's host tensors go to the GPU; the world itself is RunRanks'.
   std::unique_ptr<Communicator> c =
-      nccl::MirrorHostTensors(std::shared_ptr<Communicator>(std::move(*world)));
+      nccl::MirrorHostTensors(std::shared_ptr<Communicator>(&world, [](Communicator*) {}));
   const std::string who = absl::StrCat("[nccl rank ", c->rank(), "/", c->size(), " ",
                                        c->device().ToString(), "] ");
-  if (dead_peer) {
+  if (absl::GetFlag(FLAGS_mode) == "dead_peer") {
     absl::Status s = DeadPeer(*c, absl::Seconds(flags.timeout_s));
     std::cout << who << (s.ok() ? "DEAD_PEER_OK" : "DEAD_PEER_FAIL " + s.ToString()) << std::endl;
     std::fflush(nullptr);
@@ -131,8 +95,56 @@ int Main(int argc, char** argv) {
     std::cout << who << "[FAIL] final barrier: " << s << std::endl;
     ++failed;
   }
-  c.reset();
-  return failed == 0 ? 0 : 1;
+  return failed == 0 ? absl::OkStatus()
+                     : absl::InternalError(absl::StrCat(failed, " case(s) failed"));
+}
+
+int Main(int argc, char** argv) {
+  launch::ParseFlags(argc, argv, "comm conformance suite on the nccl backend");
+  launch::CommFlags flags = launch::GetCommFlags();
+  if (flags.backend != "nccl") {
+    std::cerr << "conformance_main (comm/nccl) runs --backend=nccl only; use "
+                 "//comm/testing:conformance_main for the others" << std::endl;
+    return 2;
+  }
+  absl::StatusOr<int> gpus = nccl::GpuCount();
+  if (!gpus.ok()) {
+    std::cout << "SKIPPED: no GPU on this machine (" << gpus.status().message() << ")"
+              << std::endl;
+    return 0;
+  }
+  const bool dead_peer = absl::GetFlag(FLAGS_mode) == "dead_peer";
+  // --nproc-per-node=0: one rank per GPU. The dead peer's ranks are started by
+  // hand (dead_peer_test.sh): the agent would stop the survivors as soon as
+  // the victim dies, by design.
+  if (flags.nproc_per_node == 0) flags.nproc_per_node = *gpus;
+  if (dead_peer) flags.nproc_per_node = 1;
+  launch::RunRanksOptions options;
+  bool skipped = false;
+  options.validate = [&](const launch::LaunchPlan& plan) {
+    if (dead_peer && plan.world_size > *gpus) {
+      std::cout << "SKIPPED: the dead-peer test needs " << plan.world_size
+                << " GPUs (NCCL refuses two ranks on one GPU); this machine has " << *gpus
+                << std::endl;
+      skipped = true;
+      return absl::CancelledError("skipped");
+    }
+    return absl::OkStatus();
+  };
+  bool ran = false;  // a rank's world was created and the cases ran
+  const launch::RanksOutcome out = launch::RunRanks(
+      flags, options, argc, argv, [&](Communicator& c, const launch::RankContext&) {
+        ran = true;
+        return RunRank(c, flags);
+      });
+  if (skipped) return 0;
+  if (out.role == launch::Role::kLauncher) {
+    std::cout << (out.status.ok() ? "all ranks passed" : out.status.ToString()) << std::endl;
+  } else if (!out.status.ok() && !ran) {
+    std::cerr << "cannot create the nccl world: " << out.status << std::endl;
+    return 2;
+  }
+  return out.ExitCode();
 }
 
 }  // namespace
