@@ -10,18 +10,6 @@ using google::protobuf::FieldDescriptor;
 using layers::ArchitectureField;
 using layers::FieldValue;
 
-// A value of v's type that differs from it.
-FieldValue Other(const FieldValue& v) {
-  return std::visit(
-      [](const auto& x) -> FieldValue {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) return !x;
-        else if constexpr (std::is_same_v<T, std::string>) return x + "_other";
-        else return static_cast<T>(x + 3);
-      },
-      v);
-}
-
 // Every field applies: rope, GQA, experts.
 layers::GptConfig EveryFieldApplies() {
   layers::GptConfig c;
@@ -108,7 +96,7 @@ TEST(ModelConfigTest, EveryComparedFieldThatDiffersIsNamed) {
   const ModelConfig m = ModelConfigProto(saved);
   for (const ArchitectureField& f : layers::ArchitectureFields()) {
     layers::GptConfig flags = saved;
-    f.set(flags, Other(f.get(flags)));
+    f.set(flags, layers::DifferentValue(f.get(flags)));
     const absl::Status s = CheckModelConfig(m, flags, "/ck/iter_0000002");
     if (!f.compared) {
       EXPECT_TRUE(s.ok()) << f.flag << ": " << s;

@@ -68,6 +68,17 @@ FieldValue ZeroLike(const FieldValue& v) {
   return std::visit([](const auto& x) { return FieldValue(std::decay_t<decltype(x)>{}); }, v);
 }
 
+FieldValue DifferentValue(const FieldValue& v) {
+  return std::visit(
+      [](const auto& x) -> FieldValue {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) return !x;
+        else if constexpr (std::is_same_v<T, std::string>) return x + "_other";
+        else return static_cast<T>(x + 3);
+      },
+      v);
+}
+
 FieldValue ComparedValue(const ArchitectureField& f, const GptArchitecture& a) {
   const FieldValue v = f.defining(a);
   return f.applies(a) ? v : ZeroLike(v);

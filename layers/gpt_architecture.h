@@ -140,6 +140,10 @@ std::string FieldValueString(const FieldValue& v);
 // The zero of v's type (0, 0.0f, false, ""): what a field that does not
 // apply reads as, and what an absent proto field holds.
 FieldValue ZeroLike(const FieldValue& v);
+// A value of v's type that differs from it (true for false, "x_other" for
+// "x", x + 3 for a number): what the tests set to prove a field is read,
+// saved and compared through its row.
+FieldValue DifferentValue(const FieldValue& v);
 // The value compared on resume: the defining value where the field applies,
 // else its zero (a dense model's router top-k does not matter).
 FieldValue ComparedValue(const ArchitectureField& f, const GptArchitecture& a);
