@@ -32,22 +32,13 @@ layers::GptConfig Model() {
   return c;
 }
 
-std::vector<layers::ParamSpec> Specs(const layers::GptConfig& c) {
-  std::vector<layers::ParamSpec> specs = layers::EmbeddingParamSpecs(c, 1);
-  for (int l = 0; l < c.num_layers; ++l) {
-    for (auto& s : layers::BlockParamSpecs(c, l)) specs.push_back(s);
-  }
-  for (auto& s : layers::FinalNormParamSpecs(c)) specs.push_back(s);
-  return specs;
-}
-
 // The value every element holds at `iteration` (state 0: param, 1, 2: moments).
 float Expected(int64_t iteration, int state) { return static_cast<float>(iteration * 3 + state); }
 
 // The child: saves iterations start, start+1, ... forever (until killed).
 [[noreturn]] void SaveForever(const std::string& dir, int64_t start) {
   const layers::GptConfig c = Model();
-  auto params = layers::ParamBuffer::Create(Specs(c), 0, 1, 1);
+  auto params = layers::ParamBuffer::Create(layers::ModelParamSpecs(c), 0, 1, 1);
   auto world = comm::local::CreateWorld(1);
   if (!params.ok() || !world.ok()) _exit(3);
   core::Tensor m = *core::Tensor::Zeros(core::Shape{params->padded_numel()}, core::DType::kF32);

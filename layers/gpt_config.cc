@@ -237,9 +237,34 @@ int64_t QkvWeightRow(const GptConfig& c, QkvPart part, int64_t head, int64_t e) 
   return -1;
 }
 
+BlockParamNames::BlockParamNames(int64_t layer) : prefix_(absl::StrCat("layers.", layer, ".")) {
+  auto name = [&](const char* rest) { return prefix_ + rest; };
+  input_norm_weight = name("input_layernorm.weight");
+  input_norm_bias = name("input_layernorm.bias");
+  qkv_weight = name("attention.qkv.weight");
+  qkv_bias = name("attention.qkv.bias");
+  dense_weight = name("attention.dense.weight");
+  dense_bias = name("attention.dense.bias");
+  post_norm_weight = name("post_attention_layernorm.weight");
+  post_norm_bias = name("post_attention_layernorm.bias");
+  fc1_weight = name("mlp.dense_h_to_4h.weight");
+  fc1_bias = name("mlp.dense_h_to_4h.bias");
+  fc2_weight = name("mlp.dense_4h_to_h.weight");
+  fc2_bias = name("mlp.dense_4h_to_h.bias");
+  router_weight = name("mlp.router.weight");
+}
+
+std::string BlockParamNames::expert_fc1_weight(int64_t e) const {
+  return absl::StrCat(prefix_, "mlp.experts.", e, ".dense_h_to_4h.weight");
+}
+
+std::string BlockParamNames::expert_fc2_weight(int64_t e) const {
+  return absl::StrCat(prefix_, "mlp.experts.", e, ".dense_4h_to_h.weight");
+}
+
 std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer,
                                        const ExpertShard& shard) {
-  const std::string p = absl::StrCat("layers.", layer, ".");
+  const BlockParamNames n(layer);
   const int64_t h = c.hidden_size, f = c.ffn();
   const int64_t qkv_rows = (c.num_attention_heads + 2 * c.query_groups()) * c.head_dim();
   const float std = c.init_method_std;
@@ -247,70 +272,55 @@ std::vector<ParamSpec> BlockParamSpecs(const GptConfig& c, int64_t layer,
   const float scaled = std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
   const bool bias = c.add_bias_linear, ln = !c.rms_norm();
   std::vector<ParamSpec> specs;
-  auto norm = [&](const std::string& name) {
-    specs.push_back(
-        Spec(p + name + ".weight", {h}, TpSplit::kReplicated, Init::kOnes, 0, false, true));
-    if (ln) {
-      specs.push_back(
-          Spec(p + name + ".bias", {h}, TpSplit::kReplicated, Init::kZeros, 0, false, true));
-    }
+  auto norm = [&](const std::string& weight, const std::string& beta) {
+    specs.push_back(Spec(weight, {h}, TpSplit::kReplicated, Init::kOnes, 0, false, true));
+    if (ln) specs.push_back(Spec(beta, {h}, TpSplit::kReplicated, Init::kZeros, 0, false, true));
   };
-  norm("input_layernorm");
+  norm(n.input_norm_weight, n.input_norm_bias);
   // Rows ordered [group, {q x heads/groups, k, v}, head_dim]: a TP rank's row
   // block is whole query groups (whole heads without GQA). See gpt_config.h.
-  specs.push_back(
-      Spec(p + "attention.qkv.weight", {qkv_rows, h}, TpSplit::kRows, Init::kNormal, std, true));
+  specs.push_back(Spec(n.qkv_weight, {qkv_rows, h}, TpSplit::kRows, Init::kNormal, std, true));
   if (c.qkv_bias()) {
-    specs.push_back(
-        Spec(p + "attention.qkv.bias", {qkv_rows}, TpSplit::kRows, Init::kZeros, 0, false));
+    specs.push_back(Spec(n.qkv_bias, {qkv_rows}, TpSplit::kRows, Init::kZeros, 0, false));
   }
-  specs.push_back(Spec(p + "attention.dense.weight", {h, h}, TpSplit::kCols, Init::kScaledNormal,
-                       scaled, true));
+  specs.push_back(
+      Spec(n.dense_weight, {h, h}, TpSplit::kCols, Init::kScaledNormal, scaled, true));
   if (bias) {
-    specs.push_back(Spec(p + "attention.dense.bias", {h}, TpSplit::kReplicated, Init::kZeros, 0,
-                         false, true));
+    specs.push_back(
+        Spec(n.dense_bias, {h}, TpSplit::kReplicated, Init::kZeros, 0, false, true));
   }
-  norm("post_attention_layernorm");
+  norm(n.post_norm_weight, n.post_norm_bias);
   if (c.moe_layer(layer)) {
     // The router (replicated: every TP rank routes the same tokens) and E
     // experts, each a dense MLP split over TP like the one below (no biases:
     // ValidateMoe). Globally named, so checkpoints do not depend on the layout.
-    specs.push_back(Spec(p + "mlp.router.weight", {c.num_experts, h}, TpSplit::kReplicated,
+    specs.push_back(Spec(n.router_weight, {c.num_experts, h}, TpSplit::kReplicated,
                          Init::kNormal, std, true));
     const int64_t first = shard.first(c.num_experts);
     for (int64_t e = first; e < first + shard.count(c.num_experts); ++e) {
-      const std::string x = absl::StrCat(p, "mlp.experts.", e, ".");
-      specs.push_back(c.swiglu ? Spec(x + "dense_h_to_4h.weight", {2, f * h}, TpSplit::kCols,
+      specs.push_back(c.swiglu ? Spec(n.expert_fc1_weight(e), {2, f * h}, TpSplit::kCols,
                                       Init::kNormal, std, true)
-                               : Spec(x + "dense_h_to_4h.weight", {f, h}, TpSplit::kRows,
+                               : Spec(n.expert_fc1_weight(e), {f, h}, TpSplit::kRows,
                                       Init::kNormal, std, true));
-      specs.push_back(Spec(x + "dense_4h_to_h.weight", {h, f}, TpSplit::kCols,
-                           Init::kScaledNormal, scaled, true));
+      specs.push_back(Spec(n.expert_fc2_weight(e), {h, f}, TpSplit::kCols, Init::kScaledNormal,
+                           scaled, true));
       specs[specs.size() - 2].expert = specs.back().expert = true;
     }
     return specs;
   }
   if (c.swiglu) {
     // [gate; up], each [f, h] flattened: a column block is a rank's slice of both.
-    specs.push_back(Spec(p + "mlp.dense_h_to_4h.weight", {2, f * h}, TpSplit::kCols,
-                         Init::kNormal, std, true));
+    specs.push_back(Spec(n.fc1_weight, {2, f * h}, TpSplit::kCols, Init::kNormal, std, true));
     if (bias) {
-      specs.push_back(
-          Spec(p + "mlp.dense_h_to_4h.bias", {2, f}, TpSplit::kCols, Init::kZeros, 0, false));
+      specs.push_back(Spec(n.fc1_bias, {2, f}, TpSplit::kCols, Init::kZeros, 0, false));
     }
   } else {
-    specs.push_back(
-        Spec(p + "mlp.dense_h_to_4h.weight", {f, h}, TpSplit::kRows, Init::kNormal, std, true));
-    if (bias) {
-      specs.push_back(
-          Spec(p + "mlp.dense_h_to_4h.bias", {f}, TpSplit::kRows, Init::kZeros, 0, false));
-    }
+    specs.push_back(Spec(n.fc1_weight, {f, h}, TpSplit::kRows, Init::kNormal, std, true));
+    if (bias) specs.push_back(Spec(n.fc1_bias, {f}, TpSplit::kRows, Init::kZeros, 0, false));
   }
-  specs.push_back(Spec(p + "mlp.dense_4h_to_h.weight", {h, f}, TpSplit::kCols,
-                       Init::kScaledNormal, scaled, true));
+  specs.push_back(Spec(n.fc2_weight, {h, f}, TpSplit::kCols, Init::kScaledNormal, scaled, true));
   if (bias) {
-    specs.push_back(Spec(p + "mlp.dense_4h_to_h.bias", {h}, TpSplit::kReplicated, Init::kZeros, 0,
-                         false, true));
+    specs.push_back(Spec(n.fc2_bias, {h}, TpSplit::kReplicated, Init::kZeros, 0, false, true));
   }
   return specs;
 }
@@ -345,6 +355,16 @@ std::vector<ParamSpec> OutputLayerParamSpecs(const GptConfig& c, int tp) {
                        c.init_method_std, true);
   out.unpadded_rows = c.vocab_size;
   return {out};
+}
+
+std::vector<ParamSpec> ModelParamSpecs(const GptConfig& c) {
+  std::vector<ParamSpec> specs = EmbeddingParamSpecs(c, 1);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    for (ParamSpec& s : BlockParamSpecs(c, i)) specs.push_back(std::move(s));
+  }
+  for (ParamSpec& s : FinalNormParamSpecs(c)) specs.push_back(std::move(s));
+  for (ParamSpec& s : OutputLayerParamSpecs(c, 1)) specs.push_back(std::move(s));
+  return specs;
 }
 
 int64_t ParameterCount(const GptConfig& c) {

@@ -129,6 +129,27 @@ inline constexpr char kOutputLayerName[] = "output_layer.weight";
 // V rows are padded for TP (make_vocab_size_divisible_by · p) in memory,
 // stored unpadded (ParamSpec::unpadded_rows).
 
+// The global names of layer `layer`'s parameters, as listed above: spelled
+// here only. BlockParamSpecs names the specs with them, the layers find
+// their parameters by them, and the Hugging Face table
+// (checkpoint/hf/tensor_map.cc) maps them.
+struct BlockParamNames {
+  explicit BlockParamNames(int64_t layer);
+  std::string input_norm_weight, input_norm_bias;      // layers.i.input_layernorm.*
+  std::string qkv_weight, qkv_bias;                    // layers.i.attention.qkv.*
+  std::string dense_weight, dense_bias;                // layers.i.attention.dense.*
+  std::string post_norm_weight, post_norm_bias;        // layers.i.post_attention_layernorm.*
+  std::string fc1_weight, fc1_bias;                    // layers.i.mlp.dense_h_to_4h.*
+  std::string fc2_weight, fc2_bias;                    // layers.i.mlp.dense_4h_to_h.*
+  std::string router_weight;                           // layers.i.mlp.router.weight (MoE)
+  // An MoE layer's expert e: layers.i.mlp.experts.e.dense_h_to_4h / dense_4h_to_h.weight.
+  std::string expert_fc1_weight(int64_t e) const;
+  std::string expert_fc2_weight(int64_t e) const;
+
+ private:
+  std::string prefix_;  // "layers.i."
+};
+
 // The three projections stacked in `attention.qkv.weight` (and its bias).
 enum class QkvPart { kQuery, kKey, kValue };
 // The global row of `attention.qkv.weight` that holds row `e` (< head_dim) of
@@ -155,6 +176,10 @@ std::vector<ParamSpec> EmbeddingParamSpecs(const GptConfig& config, int tp);
 std::vector<ParamSpec> FinalNormParamSpecs(const GptConfig& config);
 // The untied output layer (empty when it is tied to the word embedding).
 std::vector<ParamSpec> OutputLayerParamSpecs(const GptConfig& config, int tp);
+
+// Every parameter of the model at TP 1, in forward order (embeddings, blocks,
+// final norm, output layer): what a checkpoint of it stores.
+std::vector<ParamSpec> ModelParamSpecs(const GptConfig& config);
 
 // Global parameter count of the model (unpadded vocabulary), for MFU.
 int64_t ParameterCount(const GptConfig& config);

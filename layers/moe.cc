@@ -396,15 +396,14 @@ absl::Status MoeMlp::AuxStatsOverCp(Routing* r) const {
 
 MoeMlp MoeMlp::ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, TpGroup tp,
                         EpGroup ep, CpGroup cp) {
-  const std::string prefix = absl::StrCat("layers.", layer, ".mlp.");
+  const BlockParamNames names(layer);
   std::vector<Param*> fc1, fc2;
   const int64_t first = ep.shard().first(c.num_experts);
   for (int64_t e = first; e < first + ep.shard().count(c.num_experts); ++e) {
-    const std::string expert = absl::StrCat(prefix, "experts.", e, ".");
-    fc1.push_back(&params->at(expert + "dense_h_to_4h.weight"));
-    fc2.push_back(&params->at(expert + "dense_4h_to_h.weight"));
+    fc1.push_back(&params->at(names.expert_fc1_weight(e)));
+    fc2.push_back(&params->at(names.expert_fc2_weight(e)));
   }
-  return MoeMlp(&params->at(prefix + "router.weight"), std::move(fc1), std::move(fc2),
+  return MoeMlp(&params->at(names.router_weight), std::move(fc1), std::move(fc2),
                 MoeOptionsOf(c), tp, ep, cp);
 }
 

@@ -1,6 +1,5 @@
 #include "layers/transformer_block.h"
 
-#include "absl/strings/str_cat.h"
 #include "core/ops/kernel_choice.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
@@ -10,25 +9,21 @@ namespace loom::layers {
 using core::Tensor;
 
 namespace {
-std::string Name(int64_t layer, const char* rest) { return absl::StrCat("layers.", layer, ".", rest); }
 
 // The parameter, or null where the config has none (biases, LayerNorm's beta).
 Param* Optional(ParamBuffer* p, const std::string& name) {
   return p->contains(name) ? &p->at(name) : nullptr;
 }
 
-TransformerBlock::NormParams NormParamsOf(ParamBuffer* p, const GptConfig& c, int64_t layer,
-                                          const char* which) {
-  return {&p->at(Name(layer, absl::StrCat(which, ".weight").c_str())),
-          c.rms_norm() ? nullptr : &p->at(Name(layer, absl::StrCat(which, ".bias").c_str())),
-          c.layernorm_epsilon};
+TransformerBlock::NormParams NormParamsOf(ParamBuffer* p, const GptConfig& c,
+                                          const std::string& weight, const std::string& beta) {
+  return {&p->at(weight), c.rms_norm() ? nullptr : &p->at(beta), c.layernorm_epsilon};
 }
 
-LayerNorm Norm(ParamBuffer* p, const GptConfig& c, int64_t layer, const char* which) {
-  Param* gamma = &p->at(Name(layer, absl::StrCat(which, ".weight").c_str()));
-  if (c.rms_norm()) return LayerNorm::Rms(gamma, c.layernorm_epsilon);
-  return LayerNorm(gamma, &p->at(Name(layer, absl::StrCat(which, ".bias").c_str())),
-                   c.layernorm_epsilon);
+LayerNorm Norm(ParamBuffer* p, const GptConfig& c, const std::string& weight,
+               const std::string& beta) {
+  if (c.rms_norm()) return LayerNorm::Rms(&p->at(weight), c.layernorm_epsilon);
+  return LayerNorm(&p->at(weight), &p->at(beta), c.layernorm_epsilon);
 }
 
 }  // namespace
@@ -65,26 +60,24 @@ absl::Status HiddenDropout(Tensor* x, const DropoutStream& d, uint64_t site_stre
 
 TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t layer, TpGroup tp,
                                    CpGroup cp, EpGroup ep)
+    : TransformerBlock(p, c, layer, BlockParamNames(layer), tp, cp, ep) {}
+
+TransformerBlock::TransformerBlock(ParamBuffer* p, const GptConfig& c, int64_t layer,
+                                   const BlockParamNames& n, TpGroup tp, CpGroup cp, EpGroup ep)
     : layer_(layer),
       tp_(tp),
       cp_(cp),
-      ln1_(Norm(p, c, layer, "input_layernorm")),
-      ln2_(Norm(p, c, layer, "post_attention_layernorm")),
-      ln1_params_(NormParamsOf(p, c, layer, "input_layernorm")),
-      ln2_params_(NormParamsOf(p, c, layer, "post_attention_layernorm")),
-      attention_(&p->at(Name(layer, "attention.qkv.weight")),
-                 Optional(p, Name(layer, "attention.qkv.bias")),
-                 &p->at(Name(layer, "attention.dense.weight")),
-                 Optional(p, Name(layer, "attention.dense.bias")), AttentionOptionsOf(c), tp, cp,
-                 layer),
+      ln1_(Norm(p, c, n.input_norm_weight, n.input_norm_bias)),
+      ln2_(Norm(p, c, n.post_norm_weight, n.post_norm_bias)),
+      ln1_params_(NormParamsOf(p, c, n.input_norm_weight, n.input_norm_bias)),
+      ln2_params_(NormParamsOf(p, c, n.post_norm_weight, n.post_norm_bias)),
+      attention_(&p->at(n.qkv_weight), Optional(p, n.qkv_bias), &p->at(n.dense_weight),
+                 Optional(p, n.dense_bias), AttentionOptionsOf(c), tp, cp, layer),
       mlp_(c.moe_layer(layer)
                ? std::nullopt
-               : std::optional<ParallelMlp>(std::in_place,
-                                            &p->at(Name(layer, "mlp.dense_h_to_4h.weight")),
-                                            Optional(p, Name(layer, "mlp.dense_h_to_4h.bias")),
-                                            &p->at(Name(layer, "mlp.dense_4h_to_h.weight")),
-                                            Optional(p, Name(layer, "mlp.dense_4h_to_h.bias")), tp,
-                                            c.swiglu)) {
+               : std::optional<ParallelMlp>(std::in_place, &p->at(n.fc1_weight),
+                                            Optional(p, n.fc1_bias), &p->at(n.fc2_weight),
+                                            Optional(p, n.fc2_bias), tp, c.swiglu)) {
   if (c.moe_layer(layer)) moe_.emplace(MoeMlp::ForLayer(p, c, layer, tp, ep, cp));
 }
 

@@ -56,6 +56,9 @@ class TransformerBlock {
                                         const Saved& saved, float loss_weight = 1.0f) const;
 
  private:
+  // Finds the parameters by their names (gpt_config.h's BlockParamNames).
+  TransformerBlock(ParamBuffer* params, const GptConfig& config, int64_t layer,
+                   const BlockParamNames& names, TpGroup tp, CpGroup cp, EpGroup ep);
   absl::Status Dropout(core::Tensor* x, const DropoutStream& d, int site, bool backward) const;
 
   // ChooseKernel("residual_norm", device) picked "fused".

@@ -140,7 +140,7 @@ absl::Status ImportHuggingFace(const ImportOptions& o) {
   // Every parameter of the model (layout 1x1), from the Loom tensors.
   std::map<std::string, const LoomTensor*> by_name;
   for (const LoomTensor& t : loom) by_name[t.name] = &t;
-  const std::vector<layers::ParamSpec> specs = ModelParamSpecs(model);
+  const std::vector<layers::ParamSpec> specs = layers::ModelParamSpecs(model);
   if (specs.size() != loom.size()) {
     return absl::InternalError(
         absl::StrCat("import made ", loom.size(), " tensors but the model has ", specs.size()));

@@ -164,25 +164,26 @@ std::vector<HfMapEntry> HfTensorMap(HfFamily family, const layers::GptConfig& c,
     copy(layers::kWordEmbeddingName, t + "wte.weight", {V, h});
     copy(layers::kPositionEmbeddingName, t + "wpe.weight", {c.max_positions(), h});
     for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string q = absl::StrCat(t, "h.", i, "."), p = absl::StrCat("layers.", i, ".");
-      copy(p + "input_layernorm.weight", q + "ln_1.weight", {h});
-      copy(p + "input_layernorm.bias", q + "ln_1.bias", {h});
-      table.push_back(HfMapEntry{p + "attention.qkv.weight",
+      const std::string q = absl::StrCat(t, "h.", i, ".");
+      const layers::BlockParamNames n(i);
+      copy(n.input_norm_weight, q + "ln_1.weight", {h});
+      copy(n.input_norm_bias, q + "ln_1.bias", {h});
+      table.push_back(HfMapEntry{n.qkv_weight,
                                  {(H + 2 * G) * d, h},
                                  {{q + "attn.c_attn.weight", {h, 3 * h}}},
                                  Transform::FusedQkv(c, /*weight=*/true)});
-      table.push_back(HfMapEntry{p + "attention.qkv.bias",
+      table.push_back(HfMapEntry{n.qkv_bias,
                                  {(H + 2 * G) * d},
                                  {{q + "attn.c_attn.bias", {3 * h}}},
                                  Transform::FusedQkv(c, /*weight=*/false)});
-      conv(p + "attention.dense.weight", q + "attn.c_proj.weight", h, h);
-      copy(p + "attention.dense.bias", q + "attn.c_proj.bias", {h});
-      copy(p + "post_attention_layernorm.weight", q + "ln_2.weight", {h});
-      copy(p + "post_attention_layernorm.bias", q + "ln_2.bias", {h});
-      conv(p + "mlp.dense_h_to_4h.weight", q + "mlp.c_fc.weight", h, f);
-      copy(p + "mlp.dense_h_to_4h.bias", q + "mlp.c_fc.bias", {f});
-      conv(p + "mlp.dense_4h_to_h.weight", q + "mlp.c_proj.weight", f, h);
-      copy(p + "mlp.dense_4h_to_h.bias", q + "mlp.c_proj.bias", {h});
+      conv(n.dense_weight, q + "attn.c_proj.weight", h, h);
+      copy(n.dense_bias, q + "attn.c_proj.bias", {h});
+      copy(n.post_norm_weight, q + "ln_2.weight", {h});
+      copy(n.post_norm_bias, q + "ln_2.bias", {h});
+      conv(n.fc1_weight, q + "mlp.c_fc.weight", h, f);
+      copy(n.fc1_bias, q + "mlp.c_fc.bias", {f});
+      conv(n.fc2_weight, q + "mlp.c_proj.weight", f, h);
+      copy(n.fc2_bias, q + "mlp.c_proj.bias", {h});
     }
     copy(layers::kFinalNormWeightName, t + "ln_f.weight", {h});
     copy(layers::kFinalNormBiasName, t + "ln_f.bias", {h});
@@ -193,64 +194,52 @@ std::vector<HfMapEntry> HfTensorMap(HfFamily family, const layers::GptConfig& c,
   // biases but Qwen2's on q/k/v_proj (--add-qkv-bias).
   // A SwiGLU MLP (dense, or one Mixtral expert): [gate; up] -> dense_h_to_4h
   // [2, F·h], down -> dense_4h_to_h.
-  auto swiglu = [&](const std::string& ours, const std::string& gate, const std::string& up,
-                    const std::string& down) {
-    table.push_back(HfMapEntry{ours + "dense_h_to_4h.weight",
-                               {2, f * h},
-                               {{gate, {f, h}}, {up, {f, h}}},
+  auto swiglu = [&](const std::string& fc1, const std::string& fc2, const std::string& gate,
+                    const std::string& up, const std::string& down) {
+    table.push_back(HfMapEntry{fc1, {2, f * h}, {{gate, {f, h}}, {up, {f, h}}},
                                Transform::Stacked({f, f}, h)});
-    copy(ours + "dense_4h_to_h.weight", down, {h, f});
+    copy(fc2, down, {h, f});
   };
   if (!c.tied_output_layer()) copy(layers::kOutputLayerName, "lm_head.weight", {V, h});
   copy(layers::kWordEmbeddingName, "model.embed_tokens.weight", {V, h});
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string q = absl::StrCat("model.layers.", i, "."),
-                      p = absl::StrCat("layers.", i, ".");
+    const std::string q = absl::StrCat("model.layers.", i, ".");
+    const layers::BlockParamNames n(i);
     // attention.qkv.<kind> from self_attn.{q,k,v}_proj.<kind>: rows of
     // `width` values (the weight: h; a bias: 1).
-    auto qkv_proj = [&](const std::string& kind, int64_t width) {
+    auto qkv_proj = [&](const std::string& ours, const std::string& kind, int64_t width) {
       auto shape = [&](int64_t rows) {
         return width == 1 ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, width};
       };
-      table.push_back(HfMapEntry{p + "attention.qkv." + kind,
+      table.push_back(HfMapEntry{ours,
                                  shape((H + 2 * G) * d),
                                  {{q + "self_attn.q_proj." + kind, shape(H * d)},
                                   {q + "self_attn.k_proj." + kind, shape(G * d)},
                                   {q + "self_attn.v_proj." + kind, shape(G * d)}},
                                  Transform::QkvProj(c, width)});
     };
-    copy(p + "input_layernorm.weight", q + "input_layernorm.weight", {h});
-    qkv_proj("weight", h);
-    if (c.qkv_bias()) qkv_proj("bias", 1);
-    copy(p + "attention.dense.weight", q + "self_attn.o_proj.weight", {h, H * d});
-    copy(p + "post_attention_layernorm.weight", q + "post_attention_layernorm.weight", {h});
+    copy(n.input_norm_weight, q + "input_layernorm.weight", {h});
+    qkv_proj(n.qkv_weight, "weight", h);
+    if (c.qkv_bias()) qkv_proj(n.qkv_bias, "bias", 1);
+    copy(n.dense_weight, q + "self_attn.o_proj.weight", {h, H * d});
+    copy(n.post_norm_weight, q + "post_attention_layernorm.weight", {h});
     if (family == HfFamily::kMixtral) {
       // As save_pretrained writes it (transformers 5 fuses the experts in
       // memory only): w1 gate, w3 up, w2 down.
       const std::string m = q + "block_sparse_moe.";
-      copy(p + "mlp.router.weight", m + "gate.weight", {c.num_experts, h});
+      copy(n.router_weight, m + "gate.weight", {c.num_experts, h});
       for (int64_t e = 0; e < c.num_experts; ++e) {
         const std::string x = absl::StrCat(m, "experts.", e, ".");
-        swiglu(absl::StrCat(p, "mlp.experts.", e, "."), x + "w1.weight", x + "w3.weight",
+        swiglu(n.expert_fc1_weight(e), n.expert_fc2_weight(e), x + "w1.weight", x + "w3.weight",
                x + "w2.weight");
       }
     } else {
-      swiglu(p + "mlp.", q + "mlp.gate_proj.weight", q + "mlp.up_proj.weight",
+      swiglu(n.fc1_weight, n.fc2_weight, q + "mlp.gate_proj.weight", q + "mlp.up_proj.weight",
              q + "mlp.down_proj.weight");
     }
   }
   copy(layers::kFinalNormWeightName, "model.norm.weight", {h});
   return table;
-}
-
-std::vector<layers::ParamSpec> ModelParamSpecs(const layers::GptConfig& c) {
-  std::vector<layers::ParamSpec> specs = layers::EmbeddingParamSpecs(c, 1);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    for (layers::ParamSpec& s : layers::BlockParamSpecs(c, i)) specs.push_back(std::move(s));
-  }
-  for (layers::ParamSpec& s : layers::FinalNormParamSpecs(c)) specs.push_back(std::move(s));
-  for (layers::ParamSpec& s : layers::OutputLayerParamSpecs(c, 1)) specs.push_back(std::move(s));
-  return specs;
 }
 
 std::vector<int64_t> StoredShape(const layers::ParamSpec& spec) {
@@ -277,7 +266,7 @@ absl::Status CheckCoversModel(const std::vector<HfMapEntry>& table,
           " do not fit its transform (this model cannot be that architecture)"));
     }
   }
-  const std::vector<layers::ParamSpec> specs = ModelParamSpecs(config);
+  const std::vector<layers::ParamSpec> specs = layers::ModelParamSpecs(config);
   for (const layers::ParamSpec& spec : specs) {
     auto it = by_name.find(spec.name);
     if (it == by_name.end()) {

@@ -141,9 +141,6 @@ absl::StatusOr<HfFamily> HfFamilyOf(const std::string& model_type);
 std::vector<HfMapEntry> HfTensorMap(HfFamily family, const layers::GptConfig& config,
                                     const std::string& gpt2_prefix = "transformer.");
 
-// Every parameter of `config` at TP 1 (embeddings, blocks, final norm, output
-// layer), as a checkpoint stores them.
-std::vector<layers::ParamSpec> ModelParamSpecs(const layers::GptConfig& config);
 // Its global shape as stored: the vocabulary rows unpadded.
 std::vector<int64_t> StoredShape(const layers::ParamSpec& spec);
 

@@ -106,7 +106,7 @@ TEST(TensorMapTest, CoversEveryParameterOnce) {
     EXPECT_TRUE(CheckCoversModel(table, k.config, k.name).ok());
     std::map<std::string, int> count;
     for (const HfMapEntry& e : table) ++count[e.loom_name];
-    const std::vector<layers::ParamSpec> specs = ModelParamSpecs(k.config);
+    const std::vector<layers::ParamSpec> specs = layers::ModelParamSpecs(k.config);
     EXPECT_EQ(table.size(), specs.size());
     for (const layers::ParamSpec& s : specs) {
       EXPECT_EQ(count[s.name], 1) << s.name;
