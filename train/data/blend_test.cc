@@ -1,21 +1,74 @@
 // Blends: the parsing of Megatron's --data-path list and its errors; the
-// blended dataset's samples and its cache.
+// normalised weights, per-dataset sizes and blending indices against
+// Megatron-Core's own (testdata/megatron_blend/blends.json, made by
+// tools/megatron_reference/make_reference.sh); the blended dataset's samples
+// and its cache.
 #include "train/data/blend.h"
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace loom::train {
 namespace {
 
 std::string Tmp(const std::string& name) {
   return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+nlohmann::json Reference() {
+  const std::string path = absl::StrCat(std::getenv("TEST_SRCDIR"), "/",
+                                        std::getenv("TEST_WORKSPACE"),
+                                        "/train/data/testdata/megatron_blend/blends.json");
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str());
+}
+
+TEST(BlendTest, MatchesMegatronCore) {
+  const nlohmann::json reference = Reference();
+  ASSERT_GE(reference["cases"].size(), 5u);
+  EXPECT_EQ(reference["mid_level_dataset_surplus"].get<double>(), kMidLevelDatasetSurplus);
+  for (const nlohmann::json& c : reference["cases"]) {
+    // The weights as typed, each followed by a prefix, through the flag parser.
+    std::vector<std::string> entries;
+    for (size_t k = 0; k < c["weights"].size(); ++k) {
+      entries.push_back(c["weights"][k].get<std::string>());
+      entries.push_back(absl::StrCat("data/corpus_", k));
+    }
+    const std::string value = absl::StrJoin(entries, " ");
+    SCOPED_TRACE(absl::StrCat("--data-path=\"", value, "\" size ", c["size"].get<int64_t>()));
+    absl::StatusOr<BlendSpec> spec = ParseBlend("--data-path", value);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_EQ(spec->weights.size(), c["weights"].size());
+    for (size_t k = 0; k < spec->weights.size(); ++k) {
+      EXPECT_EQ(spec->prefixes[k], absl::StrCat("data/corpus_", k));
+      // Bit for bit: Megatron's numbers as C99 hex floats.
+      const std::string hex = c["normalized_weights_hex"][k].get<std::string>();
+      EXPECT_EQ(spec->weights[k], std::strtod(hex.c_str(), nullptr)) << "weight " << k;
+    }
+    const int64_t size = c["size"].get<int64_t>();
+    EXPECT_EQ(BlendSamplesPerDataset(spec->weights, size),
+              c["samples_per_dataset"].get<std::vector<int64_t>>());
+    EXPECT_EQ(BlendSamplesPerDataset(spec->weights, size, kMidLevelDatasetSurplus),
+              c["samples_built_per_dataset"].get<std::vector<int64_t>>());
+    const int64_t blend_size = c["blend_size"].get<int64_t>();
+    const BlendingIndices indices = BuildBlendingIndices(spec->weights, blend_size);
+    const auto dataset_index = c["dataset_index"].get<std::vector<int16_t>>();
+    const auto dataset_sample_index = c["dataset_sample_index"].get<std::vector<int64_t>>();
+    ASSERT_EQ(dataset_index.size(), static_cast<size_t>(blend_size));
+    EXPECT_EQ(indices.dataset_index, dataset_index);
+    EXPECT_EQ(indices.dataset_sample_index, dataset_sample_index);
+  }
 }
 
 void ExpectError(const std::string& value, const std::vector<std::string>& words) {
