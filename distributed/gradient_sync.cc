@@ -46,13 +46,11 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
   }
   std::unique_ptr<GradientSync> s(new GradientSync(model, groups, options));
   LOOM_RETURN_IF_ERROR(s->Layout());
-  GradientSync* self = s.get();
-  model->set_hooks({[self](int64_t unit) { return self->OnForward(unit); },
-                    [self](int64_t unit) { return self->OnBackward(unit); }});
+  model->AddObserver(s.get());
   return s;
 }
 
-GradientSync::~GradientSync() { model_->set_hooks({}); }
+GradientSync::~GradientSync() { model_->RemoveObserver(this); }
 
 absl::Status GradientSync::Layout() {
   const layers::ParamBuffer& params = model_->params();
@@ -206,7 +204,7 @@ absl::Status GradientSync::StartStep() {
   return model_->params().ZeroGrads();
 }
 
-absl::Status GradientSync::OnBackward(int64_t unit) {
+absl::Status GradientSync::AfterBackward(int64_t unit) {
   const std::vector<layers::ParamUnit>& units = model_->units();
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].id != unit) continue;
@@ -347,7 +345,7 @@ absl::Status GradientSync::FinishParamGather() {
   return status;
 }
 
-absl::Status GradientSync::OnForward(int64_t unit) {
+absl::Status GradientSync::BeforeForward(int64_t unit) {
   const std::vector<layers::ParamUnit>& units = model_->units();
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].id != unit) continue;

@@ -7,7 +7,7 @@
 // updates; everything that makes the gradients of a step final is here:
 //
 //   StartStep()          zero the flat gradient buffer
-//   ... the pipeline runs forwards and backwards; the model's hooks report
+//   ... the pipeline runs forwards and backwards; the model's unit events report
 //       each unit's backward, and with --overlap-grad-reduce a bucket's
 //       data-parallel reduction starts as soon as its last backward of the
 //       step has run ...
@@ -95,14 +95,17 @@ struct GradBucket {
   std::vector<BucketPart> parts;   // tile `range` in order; one part without EP
 };
 
-class GradientSync {
+// A UnitObserver of the model (privately: only the model calls it): each
+// unit's forward waits for its parameter gather, each unit's backward may
+// complete a bucket and start its reduction.
+class GradientSync : private layers::UnitObserver {
  public:
-  // Lays out the buckets and installs the model's hooks. `model` must
-  // outlive the GradientSync (which removes its hooks when destroyed).
+  // Lays out the buckets and adds itself to the model's observers. `model`
+  // must outlive the GradientSync (which removes itself when destroyed).
   static absl::StatusOr<std::unique_ptr<GradientSync>> Create(layers::StageModel* model,
                                                               const GradientSyncGroups& groups,
                                                               const GradientSyncOptions& options);
-  ~GradientSync();
+  ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
@@ -129,7 +132,7 @@ class GradientSync {
 
   // What was not hidden behind computation in the last step, in seconds:
   // the wait in FinishGradients, and the waits for parameter gathers (in
-  // StartParamGather, the forward's hooks and FinishParamGather).
+  // StartParamGather, the forward's BeforeForward and FinishParamGather).
   double exposed_grad_seconds() const { return exposed_grad_s_; }
   double exposed_gather_seconds() const { return exposed_gather_s_; }
   // Buckets whose reduction started during the backward in the last step.
@@ -139,8 +142,8 @@ class GradientSync {
   GradientSync(layers::StageModel* model, GradientSyncGroups groups, GradientSyncOptions options)
       : model_(model), groups_(groups), options_(options) {}
   absl::Status Layout();
-  absl::Status OnBackward(int64_t unit);
-  absl::Status OnForward(int64_t unit);
+  absl::Status AfterBackward(int64_t unit) override;
+  absl::Status BeforeForward(int64_t unit) override;
   absl::Status StartBucket(size_t b);
   absl::Status WaitGather(size_t b);
   bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }

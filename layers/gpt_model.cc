@@ -182,16 +182,6 @@ absl::Status GptModel::BuildLayers() {
   return absl::OkStatus();
 }
 
-absl::Status GptModel::Before(int64_t unit) const {
-  const ModelHooks& h = hooks();
-  return h.before_forward ? h.before_forward(unit) : absl::OkStatus();
-}
-
-absl::Status GptModel::After(int64_t unit) const {
-  const ModelHooks& h = hooks();
-  return h.after_backward ? h.after_backward(unit) : absl::OkStatus();
-}
-
 Shape GptModel::BoundaryShape(int64_t micro_batch_size) const {
   const int64_t local = local_seq_length();  // this CP rank's two chunks
   const int64_t s = tp_.sequence_parallel && tp_.parallel() ? local / tp_.size() : local;
@@ -221,7 +211,7 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
           "GptModel: token ids ", input.DebugString(), ", expected i32[", local_seq_length(),
           ", b] (--seq-length", cp_.parallel() ? " / --context-parallel-size" : "", ")"));
     }
-    LOOM_RETURN_IF_ERROR(Before(kEmbeddingUnit));
+    LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeForward, kEmbeddingUnit));
     LOOM_ASSIGN_OR_RETURN(x, embedding_->Forward(input, &saved->embedding));  // [s(/p), b, h]
     if (position_embedding_.valid()) {
       // Position embeddings of this rank's rows of the sequence: a lookup of
@@ -236,6 +226,7 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
     LOOM_RETURN_IF_ERROR(
         HiddenDropout(&x, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, cp_,
                      false));
+    LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterForward, kEmbeddingUnit));
   }
   saved->blocks.resize(blocks_[c].size());
   saved->recompute_inputs.resize(blocks_[c].size());
@@ -244,18 +235,20 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
     // as soon as the next block has run.
     if (run.recompute) saved->recompute_inputs[run.first] = x;
     for (int64_t i = run.first; i < run.first + run.count; ++i) {
-      LOOM_RETURN_IF_ERROR(Before(chunk.first_layer + i));
+      LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeForward, chunk.first_layer + i));
       TransformerBlock::Saved scratch;
       LOOM_ASSIGN_OR_RETURN(
           x, blocks_[c][i]->Forward(x, dropout, run.recompute ? &scratch : &saved->blocks[i]));
+      LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterForward, chunk.first_layer + i));
     }
   }
   if (!chunk.post_process) return x;
 
-  LOOM_RETURN_IF_ERROR(Before(head_unit()));
+  LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeForward, head_unit()));
   LOOM_ASSIGN_OR_RETURN(x, final_norm_->Forward(x, &saved->final_norm));
   LOOM_ASSIGN_OR_RETURN(Tensor logits, output_layer_->Forward(x, &saved->output));  // [s, b, V/p]
   LOOM_RETURN_IF_ERROR(loss_.ForwardOnDevice(logits, targets, &saved->loss));
+  LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterForward, head_unit()));
   if (loss != nullptr) {
     LOOM_ASSIGN_OR_RETURN(*loss, LossOf(saved->loss.sums));
   }
@@ -281,10 +274,11 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
   const ChunkSpec& chunk = chunks_[c];
   Tensor d = dy;
   if (chunk.post_process) {
+    LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeBackward, head_unit()));
     LOOM_ASSIGN_OR_RETURN(Tensor dlogits, loss_.Backward(saved.loss, dloss));
     LOOM_ASSIGN_OR_RETURN(d, output_layer_->Backward(dlogits, saved.output));
     LOOM_ASSIGN_OR_RETURN(d, final_norm_->Backward(d, saved.final_norm));
-    LOOM_RETURN_IF_ERROR(After(head_unit()));
+    LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterBackward, head_unit()));
   }
   if (!d.defined()) {
     return absl::InvalidArgumentError(
@@ -292,9 +286,10 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
   }
   for (auto run = runs_[c].rbegin(); run != runs_[c].rend(); ++run) {
     if (!run->recompute) {
+      LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeBackward, chunk.first_layer + run->first));
       LOOM_ASSIGN_OR_RETURN(
           d, blocks_[c][run->first]->Backward(d, dropout, saved.blocks[run->first], dloss));
-      LOOM_RETURN_IF_ERROR(After(chunk.first_layer + run->first));
+      LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterBackward, chunk.first_layer + run->first));
       continue;
     }
     // Full recomputation: the run's forward again from its kept input, the
@@ -307,6 +302,11 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
           chunk.first_layer + run->first, ", ", chunk.first_layer + run->first + run->count,
           ") (a Saved from a forward with another recomputation setting?)"));
     }
+    // Every unit of the run is in its backward from here: the recomputed
+    // forward reads all their parameters.
+    for (int64_t k = run->count; k-- > 0;) {
+      LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeBackward, chunk.first_layer + run->first + k));
+    }
     std::vector<TransformerBlock::Saved> again(run->count);
     Tensor x = saved.recompute_inputs[run->first];
     for (int64_t k = 0; k < run->count; ++k) {
@@ -316,11 +316,12 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
     for (int64_t k = run->count; k-- > 0;) {
       LOOM_ASSIGN_OR_RETURN(d, blocks_[c][run->first + k]->Backward(d, dropout, again[k], dloss));
       again[k] = TransformerBlock::Saved();
-      LOOM_RETURN_IF_ERROR(After(chunk.first_layer + run->first + k));
+      LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterBackward, chunk.first_layer + run->first + k));
     }
   }
   if (!chunk.pre_process) return d;
 
+  LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeBackward, kEmbeddingUnit));
   LOOM_RETURN_IF_ERROR(
       HiddenDropout(&d, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, cp_,
                      true));
@@ -330,7 +331,7 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
         core::ops::EmbeddingBackward(positions, d, &params_.at(position_embedding_).grad));
   }
   LOOM_RETURN_IF_ERROR(embedding_->Backward(d, saved.embedding));
-  LOOM_RETURN_IF_ERROR(After(kEmbeddingUnit));
+  LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterBackward, kEmbeddingUnit));
   return Tensor();
 }
 

@@ -115,8 +115,8 @@ class GptModel : public StageModel {
   // empty tensor for a pre_process chunk. Gradients accumulate into params().
   // With full recomputation it first reruns each recomputed run's forward
   // from its kept input with the same `dropout` (same masks: bit-identical to
-  // no recomputation), repeating the run's TP collectives but calling no
-  // before_forward hook (the parameters were gathered for the forward).
+  // no recomputation), repeating the run's TP collectives; the run's units
+  // get their BeforeBackward before it and no forward events.
   // `saved` must be a Saved.
   absl::StatusOr<core::Tensor> Backward(int c, const core::Tensor& dy, float dloss,
                                         const DropoutStream& dropout,
@@ -169,8 +169,6 @@ class GptModel : public StageModel {
         chunks_(std::move(chunks)),
         loss_(tp, config.vocab_size) {}
   absl::Status BuildLayers();
-  absl::Status Before(int64_t unit) const;
-  absl::Status After(int64_t unit) const;
 
   GptConfig config_;
   TpGroup tp_;

@@ -10,6 +10,38 @@ namespace loom::layers {
 using core::Shape;
 using core::Tensor;
 
+absl::Status UnitObserver::BeforeForward(int64_t) { return absl::OkStatus(); }
+absl::Status UnitObserver::AfterForward(int64_t) { return absl::OkStatus(); }
+absl::Status UnitObserver::BeforeBackward(int64_t) { return absl::OkStatus(); }
+absl::Status UnitObserver::AfterBackward(int64_t) { return absl::OkStatus(); }
+
+void StageModel::AddObserver(UnitObserver* observer) { observers_.push_back(observer); }
+
+void StageModel::RemoveObserver(UnitObserver* observer) {
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
+}
+
+absl::Status StageModel::Notify(UnitEvent event, int64_t unit) const {
+  auto call = [&](UnitObserver* o) {
+    switch (event) {
+      case UnitEvent::kBeforeForward: return o->BeforeForward(unit);
+      case UnitEvent::kAfterForward: return o->AfterForward(unit);
+      case UnitEvent::kBeforeBackward: return o->BeforeBackward(unit);
+      case UnitEvent::kAfterBackward: return o->AfterBackward(unit);
+    }
+    return absl::OkStatus();
+  };
+  const bool before = event == UnitEvent::kBeforeForward || event == UnitEvent::kBeforeBackward;
+  if (before) {
+    for (UnitObserver* o : observers_) LOOM_RETURN_IF_ERROR(call(o));
+  } else {
+    for (auto it = observers_.rbegin(); it != observers_.rend(); ++it) {
+      LOOM_RETURN_IF_ERROR(call(*it));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AllReduceSequenceParallelGrads(
     const TpGroup& tp, ParamBuffer* params,
     const std::vector<std::pair<int64_t, int64_t>>& ranges) {

@@ -10,7 +10,7 @@
 // The model only computes: Forward and Backward of one chunk for one
 // micro-batch, gradients accumulated into params(). Every reduction across
 // ranks (DP, the sequence-parallel sum over TP, the tied parameter across
-// pipeline stages) is GradientSync's, driven by the hooks.
+// pipeline stages) is GradientSync's, a UnitObserver of the model.
 
 #include <cstdint>
 #include <functional>
@@ -53,12 +53,26 @@ struct ParamUnit {
 
 // Progress callbacks, for data parallelism to overlap its communication with
 // the computation. An error stops the forward or backward that called it.
-struct ModelHooks {
-  // Before a forward reads unit `id`'s parameters (ZeRO-1 parameter gather).
-  std::function<absl::Status(int64_t unit)> before_forward;
-  // After a backward of one micro-batch has accumulated unit `id`'s gradients.
-  std::function<absl::Status(int64_t unit)> after_backward;
+// Follows a model's progress unit by unit (ParamUnit ids): data
+// parallelism waits on a unit's parameter gather and starts its gradient
+// reduction here, the profiler draws per-layer spans, a sharded optimizer
+// would gather and free a unit's parameters. Each forward of a unit is
+// BeforeForward .. AfterForward, each backward BeforeBackward ..
+// AfterBackward; a recomputed unit's forward runs again inside its
+// backward, after its BeforeBackward (no forward events: the unit is
+// already in its backward). Before-events reach observers in the order they
+// were added, after-events in the reverse order, so an observer added later
+// nests inside one added earlier (the profiler's layer spans inside
+// GradientSync's waits). An error stops the model and is its error.
+class UnitObserver {
+ public:
+  virtual ~UnitObserver() = default;
+  virtual absl::Status BeforeForward(int64_t unit);
+  virtual absl::Status AfterForward(int64_t unit);
+  virtual absl::Status BeforeBackward(int64_t unit);
+  virtual absl::Status AfterBackward(int64_t unit);
 };
+enum class UnitEvent { kBeforeForward, kAfterForward, kBeforeBackward, kAfterBackward };
 
 class StageModel {
  public:
@@ -99,7 +113,7 @@ class StageModel {
   // only there). `loss` may be null: then the loss stays on the device in
   // saved->DeviceLoss() (see LossOf), and the host does not wait for the
   // forward's kernels. `saved`: a NewActivations() record of this model.
-  // Calls hooks().before_forward for each unit before reading it.
+  // Notifies BeforeForward / AfterForward around each unit it runs.
   virtual absl::StatusOr<core::Tensor> Forward(int c, const core::Tensor& input,
                                                const core::Tensor& targets,
                                                const DropoutStream& dropout,
@@ -111,8 +125,9 @@ class StageModel {
   // the gradient of its output (ignored for a post_process chunk, which
   // starts from `dloss`, the weight of this micro-batch's mean loss). Returns
   // the gradient of the input (BoundaryShape(b)), or an empty tensor for a
-  // pre_process chunk. Gradients accumulate into params(); calls
-  // hooks().after_backward for each unit once its gradients are accumulated.
+  // pre_process chunk. Gradients accumulate into params(); notifies
+  // BeforeBackward before a unit's backward (and its recomputed forward)
+  // reads its parameters, AfterBackward once its gradients are accumulated.
   virtual absl::StatusOr<core::Tensor> Backward(int c, const core::Tensor& dy, float dloss,
                                                 const DropoutStream& dropout,
                                                 const Activations& saved) = 0;
@@ -147,14 +162,20 @@ class StageModel {
   // (AllReduceSequenceParallelGrads).
   virtual const TpGroup& tp() const = 0;
 
-  void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
-  const ModelHooks& hooks() const { return hooks_; }  // to chain another observer
+  // Observers of the units' progress (not owned; each added once, removed
+  // before it goes).
+  void AddObserver(UnitObserver* observer);
+  void RemoveObserver(UnitObserver* observer);
+  const std::vector<UnitObserver*>& observers() const { return observers_; }
 
  protected:
   StageModel() = default;
+  // What a family calls around each unit: `event` to every observer in the
+  // order above; the first error stops it.
+  absl::Status Notify(UnitEvent event, int64_t unit) const;
 
  private:
-  ModelHooks hooks_;
+  std::vector<UnitObserver*> observers_;
 };
 
 // Under sequence parallelism, all-reduces (sum) over TP the gradients of the

@@ -231,10 +231,10 @@ class ToyModel : public layers::StageModel {
     return x;
   }
 
+  // The events GradientSync needs (a family may send all four).
   absl::Status Hook(bool forward, int64_t unit) const {
-    const layers::ModelHooks& h = hooks();
-    if (forward) return h.before_forward ? h.before_forward(unit) : absl::OkStatus();
-    return h.after_backward ? h.after_backward(unit) : absl::OkStatus();
+    return Notify(forward ? layers::UnitEvent::kBeforeForward : layers::UnitEvent::kAfterBackward,
+                  unit);
   }
 
   std::vector<ChunkSpec> chunks_;

@@ -176,10 +176,8 @@ TimerId ExecutorTimers::TimerOf(const pipeline::Action* actions, int count) {
 void ExecutorTimers::Begin(const pipeline::Action* actions, int count) {
   timers_->Start(TimerOf(actions, count));
   if (!timers_->profiling() || count != 1 || !pipeline::IsCompute(actions[0].kind)) return;
-  unit_open_ = false;
   in_compute_ = true;
-  in_backward_ = actions[0].kind == pipeline::ActionKind::kBackward;
-  unit_start_us_ = profile::NowUs();
+  unit_start_us_.clear();
   args_ = absl::StrCat("{\"micro_batch\":", actions[0].micro_batch, ",\"chunk\":",
                        actions[0].chunk, "}");
 }
@@ -190,44 +188,35 @@ std::string ExecutorTimers::UnitName(int64_t unit) const {
   return absl::StrCat("layer ", unit);
 }
 
-void ExecutorTimers::CloseUnit(double now_us) {
-  if (!unit_open_) return;
-  unit_open_ = false;
-  timers_->profiler()->AddSpan(absl::StrCat("forward ", UnitName(open_unit_)), "compute", "main",
-                               unit_start_us_, now_us, args_);
+absl::Status ExecutorTimers::BeforeForward(int64_t unit) {
+  if (Tracing()) unit_start_us_[unit] = profile::NowUs();
+  return absl::OkStatus();
 }
 
-void ExecutorTimers::EndUnit() {
-  if (unit_open_ && timers_->profiling()) CloseUnit(profile::NowUs());
+absl::Status ExecutorTimers::AfterForward(int64_t unit) {
+  auto it = unit_start_us_.find(unit);
+  if (!Tracing() || it == unit_start_us_.end()) return absl::OkStatus();
+  timers_->profiler()->AddSpan(absl::StrCat("forward ", UnitName(unit)), "compute", "main",
+                               it->second, profile::NowUs(), args_);
+  unit_start_us_.erase(it);
+  return absl::OkStatus();
 }
 
-void ExecutorTimers::UnitForward(int64_t unit) {
-  // Only inside a training step's forward (evaluation and generation run
-  // the model outside the executor's actions; a recompute reruns no hook).
-  if (!timers_->profiling() || !in_compute_ || in_backward_) return;
-  const double now = profile::NowUs();
-  CloseUnit(now);
-  unit_open_ = true;
-  open_unit_ = unit;
-  unit_start_us_ = now;
-}
+absl::Status ExecutorTimers::BeforeBackward(int64_t unit) { return BeforeForward(unit); }
 
-void ExecutorTimers::UnitBackward(int64_t unit) {
-  if (!timers_->profiling() || !in_compute_ || !in_backward_) return;
-  const double now = profile::NowUs();
+absl::Status ExecutorTimers::AfterBackward(int64_t unit) {
+  auto it = unit_start_us_.find(unit);
+  if (!Tracing() || it == unit_start_us_.end()) return absl::OkStatus();
   timers_->profiler()->AddSpan(absl::StrCat("backward ", UnitName(unit)), "compute", "main",
-                               unit_start_us_, now, args_);
-  unit_start_us_ = now;
+                               it->second, profile::NowUs(), args_);
+  unit_start_us_.erase(it);
+  return absl::OkStatus();
 }
 
 void ExecutorTimers::End(const pipeline::Action* actions, int count) {
   const TimerId id = TimerOf(actions, count);
   const bool compute = count == 1 && pipeline::IsCompute(actions[0].kind);
-  if (compute && in_compute_) {
-    if (!in_backward_) CloseUnit(profile::NowUs());
-    in_backward_ = false;
-    in_compute_ = false;
-  }
+  if (compute && in_compute_) in_compute_ = false;
   std::string args;  // the span's: only when it becomes one
   if (timers_->profiling()) {
     if (compute) {

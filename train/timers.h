@@ -33,11 +33,13 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "comm/comm.h"
+#include "layers/stage_model.h"
 #include "pipeline/executor.h"
 #include "profile/profiler.h"
 
@@ -151,25 +153,26 @@ class Timers {
 // Megatron's name of what it sends and receives (args: the actions, e.g.
 // "SA3.0>1 RG2.0<1").
 //
-// Per layer (profiling only): fed the model's progress hooks
-// (layers::ModelHooks, chained after GradientSync's by the trainer), it adds
-// spans "forward layer L" / "backward layer L" ("embedding", "output-layer"
-// for the units outside the blocks) inside each forward-/backward-compute:
-// a unit's forward runs from its before_forward to the next one (or the
-// action's end), its backward from the previous unit's after_backward (or
-// the action's start) to its own.
-class ExecutorTimers : public pipeline::ActionObserver {
+// Per layer (profiling only): a layers::UnitObserver of the model (added
+// after GradientSync, so its spans nest inside GradientSync's waits), it
+// adds spans "forward layer L" / "backward layer L" ("embedding",
+// "output-layer" for the units outside the blocks) inside each
+// forward-/backward-compute, from the unit's Before- to its After-event (a
+// recomputed run's units all begin their backward before its recomputed
+// forward).
+class ExecutorTimers : public pipeline::ActionObserver, public layers::UnitObserver {
  public:
   // `head_unit`: StageModel::head_unit() (the output layer's unit id).
   explicit ExecutorTimers(Timers* timers, int64_t head_unit = -2)
       : timers_(timers), head_unit_(head_unit) {}
   void Begin(const pipeline::Action* actions, int count) override;
   void End(const pipeline::Action* actions, int count) override;
-  // The model's hooks: before unit `unit`'s forward, after its backward.
-  void UnitForward(int64_t unit);
-  void UnitBackward(int64_t unit);
-  // Ends the open forward unit's span now (before a hook's own wait).
-  void EndUnit();
+  // The model's unit events (only inside a training step's compute actions:
+  // evaluation and generation run the model outside the executor's actions).
+  absl::Status BeforeForward(int64_t unit) override;
+  absl::Status AfterForward(int64_t unit) override;
+  absl::Status BeforeBackward(int64_t unit) override;
+  absl::Status AfterBackward(int64_t unit) override;
   void set_head_unit(int64_t head_unit) { head_unit_ = head_unit; }
   // The timer of a compute action or a batch.
   static TimerId TimerOf(const pipeline::Action* actions, int count);
@@ -177,15 +180,12 @@ class ExecutorTimers : public pipeline::ActionObserver {
   std::string UnitName(int64_t unit) const;
 
  private:
-  void CloseUnit(double now_us);
+  bool Tracing() const { return timers_->profiling() && in_compute_; }
   Timers* timers_;
   int64_t head_unit_;
-  int64_t open_unit_ = 0;
-  bool unit_open_ = false;     // a forward unit span is open since unit_start_us_
-  bool in_compute_ = false;    // between Begin and End of a compute action
-  bool in_backward_ = false;   // inside a backward action: unit_start_us_ is the mark
-  double unit_start_us_ = 0;
-  std::string args_;           // the action's span args
+  bool in_compute_ = false;                  // between Begin and End of a compute action
+  std::map<int64_t, double> unit_start_us_;  // the open units' Before-event times
+  std::string args_;                         // the action's span args
 };
 
 }  // namespace loom::train

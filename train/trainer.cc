@@ -174,22 +174,10 @@ absl::Status Trainer::Setup() {
     LOOM_ASSIGN_OR_RETURN(gradients_, distributed::GradientSync::Create(model_.get(), gg, go));
   }
   if (profiler_) {
-    // Per-layer spans: the model's progress hooks, after GradientSync's.
-    // Without --profile the model keeps GradientSync's hooks alone.
+    // Per-layer spans: an observer of the model's units, added after
+    // GradientSync so that its spans nest inside GradientSync's waits.
     executor_timers_.set_head_unit(model_->head_unit());
-    const layers::ModelHooks sync = model_->hooks();
-    layers::ModelHooks chained;
-    chained.before_forward = [this, sync](int64_t unit) {
-      executor_timers_.EndUnit();  // a ZeRO-1 gather wait is no layer's
-      absl::Status s = sync.before_forward ? sync.before_forward(unit) : absl::OkStatus();
-      executor_timers_.UnitForward(unit);
-      return s;
-    };
-    chained.after_backward = [this, sync](int64_t unit) {
-      executor_timers_.UnitBackward(unit);
-      return sync.after_backward ? sync.after_backward(unit) : absl::OkStatus();
-    };
-    model_->set_hooks(std::move(chained));
+    model_->AddObserver(&executor_timers_);
   }
   OptimizerGroups og;
   og.tp = groups_.tp.get();
