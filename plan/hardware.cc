@@ -114,14 +114,36 @@ double MemorySeconds(const Hardware& hw, double bytes, int ranks_on_node) {
 }
 
 double CollectiveSeconds(const Hardware& hw, CollectiveKind kind, double bytes, int group,
-                         bool inter_node) {
+                         bool inter_node, int ranks_per_node) {
   if (group <= 1 || bytes <= 0) return 0;
   const Collective& c = Pick(inter_node ? hw.inter_node() : hw.intra_node(), kind);
   const double n = group;
   double factor = (n - 1) / n;
   if (kind == CollectiveKind::kAllReduce) factor *= 2;
   if (kind == CollectiveKind::kSendRecv) factor = 1;
-  return c.latency() + factor * bytes / c.bus_bandwidth();
+  // Ring steps (NCCL's tuning model): per pass n − 1, of which nodes − 1 cross
+  // the network when inter_node and the rest stay on a node.
+  double steps_latency = 0;
+  if (kind != CollectiveKind::kSendRecv) {
+    const double passes = kind == CollectiveKind::kAllReduce ? 2 : 1;
+    const double per_node = inter_node ? std::clamp(ranks_per_node, 1, group) : group;
+    const double nodes = inter_node ? std::ceil(n / per_node) : 1;
+    const double net_steps = inter_node ? nodes - 1 : 0;
+    const double node_steps = (n - 1) - net_steps;
+    const double node_step =
+        inter_node ? Pick(hw.intra_node(), kind).step_latency() : c.step_latency();
+    steps_latency =
+        passes * (net_steps * (inter_node ? c.step_latency() : 0) + node_steps * node_step);
+  }
+  // Over the network with k of the group's ranks on each node, NCCL runs k
+  // rings side by side, each leaving a node through another rank's NIC (one
+  // per GPU on a DGX): k NICs carry the traffic, up to the intra-node link.
+  double bus_bandwidth = c.bus_bandwidth();
+  if (inter_node && ranks_per_node > 1) {
+    bus_bandwidth = std::min(std::min(ranks_per_node, group) * c.bus_bandwidth(),
+                             Pick(hw.intra_node(), kind).bus_bandwidth());
+  }
+  return c.latency() + steps_latency + factor * bytes / bus_bandwidth;
 }
 
 }  // namespace loom::plan

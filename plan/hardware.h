@@ -10,6 +10,12 @@
 //   all-gather, reduce-scatter, all-to-all
 //                    t = latency + (n−1)/n · bytes / busbw   (bytes: the whole gathered tensor)
 //   send/recv        t = latency + bytes / busbw
+// plus, where the link has a step_latency, one per ring step: 2(n−1) steps for
+// all-reduce, n−1 for the others (NCCL's ring model); over the inter-node link
+// the steps between ranks of one node (ranks_per_node − 1 of every node's)
+// take the intra-node link's step_latency; and with k = ranks_per_node > 1 the
+// inter-node bus bandwidth is k × the link's (k rings, each through its own
+// rank's NIC), at most the intra-node link's.
 // `bytes` is always the full buffer one rank holds (all-reduce) or the
 // gathered/scattered whole (all-gather, reduce-scatter, all-to-all).
 
@@ -36,9 +42,10 @@ double GemmSeconds(const Hardware& hw, double m, double n, double k, int ranks_o
 // Seconds to move `bytes` through memory once (read or write).
 double MemorySeconds(const Hardware& hw, double bytes, int ranks_on_node = 1);
 
-// Seconds of one collective over `group` ranks; inter_node picks the link.
+// Seconds of one collective over `group` ranks; inter_node picks the link;
+// ranks_per_node: how many of the group share a node (inter-node only).
 double CollectiveSeconds(const Hardware& hw, CollectiveKind kind, double bytes, int group,
-                         bool inter_node);
+                         bool inter_node, int ranks_per_node = 1);
 
 }  // namespace loom::plan
 

@@ -67,5 +67,29 @@ TEST(HardwareTest, CollectivesFollowTheRingFormulas) {
               2e-4 + 0.75 * 1e6 / 2e9, 1e-15);
 }
 
+TEST(HardwareTest, RingStepsAddLatencyAndNodesAddNics) {
+  absl::StatusOr<Hardware> hw = ParseHardware(R"(
+    device_memory_bytes: 1e9 peak_flops: 1e12 memory_bandwidth: 1e11 devices_per_node: 8
+    intra_node { all_reduce { bus_bandwidth: 3e11 latency: 8e-6 step_latency: 3e-6 } }
+    inter_node { all_reduce { bus_bandwidth: 4e10 latency: 8e-6 step_latency: 1e-5 } }
+  )", "steps");
+  ASSERT_TRUE(hw.ok()) << hw.status();
+  // Intra-node reduce-scatter over 8: base + 7 NVLink steps.
+  EXPECT_NEAR(CollectiveSeconds(*hw, CollectiveKind::kReduceScatter, 1e6, 8, false),
+              8e-6 + 7 * 3e-6 + 7.0 / 8 * 1e6 / 3e11, 1e-15);
+  // 48 ranks, one per node: 47 network steps, one NIC.
+  EXPECT_NEAR(CollectiveSeconds(*hw, CollectiveKind::kReduceScatter, 1e6, 48, true),
+              8e-6 + 47 * 1e-5 + 47.0 / 48 * 1e6 / 4e10, 1e-15);
+  // 48 ranks, 8 per node: 5 network steps, 42 on NVLink; 8 NICs, capped by NVLink.
+  EXPECT_NEAR(CollectiveSeconds(*hw, CollectiveKind::kReduceScatter, 1e6, 48, true, 8),
+              8e-6 + 5 * 1e-5 + 42 * 3e-6 + 47.0 / 48 * 1e6 / 3e11, 1e-15);
+  // 4 per node: 4 NICs; all-reduce: twice the steps.
+  EXPECT_NEAR(CollectiveSeconds(*hw, CollectiveKind::kAllReduce, 1e6, 48, true, 4),
+              8e-6 + 2 * (11 * 1e-5 + 36 * 3e-6) + 2 * 47.0 / 48 * 1e6 / 1.6e11, 1e-15);
+  // send/recv: no ring.
+  EXPECT_NEAR(CollectiveSeconds(*hw, CollectiveKind::kSendRecv, 1e6, 2, true),
+              8e-6 + 1e6 / 4e10, 1e-15);
+}
+
 }  // namespace
 }  // namespace loom::plan

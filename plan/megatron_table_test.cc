@@ -102,7 +102,8 @@ void CheckAssumptionsKnown(const Table& t) {
       {"sequence_parallel", "tp>1"}, {"recompute", "none"},
       {"ffn_hidden_size", "4h"},     {"distributed_optimizer", "true"},
       {"attention", "fused"},        {"hardware", "h100_dgx"},
-      {"param_gather", "bf16"},
+      {"param_gather", "bf16"},      {"grad_reduce", "f32"},
+      {"tp_comm_overlap", "TE"},
   };
   EXPECT_EQ(t.assume, applied) << "the test applies exactly these assumptions";
   const std::map<std::string, std::string> settings = {
@@ -159,6 +160,9 @@ TimeOptions Time(const Table& t) {
   TimeOptions o;
   o.tp_comm_overlap = t.settings.at("tp_comm_overlap") == "true";
   o.param_gather_bytes = t.assume.at("param_gather") == "bf16" ? 2 : 4;
+  o.grad_reduce_bytes = t.assume.at("grad_reduce") == "bf16" ? 2 : 4;
+  // "TE": Transformer Engine's userbuffers defaults, TimeOptions' own.
+  EXPECT_EQ(t.assume.at("tp_comm_overlap"), "TE");
   return o;
 }
 

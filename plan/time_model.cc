@@ -19,6 +19,7 @@ struct LayerCost {
   double fwd_compute = 0, bwd_compute = 0;  // GEMMs, attention, element-wise
   double fwd_comm = 0, bwd_comm = 0;        // exposed TP, CP, EP
   double attention_fwd = 0;                 // what selective recomputation reruns
+  double tp_overlap_cost = 0;               // of fwd + bwd compute: --tp-comm-overlap's
 };
 
 struct Ctx {
@@ -44,7 +45,8 @@ LayerCost Layer(const Ctx& x, bool moe) {
   const double up = (m.swiglu ? 2 : 1) * ffn;
   LayerCost l;
   // GEMMs (forward); the backward's dX and dW GEMMs are the same sizes.
-  double attn_gemm = Gemm(x, T, (heads + 2 * groups) * d / t, h) + Gemm(x, T, h, heads * d / t);
+  const double qkv_n = (heads + 2 * groups) * d / t, proj_k = heads * d / t;
+  double attn_gemm = Gemm(x, T, qkv_n, h) + Gemm(x, T, h, proj_k);
   double mlp_gemm;
   if (moe) {
     const double E = m.num_experts, ep = x.c.expert_model_parallel_size, k = m.moe_router_topk;
@@ -52,6 +54,35 @@ LayerCost Layer(const Ctx& x, bool moe) {
     mlp_gemm = (E / ep) * (Gemm(x, rows, up / t, h) + Gemm(x, rows, h, ffn / t)) + Gemm(x, T, E, h);
   } else {
     mlp_gemm = Gemm(x, T, up / t, h) + Gemm(x, T, h, ffn / t);
+  }
+  // --tp-comm-overlap (TimeOptions): the same GEMMs as Transformer Engine's
+  // userbuffers run them. ring: TP chunks of T/TP rows; pipe: `splits` chunks
+  // on the SMs the reduce-scatter kernel leaves; bulk: whole, on those SMs.
+  double fwd_gemm = attn_gemm + mlp_gemm, bwd_gemm = 2 * (attn_gemm + mlp_gemm);
+  const bool ub = x.options.tp_comm_overlap && t > 1 && x.c.sequence_parallel;
+  if (ub) {
+    const double units = x.hw.compute_units();
+    const double sm_left =
+        units > 0 ? std::max(0.0, units - x.options.tp_overlap_comm_sms) / units : 1.0;
+    const double splits = std::max(1, x.options.tp_overlap_pipeline_splits);
+    auto ring = [&](double n, double k) { return t * Gemm(x, T / t, n, k); };
+    auto pipe = [&](double n, double k) { return splits * Gemm(x, T / splits, n, k) / sm_left; };
+    auto bulk = [&](double n, double k) { return Gemm(x, T, n, k) / sm_left; };
+    auto plain = [&](double n, double k) { return Gemm(x, T, n, k); };
+    // Attention block: QKV (AG ring), proj (RS pipeline); backward: QKV
+    // dgrad + wgrad bulk, proj dgrad ring, proj wgrad plain.
+    double f = ring(qkv_n, h) + pipe(h, proj_k);
+    double b = 2 * bulk(qkv_n, h) + ring(h, proj_k) + plain(h, proj_k);
+    if (!moe) {  // the dense MLP: FC1 like QKV, FC2 like proj
+      f += ring(up / t, h) + pipe(h, ffn / t);
+      b += 2 * bulk(up / t, h) + ring(h, ffn / t) + plain(h, ffn / t);
+    } else {
+      f += mlp_gemm;
+      b += 2 * mlp_gemm;
+    }
+    l.tp_overlap_cost = (f - fwd_gemm) + (b - bwd_gemm);
+    fwd_gemm = f;
+    bwd_gemm = b;
   }
   // Causal flash attention: QKᵀ and PV over half of the s × s/CP blocks.
   const double attn_flops = 2 * 2 * T * (x.s_local * cp) * (heads / t) * d * 0.5;
@@ -65,8 +96,8 @@ LayerCost Layer(const Ctx& x, bool moe) {
   const double xs = x.c.sequence_parallel ? xf / t : xf;
   const double elementwise = MemorySeconds(x.hw, 12 * xs + (2 * up / h + 4) * xf / t, x.ranks_on_node);
   const double gemm = attn_gemm + mlp_gemm;
-  l.fwd_compute = gemm + attention + elementwise;
-  l.bwd_compute = 2 * gemm + 2.5 * attention + 2 * elementwise;
+  l.fwd_compute = fwd_gemm + attention + elementwise;
+  l.bwd_compute = bwd_gemm + 2.5 * attention + 2 * elementwise;
   l.attention_fwd = attention;
   // TP: two all-reduces (or all-gather + reduce-scatter pairs under SP, the
   // same bus time) of the hidden state forward, two backward.
@@ -78,7 +109,7 @@ LayerCost Layer(const Ctx& x, bool moe) {
              : 2 * CollectiveSeconds(x.hw, CollectiveKind::kAllReduce, xf, t, x.tp_inter);
     if (x.c.sequence_parallel) tp /= 2;  // one AG + one RS per linear pair = one all-reduce
   }
-  l.fwd_comm = x.options.tp_comm_overlap ? std::max(0.0, tp - gemm) : tp;
+  l.fwd_comm = x.options.tp_comm_overlap ? std::max(0.0, tp - fwd_gemm) : tp;
   l.bwd_comm = std::max(0.0, tp - gemm);  // dX reduction overlapped with the dW GEMM
   // CP: K and V around the ring, overlapped with the attention blocks.
   if (cp > 1) {
@@ -217,18 +248,25 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   // The largest stage's local parameters: what it reduces and updates.
   double params = 0;
   for (int r = 0; r < pp; ++r) params = std::max(params, static_cast<double>(StageParameters(c, r)));
-  const double grad_bytes = 4 * params;
+  const double grad_bytes = options.grad_reduce_bytes * params;
   const bool dp_inter = x.dp_inter || (cp > 1 && x.cp_inter);
+  // Ranks of the gradient group (DP·CP) on one node: TP's ranks fill a node first.
+  const int dp_per_node = std::max(1, std::min(static_cast<int>(group), dpn / std::max(1, tp)));
+  // One collective per layer (GradientSync's bucket), each with its latency.
+  auto reduce_of = [&](double share) {
+    if (group <= 1) return 0.0;
+    return CollectiveSeconds(hw,
+                             c.optimizer.distributed ? CollectiveKind::kReduceScatter
+                                                     : CollectiveKind::kAllReduce,
+                             grad_bytes * share, group, dp_inter, dp_per_node);
+  };
+  auto gather_of = [&](double share) {
+    if (group <= 1 || !c.optimizer.distributed) return 0.0;
+    return CollectiveSeconds(hw, CollectiveKind::kAllGather,
+                             options.param_gather_bytes * params * share, group, dp_inter,
+                             dp_per_node);
+  };
   double reduce = 0, gather = 0;
-  if (group > 1) {
-    if (c.optimizer.distributed) {
-      reduce = CollectiveSeconds(hw, CollectiveKind::kReduceScatter, grad_bytes, group, dp_inter);
-      gather = CollectiveSeconds(hw, CollectiveKind::kAllGather,
-                                  options.param_gather_bytes * params, group, dp_inter);
-    } else {
-      reduce = CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes, group, dp_inter);
-    }
-  }
   // Overlap, read off the simulated timeline of the busiest stage, at the
   // granularity of GradientSync's buckets: whole layers (distributed/
   // gradient_sync.h), each chunk's parameters spread evenly over its layers.
@@ -263,11 +301,18 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     const int n = std::max(1, range->end() - range->first);
     const Span& b = last_backward[ch];
     const Span& f = first_forward[ch];
+    const double share = 1.0 / vp / n;
+    const double r = reduce_of(share), g = gather_of(share);
     for (int i = 0; i < n; ++i) {
-      reduces.push_back({b.start + (i + 1) * (b.end - b.start) / n, reduce / vp / n});
-      gathers.push_back({f.start + i * (f.end - f.start) / n, gather / vp / n});
+      reduces.push_back({b.start + (i + 1) * (b.end - b.start) / n, r});
+      gathers.push_back({f.start + i * (f.end - f.start) / n, g});
+      reduce += r;
+      gather += g;
     }
   }
+  // Of that, the latencies (ring steps included): the same pieces of no bytes.
+  out.dp_latency =
+      static_cast<double>(reduces.size()) * (reduce_of(1e-30) + gather_of(1e-30));
   auto by_time = [](const Piece& a, const Piece& b) { return a.at < b.at; };
   double dp_exposed = 0;
   if (c.overlap_grad_reduce) {
@@ -298,6 +343,7 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   out.forward_chunk = fwd[busiest][0];
   out.backward_chunk = bwd[busiest][0];
   out.tp_exposed_per_layer = dense.fwd_comm + dense.bwd_comm;
+  out.tp_overlap_cost_per_layer = dense.tp_overlap_cost;
   out.compute = busiest_compute + out.optimizer;
   out.bubble = result->makespan - result->ideal;
   out.exposed_comm = (result->ideal - busiest_compute) + dp_exposed;
@@ -315,18 +361,19 @@ std::string ExplainTime(const train::TrainConfig& c, const Hardware& hw, const S
       "time, seconds (hardware %s: peak %.3g FLOP/s, memory %.3g B/s):\n"
       "  per chunk and micro-batch on the busiest stage: forward f = %.6f, backward b = %.6f\n"
       "    (GEMMs 2mnk / (peak x eff(2mnk)), attention, element-wise, exposed TP %.6f per layer)\n"
+      "    (--tp-comm-overlap: chunked GEMMs on fewer SMs add %.6f per layer)\n"
       "  pipeline::Simulate(%s, P = %d, v = %d, M = %lld, p2p %.6f per transfer):\n"
       "    makespan %.6f, ideal %.6f, bubble fraction %.4f\n"
-      "  DP over DP x CP = %d: reduce%s %.6f, exposed %.6f%s\n"
+      "  DP over DP x CP = %d: reduce%s %.6f (latencies %.6f, one per layer), exposed %.6f%s\n"
       "  optimizer (Adam, 32 B per owned element at memory bandwidth) %.6f\n"
       "  step = compute %.6f + exposed communication %.6f + bubble %.6f = %.6f\n"
       "  model FLOPs per step (6N + 12 L h s per token) %.4g; tokens/s %.1f; MFU %.1f%%\n",
       hw.name(), hw.peak_flops(), hw.memory_bandwidth(), t.forward_chunk, t.backward_chunk,
-      t.tp_exposed_per_layer, c.pipeline_schedule, c.pipeline_model_parallel_size,
+      t.tp_exposed_per_layer, t.tp_overlap_cost_per_layer, c.pipeline_schedule, c.pipeline_model_parallel_size,
       c.virtual_pipeline_size, static_cast<long long>(c.num_micro_batches), t.p2p, t.makespan,
       t.makespan - t.bubble, t.bubble_fraction, c.data_parallel_size * c.context_parallel_size,
       c.optimizer.distributed ? "-scatter + all-gather" : " (all-reduce)", t.dp_comm,
-      t.dp_exposed, c.overlap_grad_reduce ? " (--overlap-grad-reduce)" : "", t.optimizer,
+      t.dp_latency, t.dp_exposed, c.overlap_grad_reduce ? " (--overlap-grad-reduce)" : "", t.optimizer,
       t.compute, t.exposed_comm, t.bubble, t.step, t.model_flops_per_step, t.tokens_per_s,
       100 * t.mfu);
   return s;

@@ -6,6 +6,8 @@
 // Per chunk and micro-batch, on one rank (T = s/CP · b tokens, t = TP):
 //   forward  f = Σ_GEMM 2mnk / (peak · eff(2mnk)) + attention + element-wise
 //                + exposed TP (and CP, EP) communication
+//                (--tp-comm-overlap: the GEMMs as Transformer Engine runs
+//                them, in chunks and on fewer SMs; TimeOptions)
 //   backward b = 2 × the GEMMs (dX and dW) + 2.5 × attention + 2 × element-wise
 //                + exposed communication (Loom overlaps the backward's TP
 //                reduction of dX with the dW GEMM: exposed = max(0, comm − dW))
@@ -15,7 +17,8 @@
 // (BuildSchedule) with these per-action costs and the point-to-point
 // transfer time, giving the makespan and bubble.
 // Data parallelism: gradient all-reduce (or ZeRO-1's reduce-scatter +
-// all-gather) of the stage's f32 gradients over DP·CP; with
+// all-gather) of the stage's f32 gradients over DP·CP, one collective (and
+// its latency, ring steps included) per layer (GradientSync's bucket); with
 // --overlap-grad-reduce (--overlap-param-gather) all but the last bucket hides
 // behind the last micro-batch's backward (the first's forward).
 // Optimizer: Adam is memory-bound, 32 bytes per owned element.
@@ -38,6 +41,24 @@ struct TimeOptions {
   // 4, Loom's (it gathers the f32 master values and refreshes the bf16 copy
   // from them); 2, Megatron's (it gathers the bf16 model parameters).
   int param_gather_bytes = 4;
+  // Bytes per element of the gradient reduction (all-reduce, or ZeRO-1's
+  // reduce-scatter): 4, f32, Loom's; also Megatron's under bf16, whose
+  // arguments.py forces --accumulate-allreduce-grads-in-fp32 for bf16 ("bfloat16
+  // requires gradient accumulation and all-reduce to be done in fp32") unless
+  // the later opt-in --grad-reduce-in-bf16; 2 for that opt-in.
+  int grad_reduce_bytes = 4;
+  // How --tp-comm-overlap runs (with TP > 1 and SP): Transformer Engine's
+  // userbuffers defaults (transformer_engine/pytorch/module/base.py,
+  // initialize_ub): the AG-overlapped GEMMs (QKV and FC1 forward, proj and
+  // FC2 dgrad) "ring_exchange", split into TP chunks of T/TP rows, their
+  // transfers on the copy engines; the RS-overlapped forward GEMMs (proj, FC2)
+  // "pipeline", 4 splits, with 16 SMs for the reduce-scatter kernel and the
+  // GEMM given the rest (set_sm_margin); the QKV and FC1 dgrad and wgrad
+  // "bulk", 16 SMs for the communication, the GEMM given the rest. The GEMM
+  // of a chunk runs at the curve's efficiency for the chunk's FLOPs; SMs are
+  // taken from the hardware's compute_units (0: none taken).
+  int tp_overlap_comm_sms = 16;
+  int tp_overlap_pipeline_splits = 4;
 };
 
 struct StepTime {
@@ -53,6 +74,10 @@ struct StepTime {
   // For --explain.
   double forward_chunk = 0, backward_chunk = 0, p2p = 0, dp_comm = 0, dp_exposed = 0,
          optimizer = 0, tp_exposed_per_layer = 0, makespan = 0;
+  // --tp-comm-overlap: what chunked GEMMs on fewer SMs add to one layer's
+  // forward + backward on the busiest stage, seconds (0 without it).
+  double tp_overlap_cost_per_layer = 0;
+  double dp_latency = 0;  // of dp_comm: the per-bucket latencies (ring steps)
 };
 
 // Model FLOPs of one step (spec: 6N + 12·L·h·s per token, N active params).

@@ -171,6 +171,35 @@ TEST(TimeModelTest, OverlappedGradientReductionHidesAllButTheLastLayers) {
   EXPECT_LT(hidden->step, plain->step);
 }
 
+TEST(TimeModelTest, TpCommOverlapCostsTheSmsItTakes) {
+  // One efficiency (chunking costs nothing), 100 SMs: Transformer Engine's
+  // pipelined (proj, FC2 forward) and bulk (QKV, FC1 dgrad and wgrad) GEMMs
+  // run on the 84 its 16 communication SMs leave.
+  absl::StatusOr<Hardware> hw = ParseHardware(R"(
+    name: "ideal, 100 SMs" device_memory_bytes: 1e12 peak_flops: 1e12 memory_bandwidth: 1e15
+    devices_per_node: 64 compute_dtype_bytes: 4 compute_units: 100
+    intra_node { all_reduce { bus_bandwidth: 1e18 } }
+    inter_node { all_reduce { bus_bandwidth: 1e18 } }
+  )", "sms");
+  ASSERT_TRUE(hw.ok()) << hw.status();
+  train::TrainConfig c = Model();
+  c.tensor_model_parallel_size = 2;
+  c.sequence_parallel = true;
+  ASSERT_TRUE(train::Finalize(&c, 2).ok());
+  TimeOptions overlap;
+  overlap.tp_comm_overlap = true;
+  absl::StatusOr<StepTime> plain = PredictStepTime(c, *hw);
+  absl::StatusOr<StepTime> ub = PredictStepTime(c, *hw, overlap);
+  ASSERT_TRUE(plain.ok() && ub.ok());
+  EXPECT_EQ(plain->tp_overlap_cost_per_layer, 0);
+  const double T = 128, h = 256, t = 2;
+  const double qkv = 2 * T * 3 * h / t * h, proj = 2 * T * h * h / t;
+  const double fc1 = 2 * T * 4 * h / t * h, fc2 = fc1;
+  const double slowed = proj + fc2 + 2 * qkv + 2 * fc1;
+  EXPECT_NEAR(ub->tp_overlap_cost_per_layer, slowed / 1e12 * (100.0 / 84 - 1), 1e-12);
+  EXPECT_GT(ub->compute, plain->compute);
+}
+
 TEST(TimeModelTest, WhyTheRestLoseNamesEachRowsLargestExcess) {
   const Hardware hw = Ideal();
   SearchOptions search;
