@@ -13,6 +13,8 @@ const char* ShortName(ActionKind k) {
     case ActionKind::kRecvActivation: return "RA";
     case ActionKind::kSendGrad: return "SG";
     case ActionKind::kRecvGrad: return "RG";
+    case ActionKind::kBackwardInput: return "I";
+    case ActionKind::kBackwardWeight: return "W";
   }
   return "?";
 }
@@ -25,6 +27,8 @@ const char* LongName(ActionKind k) {
     case ActionKind::kRecvActivation: return "RecvActivation";
     case ActionKind::kSendGrad: return "SendGrad";
     case ActionKind::kRecvGrad: return "RecvGrad";
+    case ActionKind::kBackwardInput: return "BackwardInput";
+    case ActionKind::kBackwardWeight: return "BackwardWeight";
   }
   return "?";
 }

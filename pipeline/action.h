@@ -14,6 +14,18 @@ namespace loom::pipeline {
 //   kRecvActivation(m, c): receives the input of this stage's Forward(m, c) from `peer`.
 //   kSendGrad(m, c):       sends the input grad made by Backward(m, c)      to `peer`.
 //   kRecvGrad(m, c):       receives the output grad Backward(m, c) needs    from `peer`.
+// (With a split backward, read BackwardInput for Backward: it makes the input grad and
+// consumes the output grad.)
+//
+// Split backward (zero-bubble schedules, Qi et al. 2024): Backward(m, c) may instead run as
+//   kBackwardInput(m, c)  ("I", torch's name; the paper's B): the input gradient only, the
+//                         critical path to the previous stage; needs Forward(m, c) and the
+//                         output grad, like Backward;
+//   kBackwardWeight(m, c) ("W"): the weight gradients of (m, c); needs BackwardInput(m, c) on the
+//                         same stage, earlier in the list, and may be deferred arbitrarily
+//                         (nothing else depends on it). A (m, c) runs either Backward or the pair
+//                         BackwardInput + BackwardWeight, never both; its activations are held
+//                         until Backward or BackwardWeight ends.
 // Every send on the channel (src -> dst) is matched, in order, with the receive of the same
 // rank on that channel. A maximal run of consecutive communication actions in a list is one
 // *batch*: an executor issues it as one batched isend/irecv and waits for all of it.
@@ -24,6 +36,8 @@ enum class ActionKind {
   kRecvActivation,
   kSendGrad,
   kRecvGrad,
+  kBackwardInput,   // split backward: input gradient (B in Qi et al.)
+  kBackwardWeight,  // split backward: weight gradient (W), deferrable
 };
 
 struct Action {
@@ -38,7 +52,15 @@ struct Action {
   bool operator!=(const Action& o) const { return !(*this == o); }
 };
 
-inline bool IsCompute(ActionKind k) { return k == ActionKind::kForward || k == ActionKind::kBackward; }
+inline bool IsCompute(ActionKind k) {
+  return k == ActionKind::kForward || k == ActionKind::kBackward ||
+         k == ActionKind::kBackwardInput || k == ActionKind::kBackwardWeight;
+}
+// Backward, BackwardInput or BackwardWeight.
+inline bool IsBackward(ActionKind k) {
+  return k == ActionKind::kBackward || k == ActionKind::kBackwardInput ||
+         k == ActionKind::kBackwardWeight;
+}
 inline bool IsSend(ActionKind k) {
   return k == ActionKind::kSendActivation || k == ActionKind::kSendGrad;
 }
@@ -53,7 +75,15 @@ inline Action Backward(int micro_batch, int chunk) {
   return {ActionKind::kBackward, micro_batch, chunk, -1};
 }
 
-// Compact form used by the text format: "F3.1" (micro-batch 3, chunk 1), "B3.1",
+inline Action BackwardInput(int micro_batch, int chunk) {
+  return {ActionKind::kBackwardInput, micro_batch, chunk, -1};
+}
+inline Action BackwardWeight(int micro_batch, int chunk) {
+  return {ActionKind::kBackwardWeight, micro_batch, chunk, -1};
+}
+
+// Compact form used by the text format: "F3.1" (micro-batch 3, chunk 1), "B3.1", "I3.1"
+// (BackwardInput), "W3.1" (BackwardWeight),
 // "SA3.1>2" (send activation to stage 2), "RA3.1<0", "SG3.1>0", "RG3.1<2".
 std::string ToShortString(const Action& a);
 // Long form for error messages: "RecvGrad(micro-batch 3, chunk 1) from stage 2".

@@ -92,6 +92,11 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, StageModel* 
   bool has_backward = false;
   for (const Action& a : schedule.stages[rank]) {
     has_backward |= a.kind == ActionKind::kBackward;
+    if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight) {
+      return absl::UnimplementedError(absl::StrCat(
+          "pipeline executor, stage ", rank, ": ", ToString(a),
+          ": split-backward actions are not executed yet"));
+    }
     if (a.micro_batch < 0 || a.micro_batch >= M || a.chunk < 0 || a.chunk >= v) {
       return absl::InvalidArgumentError(absl::StrCat("pipeline executor, stage ", rank, ": ",
                                                      ToString(a), " outside M = ", M, ", v = ", v));

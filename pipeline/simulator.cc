@@ -29,7 +29,10 @@ struct StageState {
   double batch_post_time = 0;
   std::vector<int> batch_seq;  // per op: its index on its channel
   // Readiness times indexed [micro_batch * v + chunk]; kNotYet when not available.
-  std::vector<double> fwd_done, bwd_done, act_ready, grad_ready;
+  // bwd_done: the input grad of (m, c) exists (Backward or BackwardInput ended);
+  // wgt_done: its weight grads (Backward or BackwardWeight ended).
+  std::vector<double> fwd_done, bwd_done, wgt_done, act_ready, grad_ready;
+  std::vector<char> split;  // (m, c) ran BackwardInput (so it needs a BackwardWeight)
   int in_flight = 0;
   // A list without backwards (BuildForwardOnlySchedule) keeps no activation
   // past its forward.
@@ -82,6 +85,8 @@ double Simulator::Cost(int r, const Action& a) const {
   switch (a.kind) {
     case ActionKind::kForward: return sim_.forward_cost;
     case ActionKind::kBackward: return sim_.backward_cost;
+    case ActionKind::kBackwardInput: return sim_.backward_input_cost;
+    case ActionKind::kBackwardWeight: return sim_.backward_weight_cost;
     default: return sim_.comm_cost;
   }
 }
@@ -145,10 +150,23 @@ absl::Status Simulator::RunCompute(int r, const Action& a) {
       }
       ready = std::max(ready, t);
     }
-  } else {
+  } else if (a.kind == ActionKind::kBackwardWeight) {
+    if (st.wgt_done[idx] != kNotYet) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d action #%d: %s runs twice (or after a full Backward)", r, st.pc,
+          ToString(a)));
+    }
+    if (!st.split[idx]) {
+      return missing(absl::StrFormat("its own BackwardInput(micro-batch %d, chunk %d)",
+                                     a.micro_batch, a.chunk));
+    }
+    ready = std::max(ready, st.bwd_done[idx]);
+  } else {  // Backward or BackwardInput
     if (st.bwd_done[idx] != kNotYet) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "stage %d action #%d: %s runs twice", r, st.pc, ToString(a)));
+          "stage %d action #%d: %s runs twice (a micro-batch's chunk runs Backward or "
+          "BackwardInput once)",
+          r, st.pc, ToString(a)));
     }
     if (st.fwd_done[idx] == kNotYet) {
       return missing(absl::StrFormat("its own Forward(micro-batch %d, chunk %d)", a.micro_batch,
@@ -171,8 +189,15 @@ absl::Status Simulator::RunCompute(int r, const Action& a) {
   if (a.kind == ActionKind::kForward) {
     st.fwd_done[idx] = end;
     st.in_flight++;
-  } else {
+  } else if (a.kind == ActionKind::kBackward) {
     st.bwd_done[idx] = end;
+    st.wgt_done[idx] = end;
+    st.in_flight--;
+  } else if (a.kind == ActionKind::kBackwardInput) {
+    st.bwd_done[idx] = end;  // the activations stay until BackwardWeight
+    st.split[idx] = 1;
+  } else {
+    st.wgt_done[idx] = end;
     st.in_flight--;
   }
   StageTimeline& tl = result_.stages[r];
@@ -202,7 +227,8 @@ absl::Status Simulator::PostBatch(int r) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "deadlock: stage %d cannot make progress at action #%d %s: its %s(micro-batch %d, "
             "chunk %d) has not run before it (hint: send after the compute that produces it)",
-            r, i, ToString(a), act ? "Forward" : "Backward", a.micro_batch, a.chunk));
+            r, i, ToString(a), act ? "Forward" : "Backward (or BackwardInput)", a.micro_batch,
+            a.chunk));
       }
       Channel& ch = Chan(r, a.peer, a.kind);
       st.batch_seq.push_back(static_cast<int>(ch.sends.size()));
@@ -338,7 +364,8 @@ absl::Status Simulator::Finish(SimResult* result) {
   for (int r = 0; r < p_; ++r) {
     if (st_[r].in_flight != 0) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "stage %d finished with %d activation(s) whose Backward never ran", r,
+          "stage %d finished with %d activation(s) whose Backward (or BackwardWeight) never ran",
+          r,
           st_[r].in_flight));
     }
   }
@@ -366,9 +393,11 @@ absl::StatusOr<SimResult> Simulator::Run() {
   for (int r = 0; r < p_; ++r) {
     StageState& st = st_[r];
     st.forward_only = std::none_of(s_.stages[r].begin(), s_.stages[r].end(),
-                                   [](const Action& a) { return a.kind == ActionKind::kBackward; });
+                                   [](const Action& a) { return IsBackward(a.kind); });
     st.fwd_done.assign(slots, kNotYet);
     st.bwd_done.assign(slots, kNotYet);
+    st.wgt_done.assign(slots, kNotYet);
+    st.split.assign(slots, 0);
     st.act_ready.assign(slots, kNotYet);
     st.grad_ready.assign(slots, kNotYet);
   }

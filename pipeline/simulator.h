@@ -20,6 +20,11 @@ namespace loom::pipeline {
 //   stage (P = 1); virtual stage 0 needs nothing. Backward(m, c) needs this stage's own
 //   Forward(m, c) and, unless it is the last virtual stage, the output grad (RecvGrad(m, c) or
 //   local). SendActivation(m, c) needs Forward(m, c) done; SendGrad(m, c) needs Backward(m, c).
+//   Split backward: BackwardInput(m, c) needs what Backward needs and stands in for it (SendGrad
+//   and the previous virtual stage's backward wait for it); BackwardWeight(m, c) needs this
+//   stage's BackwardInput(m, c) earlier in its list. Running Backward and BackwardInput of one
+//   (m, c), or BackwardWeight twice, is an error; so is a BackwardInput whose BackwardWeight
+//   never runs (its activation stays in flight).
 //   A compute action whose input no earlier action provides is an ordering error.
 // - A maximal run of consecutive communication actions is one batch (batched isend/irecv): all
 //   its operations are posted together when the stage reaches it, and the stage continues when
@@ -46,6 +51,10 @@ enum class CommMode { kEager, kRendezvous };
 struct SimOptions {
   double forward_cost = 1.0;   // per Forward(m, c) of one chunk (f)
   double backward_cost = 2.0;  // per Backward(m, c) of one chunk (b); b = 2f is typical
+  // Split backward (zero-bubble schedules): BackwardInput (the paper's T_B) and BackwardWeight
+  // (T_W). Qi et al. assume T_F = T_B = T_W; so do these defaults (with f = 1).
+  double backward_input_cost = 1.0;
+  double backward_weight_cost = 1.0;
   double comm_cost = 0.0;      // per point-to-point transfer
   CommMode comm_mode = CommMode::kEager;
   bool tagged_channels = true;  // activations and grads on separate channels per (src, dst)
@@ -63,7 +72,9 @@ struct StageTimeline {
   std::vector<TimedAction> actions;  // in program order, communication included
   double busy = 0;                   // sum of compute costs
   double finish = 0;                 // end of the last action
-  // Peak number of chunk activations held: Forward(m, c) done whose Backward(m, c) has not run
+  // Peak number of chunk activations held: Forward(m, c) done whose Backward(m, c) (or
+  // BackwardWeight(m, c): W reads the saved inputs, so a split backward holds them until W) has
+  // not run
   // (a forward-only list holds one: the forward that is running).
   int peak_activations = 0;
 };

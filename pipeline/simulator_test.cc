@@ -223,6 +223,91 @@ TEST(SimulatorTest, BackwardBeforeForwardAndSendBeforeCompute) {
   EXPECT_TRUE(Mentions(r.status(), "has not run before it")) << r.status();
 }
 
+// Replaces every Backward(m, c) by BackwardInput(m, c) and, right after it or (defer) at the end
+// of the stage's list, BackwardWeight(m, c).
+Schedule SplitBackwards(Schedule s, bool defer) {
+  for (std::vector<Action>& list : s.stages) {
+    std::vector<Action> out, tail;
+    for (const Action& a : list) {
+      if (a.kind != ActionKind::kBackward) {
+        out.push_back(a);
+        continue;
+      }
+      out.push_back(BackwardInput(a.micro_batch, a.chunk));
+      (defer ? tail : out).push_back(BackwardWeight(a.micro_batch, a.chunk));
+    }
+    out.insert(out.end(), tail.begin(), tail.end());
+    list = out;
+  }
+  return s;
+}
+
+TEST(SimulatorTest, SplitBackwardRightAfterItsInputHalfTimesLikeAFullBackward) {
+  for (auto [bi, bw] : std::vector<std::pair<double, double>>{{1, 1}, {0.5, 1.5}, {2, 0.25}}) {
+    const Schedule full = Build(Opts(ScheduleKind::k1F1B, 4, 1, 8));
+    SimOptions whole = Costs(1, bi + bw);
+    SimOptions split = whole;
+    split.backward_input_cost = bi;
+    split.backward_weight_cost = bw;
+    absl::StatusOr<SimResult> a = Simulate(full, whole);
+    absl::StatusOr<SimResult> b = Simulate(SplitBackwards(full, false), split);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_DOUBLE_EQ(a->makespan, b->makespan);
+    EXPECT_DOUBLE_EQ(a->ideal, b->ideal);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(a->stages[r].peak_activations, b->stages[r].peak_activations);
+    }
+  }
+}
+
+TEST(SimulatorTest, DeferredWeightGradsHoldActivationsButNotTheUpstreamStage) {
+  const Schedule s = SplitBackwards(Build(Opts(ScheduleKind::kGPipe, 2, 1, 3)), true);
+  absl::StatusOr<SimResult> r = Simulate(s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // All W deferred: nothing is freed before the last BackwardInput on either stage.
+  EXPECT_EQ(r->stages[0].peak_activations, 3);
+  EXPECT_EQ(r->stages[1].peak_activations, 3);
+  // Stage 0's BackwardInput(2) starts when stage 1's BackwardInput(2) ends (comm is free), not
+  // after stage 1's weight grads.
+  double upstream_end = -1, downstream_start = -1, last_w_end = -1;
+  for (const TimedAction& t : r->stages[1].actions) {
+    if (t.action == BackwardInput(2, 0)) upstream_end = t.end;
+    if (t.action.kind == ActionKind::kBackwardWeight) last_w_end = std::max(last_w_end, t.end);
+  }
+  for (const TimedAction& t : r->stages[0].actions) {
+    if (t.action == BackwardInput(2, 0)) downstream_start = t.start;
+  }
+  EXPECT_GT(upstream_end, 0);
+  EXPECT_DOUBLE_EQ(downstream_start, upstream_end);
+  EXPECT_LT(downstream_start, last_w_end);
+}
+
+TEST(SimulatorTest, SplitBackwardOrderingErrors) {
+  const Schedule base = SplitBackwards(Build(Opts(ScheduleKind::k1F1B, 1, 1, 2)), false);
+  ASSERT_EQ(base.stages[0][1], BackwardInput(0, 0));
+  ASSERT_EQ(base.stages[0][2], BackwardWeight(0, 0));
+  Schedule s = base;  // W before its I
+  std::swap(s.stages[0][1], s.stages[0][2]);
+  absl::StatusOr<SimResult> r = Simulate(s);
+  EXPECT_TRUE(Mentions(r.status(), "its own BackwardInput(micro-batch 0, chunk 0)")) << r.status();
+
+  s = base;  // I without W
+  s.stages[0].erase(s.stages[0].begin() + 2);
+  r = Simulate(s);
+  EXPECT_TRUE(Mentions(r.status(), "BackwardWeight) never ran")) << r.status();
+
+  s = base;  // I and a full Backward
+  s.stages[0][2] = Backward(0, 0);
+  r = Simulate(s);
+  EXPECT_TRUE(Mentions(r.status(), "runs twice")) << r.status();
+
+  s = base;  // W twice
+  s.stages[0].insert(s.stages[0].begin() + 3, BackwardWeight(0, 0));
+  r = Simulate(s);
+  EXPECT_TRUE(Mentions(r.status(), "runs twice")) << r.status();
+}
+
 TEST(SimulatorTest, ReorderedReceivesAreAMismatch) {
   Schedule s = Build(Opts(ScheduleKind::kGPipe, 2, 1, 4));
   std::vector<Action>& st1 = s.stages[1];
