@@ -12,8 +12,11 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   if (lower == "gpipe") return ScheduleKind::kGPipe;
   if (lower == "1f1b") return ScheduleKind::k1F1B;
   if (lower == "interleaved") return ScheduleKind::kInterleaved;
+  if (lower == "zb-h1" || lower == "zbh1") return ScheduleKind::kZBH1;
+  if (lower == "zbv" || lower == "zb-v" || lower == "zbvzerobubble") return ScheduleKind::kZBV;
   return absl::InvalidArgumentError(absl::StrFormat(
-      "--pipeline-schedule='%s' is not a schedule; expected one of gpipe|1f1b|interleaved",
+      "--pipeline-schedule='%s' is not a schedule; expected one of "
+      "gpipe|1f1b|interleaved|zb-h1|zbv",
       std::string(name)));
 }
 
@@ -22,8 +25,26 @@ const char* ScheduleKindName(ScheduleKind kind) {
     case ScheduleKind::kGPipe: return "gpipe";
     case ScheduleKind::k1F1B: return "1f1b";
     case ScheduleKind::kInterleaved: return "interleaved";
+    case ScheduleKind::kZBH1: return "zb-h1";
+    case ScheduleKind::kZBV: return "zbv";
   }
   return "?";
+}
+
+bool SplitsBackward(ScheduleKind kind) {
+  return kind == ScheduleKind::kZBH1 || kind == ScheduleKind::kZBV;
+}
+
+int VirtualStageOf(const ScheduleOptions& o, int r, int c) {
+  if (o.kind == ScheduleKind::kZBV) return c == 0 ? r : 2 * o.pp - 1 - r;
+  return c * o.pp + r;
+}
+
+StageChunk PlacementOf(const ScheduleOptions& o, int vs) {
+  if (o.kind == ScheduleKind::kZBV) {
+    return vs < o.pp ? StageChunk{vs, 0} : StageChunk{2 * o.pp - 1 - vs, 1};
+  }
+  return StageChunk{vs % o.pp, vs / o.pp};
 }
 
 int EffectiveGroupSize(const ScheduleOptions& o) {
@@ -44,12 +65,27 @@ absl::Status ValidateScheduleOptions(const ScheduleOptions& o) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--virtual-pipeline-model-parallel-size (--vpp) = %d: expected at least 1", o.vp));
   }
+  if (o.kind == ScheduleKind::kZBV) {
+    if (o.vp != 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--pipeline-schedule=zbv runs two chunks per stage in a V and needs "
+          "--virtual-pipeline-model-parallel-size (--vpp) = 2, got %d",
+          o.vp));
+    }
+    if (o.microbatch_group_size != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--microbatch-group-size-per-virtual-pipeline-stage = %d applies only to "
+          "--pipeline-schedule=interleaved, not zbv",
+          o.microbatch_group_size));
+    }
+    return absl::OkStatus();
+  }
   if (o.kind != ScheduleKind::kInterleaved) {
     if (o.vp != 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--virtual-pipeline-model-parallel-size (--vpp) = %d needs "
           "--pipeline-schedule=interleaved; --pipeline-schedule=%s runs one chunk per stage "
-          "(hint: drop --vpp or use the interleaved schedule)",
+          "(hint: drop --vpp or use the interleaved or zbv schedule)",
           o.vp, ScheduleKindName(o.kind)));
     }
     if (o.microbatch_group_size != 0) {
@@ -109,8 +145,27 @@ int WarmupForwards(const ScheduleOptions& o, int r) {
       return std::min(o.pp - r - 1, o.micro_batches);
     case ScheduleKind::kInterleaved:
       return std::min(2 * (o.pp - r - 1) + (o.vp - 1) * EffectiveGroupSize(o), total);
+    case ScheduleKind::kZBH1:
+      return std::min(o.pp - r - 1, o.micro_batches);
+    case ScheduleKind::kZBV: {
+      int forwards = 0;
+      for (const Action& a : ComputeOrder(o, r)) {
+        if (a.kind != ActionKind::kForward) break;
+        ++forwards;
+      }
+      return std::max(0, forwards - 1);
+    }
   }
   return 0;
+}
+
+int PeakInFlightActivations(const ScheduleOptions& o, int r) {
+  int live = 0, peak = 0;
+  for (const Action& a : ComputeOrder(o, r)) {
+    if (a.kind == ActionKind::kForward) peak = std::max(peak, ++live);
+    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) --live;
+  }
+  return peak;
 }
 
 ChunkStep NthStep(const ScheduleOptions& o, int k, bool forward) {
@@ -123,7 +178,78 @@ ChunkStep NthStep(const ScheduleOptions& o, int k, bool forward) {
   return s;
 }
 
+namespace {
+
+// ZB-H1 on stage r: 1F1B with I for B and W(m) right after I(m + r).
+std::vector<Action> ZBH1Order(const ScheduleOptions& o, int r) {
+  const int m = o.micro_batches;
+  const int warmup = std::min(o.pp - r - 1, m);
+  std::vector<Action> order;
+  order.reserve(3 * m);
+  int next_w = 0;
+  auto backward = [&](int i) {
+    order.push_back(BackwardInput(i, 0));
+    if (i - r >= 0) order.push_back(BackwardWeight(next_w++, 0));
+  };
+  for (int k = 0; k < warmup; ++k) order.push_back(Forward(k, 0));
+  for (int i = 0; i < m - warmup; ++i) {
+    order.push_back(Forward(warmup + i, 0));
+    backward(i);
+  }
+  for (int i = m - warmup; i < m; ++i) backward(i);
+  while (next_w < m) order.push_back(BackwardWeight(next_w++, 0));
+  return order;
+}
+
+// ZB-V on stage r: torch's ScheduleZBVZeroBubble order for n = max(M, 2P − 1) micro-batches,
+// then only micro-batches < M.
+std::vector<Action> ZBVOrder(const ScheduleOptions& o, int r) {
+  const int p = o.pp;
+  const int n = std::max(o.micro_batches, 2 * p - 1);
+  std::vector<Action> order;
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  for (int i = 0; i < 2 * (p - r) - 1; ++i) order.push_back(Forward(f0++, 0));
+  for (int i = 0; i < r; ++i) {
+    order.push_back(Forward(f1++, 1));
+    order.push_back(Forward(f0++, 0));
+  }
+  for (int i = 0; i < p - r; ++i) {
+    order.push_back(Forward(f1++, 1));
+    order.push_back(BackwardInput(b1, 1));
+    order.push_back(BackwardWeight(b1++, 1));
+  }
+  while (f1 < f0 || f0 < n) {
+    if (f0 < n) order.push_back(Forward(f0++, 0));
+    order.push_back(BackwardInput(b0, 0));
+    order.push_back(BackwardWeight(b0++, 0));
+    order.push_back(Forward(f1++, 1));
+    order.push_back(BackwardInput(b1, 1));
+    order.push_back(BackwardWeight(b1++, 1));
+  }
+  int w0 = b0, w1 = b1;
+  for (int i = 0; i < r; ++i) {
+    order.push_back(BackwardInput(b0++, 0));
+    order.push_back(BackwardInput(b1++, 1));
+  }
+  for (int i = 0; i < p - r; ++i) {
+    order.push_back(BackwardInput(b0++, 0));
+    order.push_back(BackwardWeight(w0++, 0));
+  }
+  while (w1 < b1) order.push_back(BackwardWeight(w1++, 1));
+  while (w0 < b0) order.push_back(BackwardWeight(w0++, 0));
+  std::vector<Action> kept;
+  kept.reserve(order.size());
+  for (const Action& a : order) {
+    if (a.micro_batch < o.micro_batches) kept.push_back(a);
+  }
+  return kept;
+}
+
+}  // namespace
+
 std::vector<Action> ComputeOrder(const ScheduleOptions& o, int r) {
+  if (o.kind == ScheduleKind::kZBH1) return ZBH1Order(o, r);
+  if (o.kind == ScheduleKind::kZBV) return ZBVOrder(o, r);
   const int total = o.micro_batches * o.vp;
   const int warmup = WarmupForwards(o, r);
   auto fwd = [&](int k) {
@@ -155,10 +281,12 @@ struct Neighbours {
 
 Neighbours NeighboursOf(const ScheduleOptions& o, int r, int chunk) {
   const int p = o.pp;
-  const int vs = chunk * p + r;
+  const int vs = VirtualStageOf(o, r, chunk);
   Neighbours n;
-  if (vs > 0 && (vs - 1) % p != r) n.prev_stage = (vs - 1) % p;
-  if (vs < p * o.vp - 1 && (vs + 1) % p != r) n.next_stage = (vs + 1) % p;
+  if (vs > 0 && PlacementOf(o, vs - 1).pp_rank != r) n.prev_stage = PlacementOf(o, vs - 1).pp_rank;
+  if (vs < p * o.vp - 1 && PlacementOf(o, vs + 1).pp_rank != r) {
+    n.next_stage = PlacementOf(o, vs + 1).pp_rank;
+  }
   return n;
 }
 
@@ -170,7 +298,8 @@ void AppendRecvs(const ScheduleOptions& o, int r, const std::vector<Action>& ste
     if (a.kind == ActionKind::kForward && n.prev_stage >= 0) {
       out->push_back({ActionKind::kRecvActivation, a.micro_batch, a.chunk, n.prev_stage});
     }
-    if (a.kind == ActionKind::kBackward && n.next_stage >= 0) {
+    if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) &&
+        n.next_stage >= 0) {
       out->push_back({ActionKind::kRecvGrad, a.micro_batch, a.chunk, n.next_stage});
     }
   }
@@ -184,7 +313,8 @@ void AppendSends(const ScheduleOptions& o, int r, const std::vector<Action>& ste
     if (a.kind == ActionKind::kForward && n.next_stage >= 0) {
       out->push_back({ActionKind::kSendActivation, a.micro_batch, a.chunk, n.next_stage});
     }
-    if (a.kind == ActionKind::kBackward && n.prev_stage >= 0) {
+    if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) &&
+        n.prev_stage >= 0) {
       out->push_back({ActionKind::kSendGrad, a.micro_batch, a.chunk, n.prev_stage});
     }
   }
@@ -277,6 +407,10 @@ std::vector<Action> ForwardOnlyList(const ScheduleOptions& o, int r) {
 
 absl::StatusOr<Schedule> BuildForwardOnlySchedule(const ScheduleOptions& options) {
   if (absl::Status s = ValidateScheduleOptions(options); !s.ok()) return s;
+  if (options.kind == ScheduleKind::kZBV) {
+    return absl::UnimplementedError(
+        "--pipeline-schedule=zbv has no forward-only (evaluation) schedule yet");
+  }
   Schedule schedule;
   schedule.options = options;
   schedule.stages.resize(options.pp);

@@ -24,11 +24,20 @@ enum class ScheduleKind {
   kGPipe,        // all M forwards, then all M backwards
   k1F1B,         // PipeDream-flush: warm-up, one-forward-one-backward, cool-down
   kInterleaved,  // Megatron's interleaved 1F1B over v chunks per stage
+  // Zero-bubble schedules (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): the
+  // backward is split into BackwardInput (I) and BackwardWeight (W) actions (action.h).
+  kZBH1,  // ZB-H1: 1F1B's F/I order, stage r defers each W by r micro-batches (v = 1)
+  kZBV,   // ZB-V: two chunks per stage in a V (virtual stages r and 2P − 1 − r), torch's
+          // ScheduleZBVZeroBubble order (v = 2)
 };
 
-// "gpipe" | "1f1b" | "interleaved"; the error names --pipeline-schedule.
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zbv" (also "zbh1", and torch's class name
+// "ZBVZeroBubble" for zbv; case-insensitive); the error names --pipeline-schedule.
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
-const char* ScheduleKindName(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved"
+// "gpipe", "1f1b", "interleaved", "zb-h1", "zbv"
+const char* ScheduleKindName(ScheduleKind kind);
+// Whether the schedule runs split backwards (BackwardInput + BackwardWeight): zb-h1, zbv.
+bool SplitsBackward(ScheduleKind kind);
 
 struct ScheduleOptions {
   ScheduleKind kind = ScheduleKind::k1F1B;  // --pipeline-schedule
@@ -41,7 +50,19 @@ struct ScheduleOptions {
 };
 
 // Checks the constraints above; errors are absl::InvalidArgumentError naming the flags.
+// zb-h1 runs one chunk per stage (--vpp 1); zbv exactly two (--vpp 2); neither takes G.
 absl::Status ValidateScheduleOptions(const ScheduleOptions& options);
+
+// Placement of virtual stages. Megatron's interleaving (every schedule but zbv): chunk c of
+// stage r is virtual stage c·P + r. zbv's V: chunk 0 of stage r is virtual stage r and chunk 1
+// is 2P − 1 − r, so stage P − 1 holds virtual stages P − 1 and P (a local hand-over, no
+// communication) and stage 0 holds both the first and the last virtual stage.
+int VirtualStageOf(const ScheduleOptions& options, int pp_rank, int chunk);
+struct StageChunk {
+  int pp_rank = 0;
+  int chunk = 0;
+};
+StageChunk PlacementOf(const ScheduleOptions& options, int virtual_stage);
 
 // G after applying the default (interleaved), 1 for the other schedules.
 int EffectiveGroupSize(const ScheduleOptions& options);
@@ -55,7 +76,20 @@ struct Schedule {
 //   gpipe:       M
 //   1f1b:        min(P − r − 1, M)
 //   interleaved: min(2(P − r − 1) + (v − 1)·G, M·v)
+//   zb-h1:       min(P − r − 1, M), 1F1B's
+//   zbv:         chunk forwards before the first BackwardInput, less the one it consumes:
+//                2P − 1 whenever M >= 2P − 1 (torch's warm-up: 2(P − r) − 1 forwards of chunk 0,
+//                then r of each chunk, then F(0, 1) I(0, 1)); fewer with fewer micro-batches.
 int WarmupForwards(const ScheduleOptions& options, int pp_rank);
+
+// Peak number of chunk activations stage `pp_rank` holds during a step (a Forward(m, c) whose
+// Backward, or BackwardWeight, has not ended; //pipeline:simulator's peak_activations):
+//   gpipe M, 1f1b and interleaved min(WarmupForwards + 1, M·v) (stage 0 of 1f1b: min(P, M));
+//   zb-h1: min(P, M) on every stage: 1F1B's peak P − r plus the r deferred W's, so the largest
+//          over stages is 1F1B's (stage 0's) and the later stages rise to it;
+//   zbv: counted from the order; 2P chunk activations on every stage when M >= 2P − 1, i.e. P
+//        stages' worth of layers (a chunk is half a stage): 1F1B's stage-0 peak.
+int PeakInFlightActivations(const ScheduleOptions& options, int pp_rank);
 
 // The k-th forward (or backward) of one stage in the interleaved order, k in [0, M·v):
 //   forward chunk  = (k / G) % v,  backward chunk = v − 1 − (k / G) % v,
@@ -68,10 +102,17 @@ struct ChunkStep {
 ChunkStep NthStep(const ScheduleOptions& options, int k, bool forward);
 
 // Only the compute actions of one stage, in order (no sends/receives).
+//   zb-h1, stage r: 1F1B's order with Backward replaced by BackwardInput and W(m) placed right
+//     after I(m + r) (the remaining r W's at the end). With F = I = W and free communication
+//     its bubble is (P − 1)(T_F + T_B − T_W), Qi et al.'s Table 1, a third of 1F1B's.
+//   zbv: torch's ScheduleZBVZeroBubble._calculate_single_rank_operations
+//     (torch/distributed/pipelining/schedules.py), generated for max(M, 2P − 1) micro-batches and
+//     filtered to micro-batch < M as torch does.
 std::vector<Action> ComputeOrder(const ScheduleOptions& options, int pp_rank);
 
 // The full schedule: each stage's compute order with the implied communication inserted in
-// Megatron's batches. The compute order is cut into steps (one compute action; in the
+// Megatron's batches (zb-h1 and zbv as 1F1B: every compute action a step; BackwardWeight moves
+// no tensor). The compute order is cut into steps (one compute action; in the
 // interleaved steady state the Forward + Backward pair); after each step comes one batch with
 // the step's sends and the next step's receives. So 1F1B's steady state has the batches
 // "SendActivation, RecvGrad" and "SendGrad, RecvActivation", and interleaved's steady state
@@ -116,6 +157,9 @@ absl::StatusOr<Schedule> BuildSchedule(const ScheduleOptions& options);
 //
 // Executor contract: BuildSchedule's. Only activations travel (no grads share a link with
 // them), and the k-th SendActivation on a (src, dst) link matches the k-th RecvActivation there.
+//
+// zb-h1 gives 1f1b's forward-only lists (kind kept); zbv is not built yet
+// (absl::UnimplementedError naming --pipeline-schedule).
 absl::StatusOr<Schedule> BuildForwardOnlySchedule(const ScheduleOptions& options);
 
 }  // namespace loom::pipeline

@@ -343,3 +343,196 @@ TEST(ForwardOnlyScheduleTest, SingleStageHasNoCommunication) {
 
 }  // namespace
 }  // namespace loom::pipeline
+
+namespace loom::pipeline {
+namespace {
+
+std::vector<ScheduleOptions> ZeroBubbleGrid() {
+  std::vector<ScheduleOptions> out;
+  for (int pp = 1; pp <= 5; ++pp) {
+    for (int m = 1; m <= 12; ++m) {
+      out.push_back(Opts(ScheduleKind::kZBH1, pp, 1, m));
+      out.push_back(Opts(ScheduleKind::kZBV, pp, 2, m));
+    }
+  }
+  return out;
+}
+
+TEST(ZeroBubbleScheduleTest, ParseAndNames) {
+  EXPECT_EQ(*ParseScheduleKind("zb-h1"), ScheduleKind::kZBH1);
+  EXPECT_EQ(*ParseScheduleKind("ZBH1"), ScheduleKind::kZBH1);
+  EXPECT_EQ(*ParseScheduleKind("zbv"), ScheduleKind::kZBV);
+  EXPECT_EQ(*ParseScheduleKind("ZBVZeroBubble"), ScheduleKind::kZBV);
+  for (ScheduleKind k : {ScheduleKind::kZBH1, ScheduleKind::kZBV}) {
+    EXPECT_EQ(*ParseScheduleKind(ScheduleKindName(k)), k);
+    EXPECT_TRUE(SplitsBackward(k));
+  }
+  for (ScheduleKind k : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved}) {
+    EXPECT_FALSE(SplitsBackward(k));
+  }
+  EXPECT_TRUE(Mentions(ParseScheduleKind("zb-h2").status(), "zb-h1|zbv"));
+}
+
+TEST(ZeroBubbleScheduleTest, OptionErrorsNameTheFlags) {
+  absl::Status s = ValidateScheduleOptions(Opts(ScheduleKind::kZBV, 4, 1, 8));
+  EXPECT_TRUE(Mentions(s, "--pipeline-schedule=zbv")) << s;
+  EXPECT_TRUE(Mentions(s, "--virtual-pipeline-model-parallel-size (--vpp) = 2")) << s;
+  s = ValidateScheduleOptions(Opts(ScheduleKind::kZBV, 4, 3, 8));
+  EXPECT_TRUE(Mentions(s, "got 3")) << s;
+  s = ValidateScheduleOptions(Opts(ScheduleKind::kZBV, 4, 2, 8, 4));
+  EXPECT_TRUE(Mentions(s, "--microbatch-group-size-per-virtual-pipeline-stage")) << s;
+  s = ValidateScheduleOptions(Opts(ScheduleKind::kZBH1, 4, 2, 8));
+  EXPECT_TRUE(Mentions(s, "--pipeline-schedule=zb-h1 runs one chunk per stage")) << s;
+  s = ValidateScheduleOptions(Opts(ScheduleKind::kZBH1, 4, 1, 8, 4));
+  EXPECT_TRUE(Mentions(s, "--microbatch-group-size-per-virtual-pipeline-stage")) << s;
+  s = ValidateScheduleOptions(Opts(ScheduleKind::kZBH1, 4, 1, 0));
+  EXPECT_TRUE(Mentions(s, "--micro-batches")) << s;
+  EXPECT_TRUE(ValidateScheduleOptions(Opts(ScheduleKind::kZBV, 4, 2, 1)).ok());
+  EXPECT_TRUE(ValidateScheduleOptions(Opts(ScheduleKind::kZBH1, 1, 1, 1)).ok());
+}
+
+TEST(ZeroBubbleScheduleTest, VShapePlacement) {
+  const ScheduleOptions v = Opts(ScheduleKind::kZBV, 4, 2, 8);
+  EXPECT_EQ(VirtualStageOf(v, 0, 0), 0);
+  EXPECT_EQ(VirtualStageOf(v, 0, 1), 7);
+  EXPECT_EQ(VirtualStageOf(v, 3, 0), 3);
+  EXPECT_EQ(VirtualStageOf(v, 3, 1), 4);
+  const ScheduleOptions i = Opts(ScheduleKind::kInterleaved, 4, 2, 8);
+  EXPECT_EQ(VirtualStageOf(i, 0, 1), 4);
+  EXPECT_EQ(VirtualStageOf(i, 3, 1), 7);
+  for (const ScheduleOptions& o : {v, i, Opts(ScheduleKind::kZBV, 1, 2, 2)}) {
+    std::vector<int> seen(o.pp * o.vp, 0);
+    for (int r = 0; r < o.pp; ++r) {
+      for (int c = 0; c < o.vp; ++c) {
+        const int vs = VirtualStageOf(o, r, c);
+        ASSERT_GE(vs, 0);
+        ASSERT_LT(vs, o.pp * o.vp);
+        seen[vs]++;
+        EXPECT_EQ(PlacementOf(o, vs).pp_rank, r);
+        EXPECT_EQ(PlacementOf(o, vs).chunk, c);
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1);
+  }
+}
+
+TEST(ZeroBubbleScheduleTest, EveryForwardInputAndWeightGradOncePerStageWAfterItsI) {
+  for (const ScheduleOptions& o : ZeroBubbleGrid()) {
+    absl::StatusOr<Schedule> s = BuildSchedule(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int r = 0; r < o.pp; ++r) {
+      std::map<std::pair<int, int>, int> f, i, w;
+      for (const Action& a : s->stages[r]) {
+        const std::pair<int, int> key{a.micro_batch, a.chunk};
+        EXPECT_NE(a.kind, ActionKind::kBackward);
+        if (a.kind == ActionKind::kForward) {
+          EXPECT_EQ(i[key], 0);
+          f[key]++;
+        }
+        if (a.kind == ActionKind::kBackwardInput) {
+          EXPECT_EQ(f[key], 1) << ToString(a);
+          i[key]++;
+        }
+        if (a.kind == ActionKind::kBackwardWeight) {
+          EXPECT_EQ(i[key], 1) << ToString(a) << " P=" << o.pp << " M=" << o.micro_batches;
+          w[key]++;
+        }
+      }
+      ASSERT_EQ(static_cast<int>(w.size()), o.micro_batches * o.vp);
+      for (const auto& [key, n] : f) EXPECT_EQ(n, 1);
+      for (const auto& [key, n] : i) EXPECT_EQ(n, 1);
+      for (const auto& [key, n] : w) EXPECT_EQ(n, 1);
+    }
+  }
+}
+
+TEST(ZeroBubbleScheduleTest, CommunicationCounts) {
+  for (const ScheduleOptions& o : ZeroBubbleGrid()) {
+    absl::StatusOr<Schedule> s = BuildSchedule(o);
+    ASSERT_TRUE(s.ok());
+    // Boundaries between virtual stages on different stages: zb-h1 P − 1; zbv 2P − 1 less the
+    // local turn of the V on stage P − 1.
+    const int boundaries = o.kind == ScheduleKind::kZBV ? 2 * o.pp - 2 : o.pp - 1;
+    std::map<ActionKind, int> counts;
+    for (int r = 0; r < o.pp; ++r) {
+      for (const Action& a : s->stages[r]) counts[a.kind]++;
+    }
+    for (ActionKind k : {ActionKind::kSendActivation, ActionKind::kRecvActivation,
+                         ActionKind::kSendGrad, ActionKind::kRecvGrad}) {
+      EXPECT_EQ(counts[k], boundaries * o.micro_batches);
+    }
+  }
+}
+
+// Stage 1 of P = 4: 1F1B's two warm-up forwards, then W(m) after I(m + 1); written out by hand.
+TEST(ZeroBubbleScheduleTest, ZBH1StageOneGolden) {
+  std::vector<std::string> names;
+  for (const Action& a : ComputeOrder(Opts(ScheduleKind::kZBH1, 4, 1, 8), 1)) {
+    names.push_back(ToShortString(a));
+  }
+  EXPECT_EQ(absl::StrJoin(names, " "),
+            "F0.0 F1.0 F2.0 I0.0 F3.0 I1.0 W0.0 F4.0 I2.0 W1.0 F5.0 I3.0 W2.0 F6.0 I4.0 W3.0 "
+            "F7.0 I5.0 W4.0 I6.0 W5.0 I7.0 W6.0 W7.0");
+  names.clear();
+  for (const Action& a : ComputeOrder(Opts(ScheduleKind::kZBH1, 4, 1, 8), 3)) {
+    names.push_back(ToShortString(a));
+  }
+  EXPECT_EQ(names[0] + " " + names[1] + " " + names[2] + " " + names[3], "F0.0 I0.0 F1.0 I1.0");
+}
+
+// torch's ScheduleZBVZeroBubble order for P = 2, M = 4, written out from its loops by hand:
+// stage 0: warm-up 3 F of chunk 0, no pairs, 2 x (F I W of chunk 1), steady, cool-down;
+// stage 1: 1 F of chunk 0, 1 pair, 1 x (F I W of chunk 1), steady, cool-down (I I, I W, W W).
+TEST(ZeroBubbleScheduleTest, ZBVGolden) {
+  std::vector<std::string> names;
+  for (const Action& a : ComputeOrder(Opts(ScheduleKind::kZBV, 2, 2, 4), 0)) {
+    names.push_back(ToShortString(a));
+  }
+  EXPECT_EQ(absl::StrJoin(names, " "),
+            "F0.0 F1.0 F2.0 F0.1 I0.1 W0.1 F1.1 I1.1 W1.1 "
+            "F3.0 I0.0 W0.0 F2.1 I2.1 W2.1 I1.0 W1.0 F3.1 I3.1 W3.1 "
+            "I2.0 W2.0 I3.0 W3.0");
+  names.clear();
+  for (const Action& a : ComputeOrder(Opts(ScheduleKind::kZBV, 2, 2, 4), 1)) {
+    names.push_back(ToShortString(a));
+  }
+  EXPECT_EQ(absl::StrJoin(names, " "),
+            "F0.0 F0.1 F1.0 F1.1 I0.1 W0.1 F2.0 I0.0 W0.0 F2.1 I1.1 W1.1 "
+            "F3.0 I1.0 W1.0 F3.1 I2.1 W2.1 I2.0 I3.1 I3.0 W2.0 W3.1 W3.0");
+}
+
+TEST(ZeroBubbleScheduleTest, WarmupAndPeakActivations) {
+  for (int pp : {2, 4, 8}) {
+    for (int m : {1, 2, pp, 2 * pp - 1, 16, 32}) {
+      for (int r = 0; r < pp; ++r) {
+        const ScheduleOptions h1 = Opts(ScheduleKind::kZBH1, pp, 1, m);
+        const ScheduleOptions one = Opts(ScheduleKind::k1F1B, pp, 1, m);
+        EXPECT_EQ(WarmupForwards(h1, r), WarmupForwards(one, r));
+        // 1F1B's own peak on stage r, and ZB-H1's: stage 0's 1F1B peak on every stage.
+        EXPECT_EQ(PeakInFlightActivations(one, r), std::min(WarmupForwards(one, r) + 1, m));
+        EXPECT_EQ(PeakInFlightActivations(h1, r), PeakInFlightActivations(one, 0));
+        const ScheduleOptions v = Opts(ScheduleKind::kZBV, pp, 2, m);
+        if (m >= 2 * pp - 1) {
+          EXPECT_EQ(WarmupForwards(v, r), 2 * pp - 1) << "P=" << pp << " M=" << m << " r=" << r;
+          // 2P chunk activations of half a stage each: 1F1B's stage-0 peak of P stages' worth.
+          EXPECT_EQ(PeakInFlightActivations(v, r), 2 * PeakInFlightActivations(one, 0));
+        }
+        EXPECT_LE(PeakInFlightActivations(v, r), 2 * pp);
+      }
+    }
+  }
+  EXPECT_EQ(PeakInFlightActivations(Opts(ScheduleKind::kGPipe, 4, 1, 8), 3), 8);
+}
+
+TEST(ZeroBubbleScheduleTest, ForwardOnly) {
+  absl::StatusOr<Schedule> h1 = BuildForwardOnlySchedule(Opts(ScheduleKind::kZBH1, 3, 1, 4));
+  absl::StatusOr<Schedule> one = BuildForwardOnlySchedule(Opts(ScheduleKind::k1F1B, 3, 1, 4));
+  ASSERT_TRUE(h1.ok() && one.ok());
+  EXPECT_EQ(h1->stages, one->stages);
+  absl::StatusOr<Schedule> v = BuildForwardOnlySchedule(Opts(ScheduleKind::kZBV, 3, 2, 4));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Mentions(v.status(), "--pipeline-schedule=zbv")) << v.status();
+}
+
+}  // namespace
+}  // namespace loom::pipeline

@@ -48,9 +48,9 @@ class Simulator {
 
  private:
   int Index(const Action& a) const { return a.micro_batch * v_ + a.chunk; }
-  int Virtual(int r, int chunk) const { return chunk * p_ + r; }
-  int StageOf(int vs) const { return vs % p_; }
-  int ChunkOf(int vs) const { return vs / p_; }
+  int Virtual(int r, int chunk) const { return VirtualStageOf(opt_, r, chunk); }
+  int StageOf(int vs) const { return PlacementOf(opt_, vs).pp_rank; }
+  int ChunkOf(int vs) const { return PlacementOf(opt_, vs).chunk; }
   // The channel an action travels on: (src, dst), and the tensor kind when tagged.
   int ChanIndex(int src, int dst, ActionKind k) const {
     const bool grad = k == ActionKind::kSendGrad || k == ActionKind::kRecvGrad;

@@ -31,6 +31,10 @@ std::string DescribeSchedule(const ScheduleOptions& o) {
     case ScheduleKind::kInterleaved:
       return absl::StrFormat("interleaved 1F1B, P=%d, v=%d, M=%d, G=%d", o.pp, o.vp,
                              o.micro_batches, EffectiveGroupSize(o));
+    case ScheduleKind::kZBH1:
+      return absl::StrFormat("ZB-H1, P=%d, M=%d", o.pp, o.micro_batches);
+    case ScheduleKind::kZBV:
+      return absl::StrFormat("ZB-V, P=%d, v=2 (V-shape), M=%d", o.pp, o.micro_batches);
   }
   return "?";
 }
