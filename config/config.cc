@@ -27,7 +27,8 @@ absl::Status Finalize(TrainConfig* c, int world_size) {
   LOOM_RETURN_IF_ERROR(finalize::EarlyExit(*c));
   LOOM_RETURN_IF_ERROR(finalize::Straggler(*c));
   LOOM_RETURN_IF_ERROR(finalize::Faults(*c, world_size));
-  return finalize::Evaluation(*c);
+  LOOM_RETURN_IF_ERROR(finalize::Evaluation(*c));
+  return finalize::Data(*c);
 }
 
 }  // namespace loom::train

@@ -108,12 +108,21 @@ struct TrainConfig {
   bool overlap_param_gather = false;  // --overlap-param-gather
 
   // Data.
-  std::string data_path;     // prefix of .bin/.idx ("" = default corpus)
+  // --data-path: a prefix of .bin/.idx, or Megatron's blend "W1 PREFIX1 W2
+  // PREFIX2 ..." (train/data/blend.h), each corpus split by --split ("" =
+  // default corpus). --train-data-path, --valid-data-path and
+  // --test-data-path instead give each split its own corpus or blend (whole
+  // corpora: --split does not apply). --mock-data: synthetic documents, no files.
+  std::string data_path;
+  std::string train_data_path, valid_data_path, test_data_path;
+  bool mock_data = false;
   std::string split = "969,30,1";
   std::string tokenizer_type = "ByteLevelTokenizer";
   std::string vocab_file, merge_file;
   std::string tokenizer_model;  // HuggingFaceTokenizer (tokenizer.json or its folder), SentencePieceTokenizer
-  std::string data_cache_dir;  // where the default corpus and sample indices go ("" = ~/.cache/loom)
+  // --data-cache-path (Megatron's name; --data-cache-dir too): where the
+  // default corpus, sample and blend indices go ("" = ~/.cache/loom).
+  std::string data_cache_dir;
 
   // Logging, evaluation, checkpoints.
   int64_t log_interval = 50;

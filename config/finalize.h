@@ -50,6 +50,9 @@ absl::Status EarlyExit(const TrainConfig& c);
 absl::Status Faults(const TrainConfig& c, int world_size);
 // finalize_logging.cc: --skip-train needs validation batches.
 absl::Status Evaluation(const TrainConfig& c);
+// finalize_data.cc: --data-path or --train/valid/test-data-path (Megatron's
+// blend lists, parsed; every corpus's .idx and .bin present) and --mock-data.
+absl::Status Data(const TrainConfig& c);
 
 }  // namespace loom::train::finalize
 

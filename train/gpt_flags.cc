@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/format.h"
 #include "checkpoint/rank_state.h"
@@ -111,7 +113,16 @@ ABSL_FLAG(int64_t, ddp_bucket_size, D().optimizer.bucket_bytes / 4,
           "Parameters per data-parallel gradient bucket (a layer is never split)");
 // Data.
 ABSL_FLAG(std::string, data_path, D().data_path,
-          "Dataset prefix (.bin/.idx); empty: the fortunes corpus");
+          "Dataset prefix (.bin/.idx), or a blend \"W1 PREFIX1 W2 PREFIX2 ...\" (Megatron's "
+          "weights and prefixes), each corpus split by --split; empty: the fortunes corpus");
+ABSL_FLAG(std::string, train_data_path, D().train_data_path,
+          "The training split's prefix or blend, a whole corpus each (instead of --data-path)");
+ABSL_FLAG(std::string, valid_data_path, D().valid_data_path,
+          "The validation split's prefix or blend (with --train-data-path)");
+ABSL_FLAG(std::string, test_data_path, D().test_data_path,
+          "The test split's prefix or blend (checked; no test evaluation runs)");
+ABSL_FLAG(bool, mock_data, D().mock_data,
+          "Synthetic documents instead of a corpus (written once to --data-cache-path)");
 ABSL_FLAG(std::string, split, D().split, "Train/valid/test document split weights");
 ABSL_FLAG(std::string, tokenizer_type, D().tokenizer_type,
           "ByteLevelTokenizer | GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer");
@@ -120,8 +131,11 @@ ABSL_FLAG(std::string, merge_file, D().merge_file, "GPT-2 merges.txt (GPT2BPETok
 ABSL_FLAG(std::string, tokenizer_model, D().tokenizer_model,
           "HuggingFaceTokenizer: folder holding tokenizer.json (or the file); "
           "SentencePieceTokenizer: the .model file");
+ABSL_FLAG(std::string, data_cache_path, D().data_cache_dir,
+          "Preprocessed corpus, sample and blend indices, created if missing "
+          "(empty: ~/.cache/loom)");
 ABSL_FLAG(std::string, data_cache_dir, D().data_cache_dir,
-          "Preprocessed corpus and sample indices, created if missing (empty: ~/.cache/loom)");
+          "Loom's older name of --data-cache-path (that one wins when both are given)");
 // Logging and checkpoints.
 ABSL_FLAG(int64_t, log_interval, D().log_interval, "Steps between log lines");
 ABSL_FLAG(int64_t, eval_interval, D().eval_interval, "Steps between validation runs (0: never)");
@@ -197,6 +211,24 @@ ABSL_FLAG(std::optional<double>, exit_duration_in_mins, D().exit_duration_in_min
 
 namespace loom::train {
 
+namespace {
+
+// A --data-path value with each prefix resolved (core::ResolveUserPath) and
+// its weights as typed: "0.3 a 0.7 b" -> "0.3 /home/me/a 0.7 /home/me/b".
+// Entries that stand where a weight goes are kept; Finalize parses the list.
+std::string ResolveDataPath(const std::string& value) {
+  std::vector<std::string> entries =
+      absl::StrSplit(value, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
+  double weight;
+  const bool weighted = entries.size() > 1 && absl::SimpleAtod(entries[0], &weight);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!weighted || i % 2 == 1) entries[i] = core::ResolveUserPath(entries[i]);
+  }
+  return absl::StrJoin(entries, " ");
+}
+
+}  // namespace
+
 TrainConfig ConfigFromFlags() {
   using core::ResolveUserPath;
   const comm::launch::CommFlags comm = comm::launch::GetCommFlags();
@@ -254,13 +286,19 @@ TrainConfig ConfigFromFlags() {
   c.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
   c.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
   c.optimizer.bucket_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;  // f32 gradients
-  c.data_path = ResolveUserPath(absl::GetFlag(FLAGS_data_path));
+  c.data_path = ResolveDataPath(absl::GetFlag(FLAGS_data_path));
+  c.train_data_path = ResolveDataPath(absl::GetFlag(FLAGS_train_data_path));
+  c.valid_data_path = ResolveDataPath(absl::GetFlag(FLAGS_valid_data_path));
+  c.test_data_path = ResolveDataPath(absl::GetFlag(FLAGS_test_data_path));
+  c.mock_data = absl::GetFlag(FLAGS_mock_data);
   c.split = absl::GetFlag(FLAGS_split);
   c.tokenizer_type = absl::GetFlag(FLAGS_tokenizer_type);
   c.vocab_file = ResolveUserPath(absl::GetFlag(FLAGS_vocab_file));
   c.merge_file = ResolveUserPath(absl::GetFlag(FLAGS_merge_file));
   c.tokenizer_model = ResolveUserPath(absl::GetFlag(FLAGS_tokenizer_model));
-  c.data_cache_dir = ResolveUserPath(absl::GetFlag(FLAGS_data_cache_dir));
+  c.data_cache_dir = ResolveUserPath(absl::GetFlag(FLAGS_data_cache_path).empty()
+                                         ? absl::GetFlag(FLAGS_data_cache_dir)
+                                         : absl::GetFlag(FLAGS_data_cache_path));
   c.log_interval = absl::GetFlag(FLAGS_log_interval);
   c.eval_interval = absl::GetFlag(FLAGS_eval_interval);
   c.eval_iters = absl::GetFlag(FLAGS_eval_iters);

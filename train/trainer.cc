@@ -302,49 +302,57 @@ absl::Status Trainer::SetupData() {
                                                   {config_.vocab_file, config_.merge_file,
                                                    config_.tokenizer_model}));
   config_.model.vocab_size = tokenizer_->vocab_size();
-  std::string prefix = config_.data_path;
   const std::string cache = config_.data_cache_dir.empty()
                                 ? absl::StrCat(getenv("HOME") ? getenv("HOME") : "/tmp",
                                                "/.cache/loom")
                                 : config_.data_cache_dir;
-  // Rank 0 prepares (the default corpus, the sample indices) first; the
-  // others then read what it cached.
+  // --data-path (a corpus or Megatron's blend, split by --split), or a blend
+  // per split (--train-data-path, --valid-data-path); train/data/blend.h.
+  DataSplitsOptions o;
+  o.data_path = config_.data_path;
+  o.train_data_path = config_.train_data_path;
+  o.valid_data_path = config_.valid_data_path;
+  o.split = config_.split;
+  o.seq_length = config_.model.seq_length;
+  o.seed = config_.model.seed;
+  o.cache_dir = cache;
+  // --skip-train (or --train-iters=0) evaluates only: no train split needed,
+  // so a validation-only corpus (--split=0,100,0) scores an imported model.
+  if (!config_.skip_train && config_.train_iters > 0) {
+    o.train_samples = config_.train_iters * config_.global_batch_size;
+  }
+  if (config_.eval_iters > 0) o.valid_samples = config_.eval_iters * config_.global_batch_size;
+  const bool default_corpus = o.data_path.empty() && o.train_data_path.empty() &&
+                              o.valid_data_path.empty();
+  // Rank 0 prepares (the default or mock corpus, the sample and blend
+  // indices) first; the others then read what it cached.
   for (int pass = 0; pass < 2; ++pass) {
     const bool mine = (pass == 0) == (world_->rank() == 0);
     if (mine) {
-      if (prefix.empty()) {
-        LOOM_ASSIGN_OR_RETURN(prefix, PrepareDefaultData(cache, *tokenizer_, config_.tokenizer_type));
+      if (default_corpus && o.data_path.empty()) {
+        if (config_.mock_data) {
+          LOOM_ASSIGN_OR_RETURN(o.data_path, PrepareMockData(cache, config_.model.vocab_size));
+        } else {
+          LOOM_ASSIGN_OR_RETURN(o.data_path,
+                                PrepareDefaultData(cache, *tokenizer_, config_.tokenizer_type));
+        }
       }
-      LOOM_ASSIGN_OR_RETURN(dataset_, IndexedDataset::Open(prefix));
-      LOOM_ASSIGN_OR_RETURN(auto splits, SplitDocuments(config_.split, dataset_->num_documents()));
-      GptDatasetOptions o;
-      o.seq_length = config_.model.seq_length;
-      o.seed = config_.model.seed;
-      o.cache_dir = cache;
-      // --skip-train (or --train-iters=0) evaluates only: no train split needed,
-      // so a validation-only corpus (--split=0,100,0) scores an imported model.
-      if (!config_.skip_train && config_.train_iters > 0) {
-        o.documents = splits[0];
-        o.num_samples = config_.train_iters * config_.global_batch_size;
-        o.name = "train";
-        LOOM_ASSIGN_OR_RETURN(train_data_, GptDataset::Build(dataset_.get(), o));
-      }
-      if (config_.eval_iters > 0 && splits[1].end > splits[1].begin) {
-        o.documents = splits[1];
-        o.num_samples = config_.eval_iters * config_.global_batch_size;
-        o.name = "valid";
-        LOOM_ASSIGN_OR_RETURN(valid_data_, GptDataset::Build(dataset_.get(), o));
+      LOOM_ASSIGN_OR_RETURN(DataSplits data, BuildDataSplits(o));
+      corpora_ = std::move(data.corpora);
+      train_data_ = std::move(data.train);
+      valid_data_ = std::move(data.valid);
+      if (train_data_ == nullptr && o.train_samples > 0) {
+        return absl::InvalidArgumentError("no training data: give --data-path or --train-data-path");
       }
     }
     // Rank 0's preprocessing (tokenizing the default corpus, building sample
     // indices) may outlast --comm-timeout-s: this barrier has its own limit.
     LOOM_RETURN_IF_ERROR(world_->BarrierWithin(absl::Hours(2))->Wait());
-    if (prefix.empty()) prefix = DefaultDataPrefix(cache, *tokenizer_, config_.tokenizer_type);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const GptDataset& data,
+absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const BlendedDataset& data,
                                                              int64_t consumed, int m,
                                                              bool training) const {
   // This rank's rows of the sequence: all of it, or under context

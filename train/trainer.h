@@ -21,6 +21,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "profile/profiler.h"
+#include "train/data/blend.h"
 #include "train/data/gpt_dataset.h"
 #include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
@@ -124,7 +125,7 @@ class Trainer {
   absl::Status Setup();
   absl::Status SetupData();
   // Micro-batch m of the step that starts at `consumed` samples.
-  absl::StatusOr<pipeline::MicroBatch> MakeMicroBatch(const GptDataset& data, int64_t consumed,
+  absl::StatusOr<pipeline::MicroBatch> MakeMicroBatch(const BlendedDataset& data, int64_t consumed,
                                                       int m, bool training) const;
   void Log(const std::string& line) const;
   // The ranks that hold the same parameters and average their gradients and
@@ -188,8 +189,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<distributed::GradientSync> gradients_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<IndexedDataset> dataset_;
-  std::unique_ptr<GptDataset> train_data_, valid_data_;
+  std::vector<std::unique_ptr<IndexedDataset>> corpora_;  // what the datasets read
+  std::unique_ptr<BlendedDataset> train_data_, valid_data_;
   MetricsFile metrics_;
   std::unique_ptr<tensorboard::EventWriter> tensorboard_;  // rank 0 with --tensorboard-dir
   double peak_flops_ = 0;

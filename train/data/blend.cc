@@ -263,9 +263,11 @@ absl::StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::Build(
     o.seed = options.seed;
     o.documents = source.documents;
     o.cache_dir = options.cache_dir;
-    // The corpus is part of the name: two corpora with the same document
-    // range never share a sample index, and a re-tokenized one gets its own.
-    o.name = absl::StrCat(options.name, "_", Hash(*fingerprint));
+    // In a blend the corpus is part of the name: two corpora with the same
+    // document range never share a sample index, and a re-tokenized one gets
+    // its own. A single corpus keeps the plain name (its files and messages
+    // as before blends).
+    o.name = blended ? absl::StrCat(options.name, "_", Hash(*fingerprint)) : options.name;
     absl::StatusOr<std::unique_ptr<GptDataset>> dataset = GptDataset::Build(source.data, o);
     if (!dataset.ok()) {
       return absl::Status(dataset.status().code(),
@@ -376,6 +378,163 @@ absl::Status BlendedDataset::SaveCache(const std::string& description) const {
     return absl::DataLossError(absl::StrCat("writing the blend index ", cache_path_, " failed"));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// One split's blend over `corpora` (opened from `spec`, in order).
+absl::StatusOr<std::unique_ptr<BlendedDataset>> BuildSplit(
+    absl::string_view flag, const BlendSpec& spec,
+    const std::vector<const IndexedDataset*>& corpora, const std::vector<DocumentRange>& documents,
+    const DataSplitsOptions& options, int64_t num_samples, const std::string& split,
+    const std::string& name) {
+  std::vector<BlendSource> sources;
+  for (size_t k = 0; k < corpora.size(); ++k) {
+    sources.push_back({corpora[k], spec.prefixes[k], documents[k]});
+  }
+  BlendedDatasetOptions o;
+  o.seq_length = options.seq_length;
+  o.num_samples = num_samples;
+  o.seed = options.seed;
+  o.split = split;
+  o.cache_dir = options.cache_dir;
+  o.name = name;
+  absl::StatusOr<std::unique_ptr<BlendedDataset>> blend =
+      BlendedDataset::Build(std::move(sources), spec.weights, o);
+  if (!blend.ok()) {
+    return absl::Status(blend.status().code(),
+                        absl::StrCat(flag, " (", name, "): ", blend.status().message()));
+  }
+  return blend;
+}
+
+absl::StatusOr<std::vector<const IndexedDataset*>> OpenCorpora(absl::string_view flag,
+                                                               const BlendSpec& spec,
+                                                               DataSplits* out) {
+  std::vector<const IndexedDataset*> opened;
+  for (const std::string& prefix : spec.prefixes) {
+    absl::StatusOr<std::unique_ptr<IndexedDataset>> data = IndexedDataset::Open(prefix);
+    if (!data.ok()) {
+      return absl::Status(data.status().code(),
+                          absl::StrCat(flag, ": ", data.status().message()));
+    }
+    opened.push_back(data->get());
+    out->corpora.push_back(*std::move(data));
+  }
+  return opened;
+}
+
+}  // namespace
+
+absl::StatusOr<DataSplits> BuildDataSplits(const DataSplitsOptions& options) {
+  DataSplits out;
+  if (!options.data_path.empty()) {
+    absl::StatusOr<BlendSpec> spec = ParseBlend("--data-path", options.data_path);
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<std::vector<const IndexedDataset*>> corpora =
+        OpenCorpora("--data-path", *spec, &out);
+    if (!corpora.ok()) return corpora.status();
+    std::vector<DocumentRange> train, valid;
+    int empty_valid = 0;
+    for (size_t k = 0; k < corpora->size(); ++k) {
+      absl::StatusOr<std::array<DocumentRange, 3>> splits =
+          SplitDocuments(options.split, (*corpora)[k]->num_documents());
+      if (!splits.ok()) return splits.status();
+      train.push_back((*splits)[0]);
+      valid.push_back((*splits)[1]);
+      if ((*splits)[1].end == (*splits)[1].begin) ++empty_valid;
+    }
+    if (options.train_samples > 0) {
+      absl::StatusOr<std::unique_ptr<BlendedDataset>> blend =
+          BuildSplit("--data-path", *spec, *corpora, train, options, options.train_samples,
+                     options.split, "train");
+      if (!blend.ok()) return blend.status();
+      out.train = *std::move(blend);
+    }
+    if (options.valid_samples > 0 && empty_valid < int(corpora->size())) {
+      if (empty_valid > 0) {
+        for (size_t k = 0; k < valid.size(); ++k) {
+          if (valid[k].end == valid[k].begin) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "--split=", options.split, " leaves no validation documents in ",
+                spec->prefixes[k], " (", (*corpora)[k]->num_documents(),
+                " documents) while the blend's other corpora have some: give it a larger "
+                "validation share or use --valid-data-path"));
+          }
+        }
+      }
+      absl::StatusOr<std::unique_ptr<BlendedDataset>> blend =
+          BuildSplit("--data-path", *spec, *corpora, valid, options, options.valid_samples,
+                     options.split, "valid");
+      if (!blend.ok()) return blend.status();
+      out.valid = *std::move(blend);
+    }
+    return out;
+  }
+  const struct {
+    const char* flag;
+    const std::string& value;
+    int64_t samples;
+    const char* name;
+  } per_split[] = {{"--train-data-path", options.train_data_path, options.train_samples, "train"},
+                   {"--valid-data-path", options.valid_data_path, options.valid_samples, "valid"}};
+  for (const auto& s : per_split) {
+    if (s.value.empty() || s.samples == 0) continue;
+    absl::StatusOr<BlendSpec> spec = ParseBlend(s.flag, s.value);
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<std::vector<const IndexedDataset*>> corpora = OpenCorpora(s.flag, *spec, &out);
+    if (!corpora.ok()) return corpora.status();
+    std::vector<DocumentRange> whole;
+    for (const IndexedDataset* c : *corpora) whole.push_back({0, int64_t(c->num_documents())});
+    absl::StatusOr<std::unique_ptr<BlendedDataset>> blend =
+        BuildSplit(s.flag, *spec, *corpora, whole, options, s.samples, "whole", s.name);
+    if (!blend.ok()) return blend.status();
+    (std::string(s.name) == "train" ? out.train : out.valid) = *std::move(blend);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> PrepareMockData(const std::string& cache_dir, int64_t vocab_size) {
+  if (vocab_size < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mock-data needs a vocabulary of 2 tokens or more, not ", vocab_size));
+  }
+  const std::string prefix = absl::StrCat(cache_dir, "/mock_v1_", vocab_size);
+  std::error_code error;
+  if (std::filesystem::is_regular_file(prefix + ".idx", error) &&
+      std::filesystem::is_regular_file(prefix + ".bin", error)) {
+    return prefix;
+  }
+  std::filesystem::create_directories(cache_dir, error);
+  if (error) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot create the cache folder ", cache_dir, " (--data-cache-path): ", error.message()));
+  }
+  const std::string tmp = absl::StrCat(prefix, ".tmp", std::random_device()());
+  absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> writer =
+      IndexedDatasetWriter::Create(tmp, TokenType::kI32);
+  if (!writer.ok()) return writer.status();
+  for (int64_t d = 0; d < 1000; ++d) {
+    std::vector<int32_t> tokens(1 + (d * 7919 + 13) % 1023);
+    for (size_t k = 0; k + 1 < tokens.size(); ++k) {
+      tokens[k] = static_cast<int32_t>(1 + (d + int64_t(k)) % (vocab_size - 1));
+    }
+    tokens.back() = 0;
+    absl::Status s = (*writer)->AddSequence(tokens.data(), tokens.size());
+    if (s.ok()) s = (*writer)->EndDocument();
+    if (!s.ok()) return s;
+  }
+  absl::Status s = (*writer)->Finalize();
+  if (!s.ok()) return s;
+  // The .idx last: a reader that finds it finds the .bin whole.
+  for (const char* ext : {".bin", ".idx"}) {
+    if (std::rename((tmp + ext).c_str(), (prefix + ext).c_str()) != 0) {
+      std::remove((tmp + ".bin").c_str());
+      std::remove((tmp + ".idx").c_str());
+      return absl::DataLossError(absl::StrCat("writing the mock corpus ", prefix, ext, " failed"));
+    }
+  }
+  return prefix;
 }
 
 }  // namespace loom::train

@@ -97,7 +97,7 @@ class BlendedDataset {
  public:
   // `weights` are normalised, one per source, or empty with one source. Each
   // source's GptDataset is built (or loaded) for its share plus the surplus,
-  // with a cache name that holds the corpus's fingerprint; the blending
+  // in a blend with a cache name that holds the corpus's fingerprint; the blending
   // indices are cached in cache_dir as blend_<name>_<hash>.blendidx, the hash
   // over every input (fingerprints, documents, weights, size, seed, split),
   // written to a temporary file and renamed (several ranks may write it), and
@@ -138,6 +138,36 @@ class BlendedDataset {
   bool loaded_from_cache_ = false;
   std::string cache_path_;
 };
+
+// The training and validation samples of a run, as Megatron's
+// BlendedMegatronDatasetBuilder makes them: from --data-path (each corpus's
+// documents split by --split, the splits blended alike), or from
+// --train-data-path / --valid-data-path (whole corpora, one blend a split).
+struct DataSplitsOptions {
+  std::string data_path;        // a ParseBlend list, or ""
+  std::string train_data_path;  // used when data_path is ""
+  std::string valid_data_path;
+  std::string split = "969,30,1";
+  int64_t seq_length = 128;
+  uint64_t seed = 1234;
+  std::string cache_dir;
+  int64_t train_samples = 0;  // 0: no training split
+  int64_t valid_samples = 0;  // 0: no validation split
+};
+struct DataSplits {
+  std::vector<std::unique_ptr<IndexedDataset>> corpora;  // what the datasets read
+  std::unique_ptr<BlendedDataset> train, valid;          // null when not asked for or empty
+};
+// Errors name the flag and the file. With --data-path, a validation split
+// that is empty in every corpus gives no validation data (as before blends);
+// empty in only some of them is an error naming the corpus.
+absl::StatusOr<DataSplits> BuildDataSplits(const DataSplitsOptions& options);
+
+// --mock-data: a synthetic corpus (1000 documents of 1 to 1023 tokens, token k
+// of document d is 1 + (d + k) mod (vocab_size - 1), each ending in 0),
+// written once to cache_dir as mock_v1_<vocab_size>.{bin,idx} (temporary names
+// renamed, the .idx last). Returns its prefix.
+absl::StatusOr<std::string> PrepareMockData(const std::string& cache_dir, int64_t vocab_size);
 
 }  // namespace loom::train
 

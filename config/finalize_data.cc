@@ -1,0 +1,45 @@
+#include "absl/strings/str_cat.h"
+#include "config/finalize.h"
+#include "core/status_macros.h"
+#include "train/data/blend.h"
+
+namespace loom::train::finalize {
+
+absl::Status Data(const TrainConfig& c) {
+  const struct {
+    const char* flag;
+    const std::string& value;
+  } per_split[] = {{"--train-data-path", c.train_data_path},
+                   {"--valid-data-path", c.valid_data_path},
+                   {"--test-data-path", c.test_data_path}};
+  bool any_per_split = false;
+  for (const auto& s : per_split) any_per_split = any_per_split || !s.value.empty();
+  if (c.mock_data && (!c.data_path.empty() || any_per_split)) {
+    return absl::InvalidArgumentError(
+        "--mock-data trains on synthetic documents: give it no --data-path or "
+        "--train/valid/test-data-path");
+  }
+  if (!c.data_path.empty() && any_per_split) {
+    return absl::InvalidArgumentError(
+        "--data-path (one blend, split by --split) or --train-data-path / --valid-data-path / "
+        "--test-data-path (one per split), not both");
+  }
+  if (any_per_split && c.train_data_path.empty() && !c.skip_train && c.train_iters > 0) {
+    return absl::InvalidArgumentError(
+        "--valid-data-path / --test-data-path without --train-data-path: training needs "
+        "--train-data-path (or --skip-train to evaluate only)");
+  }
+  // Every list parses and every corpus has its .idx and .bin, before any work.
+  if (!c.data_path.empty()) {
+    LOOM_ASSIGN_OR_RETURN(BlendSpec blend, ParseBlend("--data-path", c.data_path));
+    LOOM_RETURN_IF_ERROR(CheckBlendFiles("--data-path", blend));
+  }
+  for (const auto& s : per_split) {
+    if (s.value.empty()) continue;
+    LOOM_ASSIGN_OR_RETURN(BlendSpec blend, ParseBlend(s.flag, s.value));
+    LOOM_RETURN_IF_ERROR(CheckBlendFiles(s.flag, blend));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::train::finalize
