@@ -45,6 +45,11 @@ namespace loom::pipeline {
 //   bubble = (makespan − ideal) / ideal.
 // With uniform costs f, b per chunk and zero comm cost the ideal is M·v·(f + b); GPipe and
 // 1F1B give (P − 1)/M and interleaved 1F1B gives (P − 1)/(v·M).
+// Zero-bubble schedules with f = b_input = b_weight and backward_cost = b_input + b_weight (the
+// same work): zb-h1 gives (P − 1)(f + b_input − b_weight) of bubble time (Qi et al., Table 1),
+// (P − 1)/(3M) with equal costs; zbv only the pipeline fill (P − 1)·f of any schedule,
+// (P − 1)/(6M), once M >= 2P − 1 (simulator_test's bubble table). zb-h1 is deadlock-free with
+// rendezvous sends; zbv needs buffered sends and tagged channels.
 
 enum class CommMode { kEager, kRendezvous };
 

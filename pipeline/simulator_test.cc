@@ -1,7 +1,9 @@
 #include "pipeline/simulator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -501,6 +503,144 @@ TEST(SimulatorTest, ForwardOnlyLargeGroupReceivesEarly) {
   const absl::Status st = SimulateForwardOnly(late, Costs(1, 2, CommMode::kRendezvous));
   ASSERT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_TRUE(Mentions(st, "deadlock")) << st;
+}
+
+// Zero-bubble schedules (#39). Costs per chunk action: f (Forward), b (BackwardInput, T_B),
+// w (BackwardWeight, T_W); a full Backward costs b + w, so every schedule does the same work.
+SimOptions SplitCosts(double f, double b, double w, CommMode mode = CommMode::kEager) {
+  SimOptions s = Costs(f, b + w, mode);
+  s.backward_input_cost = b;
+  s.backward_weight_cost = w;
+  return s;
+}
+
+// zb-h1 is deadlock-free with buffered and with blocking sends; zbv (1F1B's per-action batches
+// over torch's order) only with buffered sends, like interleaved with G > P, and with tagged
+// channels (activations and grads cross the same link in different orders; the executor tags).
+TEST(ZeroBubbleSimulatorTest, NoDeadlockOverAGrid) {
+  for (ScheduleKind kind : {ScheduleKind::kZBH1, ScheduleKind::kZBV}) {
+    for (int pp = 1; pp <= 6; ++pp) {
+      for (int m = 1; m <= 14; ++m) {
+        const Schedule s = Build(Opts(kind, pp, kind == ScheduleKind::kZBV ? 2 : 1, m));
+        for (CommMode mode : {CommMode::kEager, CommMode::kRendezvous}) {
+          if (kind == ScheduleKind::kZBV && mode == CommMode::kRendezvous) continue;
+          for (bool tagged : {true, false}) {
+            if (kind == ScheduleKind::kZBV && !tagged) continue;
+            SimOptions o = SplitCosts(1, 1, 1, mode);
+            o.comm_cost = 0.25;
+            o.tagged_channels = tagged;
+            absl::StatusOr<SimResult> r = Simulate(s, o);
+            ASSERT_TRUE(r.ok()) << ScheduleKindName(kind) << " P=" << pp << " M=" << m
+                                << (mode == CommMode::kEager ? " eager" : " rendezvous")
+                                << (tagged ? " tagged: " : " untagged: ") << r.status();
+            for (int st = 0; st < pp; ++st) {
+              EXPECT_EQ(r->stages[st].peak_activations,
+                        PeakInFlightActivations(s.options, st));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ZeroBubbleSimulatorTest, ZBVNeedsBufferedSends) {
+  absl::StatusOr<SimResult> r =
+      Simulate(Build(Opts(ScheduleKind::kZBV, 2, 2, 2)), SplitCosts(1, 1, 1, CommMode::kRendezvous));
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(r.status(), "deadlock")) << r.status();
+}
+
+TEST(ZeroBubbleSimulatorTest, PeakActivationsMatchTheScheduleForEveryKind) {
+  for (const ScheduleOptions& o :
+       {Opts(ScheduleKind::kGPipe, 4, 1, 8), Opts(ScheduleKind::k1F1B, 4, 1, 8),
+        Opts(ScheduleKind::k1F1B, 4, 1, 2), Opts(ScheduleKind::kInterleaved, 4, 2, 8),
+        Opts(ScheduleKind::kInterleaved, 4, 3, 12, 6)}) {
+    absl::StatusOr<SimResult> r = Simulate(Build(o));
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int st = 0; st < o.pp; ++st) {
+      EXPECT_EQ(r->stages[st].peak_activations, PeakInFlightActivations(o, st));
+    }
+  }
+}
+
+// The bubble table of #39, with zero communication cost and f = b = w (Qi et al.'s assumption
+// T_F = T_B = T_W; a full Backward costs b + w = 2f). Bubble fraction = (makespan − ideal) /
+// ideal as everywhere here (Megatron's t_bubble / t_ideal); the idle share of the makespan,
+// (makespan − ideal) / makespan, is printed too. Formulas, all exact (tolerance 1e-12):
+//   1f1b         (p − 1)/m         [Narayanan et al., SC'21, §2.2.1: t_bubble = (p − 1)(t_f + t_b),
+//                                   t_ideal = m(t_f + t_b)]; idle share (p − 1)/(m + p − 1)
+//   interleaved  (p − 1)/(v·m), v = 2   [same paper, §2.2.2]
+//   zb-h1        (p − 1)(T_F + T_B − T_W) / (m(T_F + T_B + T_W)) = (p − 1)/(3m), a third of
+//                1F1B's [Qi et al., ICLR 2024, Table 1: ZB-H1's bubble (p − 1)(T_F + T_B − T_W)]
+//   zbv          "zero bubble": the paper's ZB-V has no bubble beyond the pipeline's fill, which
+//                no schedule avoids: stage p − 1's first input arrives after p − 1 chunk
+//                forwards, so makespan >= ideal + (p − 1)·T_F(chunk). We test equality with that
+//                lower bound, (p − 1)·T_F / (2m(T_F + T_B + T_W)) = (p − 1)/(6m), for m >= 2p − 1
+//                (torch's ScheduleZBVZeroBubble pads to 2p − 1 micro-batches); below that only
+//                zbv <= zb-h1.
+TEST(ZeroBubbleSimulatorTest, BubbleTableAgainstThePublishedFormulas) {
+  std::printf("%-3s %-3s %-12s %10s %10s %10s\n", "p", "m", "schedule", "simulated", "formula",
+              "idle/mksp");
+  for (int p : {4, 8}) {
+    for (int m : {8, 16, 32}) {
+      struct Row {
+        ScheduleKind kind;
+        int vp;
+        double formula;  // < 0: no closed form tested
+      };
+      const bool full_v = m >= 2 * p - 1;
+      const Row rows[] = {
+          {ScheduleKind::k1F1B, 1, double(p - 1) / m},
+          {ScheduleKind::kInterleaved, 2, double(p - 1) / (2.0 * m)},
+          {ScheduleKind::kZBH1, 1, double(p - 1) / (3.0 * m)},
+          {ScheduleKind::kZBV, 2, full_v ? double(p - 1) / (6.0 * m) : -1},
+      };
+      double zbh1 = 0;
+      for (const Row& row : rows) {
+        absl::StatusOr<SimResult> r = Simulate(Build(Opts(row.kind, p, row.vp, m)),
+                                               SplitCosts(1, 1, 1));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_DOUBLE_EQ(r->ideal, 3.0 * m * row.vp);  // every stage: m·v·(f + b + w)
+        const double idle = (r->makespan - r->ideal) / r->makespan;
+        std::printf("%-3d %-3d %-12s %10.6f %10.6f %10.6f\n", p, m, ScheduleKindName(row.kind),
+                    r->bubble_fraction, row.formula, idle);
+        if (row.formula >= 0) {
+          EXPECT_NEAR(r->bubble_fraction, row.formula, 1e-12)
+              << ScheduleKindName(row.kind) << " p=" << p << " m=" << m;
+        }
+        if (row.kind == ScheduleKind::k1F1B) {
+          EXPECT_NEAR(idle, double(p - 1) / (m + p - 1), 1e-12);
+        }
+        if (row.kind == ScheduleKind::kZBH1) zbh1 = r->bubble_fraction;
+        if (row.kind == ScheduleKind::kZBV) {
+          EXPECT_LE(r->bubble_fraction, zbh1 + 1e-12);
+        }
+      }
+    }
+  }
+}
+
+// ZB-H1's bubble (p − 1)(T_F + T_B − T_W) for other costs with T_W <= T_F, T_B (Qi et al.'s
+// setting: W fills the bubble only as far as it is no longer than F and B), and the lower bound
+// for zbv.
+TEST(ZeroBubbleSimulatorTest, ZBH1BubbleWithUnequalCosts) {
+  for (auto [f, b, w] : std::vector<std::tuple<double, double, double>>{
+           {1, 1, 0.5}, {1, 1.5, 0.75}, {2, 1, 1}, {1, 2, 1}}) {
+    for (int p : {2, 4, 8}) {
+      for (int m : {p, 2 * p, 32}) {
+        absl::StatusOr<SimResult> r =
+            Simulate(Build(Opts(ScheduleKind::kZBH1, p, 1, m)), SplitCosts(f, b, w));
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_NEAR(r->makespan - r->ideal, (p - 1) * (f + b - w), 1e-9)
+            << "f=" << f << " b=" << b << " w=" << w << " p=" << p << " m=" << m;
+        absl::StatusOr<SimResult> v =
+            Simulate(Build(Opts(ScheduleKind::kZBV, p, 2, m)), SplitCosts(f, b, w));
+        ASSERT_TRUE(v.ok()) << v.status();
+        EXPECT_GE(v->makespan - v->ideal, (p - 1) * f - 1e-9);
+      }
+    }
+  }
 }
 
 }  // namespace
