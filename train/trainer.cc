@@ -400,7 +400,7 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const BlendedDatase
 
 absl::StatusOr<double> Trainer::TrainStep() {
   // 1. Forward and backward of every micro-batch, as the pipeline schedule
-  //    says; the model's hooks start data-parallel buckets as their last
+  //    says; the model's unit events start data-parallel buckets as their last
   //    backward runs (--overlap-grad-reduce), and each forward waits for the
   //    parameters it reads (--overlap-param-gather).
   // The fault first: a rank that hangs here has not beaten for this step,
