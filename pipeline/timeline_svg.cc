@@ -31,20 +31,26 @@ std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
   svg +=
       "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
       "patternTransform=\"rotate(45)\"><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" "
-      "stroke=\"white\" stroke-opacity=\"0.35\" stroke-width=\"2\"/></pattern></defs>\n";
+      "stroke=\"white\" stroke-opacity=\"0.35\" stroke-width=\"2\"/></pattern>"
+      "<pattern id=\"dots\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\">"
+      "<circle cx=\"2.5\" cy=\"2.5\" r=\"1\" fill=\"white\" fill-opacity=\"0.5\"/>"
+      "</pattern></defs>\n";
   svg += "<rect class=\"background\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
 
   // Title: the schedule and its bubble.
   const std::string title = absl::StrFormat(
       "%s: bubble %.4f (textbook %s = %.4f), makespan %g", DescribeSchedule(so),
-      result.bubble_fraction, so.kind == ScheduleKind::kInterleaved ? "(P-1)/(v*M)" : "(P-1)/M",
-      TheoreticalBubble(so), result.makespan);
+      result.bubble_fraction, BubbleFormula(so), TheoreticalBubble(so), result.makespan);
   absl::StrAppendFormat(&svg, "<text class=\"title\" x=\"%d\" y=\"24\" font-size=\"16\" "
                               "font-weight=\"bold\">%s</text>\n",
                         kLeft, timeline::EscapeXml(title));
   const std::string subtitle =
       opt.subtitle.empty()
-          ? std::string("light box = forward, dark hatched = backward; label = micro-batch.chunk")
+          ? std::string(SplitsBackward(so.kind)
+                            ? "light box = forward, dark hatched = input grad (I), medium dotted "
+                              "= weight grad (W); label = micro-batch.chunk"
+                            : "light box = forward, dark hatched = backward; label = "
+                              "micro-batch.chunk")
           : opt.subtitle;
   absl::StrAppendFormat(&svg, "<text class=\"subtitle\" x=\"%d\" y=\"44\" font-size=\"12\" "
                               "fill=\"#444\">%s</text>\n",
@@ -66,6 +72,11 @@ std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
       const Action& a = t.action;
       if (!IsCompute(a.kind)) continue;
       const bool fwd = a.kind == ActionKind::kForward;
+      const bool weight = a.kind == ActionKind::kBackwardWeight;
+      const char* cls = fwd                                         ? "fwd"
+                        : a.kind == ActionKind::kBackward           ? "bwd"
+                        : a.kind == ActionKind::kBackwardInput      ? "bwd-input"
+                                                                    : "bwd-weight";
       const double hue = 360.0 * a.micro_batch / std::max(1, so.micro_batches);
       const double x = kLeft + t.start * ppu;
       const double w = (t.end - t.start) * ppu;
@@ -74,13 +85,15 @@ std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
           "<rect class=\"%s\" data-stage=\"%d\" data-mb=\"%d\" data-chunk=\"%d\" x=\"%.2f\" "
           "y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#333\" "
           "stroke-width=\"0.6\"><title>%s [%g, %g)</title></rect>\n",
-          fwd ? "fwd" : "bwd", r, a.micro_batch, a.chunk, x, y, w, opt.row_height,
-          timeline::SvgColor(hue, 0.7, fwd ? 0.75 : 0.40), ToShortString(a), t.start, t.end);
+          cls, r, a.micro_batch, a.chunk, x, y, w, opt.row_height,
+          timeline::SvgColor(hue, 0.7, fwd ? 0.75 : weight ? 0.55 : 0.40), ToShortString(a),
+          t.start, t.end);
       if (!fwd) {
         absl::StrAppendFormat(&svg,
-                              "<rect class=\"hatch\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
-                              "height=\"%d\" fill=\"url(#hatch)\"/>\n",
-                              x, y, w, opt.row_height);
+                              "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                              "height=\"%d\" fill=\"url(#%s)\"/>\n",
+                              weight ? "dots" : "hatch", x, y, w, opt.row_height,
+                              weight ? "dots" : "hatch");
       }
       // Label "m.c", as large as fits the box (a glyph is about 0.6 em wide).
       const std::string label = absl::StrFormat("%d.%d", a.micro_batch, a.chunk);

@@ -16,6 +16,9 @@ namespace loom::pipeline {
 //   with a hatch overlay (a separate rect of class="hatch"). Labels "m.c" (micro-batch.chunk).
 // - Idle time is the gaps between boxes; the title carries the bubble fraction.
 // So each stage row holds exactly M·v rects of class "fwd" and M·v of class "bwd".
+// Split backward (zb-h1, zbv): instead of "bwd", M·v rects of class "bwd-input" (BackwardInput,
+// dark, hatched) and M·v of class "bwd-weight" (BackwardWeight, medium shade, a dotted overlay
+// rect of class "dots").
 std::string RenderTimelineSvg(const Schedule& schedule, const SimResult& result,
                               const timeline::SvgOptions& options = {});
 

@@ -6,7 +6,9 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "pipeline/timeline_text.h"
 
 namespace loom::pipeline {
 namespace {
@@ -148,6 +150,38 @@ TEST(TimelineSvgTest, TitleCarriesTheBubbleFraction) {
   const Schedule s = *BuildSchedule(o);
   const std::string svg = RenderTimelineSvg(s, *Simulate(s));
   EXPECT_NE(svg.find("bubble 0.1875"), std::string::npos) << svg.substr(0, 600);
+}
+
+TEST(TimelineSvgTest, SplitBackwardDrawsInputAndWeightGradsApart) {
+  for (auto [kind, pp, vp, m] : std::vector<std::tuple<ScheduleKind, int, int, int>>{
+           {ScheduleKind::kZBH1, 4, 1, 8}, {ScheduleKind::kZBV, 4, 2, 8}}) {
+    ScheduleOptions o;
+    o.kind = kind;
+    o.pp = pp;
+    o.vp = vp;
+    o.micro_batches = m;
+    const Schedule s = *BuildSchedule(o);
+    const SimResult r = *Simulate(s);
+    const std::string svg = RenderTimelineSvg(s, r);
+    std::vector<Tag> tags;
+    ASSERT_EQ(CheckXml(svg, &tags), "") << svg;
+    std::map<std::string, std::map<int, int>> per_class;
+    for (const Tag& t : tags) {
+      if (t.name != "rect" || !t.attrs.count("class") || !t.attrs.count("data-stage")) continue;
+      per_class[t.attrs.at("class")][std::stoi(t.attrs.at("data-stage"))]++;
+    }
+    EXPECT_EQ(per_class.count("bwd"), 0u);
+    for (const char* cls : {"fwd", "bwd-input", "bwd-weight"}) {
+      for (int st = 0; st < pp; ++st) EXPECT_EQ(per_class[cls][st], m * vp) << cls << " " << st;
+    }
+    EXPECT_NE(svg.find("weight grad (W)"), std::string::npos);
+    EXPECT_NE(svg.find(kind == ScheduleKind::kZBH1 ? "(P-1)/(3M)" : "(P-1)/(6M)"),
+              std::string::npos);
+    // With F = I = W these simulated bubbles equal the formula in the title (simulator_test).
+    EXPECT_NE(svg.find(absl::StrFormat("bubble %.4f (textbook", r.bubble_fraction)),
+              std::string::npos);
+    EXPECT_NEAR(r.bubble_fraction, TheoreticalBubble(o), 1e-12);
+  }
 }
 
 }  // namespace

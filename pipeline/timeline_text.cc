@@ -40,7 +40,23 @@ std::string DescribeSchedule(const ScheduleOptions& o) {
 }
 
 double TheoreticalBubble(const ScheduleOptions& o) {
-  return static_cast<double>(o.pp - 1) / (static_cast<double>(o.vp) * o.micro_batches);
+  const double p1 = o.pp - 1, m = o.micro_batches;
+  switch (o.kind) {
+    case ScheduleKind::kZBH1: return p1 / (3 * m);
+    case ScheduleKind::kZBV: return p1 / (6 * m);
+    default: return p1 / (static_cast<double>(o.vp) * m);
+  }
+}
+
+std::string BubbleFormula(const ScheduleOptions& o) {
+  switch (o.kind) {
+    case ScheduleKind::kInterleaved: return "(P-1)/(v*M)";
+    case ScheduleKind::kZBH1: return "(P-1)/(3M) at F=I=W";
+    case ScheduleKind::kZBV:
+      return o.micro_batches >= 2 * o.pp - 1 ? "(P-1)/(6M) at F=I=W"
+                                             : "(P-1)/(6M) at F=I=W, needs M>=2P-1";
+    default: return "(P-1)/M";
+  }
 }
 
 std::string RenderSummaryText(const Schedule& schedule, const SimResult& result) {
@@ -48,8 +64,7 @@ std::string RenderSummaryText(const Schedule& schedule, const SimResult& result)
       "%s\nmakespan %g, ideal %g, bubble (makespan - ideal) / ideal = %.4f "
       "(textbook %s = %.4f)\n",
       DescribeSchedule(schedule.options), result.makespan, result.ideal, result.bubble_fraction,
-      schedule.options.kind == ScheduleKind::kInterleaved ? "(P-1)/(v*M)" : "(P-1)/M",
-      TheoreticalBubble(schedule.options));
+      BubbleFormula(schedule.options), TheoreticalBubble(schedule.options));
   for (size_t r = 0; r < result.stages.size(); ++r) {
     const StageTimeline& tl = result.stages[r];
     absl::StrAppendFormat(&out, "stage %d: busy %g, finish %g, peak in-flight activations %d\n",

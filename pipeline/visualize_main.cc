@@ -30,7 +30,8 @@
 #include "profile/chrome_trace.h"
 #include "timeline/svg.h"
 
-ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe | 1f1b | interleaved");
+ABSL_FLAG(std::string, schedule, "1f1b",
+          "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1 | zbv (zbv needs --vpp=2)");
 ABSL_FLAG(int, pp, 4, "pipeline stages P (--pipeline-model-parallel-size)");
 ABSL_FLAG(int, vpp, 1,
           "model chunks per stage v (--virtual-pipeline-model-parallel-size); interleaved only");
@@ -39,6 +40,10 @@ ABSL_FLAG(int, microbatch_group_size_per_virtual_pipeline_stage, 0,
           "interleaved micro-batch group size G; 0 means P. Must lie in [P, M] and divide M");
 ABSL_FLAG(double, forward_cost, 1.0, "cost of one chunk's forward (f)");
 ABSL_FLAG(double, backward_cost, 2.0, "cost of one chunk's backward (b)");
+ABSL_FLAG(double, backward_input_cost, 1.0,
+          "zb-h1 / zbv: cost of one chunk's input-gradient backward (I, the paper's B)");
+ABSL_FLAG(double, backward_weight_cost, 1.0,
+          "zb-h1 / zbv: cost of one chunk's weight-gradient backward (W)");
 ABSL_FLAG(double, comm_cost, 0.0, "cost of one point-to-point transfer");
 ABSL_FLAG(std::string, comm_mode, "eager",
           "eager (buffered sends) | rendezvous (sends wait for the receive)");
@@ -74,7 +79,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<lp::ScheduleKind> kind = lp::ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
   if (!kind.ok()) {
     return Fail(absl::StrFormat("--schedule='%s' is not a schedule; expected one of "
-                                "gpipe|1f1b|interleaved",
+                                "gpipe|1f1b|interleaved|zb-h1|zbv",
                                 absl::GetFlag(FLAGS_schedule)));
   }
   const std::string format = absl::GetFlag(FLAGS_format);
@@ -89,8 +94,11 @@ int main(int argc, char** argv) {
     return Fail(absl::StrFormat("--comm-mode='%s': expected eager or rendezvous", comm_mode));
   }
   if (absl::GetFlag(FLAGS_forward_cost) <= 0 || absl::GetFlag(FLAGS_backward_cost) <= 0 ||
-      absl::GetFlag(FLAGS_comm_cost) < 0) {
-    return Fail("--forward-cost and --backward-cost must be > 0 and --comm-cost >= 0");
+      absl::GetFlag(FLAGS_backward_input_cost) <= 0 ||
+      absl::GetFlag(FLAGS_backward_weight_cost) <= 0 || absl::GetFlag(FLAGS_comm_cost) < 0) {
+    return Fail(
+        "--forward-cost, --backward-cost, --backward-input-cost and --backward-weight-cost must "
+        "be > 0 and --comm-cost >= 0");
   }
 
   lp::ScheduleOptions so;
@@ -106,6 +114,8 @@ int main(int argc, char** argv) {
   sim.forward_cost = absl::GetFlag(FLAGS_forward_cost);
   sim.backward_cost = absl::GetFlag(FLAGS_backward_cost);
   sim.comm_cost = absl::GetFlag(FLAGS_comm_cost);
+  sim.backward_input_cost = absl::GetFlag(FLAGS_backward_input_cost);
+  sim.backward_weight_cost = absl::GetFlag(FLAGS_backward_weight_cost);
   sim.comm_mode = comm_mode == "eager" ? lp::CommMode::kEager : lp::CommMode::kRendezvous;
   absl::StatusOr<lp::SimResult> result = lp::Simulate(*schedule, sim);
   if (!result.ok()) return Fail(std::string(result.status().message()));

@@ -36,6 +36,17 @@ expect_error "no_such_flag" --no-such-flag=1
 expect_error "--out=" --out=/nonexistent-dir/x.svg
 expect_error "--format='json'" --format=json
 expect_error "--us-per-unit=0" --format=chrome --us-per-unit=0
+expect_error "--virtual-pipeline-model-parallel-size (--vpp) = 2" --schedule=zbv --pp=2
+expect_error "--backward-weight-cost" --schedule=zb-h1 --backward-weight-cost=0
+
+# Split backward: I (input grad) and W (weight grad); stage 1 of ZB-H1 defers W0 past I1.
+out="$("$BIN" --schedule=zb-h1 --pp=2 --micro-batches=2 --format=text)" || fail "zb-h1 run failed"
+echo "$out" | grep -qx "stage 0: F0.0 F1.0 I0.0 W0.0 I1.0 W1.0" || fail "zb-h1 stage 0: $out"
+echo "$out" | grep -qx "stage 1: F0.0 I0.0 F1.0 I1.0 W0.0 W1.0" || fail "zb-h1 stage 1: $out"
+echo "$out" | grep -qF "(P-1)/(3M) at F=I=W" || fail "zb-h1 formula: $out"
+"$BIN" --schedule=zbv --pp=2 --vpp=2 --micro-batches=4 --out="$TEST_TMPDIR/zbv.svg" \
+    || fail "zbv svg run failed"
+grep -q 'class="bwd-weight"' "$TEST_TMPDIR/zbv.svg" || fail "no weight-grad boxes in zbv.svg"
 
 # --format=chrome: a Chrome trace, one process per stage, M forwards and M
 # backwards of "X" events per stage, in microseconds.
