@@ -85,6 +85,16 @@ bool ReadVec(const std::string& in, size_t* pos, std::vector<T>* v) {
 }  // namespace
 
 absl::StatusOr<BlendSpec> ParseBlend(absl::string_view flag, absl::string_view value) {
+  // A value that names a corpus as a whole is that one prefix, spaces and
+  // all: users' folders have them, and so may the cache folder the default
+  // corpus lives in.
+  const std::string whole(absl::StripAsciiWhitespace(value));
+  std::error_code ec;
+  if (!whole.empty() && std::filesystem::exists(whole + ".idx", ec)) {
+    BlendSpec one;
+    one.prefixes = {whole};
+    return one;
+  }
   std::vector<std::string> entries = absl::StrSplit(value, absl::ByAnyChar(" \t\n"),
                                                     absl::SkipEmpty());
   if (entries.empty()) {

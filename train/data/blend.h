@@ -46,7 +46,9 @@ struct BlendSpec {
 
 // Parses Megatron's list form: `PREFIX`, or `W1 PREFIX1 W2 PREFIX2 ...` with
 // non-negative weights, not all zero. Entries are separated by whitespace (one
-// flag value: --data-path="0.3 A 0.7 B"). Errors name `flag` and the entry:
+// flag value: --data-path="0.3 A 0.7 B"); a value that names an existing
+// corpus as a whole (<value>.idx exists) is that one prefix even if it holds
+// spaces (a list's prefixes cannot). Errors name `flag` and the entry:
 // an odd-length weight list, a weight that is not a number or is negative,
 // several prefixes without weights, an empty list.
 absl::StatusOr<BlendSpec> ParseBlend(absl::string_view flag, absl::string_view value);

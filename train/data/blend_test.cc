@@ -133,6 +133,14 @@ TEST(BlendTest, MissingIndexNamesTheFlagAndFile) {
   EXPECT_NE(missing.message().find("without the extension (" + a + ")"), std::string::npos)
       << missing;
   EXPECT_TRUE(CheckBlendFiles("--data-path", *ParseBlend("--data-path", a)).ok());
+  // One corpus in a folder with a space: one prefix, not a list.
+  const std::string spaced = Tmp("with space") + "/corpus";
+  std::filesystem::create_directories(Tmp("with space"));
+  MakeCorpus(spaced, 0, 3);
+  absl::StatusOr<BlendSpec> one = ParseBlend("--data-path", spaced);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->prefixes, std::vector<std::string>{spaced});
+  EXPECT_TRUE(one->weights.empty());
 }
 
 struct Corpora {
