@@ -132,6 +132,25 @@ class StageModel {
                                                 const DropoutStream& dropout,
                                                 const Activations& saved) = 0;
 
+  // Split backward (zero-bubble pipeline schedules, pipeline/action.h): whether this model
+  // can run Backward as BackwardInput (the input gradient only, returned as Backward returns
+  // it) followed, possibly much later, by BackwardWeight (the parameter gradients, accumulated
+  // into params() as Backward does), with Backward's results. `saved` carries what the weight
+  // half needs between the two. Default: no; the pipeline executor then runs the full
+  // Backward at BackwardInput and nothing at BackwardWeight: the same numbers, but none of the
+  // bubble the split saves.
+  virtual bool SplitsBackward() const { return false; }
+  virtual absl::StatusOr<core::Tensor> BackwardInput(int c, const core::Tensor& dy, float dloss,
+                                                     const DropoutStream& dropout,
+                                                     Activations& saved) {
+    (void)c, (void)dy, (void)dloss, (void)dropout, (void)saved;
+    return absl::UnimplementedError("this StageModel does not split its backward");
+  }
+  virtual absl::Status BackwardWeight(int c, const DropoutStream& dropout, Activations& saved) {
+    (void)c, (void)dropout, (void)saved;
+    return absl::UnimplementedError("this StageModel does not split its backward");
+  }
+
   // Rows of this rank's token ids and targets (GPT: --seq-length /
   // --context-parallel-size).
   virtual int64_t local_seq_length() const = 0;

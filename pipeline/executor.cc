@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,9 +18,6 @@ using layers::StageModel;
 namespace {
 
 using Key = std::pair<int, int>;  // (micro_batch, chunk)
-
-// The stage that owns virtual stage `vs`.
-int StageOf(int vs, int pp) { return vs % pp; }
 
 absl::Status Prefix(int stage, const Action& a, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat("stage ", stage, ": ", ToString(a), ": ", s.message()));
@@ -45,7 +43,8 @@ Executor::Executor(const Schedule& schedule, StageModel* model, comm::Communicat
       pp_(pp),
       options_(options),
       pp_rank_(pp ? pp->rank() : 0),
-      p2p_(pp, schedule.options.vp, boundary, model->boundary_dtype(), model->device()) {}
+      p2p_(pp, schedule.options.vp, boundary, model->boundary_dtype(), model->device(),
+           schedule.options.kind == ScheduleKind::kZBV) {}
 
 absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, StageModel* model,
                                           comm::Communicator* pp,
@@ -80,7 +79,7 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, StageModel* 
         " chunks per stage; create the model with one ChunkSpec per chunk (LayersOf)"));
   }
   for (int c = 0; c < v; ++c) {
-    const int vs = VirtualStage(P, rank, c);
+    const int vs = VirtualStageOf(schedule.options, rank, c);
     const bool want_pre = vs == 0, want_post = vs == P * v - 1;
     if (chunks[c].pre_process != want_pre || chunks[c].post_process != want_post) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -91,21 +90,16 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, StageModel* 
   }
   bool has_backward = false;
   for (const Action& a : schedule.stages[rank]) {
-    has_backward |= a.kind == ActionKind::kBackward;
-    if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight) {
-      return absl::UnimplementedError(absl::StrCat(
-          "pipeline executor, stage ", rank, ": ", ToString(a),
-          ": split-backward actions are not executed yet"));
-    }
+    has_backward |= IsBackward(a.kind);
     if (a.micro_batch < 0 || a.micro_batch >= M || a.chunk < 0 || a.chunk >= v) {
       return absl::InvalidArgumentError(absl::StrCat("pipeline executor, stage ", rank, ": ",
                                                      ToString(a), " outside M = ", M, ", v = ", v));
     }
     if (IsCompute(a.kind)) continue;
-    const int own = VirtualStage(P, rank, a.chunk);
+    const int own = VirtualStageOf(schedule.options, rank, a.chunk);
     const bool upstream = a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kSendGrad;
     const int other = upstream ? own - 1 : own + 1;
-    if (other < 0 || other >= P * v || a.peer != StageOf(other, P)) {
+    if (other < 0 || other >= P * v || a.peer != PlacementOf(schedule.options, other).pp_rank) {
       return absl::InvalidArgumentError(absl::StrCat(
           "pipeline executor, stage ", rank, ": ", ToString(a),
           " does not connect to the adjacent virtual stage ", other, " of ", P * v));
@@ -144,6 +138,10 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
   result.peak_live_saved.assign(v, 0);
   int64_t bytes = 0;
   std::vector<Tensor> loss_sums(M);  // per micro-batch, on the model's device; set by its forward
+  // Split backward: the model runs BackwardInput/BackwardWeight (else the full Backward at I).
+  const bool split = model_->SplitsBackward();
+  std::set<Key> input_done;  // BackwardInput ran, BackwardWeight not yet
+  auto vs_of = [&](int chunk) { return VirtualStageOf(schedule_.options, me, chunk); };
 
   auto get_batch = [&](int m) -> absl::StatusOr<const MicroBatch*> {
     auto it = batches.find(m);
@@ -165,12 +163,15 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
       LOOM_RETURN_IF_ERROR(CheckIds("ids", mb->ids, s, b, a.micro_batch));
       input = mb->ids;
     } else {
-      auto it = inputs.find(key);
-      if (it == inputs.end()) {
+      // From a receive, or (zbv's turn of the V) the previous virtual stage's output here.
+      const StageChunk prev = PlacementOf(schedule_.options, vs_of(a.chunk) - 1);
+      std::map<Key, Tensor>& from = prev.pp_rank == me ? outputs : inputs;
+      auto it = from.find(prev.pp_rank == me ? Key{a.micro_batch, prev.chunk} : key);
+      if (it == from.end()) {
         return absl::InternalError("the schedule runs it before receiving its input activation");
       }
       input = std::move(it->second);
-      inputs.erase(it);
+      from.erase(it);
     }
     if (spec.post_process) LOOM_RETURN_IF_ERROR(CheckIds("targets", mb->targets, s, b, a.micro_batch));
     if (saved.count(key)) return absl::InternalError("the schedule runs this forward twice");
@@ -207,6 +208,16 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     return absl::OkStatus();
   };
 
+  // Frees (micro-batch, chunk)'s activations once nothing of its backward is left.
+  auto release = [&](const Key& key) -> absl::Status {
+    saved.erase(key);
+    bytes -= saved_bytes[key];
+    saved_bytes.erase(key);
+    --live[key.second];
+    if (++backwards_done[key.first] == v) batches.erase(key.first);
+    return absl::OkStatus();
+  };
+
   auto backward = [&](const Action& a) -> absl::Status {
     const Key key{a.micro_batch, a.chunk};
     const layers::ChunkSpec& spec = chunks[a.chunk];
@@ -215,15 +226,25 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     LOOM_ASSIGN_OR_RETURN(const MicroBatch* mb, get_batch(a.micro_batch));
     Tensor dy;
     if (!spec.post_process) {
-      auto it = output_grads.find(key);
-      if (it == output_grads.end()) {
+      // From a receive, or (zbv's turn of the V) the next virtual stage's input grad here.
+      const StageChunk next = PlacementOf(schedule_.options, vs_of(a.chunk) + 1);
+      std::map<Key, Tensor>& from = next.pp_rank == me ? input_grads : output_grads;
+      auto it = from.find(next.pp_rank == me ? Key{a.micro_batch, next.chunk} : key);
+      if (it == from.end()) {
         return absl::InternalError("the schedule runs it before receiving its output gradient");
       }
       dy = std::move(it->second);
-      output_grads.erase(it);
+      from.erase(it);
     }
-    LOOM_ASSIGN_OR_RETURN(Tensor dx, model_->Backward(a.chunk, dy, options_.loss_scale,
-                                                      mb->dropout, *rec->second));
+    // BackwardInput of a model that splits its backward keeps the record for BackwardWeight;
+    // of one that cannot, it runs the full Backward (BackwardWeight is then a no-op).
+    const bool keep = a.kind == ActionKind::kBackwardInput && split;
+    absl::StatusOr<Tensor> grad =
+        keep ? model_->BackwardInput(a.chunk, dy, options_.loss_scale, mb->dropout, *rec->second)
+             : model_->Backward(a.chunk, dy, options_.loss_scale, mb->dropout, *rec->second);
+    if (!grad.ok()) return grad.status();
+    Tensor dx = *std::move(grad);
+    if (a.kind == ActionKind::kBackwardInput) input_done.insert(key);
     if (!spec.pre_process) {
       if (dx.shape() != p2p_.boundary_shape()) {
         return absl::InvalidArgumentError(absl::StrCat("input gradient ", dx.DebugString(),
@@ -232,20 +253,32 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
       }
       input_grads[key] = std::move(dx);
     }
-    saved.erase(rec);  // this micro-batch's activations are no longer needed here
-    bytes -= saved_bytes[key];
-    saved_bytes.erase(key);
-    --live[a.chunk];
-    if (++backwards_done[a.micro_batch] == v) batches.erase(a.micro_batch);
-    return absl::OkStatus();
+    if (keep) return absl::OkStatus();
+    return release(key);
+  };
+
+  // BackwardWeight: the parameter gradients of a split backward, then the record goes.
+  auto weight = [&](const Action& a) -> absl::Status {
+    const Key key{a.micro_batch, a.chunk};
+    if (input_done.erase(key) == 0) {
+      return absl::InternalError("the schedule runs it before its BackwardInput");
+    }
+    if (!split) return absl::OkStatus();  // the full Backward ran at BackwardInput
+    auto rec = saved.find(key);
+    if (rec == saved.end()) return absl::InternalError("its activations are gone");
+    LOOM_ASSIGN_OR_RETURN(const MicroBatch* mb, get_batch(a.micro_batch));
+    LOOM_RETURN_IF_ERROR(model_->BackwardWeight(a.chunk, mb->dropout, *rec->second));
+    return release(key);
   };
 
   for (size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
     ActionObserver* const observer = options_.observer;
-    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward) {
+    if (IsCompute(a.kind)) {
       if (observer) observer->Begin(&a, 1);
-      absl::Status st = a.kind == ActionKind::kForward ? forward(a) : backward(a);
+      absl::Status st = a.kind == ActionKind::kForward          ? forward(a)
+                        : a.kind == ActionKind::kBackwardWeight ? weight(a)
+                                                                : backward(a);
       if (!st.ok()) return Prefix(me, a, st);
       if (observer) observer->End(&a, 1);
       ++i;
@@ -288,9 +321,10 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
   }
 
   if (!saved.empty() || !outputs.empty() || !inputs.empty() || !input_grads.empty() ||
-      !output_grads.empty()) {
+      !output_grads.empty() || !input_done.empty()) {
     return absl::InternalError(absl::StrCat(
         "stage ", me, ": the schedule ended with ", saved.size(), " forwards without backward, ",
+        input_done.size(), " BackwardInput without BackwardWeight, ",
         outputs.size() + input_grads.size(), " unsent and ", inputs.size() + output_grads.size(),
         " unused received tensors"));
   }
@@ -317,11 +351,13 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     LOOM_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(core::Shape{1}, core::DType::kF64));
     host.data<double>()[0] = result.mean_loss;
     LOOM_ASSIGN_OR_RETURN(Tensor t, host.To(model_->device()));  // NCCL moves device memory
-    absl::Status st = pp_->Broadcast(t, /*root=*/P - 1)->WaitOnStream();
+    // The root holds the last virtual stage: P − 1, or stage 0 in zbv's V.
+    const int root = PlacementOf(schedule_.options, P * v - 1).pp_rank;
+    absl::Status st = pp_->Broadcast(t, root)->WaitOnStream();
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("stage ", me,
                                                   ": broadcast of the mean loss from stage ",
-                                                  P - 1, ": ", st.message()));
+                                                  root, ": ", st.message()));
     }
     LOOM_ASSIGN_OR_RETURN(host, t.To(core::Device::CPU()));
     result.mean_loss = host.data<double>()[0];

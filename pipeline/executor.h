@@ -23,6 +23,18 @@
 //      rank), which matches whatever point-to-point traffic each stage issued
 //      before it (comm/comm.h, POINT TO POINT); no separate communicator.
 //
+// Split backward (zb-h1, zbv): BackwardInput and BackwardWeight run through
+// StageModel::SplitsBackward() / BackwardInput / BackwardWeight, and a record
+// lives until its BackwardWeight. A model that does not split (GptModel today)
+// runs its full Backward at BackwardInput (and frees the record there) and
+// nothing at BackwardWeight: the numbers of 1F1B, none of the bubble saving,
+// which needs the model's split. zbv's V (schedule.h's VirtualStageOf): stage
+// P − 1 hands chunk 0's output (and chunk 1's input grad) to its other chunk
+// without communication, and the losses live on stage 0, which holds the last
+// virtual stage; the loss broadcast's root is that stage. Both the embedding
+// and the output layer live on stage 0, so the tied embedding needs no sum
+// over the grid's embedding group (stages 0 and P − 1): pass none.
+//
 // A forward-only schedule (BuildForwardOnlySchedule, for evaluation) runs
 // with ExecutorOptions::forward_only: no backward, each micro-batch's
 // activations are dropped as soon as its forward has run.
@@ -90,8 +102,8 @@ struct ExecutorOptions {
 };
 
 struct StepResult {
-  // Mean loss of each micro-batch (unscaled), [M]; filled only on the last
-  // stage (the rank holding the post-process chunk), empty elsewhere.
+  // Mean loss of each micro-batch (unscaled), [M]; filled only on the rank
+  // holding the post-process chunk (the last stage; stage 0 under zbv), empty elsewhere.
   std::vector<double> losses;
   // Mean of `losses`, on every stage (broadcast over pp); on other stages 0
   // when broadcast_loss is false.

@@ -8,6 +8,8 @@
 // Ranks are threads on the `local` backend.
 #include "pipeline/executor.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <map>
 #include <set>
@@ -121,6 +123,7 @@ struct Layout {
 
 std::string Name(const Layout& l) {
   std::string s = absl::StrCat(ScheduleKindName(l.kind), "_pp", l.pp);
+  std::replace(s.begin(), s.end(), '-', '_');  // zb-h1: test names take no dashes
   if (l.vp > 1) absl::StrAppend(&s, "_vp", l.vp);
   if (l.group_size) absl::StrAppend(&s, "_g", l.group_size);
   absl::StrAppend(&s, "_tp", l.tp, l.sp ? "_sp" : "", "_m", l.micro_batches);
@@ -128,11 +131,18 @@ std::string Name(const Layout& l) {
   return s;
 }
 
-std::vector<layers::ChunkSpec> ChunksOf(const GptConfig& config, int pp, int vp, int pp_rank) {
+std::vector<layers::ChunkSpec> ChunksOf(const GptConfig& config, int pp, int vp, int pp_rank,
+                                        ScheduleKind kind = ScheduleKind::k1F1B) {
+  ScheduleOptions o;
+  o.kind = kind;
+  o.pp = pp;
+  o.vp = vp;
   std::vector<layers::ChunkSpec> chunks;
   for (int c = 0; c < vp; ++c) {
-    LayerRange r = *LayersOf(config.num_layers, pp, vp, pp_rank, c);
-    const int vs = VirtualStage(pp, pp_rank, c);
+    // The layers of the chunk's virtual stage (zbv places them in a V): virtual stage vs holds
+    // what LayersOf gives (vs % P, vs / P) in Megatron's placement.
+    const int vs = VirtualStageOf(o, pp_rank, c);
+    LayerRange r = *LayersOf(config.num_layers, pp, vp, vs % pp, vs / pp);
     chunks.push_back({r.first, r.count, vs == 0, vs == pp * vp - 1});
   }
   return chunks;
@@ -156,14 +166,17 @@ TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
     if (!groups.ok()) return groups.status();
     const comm::GridCoord coord = grid->Coord(global_rank);
     layers::TpGroup tp{groups->tp.get(), l.sp};
-    auto model = GptModel::Create(config, tp, ChunksOf(config, l.pp, l.vp, coord.pp_rank));
+    auto model = GptModel::Create(config, tp, ChunksOf(config, l.pp, l.vp, coord.pp_rank, l.kind));
     if (!model.ok()) return model.status();
     // The executor only computes: the tied embedding's sum over the first and
     // last stage and the SP sum over TP are GradientSync's (no DP here).
     distributed::GradientSyncOptions sync_options;
     sync_options.micro_batches = M;
-    auto sync = distributed::GradientSync::Create(model->get(), {nullptr, groups->embedding.get()},
-                                                  sync_options);
+    // zbv holds the first and the last virtual stage on stage 0: its tied embedding is one
+    // rank's, and the grid's embedding group (stages 0 and P - 1) does not apply.
+    comm::Communicator* embedding =
+        l.kind == ScheduleKind::kZBV ? nullptr : groups->embedding.get();
+    auto sync = distributed::GradientSync::Create(model->get(), {nullptr, embedding}, sync_options);
     if (!sync.ok()) return sync.status();
     EXPECT_TRUE((*sync)->StartStep().ok());
     auto schedule = BuildSchedule({l.kind, l.pp, l.vp, M, l.group_size});
@@ -181,7 +194,9 @@ TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
 
     const std::string where = absl::StrCat("pp_rank ", coord.pp_rank, " tp_rank ", coord.tp_rank);
     EXPECT_NEAR(result->mean_loss, ref.mean_loss, kTolerance * std::abs(ref.mean_loss)) << where;
-    if (coord.pp_rank == l.pp - 1) {
+    // The losses live where the last virtual stage does: stage P - 1, or 0 for zbv's V.
+    const int loss_stage = l.kind == ScheduleKind::kZBV ? 0 : l.pp - 1;
+    if (coord.pp_rank == loss_stage) {
       EXPECT_EQ(result->losses.size(), static_cast<size_t>(M)) << where;
       for (size_t m = 0; m < result->losses.size(); ++m) {
         EXPECT_NEAR(result->losses[m], ref.losses[m], kTolerance * std::abs(ref.losses[m]))
@@ -225,7 +240,9 @@ TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
   if (l.kind == ScheduleKind::kGPipe) {
     EXPECT_EQ(stage0_peak[0], M);
     EXPECT_EQ(last_peak[0], M);
-  } else if (l.kind == ScheduleKind::k1F1B) {
+  } else if (l.kind == ScheduleKind::k1F1B || l.kind == ScheduleKind::kZBH1) {
+    // ZB-H1 on a model that cannot split its backward: BackwardInput runs the full Backward and
+    // frees the record, so every stage holds 1F1B's records.
     EXPECT_LE(stage0_peak[0], l.pp);
     EXPECT_EQ(stage0_peak[0], std::min(l.pp, M));  // warm-up P-1, then one more forward
     EXPECT_EQ(last_peak[0], 1);
@@ -251,6 +268,19 @@ std::vector<Layout> Layouts() {
     out.push_back({ScheduleKind::k1F1B, 2, 1, 2, sp, 4});
     out.push_back({ScheduleKind::kInterleaved, 2, 2, 2, sp, 4});
   }
+  // Zero-bubble schedules (#39) on GptModel, which does not split its backward: the same loss
+  // and gradients as one rank, like 1F1B. zbv also hands chunk 0's output to chunk 1 locally on
+  // stage P - 1 (and on the one stage when P = 1).
+  for (int pp : {2, 4}) {
+    out.push_back({ScheduleKind::kZBH1, pp, 1, 1, false, 8});
+    out.push_back({ScheduleKind::kZBV, pp, 2, 1, false, 8});
+  }
+  out.push_back({ScheduleKind::kZBH1, 4, 1, 1, false, 2});  // M < P
+  out.push_back({ScheduleKind::kZBV, 4, 2, 1, false, 3});   // M < 2P - 1: torch's filtering
+  out.push_back({ScheduleKind::kZBV, 1, 2, 1, false, 4});
+  out.push_back({ScheduleKind::kZBH1, 2, 1, 2, true, 4});
+  out.push_back({ScheduleKind::kZBV, 2, 2, 2, true, 4});
+  out.push_back({ScheduleKind::kZBV, 2, 2, 1, false, 4, 0, true});  // Llama-style, untied
   // P = 1: the executor runs all forwards/backwards of the one stage.
   out.push_back({ScheduleKind::kGPipe, 1, 1, 1, false, 4});
   out.push_back({ScheduleKind::k1F1B, 1, 1, 1, false, 4});
@@ -287,7 +317,7 @@ TEST_P(ForwardOnlyTest, LossesMatchAndNothingIsKept) {
     if (!groups.ok()) return groups.status();
     const comm::GridCoord coord = grid->Coord(global_rank);
     layers::TpGroup tp{groups->tp.get(), l.sp};
-    auto model = GptModel::Create(config, tp, ChunksOf(config, l.pp, l.vp, coord.pp_rank));
+    auto model = GptModel::Create(config, tp, ChunksOf(config, l.pp, l.vp, coord.pp_rank, l.kind));
     if (!model.ok()) return model.status();
     auto schedule = BuildForwardOnlySchedule({l.kind, l.pp, l.vp, M, l.group_size});
     if (!schedule.ok()) return schedule.status();

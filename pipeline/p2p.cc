@@ -14,8 +14,9 @@ core::Shape BoundaryShape(const layers::GptConfig& config, const layers::TpGroup
   return core::Shape{s, micro_batch_size, config.hidden_size};
 }
 
-int ConsumerVirtualStage(const Action& a, int pp, int pp_rank) {
-  const int own = VirtualStage(pp, pp_rank, a.chunk);
+int ConsumerVirtualStage(const Action& a, int pp, int pp_rank, bool v_shape) {
+  const int own = v_shape ? (a.chunk == 0 ? pp_rank : 2 * pp - 1 - pp_rank)
+                          : VirtualStage(pp, pp_rank, a.chunk);
   switch (a.kind) {
     case ActionKind::kSendActivation: return own + 1;
     case ActionKind::kSendGrad: return own - 1;
@@ -39,8 +40,8 @@ absl::Status CheckTagRange(int micro_batches, int num_virtual_stages) {
 }
 
 StageP2P::StageP2P(comm::Communicator* pp, int vp, core::Shape boundary, core::DType dtype,
-                   core::Device device)
-    : pp_(pp), vp_(vp), boundary_(boundary), dtype_(dtype), device_(device) {}
+                   core::Device device, bool v_shape)
+    : pp_(pp), vp_(vp), boundary_(boundary), dtype_(dtype), device_(device), v_shape_(v_shape) {}
 
 absl::StatusOr<core::Tensor> StageP2P::AllocateBoundary() const {
   return core::Tensor::Empty(boundary_, dtype_, device_);
@@ -84,7 +85,7 @@ absl::Status StageP2P::Exchange(const std::vector<Leg>& legs) {
           " = [--seq-length (/tp under sequence parallelism), --micro-batch-size, "
           "--hidden-size]")));
     }
-    const int consumer = ConsumerVirtualStage(a, P, me);
+    const int consumer = ConsumerVirtualStage(a, P, me, v_shape_);
     const bool is_grad = a.kind == ActionKind::kSendGrad || a.kind == ActionKind::kRecvGrad;
     comm::P2POp op;
     op.kind = IsSend(a.kind) ? comm::P2POp::Kind::kSend : comm::P2POp::Kind::kRecv;

@@ -45,8 +45,10 @@ core::Shape BoundaryShape(const layers::GptConfig& config, const layers::TpGroup
 
 // The virtual stage that consumes the tensor moved by communication action `a`
 // of stage `pp_rank` (P = pp): activations flow to virtual stage +1, grads to -1;
-// a receive's consumer is the receiving (pp_rank, a.chunk) itself.
-int ConsumerVirtualStage(const Action& a, int pp, int pp_rank);
+// a receive's consumer is the receiving (pp_rank, a.chunk) itself. `v_shape`:
+// zbv's placement (chunk 0 of stage r is virtual stage r, chunk 1 is 2P − 1 − r;
+// schedule.h's VirtualStageOf), else Megatron's c·P + r.
+int ConsumerVirtualStage(const Action& a, int pp, int pp_rank, bool v_shape = false);
 
 // tag = (micro_batch · num_virtual_stages + consumer_virtual_stage) · 2 + is_grad.
 int MessageTag(bool is_grad, int micro_batch, int consumer_virtual_stage, int num_virtual_stages);
@@ -62,8 +64,10 @@ class StageP2P {
   // null when P = 1, where only empty batches are legal. `vp`: chunks per stage.
   // `boundary`: BoundaryShape(...) of this rank; `dtype`/`device`: those of
   // the activations crossing it.
+  // `v_shape`: the schedule places chunks in zbv's V (tags follow the placement).
   StageP2P(comm::Communicator* pp, int vp, core::Shape boundary,
-           core::DType dtype = core::DType::kF32, core::Device device = core::Device::CPU());
+           core::DType dtype = core::DType::kF32, core::Device device = core::Device::CPU(),
+           bool v_shape = false);
 
   int pp_rank() const { return pp_ ? pp_->rank() : 0; }
   int pp_size() const { return pp_ ? pp_->size() : 1; }
@@ -90,6 +94,7 @@ class StageP2P {
   core::Shape boundary_;
   core::DType dtype_;
   core::Device device_;
+  bool v_shape_ = false;
 };
 
 // "RecvGrad(micro-batch 3, chunk 0) from stage 2, SendActivation(...) to stage 2".
