@@ -49,6 +49,10 @@ class ToyModel : public layers::StageModel {
     std::vector<Tensor> layer_out;   // per layer of the chunk: f32[s, b, h] (its input: the previous)
     Tensor input;                    // f32[s, b, h]: the chunk's first layer's input
     Tensor loss;                     // f64[1]: the mean loss (post_process)
+    // Split backward: what BackwardInput leaves for BackwardWeight.
+    std::vector<Tensor> dz;          // per layer of the chunk: the pre-tanh gradient
+    Tensor head_grad;                // post_process: d loss / d output
+    Tensor embedding_grad;           // pre_process: d loss / d E[ids]
     int64_t ActivationBytes() const override {
       int64_t n = input.defined() ? static_cast<int64_t>(input.nbytes()) : 0;
       for (const Tensor& t : layer_out) n += static_cast<int64_t>(t.nbytes());
@@ -57,8 +61,12 @@ class ToyModel : public layers::StageModel {
     Tensor DeviceLoss() const override { return loss; }
   };
 
-  static absl::StatusOr<std::unique_ptr<ToyModel>> Create(std::vector<ChunkSpec> chunks) {
+  // `split`: run the split backward (SplitsBackward): BackwardInput computes only the input
+  // gradient, BackwardWeight the parameter gradients, with Backward's float operations.
+  static absl::StatusOr<std::unique_ptr<ToyModel>> Create(std::vector<ChunkSpec> chunks,
+                                                          bool split = false) {
     auto m = std::unique_ptr<ToyModel>(new ToyModel(std::move(chunks)));
+    m->split_ = split;
     LOOM_RETURN_IF_ERROR(m->Build());
     return m;
   }
@@ -116,9 +124,33 @@ class ToyModel : public layers::StageModel {
   }
 
   absl::StatusOr<Tensor> Backward(int c, const Tensor& dy, float dloss,
-                                  const layers::DropoutStream&,
+                                  const layers::DropoutStream& dropout,
                                   const Activations& activations) override {
-    const Saved& saved = dynamic_cast<const Saved&>(activations);
+    Saved saved = dynamic_cast<const Saved&>(activations);  // shares the tensors
+    LOOM_ASSIGN_OR_RETURN(Tensor dx, BackwardInputOf(c, dy, dloss, saved));
+    LOOM_RETURN_IF_ERROR(BackwardWeightOf(c, saved));
+    (void)dropout;
+    return dx;
+  }
+
+  bool SplitsBackward() const override { return split_; }
+  absl::StatusOr<Tensor> BackwardInput(int c, const Tensor& dy, float dloss,
+                                       const layers::DropoutStream&,
+                                       Activations& activations) override {
+    if (!split_) return absl::FailedPreconditionError("BackwardInput of a model that does not split");
+    ++split_calls_;
+    return BackwardInputOf(c, dy, dloss, dynamic_cast<Saved&>(activations));
+  }
+  absl::Status BackwardWeight(int c, const layers::DropoutStream&,
+                              Activations& activations) override {
+    if (!split_) return absl::FailedPreconditionError("BackwardWeight of a model that does not split");
+    ++split_calls_;
+    return BackwardWeightOf(c, dynamic_cast<Saved&>(activations));
+  }
+  int split_calls() const { return split_calls_; }
+
+  // The input-gradient half: records the gradients the weight half needs in `saved`.
+  absl::StatusOr<Tensor> BackwardInputOf(int c, const Tensor& dy, float dloss, Saved& saved) {
     const ChunkSpec& chunk = chunks_[c];
     const int64_t tokens = kSeq * kMicroBatchSize;
     Tensor d;  // gradient of the chunk's output
@@ -126,49 +158,81 @@ class ToyModel : public layers::StageModel {
       const Tensor& x = saved.layer_out.empty() ? saved.input : saved.layer_out.back();
       LOOM_ASSIGN_OR_RETURN(Tensor want, Rows(saved.targets));
       LOOM_ASSIGN_OR_RETURN(d, Tensor::Empty(x.shape(), core::DType::kF32));
-      float* de = params_.at(embedding_).grad.data<float>();
       for (int64_t t = 0; t < tokens; ++t) {
-        const int32_t target = saved.targets.data<int32_t>()[t];
         for (int64_t i = 0; i < kHidden; ++i) {
-          const float g = (x.data<float>()[t * kHidden + i] - want.data<float>()[t * kHidden + i]) *
-                          dloss / static_cast<float>(tokens);
-          d.data<float>()[t * kHidden + i] = g;
-          de[target * kHidden + i] -= g;
+          d.data<float>()[t * kHidden + i] =
+              (x.data<float>()[t * kHidden + i] - want.data<float>()[t * kHidden + i]) * dloss /
+              static_cast<float>(tokens);
         }
       }
-      LOOM_RETURN_IF_ERROR(Hook(false, head_unit()));
+      saved.head_grad = d;
     } else {
       LOOM_ASSIGN_OR_RETURN(d, Tensor::Empty(dy.shape(), core::DType::kF32));
       for (int64_t k = 0; k < dy.numel(); ++k) d.data<float>()[k] = dy.data<float>()[k];
     }
+    saved.dz.assign(chunk.num_layers, Tensor());
     for (int64_t k = chunk.num_layers; k-- > 0;) {
       const int64_t l = chunk.first_layer + k;
       const Tensor& y = saved.layer_out[k];
       const Tensor& x = k == 0 ? saved.input : saved.layer_out[k - 1];
       const float* w = W(l).value.data<float>();
-      float* dw = W(l).grad.data<float>();
       LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Zeros(x.shape(), core::DType::kF32));
+      LOOM_ASSIGN_OR_RETURN(Tensor dz, Tensor::Empty(y.shape(), core::DType::kF32));
       for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t i = 0; i < kHidden; ++i) {
           const float yi = y.data<float>()[t * kHidden + i];
-          const float dz = d.data<float>()[t * kHidden + i] * (1 - yi * yi);
+          const float g = d.data<float>()[t * kHidden + i] * (1 - yi * yi);
+          dz.data<float>()[t * kHidden + i] = g;
           for (int64_t j = 0; j < kHidden; ++j) {
-            dw[i * kHidden + j] += dz * x.data<float>()[t * kHidden + j];
-            dx.data<float>()[t * kHidden + j] += dz * w[i * kHidden + j];
+            dx.data<float>()[t * kHidden + j] += g * w[i * kHidden + j];
+          }
+        }
+      }
+      saved.dz[k] = dz;
+      d = dx;
+    }
+    if (!chunk.pre_process) return d;
+    saved.embedding_grad = d;
+    return Tensor();
+  }
+
+  // The weight half, in Backward's order of units (head, layers from the last, embedding).
+  absl::Status BackwardWeightOf(int c, const Saved& saved) {
+    const ChunkSpec& chunk = chunks_[c];
+    const int64_t tokens = kSeq * kMicroBatchSize;
+    if (chunk.post_process) {
+      float* de = params_.at(embedding_).grad.data<float>();
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int32_t target = saved.targets.data<int32_t>()[t];
+        for (int64_t i = 0; i < kHidden; ++i) {
+          de[target * kHidden + i] -= saved.head_grad.data<float>()[t * kHidden + i];
+        }
+      }
+      LOOM_RETURN_IF_ERROR(Hook(false, head_unit()));
+    }
+    for (int64_t k = chunk.num_layers; k-- > 0;) {
+      const int64_t l = chunk.first_layer + k;
+      const Tensor& x = k == 0 ? saved.input : saved.layer_out[k - 1];
+      float* dw = W(l).grad.data<float>();
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t i = 0; i < kHidden; ++i) {
+          const float g = saved.dz[k].data<float>()[t * kHidden + i];
+          for (int64_t j = 0; j < kHidden; ++j) {
+            dw[i * kHidden + j] += g * x.data<float>()[t * kHidden + j];
           }
         }
       }
       LOOM_RETURN_IF_ERROR(Hook(false, l));
-      d = dx;
     }
-    if (!chunk.pre_process) return d;
+    if (!chunk.pre_process) return absl::OkStatus();
     float* de = params_.at(embedding_).grad.data<float>();
     for (int64_t t = 0; t < tokens; ++t) {
       const int32_t id = saved.ids.data<int32_t>()[t];
-      for (int64_t i = 0; i < kHidden; ++i) de[id * kHidden + i] += d.data<float>()[t * kHidden + i];
+      for (int64_t i = 0; i < kHidden; ++i) {
+        de[id * kHidden + i] += saved.embedding_grad.data<float>()[t * kHidden + i];
+      }
     }
-    LOOM_RETURN_IF_ERROR(Hook(false, layers::kEmbeddingUnit));
-    return Tensor();
+    return Hook(false, layers::kEmbeddingUnit);
   }
 
   int64_t local_seq_length() const override { return kSeq; }
@@ -243,6 +307,8 @@ class ToyModel : public layers::StageModel {
   std::map<int64_t, ParamHandle> layer_;
   std::vector<layers::ParamUnit> units_;
   layers::TpGroup tp_;
+  bool split_ = false;
+  int split_calls_ = 0;
 };
 
 absl::StatusOr<MicroBatch> MakeMicroBatch(int m) {
@@ -257,28 +323,40 @@ absl::StatusOr<MicroBatch> MakeMicroBatch(int m) {
 }
 
 struct StageRun {
+  int peak_live = 0;       // summed over chunks
+  int split_calls = 0;     // BackwardInput + BackwardWeight calls the model got
   double mean_loss = 0;
   std::vector<double> losses;                         // last stage
   std::map<std::string, std::vector<float>> grads;    // by parameter name
 };
 
 // One step of `kind` over `pp` stages (threads), gradients through GradientSync.
-absl::StatusOr<std::vector<StageRun>> Step(ScheduleKind kind, int pp) {
+absl::StatusOr<std::vector<StageRun>> Step(ScheduleKind kind, int pp, bool split = false) {
+  const int vp = kind == ScheduleKind::kZBV ? 2 : 1;
   std::vector<StageRun> runs(pp);
   absl::Status s = comm::testing::RunRanksAsThreads(pp, [&](int rank, comm::Communicator* world) -> absl::Status {
     LOOM_ASSIGN_OR_RETURN(comm::Grid grid, comm::Grid::Make(pp, 1, pp));
     LOOM_ASSIGN_OR_RETURN(comm::ParallelGroups groups, comm::MakeParallelGroups(*world, grid));
-    // Stage r holds layers [r L / pp, (r + 1) L / pp).
-    const int64_t per = kLayers / pp;
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ToyModel> model,
-                          ToyModel::Create({{rank * per, per, rank == 0, rank == pp - 1}}));
+    // Virtual stage vs holds layers [vs L / (pp v), (vs + 1) L / (pp v)); stage r with v = 1
+    // holds [r L / pp, (r + 1) L / pp).
+    const int64_t per = kLayers / (pp * vp);
+    ScheduleOptions placement;
+    placement.kind = kind;
+    placement.pp = pp;
+    placement.vp = vp;
+    std::vector<ChunkSpec> chunks;
+    for (int c = 0; c < vp; ++c) {
+      const int vs = VirtualStageOf(placement, rank, c);
+      chunks.push_back({vs * per, per, vs == 0, vs == pp * vp - 1});
+    }
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ToyModel> model, ToyModel::Create(chunks, split));
     distributed::GradientSyncOptions sync_options;
     sync_options.micro_batches = kMicroBatches;
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<distributed::GradientSync> sync,
                           distributed::GradientSync::Create(
                               model.get(), {nullptr, groups.embedding.get()}, sync_options));
     LOOM_RETURN_IF_ERROR(sync->StartStep());
-    LOOM_ASSIGN_OR_RETURN(Schedule schedule, BuildSchedule({kind, pp, 1, kMicroBatches, 0}));
+    LOOM_ASSIGN_OR_RETURN(Schedule schedule, BuildSchedule({kind, pp, vp, kMicroBatches, 0}));
     ExecutorOptions options;
     options.micro_batch_size = kMicroBatchSize;
     options.loss_scale = 1.0f / kMicroBatches;
@@ -287,6 +365,8 @@ absl::StatusOr<std::vector<StageRun>> Step(ScheduleKind kind, int pp) {
     LOOM_ASSIGN_OR_RETURN(StepResult result, exec.RunStep(MakeMicroBatch));
     LOOM_RETURN_IF_ERROR(sync->FinishGradients());
     StageRun& run = runs[rank];
+    for (int n : result.peak_live_saved) run.peak_live += n;
+    run.split_calls = model->split_calls();
     run.mean_loss = result.mean_loss;
     run.losses = result.losses;
     for (const layers::Param& p : model->params().params()) {
@@ -343,6 +423,50 @@ TEST(StageModelTest, ToyFamilyOverTwoStagesMatchesOneRank) {
     // Each stage holds its layer; both hold the tied embedding (summed by GradientSync).
     EXPECT_EQ(seen, (std::map<std::string, int>{
                         {"embedding", 2}, {"layers.0.weight", 1}, {"layers.1.weight", 1}}));
+  }
+}
+
+// A model that splits its backward (#39): the executor calls BackwardInput at I and
+// BackwardWeight at W, keeps the record until W, and the step reproduces one rank. ZB-H1 over
+// two stages (stage 1 defers W(m) past I(m + 1), so it holds two records, not 1F1B's one) and
+// ZBV on one stage (two chunks, chunk 0's output handed to chunk 1 locally).
+TEST(StageModelTest, SplitBackwardThroughTheExecutorMatchesOneRank) {
+  absl::StatusOr<std::vector<StageRun>> one = Step(ScheduleKind::kGPipe, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  const StageRun& ref = (*one)[0];
+  for (auto [kind, pp] : std::vector<std::pair<ScheduleKind, int>>{{ScheduleKind::kZBH1, 2},
+                                                                   {ScheduleKind::kZBV, 1}}) {
+    for (bool split : {false, true}) {
+      absl::StatusOr<std::vector<StageRun>> runs = Step(kind, pp, split);
+      ASSERT_TRUE(runs.ok()) << runs.status();
+      const ScheduleOptions o{kind, pp, kind == ScheduleKind::kZBV ? 2 : 1, kMicroBatches, 0};
+      std::map<std::string, int> seen;
+      for (int rank = 0; rank < pp; ++rank) {
+        const StageRun& run = (*runs)[rank];
+        const std::string where = absl::StrCat(ScheduleKindName(kind), split ? " split" : "",
+                                               ", stage ", rank);
+        EXPECT_NEAR(run.mean_loss, ref.mean_loss, kLossTolerance) << where;
+        for (const auto& [name, got] : run.grads) {
+          ++seen[name];
+          const std::vector<float>& want = ref.grads.at(name);
+          ASSERT_EQ(got.size(), want.size()) << name;
+          for (size_t k = 0; k < got.size(); ++k) {
+            EXPECT_NEAR(got[k], want[k], kGradTolerance) << where << " " << name << "[" << k << "]";
+          }
+        }
+        // Split: one BackwardInput and one BackwardWeight per (micro-batch, chunk), records
+        // held until W (the schedule's peak); not split: the full Backward at I frees them.
+        EXPECT_EQ(run.split_calls, split ? 2 * kMicroBatches * o.vp : 0) << where;
+        // (peak_live sums per-chunk peaks, the simultaneous peak only when v = 1.)
+        if (split && o.vp == 1) {
+          EXPECT_EQ(run.peak_live, PeakInFlightActivations(o, rank)) << where;
+        }
+      }
+      if (kind == ScheduleKind::kZBH1) {
+        EXPECT_EQ((*runs)[1].peak_live, split ? 2 : 1);  // 1F1B's last stage holds one
+      }
+      EXPECT_EQ(seen.size(), 3u);
+    }
   }
 }
 
