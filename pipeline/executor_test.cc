@@ -301,6 +301,68 @@ std::vector<Layout> Layouts() {
 INSTANTIATE_TEST_SUITE_P(Layouts, ExecutorEquivalenceTest, ::testing::ValuesIn(Layouts()),
                          [](const auto& info) { return Name(info.param); });
 
+// One step of `kind` over `pp` stages (TP 1): per stage its losses and gradients by name.
+struct RankStep {
+  std::vector<double> losses;
+  double mean_loss = 0;
+  std::map<std::string, std::vector<float>> grads;
+};
+std::vector<RankStep> RunStep(ScheduleKind kind, int pp, int micro_batches) {
+  const GptConfig config = TestConfig();
+  std::vector<RankStep> out(pp);
+  auto rank_fn = [&](int rank, comm::Communicator* world) -> absl::Status {
+    auto grid = comm::Grid::Make(world->size(), 1, pp);
+    if (!grid.ok()) return grid.status();
+    auto groups = comm::MakeParallelGroups(*world, *grid);
+    if (!groups.ok()) return groups.status();
+    auto model = GptModel::Create(config, layers::TpGroup{}, ChunksOf(config, pp, 1, rank, kind));
+    if (!model.ok()) return model.status();
+    distributed::GradientSyncOptions sync_options;
+    sync_options.micro_batches = micro_batches;
+    auto sync = distributed::GradientSync::Create(model->get(), {nullptr, groups->embedding.get()},
+                                                  sync_options);
+    if (!sync.ok()) return sync.status();
+    if (absl::Status st = (*sync)->StartStep(); !st.ok()) return st;
+    auto schedule = BuildSchedule({kind, pp, 1, micro_batches, 0});
+    if (!schedule.ok()) return schedule.status();
+    ExecutorOptions options;
+    options.micro_batch_size = kMicroBatchSize;
+    options.loss_scale = 1.0f / micro_batches;
+    auto exec = Executor::Create(*schedule, model->get(), groups->pp.get(), options);
+    if (!exec.ok()) return exec.status();
+    auto result = exec->RunStep(
+        [&](int m) -> absl::StatusOr<MicroBatch> { return MakeMicroBatch(config, m); });
+    if (!result.ok()) return result.status();
+    if (absl::Status st = (*sync)->FinishGradients(); !st.ok()) return st;
+    RankStep& r = out[rank];
+    r.losses = result->losses;
+    r.mean_loss = result->mean_loss;
+    for (layers::Param& p : (*model)->params().params()) r.grads[p.spec->name] = ToVector(p.grad);
+    return absl::OkStatus();
+  };
+  comm::local::LocalOptions world_options;
+  world_options.comm.timeout = absl::Seconds(20);
+  absl::Status s = comm::testing::RunRanksAsThreads(pp, rank_fn, world_options);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+// ZB-H1 on a model that cannot split its backward runs 1F1B's backwards in 1F1B's order (the
+// full Backward at each I, in micro-batch order; W does nothing): bit for bit 1F1B's step.
+TEST(ZeroBubbleExecutorTest, ZBH1IsBitwise1F1BWhenTheModelCannotSplit) {
+  for (int pp : {2, 4}) {
+    const std::vector<RankStep> one = RunStep(ScheduleKind::k1F1B, pp, 8);
+    const std::vector<RankStep> zb = RunStep(ScheduleKind::kZBH1, pp, 8);
+    ASSERT_EQ(one.size(), zb.size());
+    for (int r = 0; r < pp; ++r) {
+      EXPECT_EQ(one[r].losses, zb[r].losses) << "stage " << r;
+      EXPECT_EQ(one[r].mean_loss, zb[r].mean_loss) << "stage " << r;
+      ASSERT_FALSE(one[r].grads.empty());
+      EXPECT_EQ(one[r].grads, zb[r].grads) << "stage " << r;
+    }
+  }
+}
+
 // Evaluation: the forward-only schedule gives the training step's losses on
 // every stage, writes no gradient and keeps no activation past its forward.
 class ForwardOnlyTest : public ::testing::TestWithParam<Layout> {};
