@@ -149,7 +149,8 @@ std::vector<std::string> Timers::Format(const std::vector<TimerMinMax>& times) {
 TimerId ExecutorTimers::TimerOf(const pipeline::Action* actions, int count) {
   using pipeline::ActionKind;
   if (count == 1 && actions[0].kind == ActionKind::kForward) return TimerId::kForwardCompute;
-  if (count == 1 && actions[0].kind == ActionKind::kBackward) return TimerId::kBackwardCompute;
+  // A split backward's halves (BackwardInput, BackwardWeight) are backward compute too.
+  if (count == 1 && pipeline::IsBackward(actions[0].kind)) return TimerId::kBackwardCompute;
   bool sf = false, rf = false, sb = false, rb = false;
   for (int i = 0; i < count; ++i) {
     switch (actions[i].kind) {

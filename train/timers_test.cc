@@ -125,6 +125,9 @@ TEST(TimersTest, PipelineBatchesGetMegatronsP2pNames) {
   const Action sg{ActionKind::kSendGrad, 0, 0, 0}, rg{ActionKind::kRecvGrad, 0, 0, 1};
   EXPECT_EQ(name({pipeline::Forward(0, 0)}), "forward-compute");
   EXPECT_EQ(name({pipeline::Backward(0, 0)}), "backward-compute");
+  // A split backward's halves (zero-bubble schedules) are backward compute.
+  EXPECT_EQ(name({Action{ActionKind::kBackwardInput, 0, 0, 0}}), "backward-compute");
+  EXPECT_EQ(name({Action{ActionKind::kBackwardWeight, 0, 0, 0}}), "backward-compute");
   EXPECT_EQ(name({ra}), "forward-recv");
   EXPECT_EQ(name({sa}), "forward-send");
   EXPECT_EQ(name({rg}), "backward-recv");
