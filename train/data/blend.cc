@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "train/data/index_file.h"
 
 namespace loom::train {
 namespace {
@@ -60,26 +61,6 @@ std::string Hash(absl::string_view text) {
 
 bool IsNumber(absl::string_view s, double* value) {
   return absl::SimpleAtod(s, value) && std::isfinite(*value);
-}
-
-template <typename T>
-void AppendVec(std::string* out, const std::vector<T>& v) {
-  uint64_t n = v.size();
-  out->append(reinterpret_cast<const char*>(&n), 8);
-  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-template <typename T>
-bool ReadVec(const std::string& in, size_t* pos, std::vector<T>* v) {
-  uint64_t n;
-  if (*pos + 8 > in.size()) return false;
-  std::memcpy(&n, in.data() + *pos, 8);
-  *pos += 8;
-  if (n > (in.size() - *pos) / sizeof(T)) return false;
-  v->resize(n);
-  std::memcpy(v->data(), in.data() + *pos, n * sizeof(T));
-  *pos += n * sizeof(T);
-  return true;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "train/data/index_file.h"
 
 namespace loom::train {
 namespace {
@@ -26,26 +27,6 @@ void Shuffle(std::vector<T>* v, uint64_t seed) {
     size_t j = rng() % i;
     std::swap((*v)[i - 1], (*v)[j]);
   }
-}
-
-template <typename T>
-void AppendVec(std::string* out, const std::vector<T>& v) {
-  uint64_t n = v.size();
-  out->append(reinterpret_cast<const char*>(&n), 8);
-  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-template <typename T>
-bool ReadVec(const std::string& in, size_t* pos, std::vector<T>* v) {
-  uint64_t n;
-  if (*pos + 8 > in.size()) return false;
-  std::memcpy(&n, in.data() + *pos, 8);
-  *pos += 8;
-  if (n > (in.size() - *pos) / sizeof(T)) return false;
-  v->resize(n);
-  std::memcpy(v->data(), in.data() + *pos, n * sizeof(T));
-  *pos += n * sizeof(T);
-  return true;
 }
 
 }  // namespace
