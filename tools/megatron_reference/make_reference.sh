@@ -4,7 +4,9 @@
 # dataset sample index that Megatron-Core's own blending code produces
 # (`megatron-core` from PyPI: its compiled helpers_cpp.build_blending_indices and
 # blended_megatron_dataset_builder's sizes). //train/data:blend_test compares
-# Loom's arrays with them exactly.
+# Loom's arrays with them exactly. Also train/data/testdata/megatron_packing/
+# masks.json: Megatron-Core's _get_ltor_masks_and_position_ids on a few packed
+# samples (make_packing_reference.py), for //train/data:packing_test.
 #
 #   tools/megatron_reference/make_reference.sh            # create or reuse the venv
 #   tools/megatron_reference/make_reference.sh --upgrade  # newest release first
@@ -30,3 +32,5 @@ ensure_reference_venv "$VENV" "megatron.core numpy torch" "megatron-core" "$@"
 
 "$VENV/bin/python" "$HERE/make_reference.py" \
   "$HERE/../../train/data/testdata/megatron_blend/blends.json"
+"$VENV/bin/python" "$HERE/make_packing_reference.py" \
+  "$HERE/../../train/data/testdata/megatron_packing/masks.json"
