@@ -419,37 +419,67 @@ void HuggingFaceTokenizer::SplitOnAdded(absl::string_view text, const AddedIndex
       continue;
     }
     if (i > start) emit(text.substr(start, i - start), nullptr);
-    emit(absl::string_view(), found);
+    emit(text.substr(i, 0), found);  // empty, but where the token is
     i += found->content.size();
     start = i;
   }
   if (start < text.size()) emit(text.substr(start), nullptr);
 }
 
-std::vector<std::string> HuggingFaceTokenizer::Pieces(absl::string_view segment) const {
+std::vector<std::string> HuggingFaceTokenizer::Pieces(absl::string_view segment,
+                                                      std::vector<bool>* prefixed) const {
   std::vector<std::string> pieces = {std::string(segment)};
+  std::vector<bool> added = {false};
   for (const PreTokenizerStep& step : steps_) {
     if (step.kind == Step::kSplit) {
       std::vector<std::string> next;
-      for (const std::string& p : pieces) {
-        for (absl::string_view q : step.split->Split(p)) next.emplace_back(q);
+      std::vector<bool> next_added;
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        bool first = true;
+        for (absl::string_view q : step.split->Split(pieces[i])) {
+          next_added.push_back(added[i] && first);
+          first = false;
+          next.emplace_back(q);
+        }
       }
       pieces.swap(next);
+      added.swap(next_added);
     } else if (step.kind == Step::kPrefixSpace) {
-      for (std::string& p : pieces) {
-        if (!absl::StartsWith(p, " ")) p.insert(0, " ");
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (!absl::StartsWith(pieces[i], " ")) {
+          pieces[i].insert(0, " ");
+          added[i] = true;
+        }
       }
     }
   }
+  if (prefixed != nullptr) *prefixed = std::move(added);
   return pieces;
 }
 
-void HuggingFaceTokenizer::EncodeSegment(absl::string_view segment,
-                                         std::vector<int32_t>* ids) const {
-  for (const std::string& piece : Pieces(segment)) {
+void HuggingFaceTokenizer::EncodeSegment(absl::string_view segment, std::vector<int32_t>* ids,
+                                         std::vector<std::pair<size_t, size_t>>* offsets,
+                                         size_t at) const {
+  std::vector<bool> prefixed;
+  std::vector<std::string> pieces = Pieces(segment, &prefixed);
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    const std::string& piece = pieces[p];
     if (piece.empty()) continue;
     std::vector<int32_t> word = model_.EncodeWord(bpe::ToByteSymbols(piece));
     ids->insert(ids->end(), word.begin(), word.end());
+    if (offsets == nullptr) continue;
+    bool skip_space = prefixed[p];
+    for (int32_t id : word) {
+      // A token's string holds one byte-level character per byte.
+      size_t bytes = 0;
+      for (unsigned char c : *model_.Token(id)) bytes += (c & 0xC0) != 0x80;
+      if (skip_space && bytes > 0) {
+        --bytes;
+        skip_space = false;
+      }
+      offsets->emplace_back(at, at + bytes);
+      at += bytes;
+    }
   }
 }
 
@@ -457,21 +487,42 @@ std::vector<std::string> HuggingFaceTokenizer::PreTokenize(const std::string& te
   return Pieces(text);
 }
 
-std::vector<int32_t> HuggingFaceTokenizer::Encode(const std::string& text) const {
+std::vector<int32_t> HuggingFaceTokenizer::EncodeText(
+    const std::string& text, std::vector<std::pair<size_t, size_t>>* offsets) const {
   std::vector<int32_t> ids;
+  auto added = [&](const AddedToken* token, absl::string_view where) {
+    ids.push_back(token->id);
+    if (offsets != nullptr) {
+      size_t at = static_cast<size_t>(where.data() - text.data());
+      offsets->emplace_back(at, at + token->content.size());
+    }
+  };
+  // SplitOnAdded hands out views into `text`; an added token's view is
+  // empty, placed where the token starts.
   SplitOnAdded(text, raw_added_, [&](absl::string_view segment, const AddedToken* token) {
     if (token != nullptr) {
-      ids.push_back(token->id);
+      added(token, segment);
       return;
     }
     SplitOnAdded(segment, normalized_added_, [&](absl::string_view s, const AddedToken* t) {
       if (t != nullptr) {
-        ids.push_back(t->id);
+        added(t, s);
       } else {
-        EncodeSegment(s, &ids);
+        EncodeSegment(s, &ids, offsets, static_cast<size_t>(s.data() - text.data()));
       }
     });
   });
+  return ids;
+}
+
+std::vector<int32_t> HuggingFaceTokenizer::EncodeWithOffsets(
+    const std::string& text, std::vector<std::pair<size_t, size_t>>* offsets) const {
+  offsets->clear();
+  return EncodeText(text, offsets);
+}
+
+std::vector<int32_t> HuggingFaceTokenizer::Encode(const std::string& text) const {
+  std::vector<int32_t> ids = EncodeText(text, nullptr);
   if (sequence_at_ < 0) return ids;
   std::vector<int32_t> out(template_ids_.begin(), template_ids_.begin() + sequence_at_);
   out.insert(out.end(), ids.begin(), ids.end());

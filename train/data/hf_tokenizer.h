@@ -4,6 +4,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -38,6 +39,12 @@ class HuggingFaceTokenizer : public Tokenizer {
   ~HuggingFaceTokenizer() override;
 
   std::vector<int32_t> Encode(const std::string& text) const override;
+  // Encodes as transformers' apply_chat_template does (add_special_tokens=
+  // False: no post-processor template) and gives each token's byte range
+  // [begin, end) in `text` (Hugging Face's offsets, in bytes). A prefix space
+  // the pre-tokenizer adds belongs to no byte of `text`.
+  std::vector<int32_t> EncodeWithOffsets(const std::string& text,
+                                         std::vector<std::pair<size_t, size_t>>* offsets) const;
   std::string Decode(const std::vector<int32_t>& ids) const override;
   int64_t vocab_size() const override { return vocab_size_; }
   // eos_token of tokenizer_config.json, else the first of <|endoftext|>,
@@ -69,8 +76,17 @@ class HuggingFaceTokenizer : public Tokenizer {
   // for each added token of `index` found, leftmost-longest.
   template <typename Emit>
   static void SplitOnAdded(absl::string_view text, const AddedIndex& index, Emit emit);
-  std::vector<std::string> Pieces(absl::string_view segment) const;
-  void EncodeSegment(absl::string_view segment, std::vector<int32_t>* ids) const;
+  // `prefixed` (when given): whether a prefix space was added to each piece.
+  std::vector<std::string> Pieces(absl::string_view segment,
+                                  std::vector<bool>* prefixed = nullptr) const;
+  // Appends the segment's ids; with `offsets`, their byte ranges, counted
+  // from `at` (the segment's position in the encoded text).
+  void EncodeSegment(absl::string_view segment, std::vector<int32_t>* ids,
+                     std::vector<std::pair<size_t, size_t>>* offsets = nullptr,
+                     size_t at = 0) const;
+  // Added tokens and BPE over the text, without the post-processor template.
+  std::vector<int32_t> EncodeText(const std::string& text,
+                                  std::vector<std::pair<size_t, size_t>>* offsets) const;
 
   std::string file_;
   bpe::BpeModel model_;
