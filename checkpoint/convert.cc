@@ -38,7 +38,8 @@ absl::Status ConvertCheckpoint(const std::string& src_iter_dir, const std::strin
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
                         CheckpointReader::Open(src_iter_dir));
   const Manifest& src = reader->manifest();
-  const layers::GptConfig model = GptConfigFromProto(src.model());
+  LOOM_ASSIGN_OR_RETURN(const layers::GptConfig model,
+                        GptConfigFromProto(src.model(), absl::StrCat(reader->path(), "/manifest.pb")));
   absl::Status layout = layers::ValidateLayout(model, tp, false, pp, 1);
   if (!layout.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(

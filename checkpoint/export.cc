@@ -24,7 +24,9 @@ double Decimal(float x) { return std::stod(absl::StrCat(x)); }
 absl::StatusOr<std::vector<hf::NamedTensor>> HfTensors(CheckpointReader& reader,
                                                        hf::HfFamily family,
                                                        const std::string& what) {
-  const layers::GptConfig c = GptConfigFromProto(reader.manifest().model());
+  LOOM_ASSIGN_OR_RETURN(const layers::GptConfig c,
+                        GptConfigFromProto(reader.manifest().model(),
+                                           absl::StrCat(reader.path(), "/manifest.pb")));
   const std::vector<hf::HfMapEntry> table = hf::HfTensorMap(family, c);
   absl::Status covers = hf::CheckCoversModel(table, c, what);
   if (!covers.ok()) {
@@ -66,7 +68,9 @@ constexpr double kMixtralAuxLossCoef = 0.001;
 // layer is MoE (the caller checks): the same names but block_sparse_moe for
 // mlp, or Qwen2ForCausalLM for one with a QKV bias (--add-qkv-bias).
 absl::Status ExportLlama(CheckpointReader& reader, const std::string& out_dir, hf::Dtype dtype) {
-  const layers::GptConfig c = GptConfigFromProto(reader.manifest().model());
+  LOOM_ASSIGN_OR_RETURN(const layers::GptConfig c,
+                        GptConfigFromProto(reader.manifest().model(),
+                                           absl::StrCat(reader.path(), "/manifest.pb")));
   const bool mixtral = c.moe(), qwen2 = c.add_qkv_bias;
   const char* architecture =
       mixtral ? "MixtralForCausalLM" : (qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
@@ -125,7 +129,8 @@ absl::Status ExportSafetensors(const std::string& iter_dir, const std::string& o
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(iter_dir));
   const ModelConfig& m = reader->manifest().model();
-  const layers::GptConfig c = GptConfigFromProto(m);
+  LOOM_ASSIGN_OR_RETURN(const layers::GptConfig c,
+                        GptConfigFromProto(m, absl::StrCat(reader->path(), "/manifest.pb")));
   const bool llama = c.rms_norm() && c.rope() && c.swiglu && !c.add_bias_linear &&
                      c.rotary_percent == 1.0f;
   if (c.moe() && c.add_qkv_bias) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace loom::checkpoint {
 namespace {
@@ -69,11 +70,15 @@ ModelConfig ModelConfigProto(const layers::GptConfig& c) {
   return m;
 }
 
-layers::GptConfig GptConfigFromProto(const ModelConfig& m) {
+absl::StatusOr<layers::GptConfig> GptConfigFromProto(const ModelConfig& m,
+                                                     const std::string& manifest) {
   layers::GptConfig c;
   for (const ArchitectureField& f : layers::ArchitectureFields()) {
     const FieldValue v = Load(m, ProtoField(f), f.get(c));
-    if (v != layers::ZeroLike(v)) f.set(c, v);  // absent: the default
+    if (v == layers::ZeroLike(v)) continue;  // absent: the default
+    if (absl::Status s = f.set(c, v); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(manifest, ": model field ", s.message()));
+    }
   }
   c.vocab_size = m.vocab_size();
   c.init_method_std = m.init_method_std();
@@ -90,7 +95,8 @@ absl::Status CheckModelConfig(const ModelConfig& saved, const layers::GptConfig&
         " from the flags (resume with the flags the checkpoint was saved with, see ", path,
         "/manifest.txt)"));
   };
-  const layers::GptConfig s = GptConfigFromProto(saved);
+  LOOM_ASSIGN_OR_RETURN(const layers::GptConfig s,
+                        GptConfigFromProto(saved, absl::StrCat(path, "/manifest.pb")));
   for (const ArchitectureField& f : layers::ArchitectureFields()) {
     if (!f.compared) continue;
     const FieldValue a = layers::ComparedValue(f, s), b = layers::ComparedValue(f, flags);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "checkpoint/checkpoint.pb.h"
 #include "layers/gpt_config.h"
 
@@ -20,7 +21,10 @@ namespace loom::checkpoint {
 
 ModelConfig ModelConfigProto(const layers::GptConfig& c);
 // The GptConfig a checkpoint describes (for offline tools and resuming).
-layers::GptConfig GptConfigFromProto(const ModelConfig& m);
+// Fails when an enum field holds a spelling Loom does not know, naming the
+// field and `manifest` (the file it came from).
+absl::StatusOr<layers::GptConfig> GptConfigFromProto(const ModelConfig& m,
+                                                     const std::string& manifest);
 // Compares the architecture a checkpoint was saved with against the flags,
 // field by field in the table's order (defining values: ffn() for a 0
 // --ffn-hidden-size, ...): the error names the flag and both values.

@@ -18,8 +18,8 @@ layers::GptConfig EveryFieldApplies() {
   c.num_attention_heads = 6;
   c.ffn_hidden_size = 80;  // explicit: a derived width would change with --swiglu
   c.max_position_embeddings = 64;
-  c.normalization = "RMSNorm";
-  c.position_embedding_type = "rope";
+  c.normalization = layers::Normalization::kRMSNorm;
+  c.position_embedding_type = layers::PositionEmbedding::kRope;
   c.rotary_base = 500000.0f;
   c.rotary_percent = 0.5f;
   c.swiglu = true;
@@ -58,7 +58,9 @@ TEST(ModelConfigTest, EveryArchitectureFieldHasAManifestFieldOfItsType) {
 TEST(ModelConfigTest, RoundTripsEveryField) {
   const layers::GptConfig c = EveryFieldApplies();
   const ModelConfig m = ModelConfigProto(c);
-  const layers::GptConfig back = GptConfigFromProto(m);
+  absl::StatusOr<layers::GptConfig> read = GptConfigFromProto(m, "m");
+  ASSERT_TRUE(read.ok()) << read.status();
+  const layers::GptConfig& back = *read;
   for (const ArchitectureField& f : layers::ArchitectureFields()) {
     EXPECT_EQ(f.defining(back), f.defining(c)) << f.flag;
   }
@@ -80,9 +82,11 @@ TEST(ModelConfigTest, AbsentFieldsReadAsGpt2) {
   old.set_seq_length(32);
   old.set_max_position_embeddings(32);
   old.set_vocab_size(256);
-  const layers::GptConfig c = GptConfigFromProto(old);
-  EXPECT_EQ(c.normalization, "LayerNorm");
-  EXPECT_EQ(c.position_embedding_type, "learned_absolute");
+  absl::StatusOr<layers::GptConfig> read = GptConfigFromProto(old, "old");
+  ASSERT_TRUE(read.ok()) << read.status();
+  const layers::GptConfig& c = *read;
+  EXPECT_EQ(c.normalization, layers::Normalization::kLayerNorm);
+  EXPECT_EQ(c.position_embedding_type, layers::PositionEmbedding::kLearnedAbsolute);
   EXPECT_EQ(c.rotary_base, 10000.0f);
   EXPECT_TRUE(c.add_bias_linear);
   EXPECT_FALSE(c.add_qkv_bias);
@@ -91,12 +95,27 @@ TEST(ModelConfigTest, AbsentFieldsReadAsGpt2) {
   EXPECT_TRUE(CheckModelConfig(old, layers::GptConfig{}, "ck").ok());
 }
 
+// An enum field holding a spelling Loom does not know (a manifest from a
+// newer Loom, or edited by hand) is refused naming the field, the file and
+// the choices, not read as some default.
+TEST(ModelConfigTest, UnknownEnumSpellingIsRefused) {
+  ModelConfig m = ModelConfigProto(layers::GptConfig{});
+  m.set_normalization("ScaleNorm");
+  absl::StatusOr<layers::GptConfig> c = GptConfigFromProto(m, "/ck/iter_0000002/manifest.pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "/ck/iter_0000002/manifest.pb: model field normalization is 'ScaleNorm'; expected one "
+            "of LayerNorm | RMSNorm");
+  const absl::Status s = CheckModelConfig(m, layers::GptConfig{}, "/ck/iter_0000002");
+  EXPECT_NE(s.message().find("normalization is 'ScaleNorm'"), std::string::npos) << s;
+}
+
 TEST(ModelConfigTest, EveryComparedFieldThatDiffersIsNamed) {
   const layers::GptConfig saved = EveryFieldApplies();
   const ModelConfig m = ModelConfigProto(saved);
   for (const ArchitectureField& f : layers::ArchitectureFields()) {
     layers::GptConfig flags = saved;
-    f.set(flags, layers::DifferentValue(f.get(flags)));
+    ASSERT_TRUE(f.set(flags, layers::DifferentValue(f, f.get(flags))).ok()) << f.flag;
     const absl::Status s = CheckModelConfig(m, flags, "/ck/iter_0000002");
     if (!f.compared) {
       EXPECT_TRUE(s.ok()) << f.flag << ": " << s;

@@ -214,16 +214,10 @@ TEST(ConfigTest, RejectsLlamaFlagsThatCannotWork) {
   c.model.group_query_attention = true;
   c.model.num_query_groups = 3;
   ExpectError(c, 1, {"--num-attention-heads (4)", "is not divisible by", "--num-query-groups (3)"});
-  c = Base();
-  c.model.normalization = "BatchNorm";
-  ExpectError(c, 1, {"--normalization=BatchNorm", "expected LayerNorm or RMSNorm"});
-  c = Base();
-  c.model.position_embedding_type = "relative";
-  ExpectError(c, 1, {"--position-embedding-type=relative", "learned_absolute or rope"});
   // The whole Llama-style set is accepted, with TP splitting the groups.
   c = Base();
-  c.model.normalization = "RMSNorm";
-  c.model.position_embedding_type = "rope";
+  c.model.normalization = layers::Normalization::kRMSNorm;
+  c.model.position_embedding_type = layers::PositionEmbedding::kRope;
   c.model.swiglu = true;
   c.model.group_query_attention = true;
   c.model.num_query_groups = 2;

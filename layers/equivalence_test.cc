@@ -47,9 +47,9 @@ GptConfig TestConfig() {
 // rotates only half of each head).
 GptConfig LlamaConfig(int tp) {
   GptConfig c = TestConfig();
-  c.normalization = "RMSNorm";
+  c.normalization = layers::Normalization::kRMSNorm;
   c.layernorm_epsilon = 1e-6f;
-  c.position_embedding_type = "rope";
+  c.position_embedding_type = layers::PositionEmbedding::kRope;
   c.swiglu = true;
   c.ffn_hidden_size = 96;  // divisible by 1, 2, 3, 4
   c.group_query_attention = true;

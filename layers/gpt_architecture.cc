@@ -22,13 +22,15 @@ const std::vector<ArchitectureField>& ArchitectureFields() {
       help,                                                                                \
       kCompared##applies,                                                                  \
       &applies,                                                                            \
-      [](const GptArchitecture& a) {                                                       \
-        return FieldValue(std::in_place_type<type>, sense(a.member));                      \
+      [](const GptArchitecture& a) { return ToFieldValue<type>(sense(a.member)); },        \
+      [](const GptArchitecture& a) { return ToFieldValue<type>(sense(a.defining)); },      \
+      [](GptArchitecture& a, const FieldValue& v) {                                        \
+        type value{};                                                                      \
+        absl::Status s = FromFieldValue<type>(v, #flag, &value);                           \
+        if (s.ok()) a.member = sense(value);                                               \
+        return s;                                                                          \
       },                                                                                   \
-      [](const GptArchitecture& a) {                                                       \
-        return FieldValue(std::in_place_type<type>, sense(a.defining));                    \
-      },                                                                                   \
-      [](GptArchitecture& a, const FieldValue& v) { a.member = sense(std::get<type>(v)); }},
+      ChoicesOf<type>()},
   static const auto* fields =
       new std::vector<ArchitectureField>{LOOM_GPT_ARCHITECTURE_FIELDS(LOOM_FIELD_ROW)};
 #undef LOOM_FIELD_ROW
@@ -68,7 +70,14 @@ FieldValue ZeroLike(const FieldValue& v) {
   return std::visit([](const auto& x) { return FieldValue(std::decay_t<decltype(x)>{}); }, v);
 }
 
-FieldValue DifferentValue(const FieldValue& v) {
+FieldValue DifferentValue(const ArchitectureField& f, const FieldValue& v) {
+  if (!f.choices.empty()) {
+    const std::string& now = std::get<std::string>(v);
+    for (size_t i = 0; i < f.choices.size(); ++i) {
+      if (f.choices[i] == now) return f.choices[(i + 1) % f.choices.size()];
+    }
+    return f.choices.front();
+  }
   return std::visit(
       [](const auto& x) -> FieldValue {
         using T = std::decay_t<decltype(x)>;

@@ -18,12 +18,24 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/enum_names.h"
 
 namespace loom::layers {
+
+// --normalization.
+enum class Normalization { kLayerNorm, kRMSNorm };
+LOOM_ENUM_NAMES(Normalization, {Normalization::kLayerNorm, "LayerNorm"},
+                {Normalization::kRMSNorm, "RMSNorm"})
+// --position-embedding-type.
+enum class PositionEmbedding { kLearnedAbsolute, kRope };
+LOOM_ENUM_NAMES(PositionEmbedding, {PositionEmbedding::kLearnedAbsolute, "learned_absolute"},
+                {PositionEmbedding::kRope, "rope"})
 
 // X(type, member, default, flag, sense, applies, defining, help):
 //   member   the GptArchitecture field.
@@ -50,12 +62,12 @@ namespace loom::layers {
     max_positions(), "Position table size (0: --seq-length)")                                  \
   X(int64_t, make_vocab_size_divisible_by, 128, make_vocab_size_divisible_by, Same, Recorded,  \
     make_vocab_size_divisible_by, "Pad the vocabulary to a multiple of this x TP")             \
-  X(std::string, normalization, "LayerNorm", normalization, Same, Always, normalization,       \
-    "LayerNorm | RMSNorm (weight only)")                                                       \
+  X(Normalization, normalization, Normalization::kLayerNorm, normalization, Same, Always,       \
+    normalization, "LayerNorm | RMSNorm (weight only)")                                        \
   X(float, layernorm_epsilon, 1e-5f, norm_epsilon, Same, Always, layernorm_epsilon,            \
     "Epsilon of LayerNorm / RMSNorm")                                                          \
-  X(std::string, position_embedding_type, "learned_absolute", position_embedding_type, Same,   \
-    Always, position_embedding_type,                                                           \
+  X(PositionEmbedding, position_embedding_type, PositionEmbedding::kLearnedAbsolute,           \
+    position_embedding_type, Same, Always, position_embedding_type,                            \
     "learned_absolute (a position table) | rope (rotary q and k, no position table)")          \
   X(float, rotary_base, 10000.0f, rotary_base, Same, IfRope, rotary_base, "RoPE base (theta)") \
   X(float, rotary_percent, 1.0f, rotary_percent, Same, IfRope, rotary_percent,                 \
@@ -96,8 +108,8 @@ struct GptArchitecture {
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
   }
-  bool rms_norm() const { return normalization == "RMSNorm"; }
-  bool rope() const { return position_embedding_type == "rope"; }
+  bool rms_norm() const { return normalization == Normalization::kRMSNorm; }
+  bool rope() const { return position_embedding_type == PositionEmbedding::kRope; }
   bool learned_positions() const { return !rope(); }
   bool tied_output_layer() const { return !untie_embeddings_and_output_weights; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
@@ -115,8 +127,40 @@ struct GptArchitecture {
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
 };
 
-// One field's value, in the flag's sense (disable_bias_linear, not add_bias_linear).
+// One field's value, in the flag's sense (disable_bias_linear, not add_bias_linear);
+// an enum's value is its spelling ("RMSNorm"), as the flag and the manifest hold it.
 using FieldValue = std::variant<int64_t, float, bool, std::string>;
+
+template <class T>
+FieldValue ToFieldValue(const T& v) {
+  if constexpr (std::is_enum_v<T>) {
+    return FieldValue(std::string(core::EnumName(v)));
+  } else {
+    return FieldValue(std::in_place_type<T>, v);
+  }
+}
+// The value of `v` as a T; an enum's spelling must be one of its choices
+// (else an error naming `flag`: a manifest written by another Loom, or edited).
+template <class T>
+absl::Status FromFieldValue(const FieldValue& v, absl::string_view flag, T* out) {
+  if constexpr (std::is_enum_v<T>) {
+    absl::StatusOr<T> e = core::ParseEnum<T>(std::get<std::string>(v), flag);
+    if (!e.ok()) return e.status();
+    *out = *e;
+  } else {
+    *out = std::get<T>(v);
+  }
+  return absl::OkStatus();
+}
+// An enum's spellings; empty for the other types.
+template <class T>
+std::vector<std::string> ChoicesOf() {
+  std::vector<std::string> names;
+  if constexpr (std::is_enum_v<T>) {
+    for (const auto& s : Spellings(T{})) names.emplace_back(s.name);
+  }
+  return names;
+}
 
 // One row of LOOM_GPT_ARCHITECTURE_FIELDS, for code that walks them.
 struct ArchitectureField {
@@ -126,7 +170,9 @@ struct ArchitectureField {
   bool (*applies)(const GptArchitecture&);
   FieldValue (*get)(const GptArchitecture&);       // the member, in the flag's sense
   FieldValue (*defining)(const GptArchitecture&);  // the saved and compared value
-  void (*set)(GptArchitecture&, const FieldValue&);
+  // Fails only for an enum's spelling that is none of its choices.
+  absl::Status (*set)(GptArchitecture&, const FieldValue&);
+  std::vector<std::string> choices;  // an enum's spellings; empty otherwise
 
   std::string dashed() const;  // "--num-layers"
 };
@@ -140,10 +186,10 @@ std::string FieldValueString(const FieldValue& v);
 // The zero of v's type (0, 0.0f, false, ""): what a field that does not
 // apply reads as, and what an absent proto field holds.
 FieldValue ZeroLike(const FieldValue& v);
-// A value of v's type that differs from it (true for false, "x_other" for
-// "x", x + 3 for a number): what the tests set to prove a field is read,
-// saved and compared through its row.
-FieldValue DifferentValue(const FieldValue& v);
+// A value of f's type that differs from v (true for false, the next choice
+// of an enum, x + 3 for a number): what the tests set to prove a field is
+// read, saved and compared through its row.
+FieldValue DifferentValue(const ArchitectureField& f, const FieldValue& v);
 // The value compared on resume: the defining value where the field applies,
 // else its zero (a dense model's router top-k does not matter).
 FieldValue ComparedValue(const ArchitectureField& f, const GptArchitecture& a);

@@ -17,14 +17,32 @@ TEST(GptArchitectureTest, EveryFieldHasOneFlagAndRoundTrips) {
     // set(get(a)) leaves a unchanged; setting another value is read back.
     GptArchitecture a;
     const FieldValue v = f.get(a);
-    f.set(a, v);
+    ASSERT_TRUE(f.set(a, v).ok()) << f.flag;
     EXPECT_EQ(f.get(a), v) << f.flag;
-    const FieldValue other = DifferentValue(v);
+    const FieldValue other = DifferentValue(f, v);
     ASSERT_NE(other, v) << f.flag;
-    f.set(a, other);
+    ASSERT_TRUE(f.set(a, other).ok()) << f.flag;
     EXPECT_EQ(f.get(a), other) << f.flag;
   }
   EXPECT_EQ(FindArchitectureField("--no-such-flag"), nullptr);
+}
+
+// An enum field reads and writes its spelling; an unknown one is refused
+// naming the field and the choices, leaving the member as it was.
+TEST(GptArchitectureTest, EnumFieldsTravelAsTheirSpellings) {
+  const ArchitectureField* f = FindArchitectureField("--normalization");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->choices, (std::vector<std::string>{"LayerNorm", "RMSNorm"}));
+  GptArchitecture a;
+  EXPECT_EQ(f->get(a), FieldValue(std::string("LayerNorm")));
+  ASSERT_TRUE(f->set(a, FieldValue(std::string("RMSNorm"))).ok());
+  EXPECT_TRUE(a.rms_norm());
+  const absl::Status bad = f->set(a, FieldValue(std::string("rmsnorm")));
+  EXPECT_EQ(bad.message(), "normalization is 'rmsnorm'; expected one of LayerNorm | RMSNorm");
+  EXPECT_EQ(a.normalization, Normalization::kRMSNorm);
+  EXPECT_EQ(FindArchitectureField("position_embedding_type")->choices,
+            (std::vector<std::string>{"learned_absolute", "rope"}));
+  EXPECT_TRUE(FindArchitectureField("num_layers")->choices.empty());
 }
 
 TEST(GptArchitectureTest, NegatedFlagReadsInTheFlagsSense) {
@@ -32,7 +50,7 @@ TEST(GptArchitectureTest, NegatedFlagReadsInTheFlagsSense) {
   ASSERT_NE(f, nullptr);
   GptArchitecture a;
   EXPECT_EQ(f->get(a), FieldValue(false));  // biases by default
-  f->set(a, FieldValue(true));
+  ASSERT_TRUE(f->set(a, FieldValue(true)).ok());
   EXPECT_FALSE(a.add_bias_linear);
   EXPECT_FALSE(a.qkv_bias());
   a.add_qkv_bias = true;
@@ -50,7 +68,7 @@ TEST(GptArchitectureTest, DefiningValuesResolveDefaultsAndComparedValuesIgnoreWh
   // RoPE's base matters only with rope; MoE routing only with experts.
   const ArchitectureField* base = FindArchitectureField("rotary_base");
   EXPECT_EQ(ComparedValue(*base, a), FieldValue(0.0f));
-  a.position_embedding_type = "rope";
+  a.position_embedding_type = PositionEmbedding::kRope;
   EXPECT_EQ(ComparedValue(*base, a), FieldValue(10000.0f));
   const ArchitectureField* topk = FindArchitectureField("moe_router_topk");
   EXPECT_EQ(ComparedValue(*topk, a), FieldValue(int64_t{0}));

@@ -46,18 +46,9 @@ absl::Status ValidateLayout(const GptConfig& c, int tp, bool sp, int pp, int vp,
     return NotDivisible("--hidden-size", c.hidden_size, "--num-attention-heads",
                         c.num_attention_heads);
   }
-  if (c.normalization != "LayerNorm" && c.normalization != "RMSNorm") {
-    return absl::InvalidArgumentError(absl::StrCat("--normalization=", c.normalization,
-                                                   ": expected LayerNorm or RMSNorm"));
-  }
   if (!(c.layernorm_epsilon > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--norm-epsilon (", c.layernorm_epsilon, ") must be > 0"));
-  }
-  if (c.position_embedding_type != "learned_absolute" && c.position_embedding_type != "rope") {
-    return absl::InvalidArgumentError(absl::StrCat("--position-embedding-type=",
-                                                   c.position_embedding_type,
-                                                   ": expected learned_absolute or rope"));
   }
   if (c.rope()) {
     if (!(c.rotary_base > 1)) {

@@ -45,8 +45,8 @@ GptConfig SmallConfig(Arch arch) {
   c.init_method_std = 0.2f;  // larger weights: gradients well above f32 noise
   c.seed = 3;
   if (llama) {
-    c.normalization = "RMSNorm";
-    c.position_embedding_type = "rope";
+    c.normalization = layers::Normalization::kRMSNorm;
+    c.position_embedding_type = layers::PositionEmbedding::kRope;
     c.rotary_base = 100.0f;  // faster rotations over 6 positions
     c.rotary_percent = 0.5f;  // head dim 4: dims 0..1 rotated, 2..3 not
     c.swiglu = true;

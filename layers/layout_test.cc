@@ -51,12 +51,8 @@ TEST(LayoutTest, RejectsLlamaOptionsThatCannotWork) {
   c.num_query_groups = 8;
   ExpectError(ValidateLayout(c, 1, false), {"--num-query-groups (8)", "--num-attention-heads (4)"});
   c.num_query_groups = 2;
-  c.normalization = "rmsnorm";
-  ExpectError(ValidateLayout(c, 1, false), {"--normalization=rmsnorm", "LayerNorm or RMSNorm"});
-  c.normalization = "RMSNorm";
-  c.position_embedding_type = "alibi";
-  ExpectError(ValidateLayout(c, 1, false), {"--position-embedding-type=alibi"});
-  c.position_embedding_type = "rope";
+  c.normalization = layers::Normalization::kRMSNorm;
+  c.position_embedding_type = layers::PositionEmbedding::kRope;
   c.rotary_percent = 0.1f;  // 16 x 0.1 -> 1 dim
   ExpectError(ValidateLayout(c, 1, false), {"--rotary-percent (0.1)", "head dim", "= 16)"});
   c.rotary_percent = 0.25f;  // 4 dims

@@ -34,8 +34,8 @@ GptConfig Llama(float rotary_percent) {
   c.num_attention_heads = 6;  // d = 4
   c.group_query_attention = true;
   c.num_query_groups = 2;  // 3 query heads per group
-  c.normalization = "RMSNorm";
-  c.position_embedding_type = "rope";
+  c.normalization = layers::Normalization::kRMSNorm;
+  c.position_embedding_type = layers::PositionEmbedding::kRope;
   c.rotary_base = 50.0f;
   c.rotary_percent = rotary_percent;
   c.swiglu = true;

@@ -35,7 +35,7 @@ GptConfig Config(int64_t experts) {
   c.swiglu = true;
   c.ffn_hidden_size = 24;
   c.add_bias_linear = false;
-  c.normalization = "RMSNorm";
+  c.normalization = layers::Normalization::kRMSNorm;
   c.num_experts = experts;
   c.moe_router_topk = 2;
   c.moe_aux_loss_coeff = 0.01f;

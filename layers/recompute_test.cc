@@ -41,8 +41,8 @@ GptConfig Config(bool llama) {
   c.make_vocab_size_divisible_by = 8;
   c.seed = 42;
   if (llama) {
-    c.normalization = "RMSNorm";
-    c.position_embedding_type = "rope";
+    c.normalization = layers::Normalization::kRMSNorm;
+    c.position_embedding_type = layers::PositionEmbedding::kRope;
     c.swiglu = true;
     c.ffn_hidden_size = 64;
     c.group_query_attention = true;

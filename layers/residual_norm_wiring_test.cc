@@ -51,9 +51,9 @@ GptConfig Gpt2() {
 GptConfig Llama() {
   GptConfig c = Gpt2();
   c.hidden_size = 48;
-  c.normalization = "RMSNorm";
+  c.normalization = layers::Normalization::kRMSNorm;
   c.layernorm_epsilon = 1e-6f;
-  c.position_embedding_type = "rope";
+  c.position_embedding_type = layers::PositionEmbedding::kRope;
   c.swiglu = true;
   c.ffn_hidden_size = 96;
   c.group_query_attention = true;
@@ -200,7 +200,7 @@ TEST_F(ResidualNormWiringTest, CpuFusedEqualsUnfusedBitwise) {
     Force("residual_norm=fused");
     s = Step(config, TpGroup{}, CpGroup{}, core::Device::CPU(), &got);
     ASSERT_TRUE(s.ok()) << s;
-    ExpectBitwise(got, want, "cpu " + config.normalization);
+    ExpectBitwise(got, want, "cpu " + std::string(core::EnumName(config.normalization)));
   }
 }
 
@@ -218,7 +218,7 @@ TEST_F(ResidualNormWiringTest, FakeDeviceFusedEqualsUnfusedBitwise) {
     s = Step(config, TpGroup{}, CpGroup{}, core::Device::CUDA(0), &got);
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_GT(core::ops::testing::ScopedFakeDevice::kernel_calls(), calls);
-    ExpectBitwise(got, want, "fake cuda " + config.normalization);
+    ExpectBitwise(got, want, "fake cuda " + std::string(core::EnumName(config.normalization)));
   }
 }
 

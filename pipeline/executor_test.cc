@@ -54,8 +54,8 @@ GptConfig TestConfig(bool llama = false) {
   c.make_vocab_size_divisible_by = 8;
   c.seed = 42;
   if (llama) {  // RMSNorm, RoPE, SwiGLU, 2 K/V groups, untied output layer, no biases
-    c.normalization = "RMSNorm";
-    c.position_embedding_type = "rope";
+    c.normalization = layers::Normalization::kRMSNorm;
+    c.position_embedding_type = layers::PositionEmbedding::kRope;
     c.swiglu = true;
     c.ffn_hidden_size = 64;
     c.group_query_attention = true;

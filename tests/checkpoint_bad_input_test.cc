@@ -175,7 +175,7 @@ absl::Status LoadWith(const std::string& dir, void (*edit)(train::TrainConfig*))
 
 TEST(BadInputTest, LlamaFieldMismatchNamesTheFlagAndBothValues) {
   absl::Status s = LoadWith(Pristine(), [](train::TrainConfig* c) {
-    c->model.normalization = "RMSNorm";
+    c->model.normalization = layers::Normalization::kRMSNorm;
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_HAS(s, "--normalization is LayerNorm in checkpoint " + Pristine() +

@@ -41,8 +41,10 @@ ABSL_FLAG(int64_t, ffn_hidden_size, 0, "MLP width (0: 4 x hidden)");
 // The Llama family's architecture (Megatron's names, as //train:gpt takes them).
 ABSL_FLAG(bool, group_query_attention, false, "grouped-query attention (with --num-query-groups)");
 ABSL_FLAG(int64_t, num_query_groups, 1, "K/V heads with --group-query-attention");
-ABSL_FLAG(std::string, normalization, "LayerNorm", "LayerNorm | RMSNorm");
-ABSL_FLAG(std::string, position_embedding_type, "learned_absolute", "learned_absolute | rope");
+ABSL_FLAG(loom::layers::Normalization, normalization, loom::layers::Normalization::kLayerNorm,
+          "LayerNorm | RMSNorm");
+ABSL_FLAG(loom::layers::PositionEmbedding, position_embedding_type,
+          loom::layers::PositionEmbedding::kLearnedAbsolute, "learned_absolute | rope");
 ABSL_FLAG(bool, swiglu, false, "SwiGLU MLP (silu(gate) * up)");
 ABSL_FLAG(bool, disable_bias_linear, false, "no biases in the linear layers");
 ABSL_FLAG(bool, untie_embeddings_and_output_weights, false, "an output layer of its own");

@@ -29,6 +29,9 @@ const loom::train::TrainConfig& D() {
 }  // namespace
 
 // Model: the architecture's flags, one per row of layers/gpt_architecture.h.
+// (Its enum types, named unqualified in the table; Abseil's flags live at global scope.)
+using loom::layers::Normalization;
+using loom::layers::PositionEmbedding;
 #define LOOM_ARCHITECTURE_FLAG(type, member, default_value, flag, sense, applies, defining, help) \
   ABSL_FLAG(type, flag, loom::layers::sense(D().model.member), help);
 LOOM_GPT_ARCHITECTURE_FIELDS(LOOM_ARCHITECTURE_FLAG)
@@ -350,7 +353,8 @@ absl::StatusOr<std::string> ApplyCheckpointModelArgs(TrainConfig* config,
   if (!bytes.ok()) return std::string();  // the load itself reports it (with its hints)
   absl::StatusOr<checkpoint::Manifest> manifest = checkpoint::DecodeManifest(*bytes, file);
   if (!manifest.ok()) return std::string();
-  const layers::GptConfig saved = checkpoint::GptConfigFromProto(manifest->model());
+  LOOM_ASSIGN_OR_RETURN(const layers::GptConfig saved,
+                        checkpoint::GptConfigFromProto(manifest->model(), file));
   layers::GptConfig& m = config->model;
   auto typed_flag = [&](absl::string_view name) {
     return typed.count(std::string(name)) > 0 || typed.count(absl::StrCat("no", name)) > 0;
@@ -361,7 +365,7 @@ absl::StatusOr<std::string> ApplyCheckpointModelArgs(TrainConfig* config,
     if (f.flag == "norm_epsilon" && typed_flag("layernorm_epsilon")) continue;  // its old name
     const layers::FieldValue value = f.get(saved);
     if (f.get(m) == value) continue;
-    f.set(m, value);
+    LOOM_RETURN_IF_ERROR(f.set(m, value));
     taken.push_back(absl::StrCat(f.dashed(), "=", layers::FieldValueString(value)));
   }
   // What the user typed must match: the checkpoint's comparison, naming the

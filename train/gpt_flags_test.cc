@@ -234,7 +234,7 @@ TEST(GptFlagsTest, LlamaStyleModelFlags) {
            "--num-query-groups=2", "--untie-embeddings-and-output-weights",
            "--disable-bias-linear"});
     const TrainConfig c = ConfigFromFlags();
-    EXPECT_EQ(c.model.normalization, "RMSNorm");
+    EXPECT_EQ(c.model.normalization, layers::Normalization::kRMSNorm);
     EXPECT_EQ(c.model.layernorm_epsilon, 1e-6f);
     EXPECT_TRUE(c.model.rope());
     EXPECT_EQ(c.model.rotary_base, 500000.0f);
@@ -254,12 +254,16 @@ TEST(GptFlagsTest, LlamaStyleModelFlags) {
   }
   {
     absl::FlagSaver saver;
-    // As typed, the value named: checked before any rank starts.
-    Parse({"--normalization=RMSnorm"});
-    TrainConfig c = ConfigFromFlags();
-    absl::Status s = Finalize(&c, 1);
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("--normalization=RMSnorm"), std::string::npos) << s;
+    // An enum is parsed at the flag boundary: a misspelt value is refused by
+    // the command-line check, as typed and with the choices, before any work.
+    absl::Status s = core::CheckFlagArgs({"gpt", "--normalization=RMSnorm"});
+    EXPECT_EQ(s.message(),
+              "--normalization=RMSnorm: Illegal value 'RMSnorm': expected one of LayerNorm | "
+              "RMSNorm");
+    s = core::CheckFlagArgs({"gpt", core::NormalizeFlagName("--position-embedding-type"), "alibi"});
+    EXPECT_NE(s.message().find("'alibi': expected one of learned_absolute | rope"),
+              std::string::npos)
+        << s;
   }
   {
     absl::FlagSaver saver;
@@ -355,7 +359,7 @@ TEST(CheckpointArgsTest, UntypedModelFlagsComeFromTheCheckpoint) {
   EXPECT_NE(line->find("--hidden-size=32"), std::string::npos) << *line;
   EXPECT_NE(line->find("--normalization=RMSNorm"), std::string::npos) << *line;
   EXPECT_NE(line->find("--disable-bias-linear=true"), std::string::npos) << *line;
-  EXPECT_EQ(c.model.normalization, "RMSNorm");
+  EXPECT_EQ(c.model.normalization, layers::Normalization::kRMSNorm);
   EXPECT_TRUE(c.model.swiglu);
   EXPECT_EQ(c.model.num_query_groups, 2);
   EXPECT_FALSE(c.model.add_bias_linear);

@@ -89,7 +89,7 @@ absl::StatusOr<layers::GptConfig> ManifestConfig(const std::string& dir) {
   const std::string file = checkpoint::JoinPath(path, "manifest.pb");
   LOOM_ASSIGN_OR_RETURN(std::string bytes, checkpoint::ReadFile(file));
   LOOM_ASSIGN_OR_RETURN(checkpoint::Manifest m, checkpoint::DecodeManifest(bytes, file));
-  return checkpoint::GptConfigFromProto(m.model());
+  return checkpoint::GptConfigFromProto(m.model(), file);
 }
 
 // max |logits - reference| / max |reference|, logits [s, b, V (padded)].

@@ -44,7 +44,7 @@ GptConfig ConfigOf(const Variant& v) {
   c.num_attention_heads = 6;  // d = 8
   c.group_query_attention = v.groups > 0;
   c.num_query_groups = v.groups > 0 ? v.groups : 6;
-  c.position_embedding_type = v.rope ? "rope" : "learned_absolute";
+  c.position_embedding_type = v.rope ? layers::PositionEmbedding::kRope : layers::PositionEmbedding::kLearnedAbsolute;
   c.rotary_base = 100.0f;
   c.rotary_percent = v.rotary_percent;
   c.add_bias_linear = false;

@@ -74,9 +74,9 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
 
 train::TrainConfig TinyLlamaConfig(const Layout& l, int64_t train_iters) {
   train::TrainConfig c = TinyConfig(l, train_iters);
-  c.model.normalization = "RMSNorm";
+  c.model.normalization = layers::Normalization::kRMSNorm;
   c.model.layernorm_epsilon = 1e-6f;
-  c.model.position_embedding_type = "rope";
+  c.model.position_embedding_type = layers::PositionEmbedding::kRope;
   c.model.swiglu = true;  // ffn: int(4 x 32 x 2/3 / 64) x 64 = 64
   c.model.group_query_attention = true;
   c.model.num_query_groups = 2;

@@ -136,8 +136,8 @@ absl::Status ParseGpt2(const Fields& f, HfModelConfig& c) {
   if (cross) return f.Error("add_cross_attention", "not supported");
   LOOM_ASSIGN_OR_RETURN(bool tie, f.Bool("tie_word_embeddings", true));
   c.untie_embeddings_and_output_weights = !tie;
-  c.normalization = "LayerNorm";
-  c.position_embedding_type = "learned_absolute";
+  c.normalization = layers::Normalization::kLayerNorm;
+  c.position_embedding_type = layers::PositionEmbedding::kLearnedAbsolute;
   c.swiglu = false;
   c.add_bias_linear = true;
   return absl::OkStatus();
@@ -232,8 +232,8 @@ absl::Status ParseLlama(const Fields& f, HfModelConfig& c) {
   }
   LOOM_ASSIGN_OR_RETURN(bool tie, f.Bool("tie_word_embeddings", false));
   c.untie_embeddings_and_output_weights = !tie;
-  c.normalization = "RMSNorm";
-  c.position_embedding_type = "rope";
+  c.normalization = layers::Normalization::kRMSNorm;
+  c.position_embedding_type = layers::PositionEmbedding::kRope;
   c.swiglu = true;
   c.add_bias_linear = false;
   return absl::OkStatus();

@@ -38,9 +38,9 @@ TEST(HfConfig, Gpt2Tiny) {
   EXPECT_EQ(c->ffn_hidden_size, 128);  // n_inner null: 4 x n_embd
   EXPECT_EQ(c->vocab_size, 96);
   EXPECT_EQ(c->max_position_embeddings, 32);
-  EXPECT_EQ(c->normalization, "LayerNorm");
+  EXPECT_EQ(c->normalization, layers::Normalization::kLayerNorm);
   EXPECT_FLOAT_EQ(c->layernorm_epsilon, 1e-5f);
-  EXPECT_EQ(c->position_embedding_type, "learned_absolute");
+  EXPECT_EQ(c->position_embedding_type, layers::PositionEmbedding::kLearnedAbsolute);
   EXPECT_FALSE(c->swiglu);
   EXPECT_FALSE(c->untie_embeddings_and_output_weights);  // GPT-2 ties lm_head to wte
   EXPECT_TRUE(c->add_bias_linear);
@@ -75,9 +75,9 @@ TEST(HfConfig, LlamaTinyAndShardedCopy) {
     EXPECT_EQ(c->ffn_hidden_size, 64);
     EXPECT_EQ(c->vocab_size, 96);
     EXPECT_EQ(c->max_position_embeddings, 32);
-    EXPECT_EQ(c->normalization, "RMSNorm");
+    EXPECT_EQ(c->normalization, layers::Normalization::kRMSNorm);
     EXPECT_FLOAT_EQ(c->layernorm_epsilon, 1e-5f);
-    EXPECT_EQ(c->position_embedding_type, "rope");
+    EXPECT_EQ(c->position_embedding_type, layers::PositionEmbedding::kRope);
     EXPECT_DOUBLE_EQ(c->rotary_base, 10000);
     EXPECT_DOUBLE_EQ(c->rotary_percent, 1.0);
     EXPECT_TRUE(c->swiglu);

@@ -64,8 +64,9 @@ TEST_P(RoundTrip, ImportThenExportIsBitExact) {
   auto hf = ReadHfConfig(TestData(name));
   ASSERT_TRUE(hf.ok());
   EXPECT_NE(m.created_by().find(GptFlagsString(*hf)), std::string::npos) << m.created_by();
-  const layers::GptConfig c = GptConfigFromProto(m.model());
-  EXPECT_EQ(c.seq_length, 32);  // min(max_position_embeddings, 1024)
+  absl::StatusOr<layers::GptConfig> c = GptConfigFromProto(m.model(), ckpt);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->seq_length, 32);  // min(max_position_embeddings, 1024)
   EXPECT_TRUE(CheckModelConfig(m.model(), GptConfigFromHf(*hf), ckpt).ok());
 
   ASSERT_TRUE(ExportSafetensors(ckpt + "/iter_0000000", out).ok());
