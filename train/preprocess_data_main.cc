@@ -4,6 +4,9 @@
 //  or --tokenizer-type=SentencePieceTokenizer --tokenizer-model=tokenizer.model)
 // Tokenizes text or JSON-lines files into a Megatron indexed dataset
 // (<prefix>.bin/.idx) that //train:gpt reads with --data-path=<prefix>.
+// With --sft, JSON lines of {"messages": [...]} are rendered with the chat
+// template of the --tokenizer-model folder, and the loss mask (the
+// assistant's tokens) goes to <prefix>_loss_mask.bin/.idx beside them.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +18,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "core/cli.h"
+#include "train/data/chat_template.h"
+#include "train/data/hf_tokenizer.h"
+#include "train/data/loss_mask.h"
 #include "train/data/preprocess.h"
 #include "train/data/tokenizer.h"
 
@@ -34,6 +40,10 @@ ABSL_FLAG(std::string, document_separator, "",
           "Text input: a line equal to this ends a document (\"%\" for fortune files); empty: "
           "one document per file");
 ABSL_FLAG(bool, append_eod, false, "Append the end-of-document token to every document");
+ABSL_FLAG(bool, sft, false,
+          "Supervised fine-tuning data: JSON lines {\"messages\": [{\"role\", \"content\"}, ...]} "
+          "rendered with the chat template of --tokenizer-model (HuggingFaceTokenizer); also "
+          "writes <prefix>_loss_mask.bin/.idx, 1 on the assistant's tokens");
 
 namespace {
 
@@ -52,6 +62,42 @@ void DrawProgress(int64_t done, int64_t total, std::chrono::steady_clock::time_p
 
 using loom::core::ResolveUserPath;
 
+namespace {
+
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "preprocess_data: %s\n", message.c_str());
+  return code;
+}
+
+int RunSft(const loom::train::PreprocessOptions& options) {
+  const std::string type = absl::GetFlag(FLAGS_tokenizer_type);
+  if (type != "HuggingFaceTokenizer") {
+    return Fail("--sft: needs --tokenizer-type=HuggingFaceTokenizer (the chat template comes from "
+                "its --tokenizer-model folder), got --tokenizer-type=" + type, 2);
+  }
+  const std::string folder = ResolveUserPath(absl::GetFlag(FLAGS_tokenizer_model));
+  if (folder.empty()) return Fail("--sft: needs --tokenizer-model=FOLDER (tokenizer.json and its chat template)", 2);
+  auto tokenizer = loom::train::HuggingFaceTokenizer::Load(folder);
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()), 2);
+  auto chat = loom::train::ChatTemplate::Load(folder);
+  if (!chat.ok()) return Fail(std::string(chat.status().message()), 2);
+  auto start = std::chrono::steady_clock::now();
+  auto stats = loom::train::PreprocessSft(options, **tokenizer, *chat, [&](int64_t done, int64_t total) {
+    DrawProgress(done, total, start);
+  });
+  std::fprintf(stderr, "\n");
+  if (!stats.ok()) return Fail(std::string(stats.status().message()), 1);
+  std::printf("wrote %s.bin/.idx and %s.bin/.idx: %lld conversations, %lld tokens, %lld in the "
+              "loss (template %s)\n",
+              options.output_prefix.c_str(),
+              loom::train::LossMaskPrefix(options.output_prefix).c_str(),
+              static_cast<long long>(stats->documents), static_cast<long long>(stats->tokens),
+              static_cast<long long>(stats->loss_tokens), chat->file().c_str());
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tokenizes text or JSON-lines files into a Megatron indexed dataset.\n"
@@ -67,6 +113,8 @@ int main(int argc, char** argv) {
   options.json_key = absl::GetFlag(FLAGS_json_keys);
   options.document_separator = absl::GetFlag(FLAGS_document_separator);
   options.append_eod = absl::GetFlag(FLAGS_append_eod);
+
+  if (absl::GetFlag(FLAGS_sft)) return RunSft(options);
 
   loom::train::TokenizerFiles files;
   files.vocab_file = ResolveUserPath(absl::GetFlag(FLAGS_vocab_file));

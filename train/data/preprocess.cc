@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "train/data/indexed_dataset.h"
+#include "train/data/loss_mask.h"
 
 namespace loom::train {
 namespace {
@@ -43,17 +45,70 @@ bool IsJsonl(const std::string& path, const std::string& format) {
   return absl::EndsWith(path, ".jsonl") || absl::EndsWith(path, ".json");
 }
 
-}  // namespace
-
-absl::StatusOr<PreprocessStats> Preprocess(const PreprocessOptions& options,
-                                           const Tokenizer& tokenizer,
-                                           const ProgressFn& progress) {
+// --input names readable files and --output-prefix is set.
+absl::Status CheckInputsAndPrefix(const PreprocessOptions& options) {
   if (options.inputs.empty()) {
     return absl::InvalidArgumentError("--input: expected at least one file");
   }
   if (options.output_prefix.empty()) {
     return absl::InvalidArgumentError("--output-prefix: expected a path prefix");
   }
+  for (const std::string& path : options.inputs) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return absl::NotFoundError(absl::StrCat("--input: ", path, " is not a readable file"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t TotalBytes(const PreprocessOptions& options) {
+  int64_t total = 0;
+  for (const std::string& path : options.inputs) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) total += st.st_size;
+  }
+  return total;
+}
+
+absl::Status AddDocument(IndexedDatasetWriter* writer, const std::vector<int32_t>& tokens) {
+  absl::Status s = writer->AddSequence(tokens.data(), tokens.size());
+  return s.ok() ? writer->EndDocument() : s;
+}
+
+// One conversation line -> its messages, checked before the template sees
+// them (errors without the file:line prefix, which the caller adds).
+absl::StatusOr<nlohmann::ordered_json> Conversation(const std::string& line) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  if (!j.is_object() || !j.contains("messages") || !j["messages"].is_array()) {
+    return absl::InvalidArgumentError(
+        "expected a JSON object with a \"messages\" array of {\"role\": ..., \"content\": ...} (--sft)");
+  }
+  bool has_assistant = false;
+  int index = 0;
+  for (const auto& m : j["messages"]) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message ", index, ": expected an object with a string \"role\""));
+    }
+    has_assistant = has_assistant || m["role"] == "assistant";
+    ++index;
+  }
+  if (!has_assistant) {
+    return absl::InvalidArgumentError(
+        "the conversation has no assistant turn (nothing to train on)");
+  }
+  return std::move(j["messages"]);
+}
+
+}  // namespace
+
+absl::StatusOr<PreprocessStats> Preprocess(const PreprocessOptions& options,
+                                           const Tokenizer& tokenizer,
+                                           const ProgressFn& progress) {
+  absl::Status checked = CheckInputsAndPrefix(options);
+  if (!checked.ok()) return checked;
   if (options.input_format != "auto" && options.input_format != "jsonl" &&
       options.input_format != "text") {
     return absl::InvalidArgumentError(absl::StrCat("--input-format=", options.input_format,
@@ -65,14 +120,7 @@ absl::StatusOr<PreprocessStats> Preprocess(const PreprocessOptions& options,
         "from --vocab-file; Hugging Face: no eos_token in tokenizer_config.json and none of "
         "<|endoftext|>, <|end_of_text|>, </s>, <eos>; SentencePiece: the model has no eos)");
   }
-  int64_t total_bytes = 0;
-  for (const std::string& path : options.inputs) {
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return absl::NotFoundError(absl::StrCat("--input: ", path, " is not a readable file"));
-    }
-    total_bytes += st.st_size;
-  }
+  const int64_t total_bytes = TotalBytes(options);
 
   absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> writer =
       IndexedDatasetWriter::Create(options.output_prefix, TokenTypeForVocab(tokenizer.vocab_size()));
@@ -120,6 +168,81 @@ absl::StatusOr<PreprocessStats> Preprocess(const PreprocessOptions& options,
   }
   absl::Status done = (*writer)->Finalize();
   if (!done.ok()) return done;
+  return stats;
+}
+
+absl::StatusOr<PreprocessStats> PreprocessSft(const PreprocessOptions& options,
+                                              const HuggingFaceTokenizer& tokenizer,
+                                              const ChatTemplate& chat_template,
+                                              const ProgressFn& progress) {
+  absl::Status checked = CheckInputsAndPrefix(options);
+  if (!checked.ok()) return checked;
+  if (options.input_format == "text") {
+    return absl::InvalidArgumentError("--input-format=text: --sft reads JSON lines");
+  }
+  if (options.append_eod && tokenizer.eod_id() < 0) {
+    return absl::InvalidArgumentError(
+        "--append-eod: the tokenizer has no end-of-document token (no eos_token in "
+        "tokenizer_config.json and none of <|endoftext|>, <|end_of_text|>, </s>, <eos>)");
+  }
+  const int64_t total_bytes = TotalBytes(options);
+  const std::string mask_prefix = LossMaskPrefix(options.output_prefix);
+  auto ids = IndexedDatasetWriter::Create(options.output_prefix,
+                                          TokenTypeForVocab(tokenizer.vocab_size()));
+  if (!ids.ok()) return ids.status();
+  auto mask = IndexedDatasetWriter::Create(mask_prefix, TokenType::kU8);
+  if (!mask.ok()) return mask.status();
+
+  PreprocessStats stats;
+  std::vector<int32_t> mask_values;
+  for (const std::string& path : options.inputs) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("--input: cannot open ", path));
+    std::string line;
+    int64_t line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      stats.bytes_read += static_cast<int64_t>(line.size()) + 1;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto at = [&](const absl::Status& s) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", s.message()));
+      };
+      absl::StatusOr<nlohmann::ordered_json> messages = Conversation(line);
+      if (!messages.ok()) return at(messages.status());
+      absl::StatusOr<ChatTokens> chat = chat_template.Tokenize(*messages, tokenizer);
+      if (!chat.ok()) return at(chat.status());
+      if (options.append_eod) {
+        chat->ids.push_back(tokenizer.eod_id());
+        chat->assistant_mask.push_back(0);
+      }
+      mask_values.assign(chat->assistant_mask.begin(), chat->assistant_mask.end());
+      int64_t loss_tokens = 0;
+      for (int32_t m : mask_values) loss_tokens += m;
+      if (loss_tokens == 0) {
+        return at(absl::InvalidArgumentError(
+            "the template marks none of the assistant's tokens (empty answers?)"));
+      }
+      absl::Status s = AddDocument(ids->get(), chat->ids);
+      if (s.ok()) s = AddDocument(mask->get(), mask_values);
+      if (!s.ok()) return s;
+      stats.documents++;
+      stats.tokens += static_cast<int64_t>(chat->ids.size());
+      stats.loss_tokens += loss_tokens;
+      if (progress && line_no % 1024 == 0) progress(stats.bytes_read, total_bytes);
+    }
+  }
+  if (progress) progress(total_bytes, total_bytes);
+  if (stats.documents == 0) {
+    return absl::InvalidArgumentError("--input: the files hold no conversation");
+  }
+  // The mask first: a dataset whose ids exist always has its mask.
+  absl::Status done = (*mask)->Finalize();
+  if (done.ok()) done = (*ids)->Finalize();
+  if (!done.ok()) {
+    std::remove((mask_prefix + ".bin").c_str());
+    std::remove((mask_prefix + ".idx").c_str());
+    return done;
+  }
   return stats;
 }
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "train/data/chat_template.h"
+#include "train/data/hf_tokenizer.h"
 #include "train/data/tokenizer.h"
 
 namespace loom::train {
@@ -28,6 +30,7 @@ struct PreprocessStats {
   int64_t documents = 0;
   int64_t tokens = 0;
   int64_t bytes_read = 0;
+  int64_t loss_tokens = 0;  // SFT: tokens whose loss mask is 1
 };
 
 // Progress callback: (bytes read so far, total bytes).
@@ -38,6 +41,22 @@ using ProgressFn = std::function<void(int64_t, int64_t)>;
 absl::StatusOr<PreprocessStats> Preprocess(const PreprocessOptions& options,
                                            const Tokenizer& tokenizer,
                                            const ProgressFn& progress = nullptr);
+
+// Supervised fine-tuning (--sft): each JSON line {"messages": [{"role": ...,
+// "content": ...}, ...]} is one conversation, rendered with the model's chat
+// template and tokenized as transformers' apply_chat_template(...,
+// return_assistant_tokens_mask=True) does, into one document of
+// <prefix>.bin/.idx plus its loss mask in <prefix>_loss_mask.bin/.idx (1 on
+// the assistant's tokens; loss_mask.h). --append-eod adds the end-of-document
+// token with mask 0. Errors name the file and line: bad JSON, no "messages"
+// array, a message without a string "role", a conversation without an
+// assistant turn, and template errors (an undefined variable, the template's
+// own raise_exception), which also name the template's file and line.
+// Nothing is left half-written.
+absl::StatusOr<PreprocessStats> PreprocessSft(const PreprocessOptions& options,
+                                              const HuggingFaceTokenizer& tokenizer,
+                                              const ChatTemplate& chat_template,
+                                              const ProgressFn& progress = nullptr);
 
 }  // namespace loom::train
 
