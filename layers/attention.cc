@@ -1,5 +1,7 @@
 #include "layers/attention.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "core/ops/kernel_choice.h"
 #include "core/ops/ops.h"
@@ -30,6 +32,9 @@ core::ops::AttentionDropout ParallelAttention::KernelDropout(const DropoutStream
   d.offset = DropoutSite(dropout.stream, layer_, 2);
   d.head_offset = tp_.rank() * local_heads;
   d.total_heads = heads_;
+  if (dropout.documents != nullptr && !dropout.documents->doc_start.empty()) {
+    d.doc_start = dropout.documents->doc_start.data();
+  }
   return d;
 }
 
@@ -81,8 +86,33 @@ absl::Status ParallelAttention::MakeIds(int64_t rows, const Tensor& like, Saved*
   return absl::OkStatus();
 }
 
-absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward) const {
+absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward,
+                                      const PackedDocuments* documents) const {
   const int64_t s = qk->dim(0);
+  if (documents != nullptr && !documents->position.empty()) {
+    // Position ids per (row, batch row): rotate the [s·b] token rows in runs
+    // whose ids count up by one (a document's tokens when b = 1).
+    const int64_t b = qk->dim(1);
+    std::vector<int32_t> pos(s * b);
+    for (const RowRun& run : ActivationRowRuns(TpGroup{}, cp_, s)) {
+      for (int64_t i = 0; i < run.count; ++i) {
+        for (int64_t j = 0; j < b; ++j) {
+          pos[(run.local_first + i) * b + j] =
+              documents->position[j * documents->seq_len + run.global_first + i];
+        }
+      }
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor tokens, qk->Reshape(Shape{s * b, 1, qk->dim(2), qk->dim(3)}));
+    for (int64_t t0 = 0, t1; t0 < s * b; t0 = t1) {
+      for (t1 = t0 + 1; t1 < s * b && pos[t1] == pos[t1 - 1] + 1;) ++t1;
+      LOOM_ASSIGN_OR_RETURN(Tensor part, tokens.Narrow(t0, t1 - t0));
+      core::ops::RopeOptions rope = options_.rope_options;
+      rope.position_offset = pos[t0];
+      LOOM_RETURN_IF_ERROR(backward ? core::ops::RopeBackward(part, rope, &part)
+                                    : core::ops::RopeForward(part, rope, &part));
+    }
+    return absl::OkStatus();
+  }
   // The attention's rows are the CP rank's whole local sequence (SP has
   // gathered it): runs of consecutive global positions, one without CP.
   for (const RowRun& run : ActivationRowRuns(TpGroup{}, cp_, s)) {
@@ -174,13 +204,30 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
   LOOM_ASSIGN_OR_RETURN(Tensor proj, qkv_.Forward(x, &saved->qkv_in));
   const int64_t s = proj.dim(0), b = proj.dim(1);
   const int64_t d = proj.dim(2) / (local_heads + 2 * local_groups);
+  const PackedDocuments* const documents = dropout.documents.get();
+  if (documents != nullptr) {
+    // The tables are host arrays the CPU kernels read (the GPU kernels do
+    // not take them yet: the trainer refuses the flags with --device=cuda).
+    if (!proj.device().is_cpu()) {
+      return absl::UnimplementedError(
+          "packed documents (--reset-position-ids, --reset-attention-mask) run on the CPU only");
+    }
+    if (documents->batch != b || documents->seq_len != s * cp_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ParallelAttention: packed documents for [", documents->batch, " rows, ",
+          documents->seq_len, " positions], the micro-batch has ", b, " rows of ",
+          s * cp_.size()));
+    }
+  }
   saved->fused_split = false;
   if (!Rearranged()) {
     saved->qkv = proj;  // already [s, b, heads/p, {q, k, v}, d]
   } else {
     LOOM_ASSIGN_OR_RETURN(const core::ops::KernelChoice split,
                           core::ops::ChooseKernel("qkv_split", proj.device().type));
-    saved->fused_split = split.implementation == "fused";
+    // Position ids per token rotate through the index tables (Rotate).
+    saved->fused_split = split.implementation == "fused" &&
+                         (documents == nullptr || documents->position.empty() || !options_.rope);
   }
   if (saved->fused_split) {
     LOOM_ASSIGN_OR_RETURN(saved->qkv, Tensor::Empty(Shape{s, b, local_heads * 3 * d}, proj.dtype(),
@@ -193,7 +240,7 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
       LOOM_ASSIGN_OR_RETURN(Tensor rotated, Tensor::Empty(table.shape(), proj.dtype(), proj.device()));
       LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(saved->table_ids, table, &rotated, RowGather()));
       LOOM_ASSIGN_OR_RETURN(Tensor qk, RotatedRows(rotated, s, b, local_heads + local_groups));
-      LOOM_RETURN_IF_ERROR(Rotate(&qk, /*backward=*/false));
+      LOOM_RETURN_IF_ERROR(Rotate(&qk, /*backward=*/false, documents));
       table = rotated;
     }
     LOOM_ASSIGN_OR_RETURN(saved->qkv, Tensor::Empty(Shape{s, b, local_heads * 3 * d}, proj.dtype(),
@@ -251,7 +298,7 @@ absl::StatusOr<Tensor> ParallelAttention::Backward(const Tensor& dy, const Dropo
     LOOM_RETURN_IF_ERROR(core::ops::Zero(&dtable));
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.gather_ids, rows, &dtable, RowGather()));
     LOOM_ASSIGN_OR_RETURN(Tensor dqk, RotatedRows(dtable, s, b, local_heads + local_groups));
-    LOOM_RETURN_IF_ERROR(Rotate(&dqk, /*backward=*/true));
+    LOOM_RETURN_IF_ERROR(Rotate(&dqk, /*backward=*/true, dropout.documents.get()));
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.table_ids, dtable, &dproj, RowGather()));
   } else {
     LOOM_RETURN_IF_ERROR(core::ops::EmbeddingBackward(saved.gather_ids, rows, &dproj, RowGather()));

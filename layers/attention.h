@@ -1,12 +1,15 @@
 #ifndef LOOM_LAYERS_ATTENTION_H_
 #define LOOM_LAYERS_ATTENTION_H_
 
+#include <memory>
+
 #include "absl/status/statusor.h"
 #include "core/ops/attention_plan.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
 #include "layers/context_parallel.h"
 #include "layers/linear.h"
+#include "layers/packed_documents.h"
 #include "layers/params.h"
 #include "layers/tp_group.h"
 
@@ -22,6 +25,11 @@ struct DropoutStream {
   uint64_t seed = 0;
   uint64_t stream = 0;
   bool training = true;      // false: dropout is the identity (evaluation)
+  // The documents packed into the micro-batch's sequences (--reset-position-ids,
+  // --reset-attention-mask): they travel with the micro-batch's dropout
+  // stream because it reaches every layer's forward and backward (and the
+  // recomputed ones). Null: one sequence per row, positions 0..s-1.
+  std::shared_ptr<const PackedDocuments> documents;
 };
 
 // The stream id of one dropout site of one layer.
@@ -111,8 +119,9 @@ class ParallelAttention {
   // Fills saved->gather_ids / table_ids for `rows` = s·b token rows.
   absl::Status MakeIds(int64_t rows, const core::Tensor& like, Saved* saved) const;
   // Rotates (or, backward, un-rotates) q and k rows [s, b, heads + groups, d]
-  // in place at their global positions.
-  absl::Status Rotate(core::Tensor* qk, bool backward) const;
+  // in place at their global positions, or at the packed documents' position
+  // ids (`documents` non-null with position ids).
+  absl::Status Rotate(core::Tensor* qk, bool backward, const PackedDocuments* documents) const;
   // The fused rearrangement: proj -> qkv (forward) or dqkv -> dproj, with RoPE
   // at the rows' global positions (one call per row run under CP).
   absl::Status FusedSplit(const core::Tensor& in, core::Tensor* out, bool backward) const;

@@ -51,7 +51,23 @@ Tensor LocalLse(const Tensor& lse, const ContextParallelLayout& l) {
 struct Case {
   int cp;
   float dropout;
+  bool packed = false;  // documents packed in the rows (AttentionDropout::doc_start)
 };
+
+// Document starts of rows [0, 2) of a 48-token sequence, [2, 48] flattened:
+// documents that end inside a CP chunk, cross chunks and ranks, and one of a
+// single token.
+std::vector<int32_t> PackedDocStarts(int64_t s) {
+  const std::vector<std::vector<int32_t>> starts = {{0, 7, 20, 21, 40}, {0, 30}};
+  std::vector<int32_t> doc_start;
+  for (const std::vector<int32_t>& row : starts) {
+    for (int64_t i = 0, k = 0; i < s; ++i) {
+      if (k + 1 < static_cast<int64_t>(row.size()) && i == row[k + 1]) ++k;
+      doc_start.push_back(row[k]);
+    }
+  }
+  return doc_start;
+}
 
 class RingAttentionTest : public ::testing::TestWithParam<Case> {};
 
@@ -64,6 +80,8 @@ TEST_P(RingAttentionTest, EqualsTheWholeSequenceKernel) {
   dropout.offset = 5;
   dropout.head_offset = 1;  // a TP rank holding heads 1..3 of 5
   dropout.total_heads = 5;
+  const std::vector<int32_t> doc_start = PackedDocStarts(s);
+  if (GetParam().packed) dropout.doc_start = doc_start.data();
   const Tensor qkv = Random(Shape{s, b, heads * 3 * d}, 1);
   const Tensor dout = Random(Shape{s, b, heads * d}, 2);
   Tensor out = *Tensor::Empty(Shape{s, b, heads * d}, DType::kF32);
@@ -104,10 +122,13 @@ TEST_P(RingAttentionTest, EqualsTheWholeSequenceKernel) {
 
 INSTANTIATE_TEST_SUITE_P(CpAndDropout, RingAttentionTest,
                          ::testing::Values(Case{1, 0.0f}, Case{2, 0.0f}, Case{4, 0.0f},
-                                           Case{2, 0.2f}, Case{4, 0.2f}, Case{3, 0.1f}),
+                                           Case{2, 0.2f}, Case{4, 0.2f}, Case{3, 0.1f},
+                                           Case{2, 0.0f, true}, Case{4, 0.0f, true},
+                                           Case{4, 0.2f, true}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            return "cp" + std::to_string(i.param.cp) +
-                                  (i.param.dropout > 0 ? "_dropout" : "");
+                                  (i.param.dropout > 0 ? "_dropout" : "") +
+                                  (i.param.packed ? "_packed" : "");
                          });
 
 TEST(ContextParallelLayout, ZigZagChunks) {

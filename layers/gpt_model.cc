@@ -21,15 +21,22 @@ int64_t Bytes(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nby
 
 // ids[i, j] = the global position of row i for x = [s_local, b, h]: this
 // rank's rows of the sequence (SP: its block of them; CP: at its chunks'
-// positions), made on the host and moved to x's device.
-absl::StatusOr<Tensor> PositionIds(const TpGroup& tp, const CpGroup& cp, const Tensor& x) {
+// positions; packed documents: their position ids there), made on the host
+// and moved to x's device.
+absl::StatusOr<Tensor> PositionIds(const TpGroup& tp, const CpGroup& cp, const Tensor& x,
+                                   const PackedDocuments* documents) {
   const int64_t s_local = x.dim(0), b = x.dim(1);
   LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{s_local, b}, core::DType::kI32));
   int32_t* p = ids.data<int32_t>();
   for (const RowRun& run : ActivationRowRuns(tp, cp, s_local)) {
     for (int64_t i = 0; i < run.count; ++i) {
       const int64_t row = run.local_first + i;
-      for (int64_t j = 0; j < b; ++j) p[row * b + j] = static_cast<int32_t>(run.global_first + i);
+      const int64_t g = run.global_first + i;
+      for (int64_t j = 0; j < b; ++j) {
+        p[row * b + j] = documents != nullptr && !documents->position.empty()
+                             ? documents->position[j * documents->seq_len + g]
+                             : static_cast<int32_t>(g);
+      }
     }
   }
   if (x.device().is_cpu()) return ids;
@@ -217,7 +224,8 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
       // Position embeddings of this rank's rows of the sequence: a lookup of
       // the position table at ids s0 + i, added (runs on x's device). RoPE
       // has no table: the attention rotates q and k instead.
-      LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, cp_, x));
+      LOOM_ASSIGN_OR_RETURN(Tensor positions,
+                            PositionIds(tp_, cp_, x, dropout.documents.get()));
       LOOM_ASSIGN_OR_RETURN(Tensor pos_rows, Tensor::Empty(x.shape(), x.dtype(), x.device()));
       LOOM_RETURN_IF_ERROR(
           core::ops::EmbeddingForward(positions, params_.at(position_embedding_).value, &pos_rows));
@@ -326,7 +334,7 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
       HiddenDropout(&d, dropout, DropoutSite(dropout.stream, kEmbeddingLayer, 0), tp_, cp_,
                      true));
   if (position_embedding_.valid()) {
-    LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, cp_, d));
+    LOOM_ASSIGN_OR_RETURN(Tensor positions, PositionIds(tp_, cp_, d, dropout.documents.get()));
     LOOM_RETURN_IF_ERROR(
         core::ops::EmbeddingBackward(positions, d, &params_.at(position_embedding_).grad));
   }

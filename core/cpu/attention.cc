@@ -99,7 +99,10 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
                                  k, ld_qkv, 0.0f, p + r0 * g.s, g.s));
       for (int64_t i = r0; i < r1; ++i) {
         float* row = p + i * g.s;
-        internal::SoftmaxRow(row, row, i + 1, 1.0f);
+        // Packed documents: keys before row i's document get probability 0.
+        const int64_t lo = dropout.doc_start == nullptr ? 0 : dropout.doc_start[bi * g.s + i];
+        internal::SoftmaxRow(row + lo, row + lo, i + 1 - lo, 1.0f);
+        std::fill(row, row + lo, 0.0f);
         std::fill(row + i + 1, row + g.s, 0.0f);
         if (drop) {  // pd row = P row * keep / (1 - p); probs stays pre-dropout
           float* dst = pd + (i - r0) * g.s;

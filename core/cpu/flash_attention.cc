@@ -88,6 +88,28 @@ inline int64_t LiveColumns(const FlashBlock& b, int64_t gi, int64_t k_first, int
   return std::clamp<int64_t>(gi - k_first + 1, 0, tk);
 }
 
+// Visible columns [lo, hi) of block row r (global query b.q_start + r) in
+// the key tile of tk keys from global k_first: causal, and with packed
+// documents not before the row's document start.
+struct Columns {
+  int64_t lo = 0, hi = 0;
+};
+inline Columns VisibleColumns(const FlashBlock& b, int64_t r, int64_t k_first, int64_t tk) {
+  Columns c{0, LiveColumns(b, b.q_start + r, k_first, tk)};
+  if (b.q_doc_start != nullptr) {
+    c.lo = std::clamp<int64_t>(b.q_doc_start[r] - k_first, 0, tk);
+    c.hi = std::max(c.hi, c.lo);
+  }
+  return c;
+}
+
+// The earliest document start of block rows [r0, r0 + n) (no documents: 0):
+// a key tile that ends before it is invisible to all of them.
+inline int64_t FirstDocStart(const FlashBlock& b, int64_t r0, int64_t n) {
+  if (b.q_doc_start == nullptr) return 0;
+  return *std::min_element(b.q_doc_start + r0, b.q_doc_start + r0 + n);
+}
+
 // Global dropout index of element (query gi, key 0) of the block's pair.
 inline uint64_t RowIndex(const FlashBlock& b, int64_t gi) {
   return (static_cast<uint64_t>(b.global_pair) * static_cast<uint64_t>(b.seq_len) +
@@ -138,19 +160,24 @@ absl::Status FlashForwardBlock(const FlashBlock& b, FlashRunning* st) {
   for (int64_t qa = 0; qa < b.q_len; qa += kTileQ) {
     const int64_t tq = std::min(kTileQ, b.q_len - qa);
     const int64_t q_last = b.q_start + qa + tq - 1;
+    const int64_t doc_first = FirstDocStart(b, qa, tq);
     for (int64_t ka = 0; ka < b.k_len; ka += kTileK) {
       const int64_t tk = std::min(kTileK, b.k_len - ka);
       const int64_t k_first = b.k_start + ka;
       if (b.causal && k_first > q_last) break;  // this and later key tiles are masked
+      if (k_first + tk <= doc_first) continue;  // before every query's document
       // S = scale Q_tile K_tileᵀ   [tq, tk]
       LOOM_RETURN_IF_ERROR(Sgemm(false, true, tq, tk, b.d, scale, b.q + qa * b.ld_q, b.ld_q,
                                  b.k + ka * b.ld_kv, b.ld_kv, 0.0f, S, kTileK));
       for (int64_t r = 0; r < tq; ++r) {
         const int64_t gi = b.q_start + qa + r;
-        const int64_t n = LiveColumns(b, gi, k_first, tk);
-        float* row = S + r * kTileK;
-        std::fill(row + n, row + tk, 0.0f);
+        const Columns c = VisibleColumns(b, qa + r, k_first, tk);
+        const int64_t n = c.hi - c.lo;
+        float* const full_row = S + r * kTileK;
+        std::fill(full_row, full_row + c.lo, 0.0f);
+        std::fill(full_row + c.hi, full_row + tk, 0.0f);
         if (n == 0) continue;  // nothing visible: the state stays
+        float* const row = full_row + c.lo;
         float& m = st->m[qa + r];
         float& l = st->l[qa + r];
         const float m_new = std::max(m, internal::MaxOf(row, n));
@@ -162,7 +189,8 @@ absl::Status FlashForwardBlock(const FlashBlock& b, FlashRunning* st) {
         if (drop) {
           uint32_t* bits = w.bits.data();
           internal::DropoutBitsRange(b.dropout.seed, b.dropout.offset,
-                                     RowIndex(b, gi) + static_cast<uint64_t>(k_first), n, bits);
+                                     RowIndex(b, gi) + static_cast<uint64_t>(k_first + c.lo), n,
+                                     bits);
 #pragma omp simd
           for (int64_t j = 0; j < n; ++j) row[j] = bits[j] >= threshold ? row[j] * keep_scale : 0.0f;
         }
@@ -246,6 +274,7 @@ absl::Status FlashBackwardBlock(const FlashBlock& b, const float* dout, int64_t 
     for (int64_t qa = 0; qa < b.q_len; qa += kTileQ) {
       const int64_t tq = std::min(kTileQ, b.q_len - qa);
       if (b.causal && b.q_start + qa + tq - 1 < k_first) continue;  // the tile sees no key
+      if (k_first + tk <= FirstDocStart(b, qa, tq)) continue;        // nor in its documents
       const float* q_tile = b.q + qa * b.ld_q;
       const float* dout_tile = dout + qa * ld_dout;
       // S = scale Q Kᵀ, dP = dO Vᵀ   [tq, tk]
@@ -256,20 +285,24 @@ absl::Status FlashBackwardBlock(const FlashBlock& b, const float* dout, int64_t 
       for (int64_t r = 0; r < tq; ++r) {
         const int64_t gi = b.q_start + qa + r;
         const float row_lse = lse[qa + r];
-        const int64_t n = row_lse == kNegInf ? 0 : LiveColumns(b, gi, k_first, tk);
+        Columns c = VisibleColumns(b, qa + r, k_first, tk);
+        if (row_lse == kNegInf) c.hi = c.lo;
+        const int64_t n = c.hi - c.lo;
         float* s_row = S + r * kTileK;
         float* dp_row = DP + r * kTileK;
         float* pd_row = drop ? PD + r * kTileK : nullptr;
         if (drop && n > 0) {
           internal::DropoutBitsRange(b.dropout.seed, b.dropout.offset,
-                                     RowIndex(b, gi) + static_cast<uint64_t>(k_first), n,
+                                     RowIndex(b, gi) + static_cast<uint64_t>(k_first + c.lo), n,
                                      w.bits.data());
         }
-        BackwardRow(s_row, dp_row, pd_row, w.bits.data(), threshold, keep_scale, n, row_lse,
-                    delta[qa + r]);
-        std::fill(s_row + n, s_row + tk, 0.0f);
-        std::fill(dp_row + n, dp_row + tk, 0.0f);
-        if (drop) std::fill(pd_row + n, pd_row + tk, 0.0f);
+        BackwardRow(s_row + c.lo, dp_row + c.lo, drop ? pd_row + c.lo : nullptr, w.bits.data(),
+                    threshold, keep_scale, n, row_lse, delta[qa + r]);
+        for (float* x : {s_row, dp_row, pd_row}) {
+          if (x == nullptr) continue;
+          std::fill(x, x + c.lo, 0.0f);
+          std::fill(x + c.hi, x + tk, 0.0f);
+        }
       }
       // dV += P_droppedᵀ dO;  dQ += scale dS K;  dK += scale dSᵀ Q
       LOOM_RETURN_IF_ERROR(Sgemm(true, false, tk, b.d, tq, 1.0f, drop ? PD : S, kTileK, dout_tile,
@@ -310,6 +343,7 @@ FlashBlock PairBlock(const float* qkv, const AttentionDims& g, const AttentionDr
   blk.global_pair = bi * total + dropout.head_offset + h;
   blk.dropout = dropout;
   blk.causal = true;
+  if (dropout.doc_start != nullptr) blk.q_doc_start = dropout.doc_start + bi * g.s + q0;
   return blk;
 }
 

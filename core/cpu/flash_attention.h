@@ -91,6 +91,10 @@ struct FlashBlock {
   int64_t global_pair = 0;
   AttentionDropout dropout;  // p, seed, offset
   bool causal = true;        // query i sees key j iff j <= i (global positions)
+  // Packed documents: query row r sees only keys j >= q_doc_start[r] (the
+  // global position of its document's first token; null: no limit). Key
+  // tiles before every query's document are skipped, not masked.
+  const int32_t* q_doc_start = nullptr;
 };
 
 // The running softmax state of a Q block.

@@ -246,5 +246,56 @@ TEST(FlashAttentionTest, ErrorsNameOpAndShapes) {
                                 {"FlashAttentionForward", "output lse is null"}));
 }
 
+// Packed documents (AttentionDropout::doc_start): every document of a row
+// gets exactly what the kernel gives it alone, forward and backward, in both
+// kernels. The documents straddle the flash tiles (128 queries, 256 keys),
+// one is a single token; row 1's split differs from row 0's.
+class PackedDocumentsTest : public ::testing::TestWithParam<AttentionSaved> {};
+
+// Rows [first, first + n) of batch row bi of t [s, b, w], as [n, 1, w].
+Tensor RowsOf(const Tensor& t, int64_t bi, int64_t first, int64_t n) {
+  const int64_t b = t.dim(1), w = t.dim(2);
+  Tensor out = Make({n, 1, w});
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy_n(t.data<float>() + ((first + i) * b + bi) * w, w, out.data<float>() + i * w);
+  }
+  return out;
+}
+
+TEST_P(PackedDocumentsTest, EachDocumentAsIfAlone) {
+  const int64_t s = 300, b = 2, heads = 2, d = 8;
+  const std::vector<std::vector<int64_t>> starts = {{0, 100, 101, 270}, {0, 260}};
+  std::vector<int32_t> doc_start(b * s);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t i = 0, k = 0; i < s; ++i) {
+      if (k + 1 < static_cast<int64_t>(starts[bi].size()) && i == starts[bi][k + 1]) ++k;
+      doc_start[bi * s + i] = static_cast<int32_t>(starts[bi][k]);
+    }
+  }
+  const Tensor qkv = Random({s, b, heads * 3 * d}, 5, -2.0f, 2.0f);
+  const Tensor dout = Random({s, b, heads * d}, 6);
+  AttentionDropout packed;
+  packed.doc_start = doc_start.data();
+  const AttentionRun all = RunAttention(GetParam(), qkv, heads, packed, &dout);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (size_t k = 0; k < starts[bi].size(); ++k) {
+      const int64_t first = starts[bi][k];
+      const int64_t n = (k + 1 < starts[bi].size() ? starts[bi][k + 1] : s) - first;
+      SCOPED_TRACE(::testing::Message() << "row " << bi << ", document at " << first);
+      const Tensor doc_dout = RowsOf(dout, bi, first, n);
+      const AttentionRun alone =
+          RunAttention(GetParam(), RowsOf(qkv, bi, first, n), heads, {}, &doc_dout);
+      EXPECT_LE(RelError(RowsOf(all.out, bi, first, n), ToDouble(alone.out)), 1e-6);
+      EXPECT_LE(RelError(RowsOf(all.dqkv, bi, first, n), ToDouble(alone.dqkv)), 1e-5);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, PackedDocumentsTest,
+                         ::testing::Values(AttentionSaved::kLse, AttentionSaved::kProbs),
+                         [](const ::testing::TestParamInfo<AttentionSaved>& info) {
+                           return info.param == AttentionSaved::kLse ? "flash" : "sxs";
+                         });
+
 }  // namespace
 }  // namespace loom::core::cpu::testing

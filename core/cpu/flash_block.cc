@@ -59,6 +59,9 @@ FlashBlock PairBlock(const FlashBlockDims& g, const FlashBlockOptions& o, const 
   blk.global_pair = (pair / g.heads) * total + o.dropout.head_offset + pair % g.heads;
   blk.dropout = o.dropout;
   blk.causal = o.causal;
+  if (o.dropout.doc_start != nullptr) {  // [b, seq_len] at global positions
+    blk.q_doc_start = o.dropout.doc_start + (pair / g.heads) * o.seq_len + o.q_start;
+  }
   return blk;
 }
 

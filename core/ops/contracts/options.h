@@ -44,6 +44,12 @@ struct AttentionDropout {
   uint64_t offset = 0;        // stream id, as DropoutOptions::offset
   int64_t head_offset = 0;    // global index of this call's first head
   int64_t total_heads = 0;    // global head count; 0 means `heads`
+  // Packed documents (--reset-attention-mask): query i of batch row bi sees
+  // key j iff doc_start[bi * seq_len + i] <= j <= i, where doc_start (host
+  // i32 [b, seq_len], GLOBAL positions, seq_len the whole sequence) holds the
+  // first position of i's document. Null: plain causal. CPU kernels only
+  // (layers/attention.cc refuses it on other devices).
+  const int32_t* doc_start = nullptr;
 };
 
 // One block of the context-parallel ring's flash attention (FlashBlock* ops,
