@@ -37,3 +37,78 @@ CASES = [
     ("string_escapes", "{{ 'tab\\tnl\\nq\\'s\\\\' }}|{{ \"dq\\\"\" }}|{{ '\\u00e9\\x41' }}", {}),
     ("generation", "{% for m in ms %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<end>{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}", {"ms": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}),
 ]
+
+# A template in the shape of Qwen2.5's (tools, tool calls, tool responses),
+# written from its structure for this test: loops over dicts of tool calls,
+# loop-variable reassignment, tojson of nested arguments, look-behind and
+# look-ahead through messages[loop.index0 +- 1].
+QWEN25_TOOLS = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\\n\\n# Tools\\n\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\\n<tool_call>\\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- message.content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+CASES.append(("qwen25_tools", QWEN25_TOOLS, {
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                                "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                               "required": ["city"]}}}],
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Zürich and Paris?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich"}}},
+                        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "{\"temp\": 3.5}"},
+        {"role": "tool", "content": "{\"temp\": 7}"},
+        {"role": "assistant", "content": "Zürich 3.5 °C, Paris 7 °C."},
+    ],
+    "add_generation_prompt": True,
+}))
