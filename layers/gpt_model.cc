@@ -71,7 +71,8 @@ int64_t GptModel::Saved::ActivationBytes() const {
          Bytes(b.mlp.up_in.input) + Bytes(b.mlp.pre_gelu) + Bytes(b.mlp.down_in.input) +
          Bytes(b.attention.gather_ids) + Bytes(b.attention.table_ids) + b.moe.Bytes();
   }
-  return n + Bytes(final_norm.input) + Bytes(output.input) + Bytes(loss.logits);
+  return n + Bytes(final_norm.input) + Bytes(output.input) + Bytes(loss.logits) +
+         weight_grads.bytes();
 }
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, TpGroup tp) {
@@ -270,15 +271,66 @@ absl::StatusOr<double> GptModel::LossOf(const Tensor& loss_sums) const {
 absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
                                           const DropoutStream& dropout,
                                           const Activations& activations) {
-  if (c < 0 || c >= static_cast<int>(chunks_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("GptModel: no chunk ", c));
-  }
-  const Saved* const as_saved = dynamic_cast<const Saved*>(&activations);
-  if (as_saved == nullptr) {
+  const Saved* const saved = dynamic_cast<const Saved*>(&activations);
+  if (saved == nullptr) {
     return absl::InvalidArgumentError(
         "GptModel::Backward: the activations are not a GptModel::Saved (use NewActivations())");
   }
-  const Saved& saved = *as_saved;
+  return BackwardChunk(c, dy, dloss, dropout, *saved, nullptr);
+}
+
+absl::StatusOr<Tensor> GptModel::BackwardInput(int c, const Tensor& dy, float dloss,
+                                               const DropoutStream& dropout,
+                                               Activations& activations) {
+  Saved* const saved = dynamic_cast<Saved*>(&activations);
+  if (saved == nullptr) {
+    return absl::InvalidArgumentError(
+        "GptModel::BackwardInput: the activations are not a GptModel::Saved");
+  }
+  if (saved->weight_grads_pending) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "GptModel::BackwardInput of chunk ", c, " twice without its BackwardWeight"));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor dx,
+                        BackwardChunk(c, dy, dloss, dropout, *saved, &saved->weight_grads));
+  saved->weight_grads_pending = true;
+  return dx;
+}
+
+absl::Status GptModel::BackwardWeight(int c, const DropoutStream& dropout,
+                                      Activations& activations) {
+  (void)dropout;  // the weight gradients draw no masks: BackwardInput applied them
+  Saved* const saved = dynamic_cast<Saved*>(&activations);
+  if (saved == nullptr) {
+    return absl::InvalidArgumentError(
+        "GptModel::BackwardWeight: the activations are not a GptModel::Saved");
+  }
+  if (!saved->weight_grads_pending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GptModel::BackwardWeight of chunk ", c, " before its BackwardInput"));
+  }
+  saved->weight_grads_pending = false;
+  // Unit by unit in the backward's order: its deferred GEMMs, then its
+  // AfterBackward (its gradients are all in: GradientSync may reduce them).
+  return saved->weight_grads.Run(
+      [this](int64_t unit) { return Notify(UnitEvent::kAfterBackward, unit); });
+}
+
+absl::Status GptModel::UnitBackwardDone(int64_t unit, WeightGradStore* defer) const {
+  if (defer == nullptr) return Notify(UnitEvent::kAfterBackward, unit);
+  defer->EndUnit(unit);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> GptModel::BackwardChunk(int c, const Tensor& dy, float dloss,
+                                               const DropoutStream& dropout, const Saved& saved,
+                                               WeightGradStore* defer) {
+  if (c < 0 || c >= static_cast<int>(chunks_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("GptModel: no chunk ", c));
+  }
+  // The layers' weight-gradient GEMMs go into `defer` (a split backward's
+  // BackwardInput) or run now (null).
+  DeferWeightGrads scope(defer);
   const ChunkSpec& chunk = chunks_[c];
   Tensor d = dy;
   if (chunk.post_process) {
@@ -286,7 +338,7 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
     LOOM_ASSIGN_OR_RETURN(Tensor dlogits, loss_.Backward(saved.loss, dloss));
     LOOM_ASSIGN_OR_RETURN(d, output_layer_->Backward(dlogits, saved.output));
     LOOM_ASSIGN_OR_RETURN(d, final_norm_->Backward(d, saved.final_norm));
-    LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterBackward, head_unit()));
+    LOOM_RETURN_IF_ERROR(UnitBackwardDone(head_unit(), defer));
   }
   if (!d.defined()) {
     return absl::InvalidArgumentError(
@@ -297,7 +349,7 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
       LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeBackward, chunk.first_layer + run->first));
       LOOM_ASSIGN_OR_RETURN(
           d, blocks_[c][run->first]->Backward(d, dropout, saved.blocks[run->first], dloss));
-      LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterBackward, chunk.first_layer + run->first));
+      LOOM_RETURN_IF_ERROR(UnitBackwardDone(chunk.first_layer + run->first, defer));
       continue;
     }
     // Full recomputation: the run's forward again from its kept input, the
@@ -324,7 +376,7 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
     for (int64_t k = run->count; k-- > 0;) {
       LOOM_ASSIGN_OR_RETURN(d, blocks_[c][run->first + k]->Backward(d, dropout, again[k], dloss));
       again[k] = TransformerBlock::Saved();
-      LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterBackward, chunk.first_layer + run->first + k));
+      LOOM_RETURN_IF_ERROR(UnitBackwardDone(chunk.first_layer + run->first + k, defer));
     }
   }
   if (!chunk.pre_process) return d;
@@ -338,8 +390,14 @@ absl::StatusOr<Tensor> GptModel::Backward(int c, const Tensor& dy, float dloss,
     LOOM_RETURN_IF_ERROR(
         core::ops::EmbeddingBackward(positions, d, &params_.at(position_embedding_).grad));
   }
-  LOOM_RETURN_IF_ERROR(embedding_->Backward(d, saved.embedding));
-  LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterBackward, kEmbeddingUnit));
+  // The word table's gradient (a scatter-add: the embedding's weight
+  // gradient) now or at BackwardWeight, after the output layer's, in the
+  // fused backward's order for a tied embedding. With SP its all-gather of d
+  // then runs at BackwardWeight (every TP rank runs the same W).
+  LOOM_RETURN_IF_ERROR(WeightGradStore::RunOrDefer(
+      [this, d, ids = saved.embedding]() { return embedding_->Backward(d, ids); },
+      static_cast<int64_t>(d.nbytes())));
+  LOOM_RETURN_IF_ERROR(UnitBackwardDone(kEmbeddingUnit, defer));
   return Tensor();
 }
 

@@ -19,6 +19,7 @@
 #include "layers/tp_group.h"
 #include "layers/transformer_block.h"
 #include "layers/vocab_parallel.h"
+#include "layers/weight_grad_store.h"
 
 namespace loom::layers {
 
@@ -69,6 +70,11 @@ class GptModel : public StageModel {
     LayerNorm::Saved final_norm;
     ColumnParallelLinear::Saved output;
     VocabParallelCrossEntropy::Saved loss;
+    // Split backward: the weight gradients BackwardInput deferred, per unit,
+    // with their operands (the output gradient of each linear layer; with SP
+    // the gathered input of each column-parallel one), until BackwardWeight.
+    WeightGradStore weight_grads;
+    bool weight_grads_pending = false;  // BackwardInput ran, BackwardWeight not yet
     int64_t ActivationBytes() const override;  // for memory accounting
     core::Tensor DeviceLoss() const override { return loss.sums; }
   };
@@ -127,6 +133,20 @@ class GptModel : public StageModel {
   absl::StatusOr<core::Tensor> GatherLogits(const Saved& saved) const;
 
   // This rank's parameter units, in forward order.
+  // Split backward (zero-bubble schedules): BackwardInput is Backward with
+  // every weight-gradient GEMM (QKV, projection, FC1/FC2 or SwiGLU's, the MoE
+  // experts and router, the output layer) and the word table's scatter-add
+  // deferred into saved.weight_grads; the norms', the biases not fused into a
+  // GEMM and the position table's gradients, the recomputed forward and
+  // every TP collective of the input gradient run here. Units get their
+  // BeforeBackward here and their AfterBackward in BackwardWeight, which runs
+  // the deferred work unit by unit: the same GEMMs on the same operands in
+  // the same order, so the gradients are bit-identical to Backward's.
+  bool SplitsBackward() const override { return true; }
+  absl::StatusOr<core::Tensor> BackwardInput(int c, const core::Tensor& dy, float dloss,
+                                             const DropoutStream& dropout,
+                                             Activations& saved) override;
+  absl::Status BackwardWeight(int c, const DropoutStream& dropout, Activations& saved) override;
   const std::vector<ParamUnit>& units() const override { return units_; }
   int64_t head_unit() const override { return config_.num_layers; }
 
@@ -175,6 +195,14 @@ class GptModel : public StageModel {
   CpGroup cp_;
   EpGroup ep_;
   std::vector<ChunkSpec> chunks_;
+  // Backward of chunk `c`; `defer` non-null: BackwardInput's, deferring the
+  // weight gradients and the units' AfterBackward into it.
+  absl::StatusOr<core::Tensor> BackwardChunk(int c, const core::Tensor& dy, float dloss,
+                                             const DropoutStream& dropout, const Saved& saved,
+                                             WeightGradStore* defer);
+  // A unit's backward is done at this point of the input-gradient pass:
+  // notify AfterBackward now, or close its deferred work in `defer`.
+  absl::Status UnitBackwardDone(int64_t unit, WeightGradStore* defer) const;
   int64_t padded_vocab_ = 0;
   ParamBuffer params_;
   ParamHandle word_embedding_, position_embedding_, output_layer_weight_;

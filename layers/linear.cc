@@ -5,6 +5,7 @@
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/mappings.h"
+#include "layers/weight_grad_store.h"
 
 namespace loom::layers {
 namespace {
@@ -62,6 +63,8 @@ absl::Status WeightGrads(const Tensor& dy2, const Tensor& x2, Tensor dw, Tensor*
   if (db != nullptr) LOOM_RETURN_IF_ERROR(core::ops::BiasAddBackward(dy2, db));
   return absl::OkStatus();
 }
+
+int64_t Bytes(const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }
 
 }  // namespace
 
@@ -150,20 +153,27 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
   comm::WorkPtr reduce = tp_.sequence_parallel ? ReduceScatterSeqAsync(tp_, *dx, &dx_out)
                                                : AllReduceTpAsync(tp_, *dx);
   if (!tp_.sequence_parallel) dx_out = *dx;
-  LOOM_ASSIGN_OR_RETURN(Tensor dw, Matrix(w_->grad));
   const bool bias_grad = b_ != nullptr && !bias_grad_done;
-  Tensor db;
-  if (bias_grad) {
-    LOOM_ASSIGN_OR_RETURN(db, Vector(b_->grad));
-  }
   LOOM_ASSIGN_OR_RETURN(const bool fused, FusedEpilogue(dy));
-  if (fused && bias_grad) {
-    LOOM_RETURN_IF_ERROR(core::ops::LinearBackwardWeight(
-        dy2, *As2D(full), &dw, &db, LinearOptions{false, w_->gemm_value.defined()}));
-  } else {
-    LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(full), dw, bias_grad ? &db : nullptr,
-                                     w_->gemm_value.defined()));
-  }
+  // dW (and db) now, or deferred to a split backward's BackwardWeight with the
+  // same operands (layers/weight_grad_store.h); there it keeps dY and, with
+  // SP, the gathered input (p times the saved shard).
+  const Tensor x2 = *As2D(full);
+  const int64_t held = Bytes(dy2) + (tp_.sequence_parallel ? Bytes(x2) : 0);
+  LOOM_RETURN_IF_ERROR(WeightGradStore::RunOrDefer(
+      [this, dy2, x2, bias_grad, fused]() -> absl::Status {
+        LOOM_ASSIGN_OR_RETURN(Tensor dw, Matrix(w_->grad));
+        Tensor db;
+        if (bias_grad) {
+          LOOM_ASSIGN_OR_RETURN(db, Vector(b_->grad));
+        }
+        const bool bf16 = w_->gemm_value.defined();
+        if (fused && bias_grad) {
+          return core::ops::LinearBackwardWeight(dy2, x2, &dw, &db, LinearOptions{false, bf16});
+        }
+        return WeightGrads(dy2, x2, dw, bias_grad ? &db : nullptr, bf16);
+      },
+      held));
   LOOM_RETURN_IF_ERROR(reduce->WaitOnStream());
   return dx_out;
 }
@@ -240,12 +250,17 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy, const Saved
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, GemmWeight(*w_), &dx2, GemmOptions(*w_, {})));
     if (gelu != nullptr) LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(*gelu->pre, *dx, &*dx));
   }
-  if (fused_bias) {
-    LOOM_RETURN_IF_ERROR(core::ops::LinearBackwardWeight(dy2, *As2D(saved.input), &w_->grad,
-                                                         &b_->grad, LinearOptions{false, bf16}));
-  } else {
-    LOOM_RETURN_IF_ERROR(WeightGrads(dy2, *As2D(saved.input), w_->grad, nullptr, bf16));
-  }
+  // Now or at a split backward's BackwardWeight (keeping dY, with SP the gathered one).
+  const Tensor x2 = *As2D(saved.input);
+  LOOM_RETURN_IF_ERROR(WeightGradStore::RunOrDefer(
+      [this, dy2, x2, fused_bias, bf16]() -> absl::Status {
+        if (fused_bias) {
+          return core::ops::LinearBackwardWeight(dy2, x2, &w_->grad, &b_->grad,
+                                                 LinearOptions{false, bf16});
+        }
+        return WeightGrads(dy2, x2, w_->grad, nullptr, bf16);
+      },
+      Bytes(dy2)));
   return dx;
 }
 

@@ -5,7 +5,11 @@
 // Forward returns the output and fills a Saved record that the matching
 // Backward consumes, so any number of micro-batches can be in flight (the
 // pipeline keeps one Saved per micro-batch). Backward accumulates into the
-// parameters' gradients and returns the input gradient.
+// parameters' gradients and returns the input gradient; inside a
+// DeferWeightGrads scope (a split backward's BackwardInput,
+// layers/weight_grad_store.h) it computes dX and its TP reduction now and
+// hands the weight-gradient GEMM (with the bias gradient it carries) and its
+// operands to the store.
 //
 // Precision: the GEMMs follow the weight's dtype (bf16 on a GPU under
 // --bf16, with bf16 activations). On the CPU under --bf16 the weight has a

@@ -11,6 +11,7 @@
 #include "core/storage.h"
 #include "core/status_macros.h"
 #include "layers/mappings.h"
+#include "layers/weight_grad_store.h"
 
 namespace loom::layers {
 
@@ -507,26 +508,40 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
   LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm && dev.is_cpu(),
                                      [&](int64_t l) -> absl::Status {
     const int64_t first = xc.local_rows[l], n = xc.local_rows[l + 1] - first;
-    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved.expert_in, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved.pre_act, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved.act, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dexp_out, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor dxe, Rows(dexp_in, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor dact, Rows(dact_all, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, n));
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(de, fc2_[l]->value, &dact));
-    LOOM_RETURN_IF_ERROR(
-        core::ops::Matmul(de, act, &fc2_[l]->grad, {.trans_a = true, .beta = 1.0f}));
     if (options_.swiglu) {
       LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, pre, &dpre));
     } else {
       LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(pre, dact, &dpre));
     }
     LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[l]->value, h));
-    LOOM_ASSIGN_OR_RETURN(Tensor dw1, Matrix(fc1_[l]->grad, h));
-    LOOM_RETURN_IF_ERROR(core::ops::Matmul(dpre, xe, &dw1, {.trans_a = true, .beta = 1.0f}));
     return core::ops::Matmul(dpre, w1, &dxe);
   }));
+  // The experts' weight gradients, each from its own rows: now, or at a split
+  // backward's BackwardWeight (layers/weight_grad_store.h), which then keeps
+  // the experts' output and pre-activation gradients.
+  LOOM_RETURN_IF_ERROR(WeightGradStore::RunOrDefer(
+      [this, rows = xc.local_rows, grouped = options_.grouped_gemm && dev.is_cpu(),
+       expert_in = saved.expert_in, act_all = saved.act, dexp_out, dpre_all,
+       h]() -> absl::Status {
+        return ForEachExpert(rows, grouped, [&](int64_t l) -> absl::Status {
+          const int64_t first = rows[l], n = rows[l + 1] - first;
+          LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(expert_in, first, n));
+          LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(act_all, first, n));
+          LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dexp_out, first, n));
+          LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, n));
+          LOOM_RETURN_IF_ERROR(
+              core::ops::Matmul(de, act, &fc2_[l]->grad, {.trans_a = true, .beta = 1.0f}));
+          LOOM_ASSIGN_OR_RETURN(Tensor dw1, Matrix(fc1_[l]->grad, h));
+          return core::ops::Matmul(dpre, xe, &dw1, {.trans_a = true, .beta = 1.0f});
+        });
+      },
+      static_cast<int64_t>(dexp_out.nbytes() + dpre_all.nbytes())));
   LOOM_ASSIGN_OR_RETURN(Tensor ddisp, FromExperts(xc, dexp_in, /*backward=*/true));
   // Each token sums its rows' gradients (no atomics; padding rows have none).
   LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(Shape{T, h}, dt, dev));
@@ -543,8 +558,11 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
     LOOM_RETURN_IF_ERROR(core::ops::Convert(dlogits, &rounded));
     dlogits = rounded;
   }
-  LOOM_RETURN_IF_ERROR(core::ops::Matmul(dlogits, saved.input, &router_->grad,
-                                         {.trans_a = true, .beta = 1.0f}));
+  LOOM_RETURN_IF_ERROR(WeightGradStore::RunOrDefer(
+      [this, dlogits, input = saved.input]() -> absl::Status {
+        return core::ops::Matmul(dlogits, input, &router_->grad, {.trans_a = true, .beta = 1.0f});
+      },
+      static_cast<int64_t>(dlogits.nbytes())));
   LOOM_ASSIGN_OR_RETURN(Tensor drouter, Tensor::Empty(Shape{T, h}, dt, dev));
   LOOM_RETURN_IF_ERROR(core::ops::Matmul(dlogits, router_->value, &drouter));
 

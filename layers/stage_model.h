@@ -60,7 +60,9 @@ struct ParamUnit {
 // BeforeForward .. AfterForward, each backward BeforeBackward ..
 // AfterBackward; a recomputed unit's forward runs again inside its
 // backward, after its BeforeBackward (no forward events: the unit is
-// already in its backward). Before-events reach observers in the order they
+// already in its backward). A split backward (SplitsBackward) sends a unit's
+// BeforeBackward in BackwardInput and its AfterBackward in BackwardWeight,
+// once its weight gradients are in. Before-events reach observers in the order they
 // were added, after-events in the reverse order, so an observer added later
 // nests inside one added earlier (the profiler's layer spans inside
 // GradientSync's waits). An error stops the model and is its error.

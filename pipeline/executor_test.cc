@@ -240,12 +240,17 @@ TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
   if (l.kind == ScheduleKind::kGPipe) {
     EXPECT_EQ(stage0_peak[0], M);
     EXPECT_EQ(last_peak[0], M);
-  } else if (l.kind == ScheduleKind::k1F1B || l.kind == ScheduleKind::kZBH1) {
-    // ZB-H1 on a model that cannot split its backward: BackwardInput runs the full Backward and
-    // frees the record, so every stage holds 1F1B's records.
+  } else if (l.kind == ScheduleKind::k1F1B) {
     EXPECT_LE(stage0_peak[0], l.pp);
     EXPECT_EQ(stage0_peak[0], std::min(l.pp, M));  // warm-up P-1, then one more forward
     EXPECT_EQ(last_peak[0], 1);
+  } else if (l.kind == ScheduleKind::kZBH1) {
+    // GptModel splits its backward: a record stays from its forward to its W, which ZB-H1 defers
+    // on stage r until I(m + r): the schedule's formula on the first and the last stage.
+    const ScheduleOptions options{l.kind, l.pp, 1, M, 0};
+    EXPECT_EQ(stage0_peak[0], PeakInFlightActivations(options, 0));
+    EXPECT_EQ(last_peak[0], PeakInFlightActivations(options, l.pp - 1));
+    EXPECT_EQ(last_peak[0], std::min(l.pp, M));  // 1F1B's last stage holds 1
   } else {
     int total = 0;
     for (int n : stage0_peak) total += n;
@@ -268,8 +273,8 @@ std::vector<Layout> Layouts() {
     out.push_back({ScheduleKind::k1F1B, 2, 1, 2, sp, 4});
     out.push_back({ScheduleKind::kInterleaved, 2, 2, 2, sp, 4});
   }
-  // Zero-bubble schedules (#39) on GptModel, which does not split its backward: the same loss
-  // and gradients as one rank, like 1F1B. zbv also hands chunk 0's output to chunk 1 locally on
+  // Zero-bubble schedules (#39) on GptModel's split backward (BackwardInput at I, the weight
+  // gradients at W): the same loss and gradients as one rank, like 1F1B. zbv also hands chunk 0's output to chunk 1 locally on
   // stage P - 1 (and on the one stage when P = 1).
   for (int pp : {2, 4}) {
     out.push_back({ScheduleKind::kZBH1, pp, 1, 1, false, 8});
@@ -347,9 +352,11 @@ std::vector<RankStep> RunStep(ScheduleKind kind, int pp, int micro_batches) {
   return out;
 }
 
-// ZB-H1 on a model that cannot split its backward runs 1F1B's backwards in 1F1B's order (the
-// full Backward at each I, in micro-batch order; W does nothing): bit for bit 1F1B's step.
-TEST(ZeroBubbleExecutorTest, ZBH1IsBitwise1F1BWhenTheModelCannotSplit) {
+// ZB-H1 runs GptModel's split backward: each I in micro-batch order, each W later in
+// micro-batch order, the weight GEMMs on the same operands as the fused backward's (layers/
+// weight_grad_store.h), so every gradient sums the same products in the same order: bit for
+// bit 1F1B's step, the gradients GradientSync sees at its AfterBackward cues included.
+TEST(ZeroBubbleExecutorTest, ZBH1IsBitwise1F1B) {
   for (int pp : {2, 4}) {
     const std::vector<RankStep> one = RunStep(ScheduleKind::k1F1B, pp, 8);
     const std::vector<RankStep> zb = RunStep(ScheduleKind::kZBH1, pp, 8);
