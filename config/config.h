@@ -71,7 +71,7 @@ struct TrainConfig {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
-  std::string pipeline_schedule = "1f1b";         // gpipe | 1f1b | interleaved
+  std::string pipeline_schedule = "1f1b";         // gpipe | 1f1b | interleaved | zb-h1
   bool sequence_parallel = false;
   // Context parallelism: the sequence split over CP ranks, ring attention
   // (layers/context_parallel.h); CP ranks share DP's gradient reduction.

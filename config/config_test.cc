@@ -87,6 +87,17 @@ TEST(ConfigTest, InterleavingFromLayersPerVirtualStage) {
   EXPECT_EQ(c.pipeline_schedule, "interleaved");
 }
 
+TEST(ConfigTest, ZeroBubbleH1) {
+  for (const char* spelling : {"zb-h1", "zbh1"}) {
+    TrainConfig c = Base();
+    c.pipeline_model_parallel_size = 2;
+    c.pipeline_schedule = spelling;
+    ASSERT_TRUE(Finalize(&c, 2).ok()) << spelling;
+    EXPECT_EQ(c.pipeline_schedule, "zb-h1");
+    EXPECT_EQ(c.virtual_pipeline_size, 1);
+  }
+}
+
 TEST(ConfigTest, RejectsInconsistentFlags) {
   TrainConfig c = Base();
   c.global_batch_size = 30;
@@ -110,7 +121,16 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
                "--pipeline-schedule=interleaved"});
   c = Base();
   c.pipeline_schedule = "zigzag";
-  ExpectError(c, 1, {"--pipeline-schedule=zigzag"});
+  ExpectError(c, 1, {"--pipeline-schedule=zigzag", "zb-h1"});
+  c = Base();  // zb-h1 is one chunk per stage
+  c.pipeline_model_parallel_size = 2;
+  c.pipeline_schedule = "zb-h1";
+  c.num_layers_per_virtual_pipeline_stage = 1;
+  ExpectError(c, 2, {"--pipeline-schedule=zb-h1", "one chunk per stage", "gives 2"});
+  c = Base();  // zbv: the schedule exists, the trainer's V placement does not yet
+  c.pipeline_model_parallel_size = 2;
+  c.pipeline_schedule = "zbv";
+  ExpectError(c, 2, {"--pipeline-schedule=zbv is not offered", "zb-h1"});
   c = Base();
   c.tensor_model_parallel_size = 2;
   c.model.num_attention_heads = 3;

@@ -29,6 +29,7 @@ pipeline::ScheduleOptions ScheduleOf(const train::TrainConfig& c) {
   pipeline::ScheduleOptions o;
   o.kind = c.pipeline_schedule == "gpipe"         ? pipeline::ScheduleKind::kGPipe
            : c.pipeline_schedule == "interleaved" ? pipeline::ScheduleKind::kInterleaved
+           : c.pipeline_schedule == "zb-h1"       ? pipeline::ScheduleKind::kZBH1
                                                   : pipeline::ScheduleKind::k1F1B;
   o.pp = c.pipeline_model_parallel_size;
   o.vp = c.virtual_pipeline_size;
@@ -45,6 +46,11 @@ struct ActTerms {
   double lse = 0;      // P: what the attention kernel keeps (lse, or s x s probs)
   double logits = 0;   // [s/c, b, V/t] f32
   double stats = 0;    // per-token f32 vector [s/c, b] (times 1/t under SP where split)
+  // zb-h1: what a record waiting for its W keeps besides its forward's
+  // (layers/weight_grad_store.h): each linear's output gradient, under SP the
+  // column-parallel layers' gathered inputs, under full recomputation the
+  // rerun forward's linear inputs; per dense / MoE layer.
+  double stash_layer = 0, stash_moe_layer = 0;
 };
 
 // What the attention kernel keeps for its backward per layer: each row's
@@ -89,6 +95,18 @@ ActTerms Terms(const train::TrainConfig& c) {
   // (6·k·(EP − 1)/EP; fitted on plan_memory_model_test, where routing is uneven).
   const double k = static_cast<double>(m.moe_router_topk), ep = c.expert_model_parallel_size;
   a.moe_layer = layer(mlp_split * k) + k * a.x_seq * (4 + 6 * (ep - 1) / ep);
+  const double up = (m.swiglu ? 2 : 1) * ffn;  // FC1's output width / h
+  auto stash = [&](double mlp_rows) {
+    double n = a.x_full * ((heads + 2 * groups) / heads / t + 1) +   // dY of QKV, projection
+               mlp_rows * a.x_full * (up / t + 1);                    // dY of FC1, FC2
+    if (sp) n += (1 + mlp_rows) * a.x_full;                           // gathered QKV, FC1 inputs
+    if (m.recompute_full()) {
+      n += (1 + mlp_rows * ffn) * a.x_full / t + (sp ? 0 : (1 + mlp_rows) * a.x_full);
+    }
+    return n;
+  };
+  a.stash_layer = stash(1);
+  a.stash_moe_layer = stash(k);
   const double vocab = static_cast<double>(
       layers::EmbeddingParamSpecs(m, c.tensor_model_parallel_size)[0].global_shape.dim(0));
   a.logits = s * b * (vocab / t) * 4;
@@ -196,10 +214,10 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
   for (int r = 0; r < pp; ++r) {
     StageMemory& st = stages[r];
     st.pp_rank = r;
-    const int total_chunks = static_cast<int>(c.num_micro_batches) * vp;
+    // Records held at the peak (zb-h1: also those waiting for their W).
     st.in_flight = r < static_cast<int>(in_flight.size())
                        ? in_flight[r]
-                       : std::min(pipeline::WarmupForwards(schedule, r) + 1, total_chunks);
+                       : pipeline::PeakInFlightActivations(schedule, r);
     const double n = static_cast<double>(StageParameters(c, r));
     MemoryBreakdown& m = st.bytes;
     m.parameters = 4 * n + (c.bf16 ? 2 * n : 0);
@@ -226,14 +244,30 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
       rerun = std::max(rerun, rr);
     }
     const double kept_chunk = kept_sum / vp;
+    // zb-h1: stage r defers W(m) until I(m + r): at the peak the record whose
+    // I has just run and the r before it hold their whole stash.
+    double stash_chunk = 0;
+    if (schedule.kind == pipeline::ScheduleKind::kZBH1) {
+      auto range = pipeline::LayersOf(static_cast<int>(c.model.num_layers), pp, 1, r, 0);
+      if (range.ok()) {
+        for (int l = range->first; l < range->end(); ++l) {
+          stash_chunk += c.model.moe_layer(l) ? a.stash_moe_layer : a.stash_layer;
+        }
+      }
+      if (r == pp - 1) stash_chunk += a.logits;  // the output layer's dY
+      stash_chunk *= std::min<double>(r + 1, static_cast<double>(c.num_micro_batches));
+    }
     const bool last = r == pp - 1;
     const double head_kept = a.x_seq + 2 * a.stats / (c.sequence_parallel ? t : 1) + a.logits +
                              3 * a.stats;
+    // zb-h1's last stage keeps its records (their logits) until their W.
     const double heads_in_flight =
-        c.pipeline_schedule == "gpipe" ? static_cast<double>(c.num_micro_batches) : 1.0;
+        c.pipeline_schedule == "gpipe"   ? static_cast<double>(c.num_micro_batches)
+        : c.pipeline_schedule == "zb-h1" ? static_cast<double>(st.in_flight)
+                                         : 1.0;
     const double working = 2 * a.x_full + a.x_seq + 4 * a.x_full / t + (last ? a.logits : 0);
     m.activations = st.in_flight * kept_chunk + (last ? heads_in_flight * head_kept : 0) +
-                    working + rerun;
+                    working + rerun + stash_chunk;
     // Communication staging: a DP bucket while it is reduced; the SP gathers
     // and TP reductions stage one hidden state.
     double comm = 0;

@@ -53,7 +53,8 @@ int64_t StageParameters(const train::TrainConfig& c, int pp_rank);
 int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank);
 
 // Every stage's peak (`in_flight[r]`: chunk activations held by stage r;
-// empty: min(WarmupForwards(r) + 1, M·v)).
+// empty: pipeline::PeakInFlightActivations(r), i.e. min(WarmupForwards(r) + 1, M·v) but for
+// zb-h1, whose records also wait for their W).
 std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
                                        const std::vector<int>& in_flight = {});
 

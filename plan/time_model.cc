@@ -20,6 +20,9 @@ struct LayerCost {
   double fwd_comm = 0, bwd_comm = 0;        // exposed TP, CP, EP
   double attention_fwd = 0;                 // what selective recomputation reruns
   double tp_overlap_cost = 0;               // of fwd + bwd compute: --tp-comm-overlap's
+  // A split backward (zb-h1): its W, the weight-gradient GEMMs (the forward's
+  // sizes), and the TP reduction of dX they hid, exposed at I without them.
+  double weight_grad = 0, dw_hidden_comm = 0;
 };
 
 struct Ctx {
@@ -111,6 +114,8 @@ LayerCost Layer(const Ctx& x, bool moe) {
   }
   l.fwd_comm = x.options.tp_comm_overlap ? std::max(0.0, tp - fwd_gemm) : tp;
   l.bwd_comm = std::max(0.0, tp - gemm);  // dX reduction overlapped with the dW GEMM
+  l.weight_grad = gemm;
+  l.dw_hidden_comm = tp - l.bwd_comm;
   // CP: K and V around the ring, overlapped with the attention blocks.
   if (cp > 1) {
     const double kv = 2 * T * groups / t * d * x.e;
@@ -174,14 +179,19 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   const int vp = c.virtual_pipeline_size;
   // Per (stage, chunk): forward and backward seconds, and the pure-compute share.
   std::vector<std::vector<double>> fwd(pp, std::vector<double>(vp)), bwd = fwd, pure = fwd;
+  // zb-h1's split of bwd: W (weight-gradient GEMMs) and I (the rest, with the
+  // dX reductions the dW GEMMs no longer hide).
+  std::vector<std::vector<double>> bwd_w = fwd, bwd_i = fwd;
   for (int r = 0; r < pp; ++r) {
     for (int ch = 0; ch < vp; ++ch) {
       auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, vp, r, ch);
       if (!range.ok()) return range.status();
-      double f = 0, b = 0, compute = 0;
+      double f = 0, b = 0, compute = 0, w = 0, exposed = 0;
       for (int l = range->first; l < range->end(); ++l) {
         const LayerCost& lc = m.moe_layer(l) ? moe : dense;
         f += lc.fwd_compute + lc.fwd_comm;
+        w += lc.weight_grad;
+        exposed += lc.dw_hidden_comm;
         double bc = lc.bwd_compute, bm = lc.bwd_comm;
         if (m.recompute_full()) {
           bc += lc.fwd_compute;
@@ -201,10 +211,13 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
       if (virtual_stage == pp * vp - 1) {
         f += head_fwd;
         b += head_bwd;
+        w += logits_gemm;
         compute += head_fwd + head_bwd;
       }
       fwd[r][ch] = f;
       bwd[r][ch] = b;
+      bwd_w[r][ch] = w;
+      bwd_i[r][ch] = b - w + exposed;
       pure[r][ch] = compute;
     }
   }
@@ -215,6 +228,7 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   pipeline::ScheduleOptions so;
   so.kind = c.pipeline_schedule == "gpipe"         ? pipeline::ScheduleKind::kGPipe
             : c.pipeline_schedule == "interleaved" ? pipeline::ScheduleKind::kInterleaved
+            : c.pipeline_schedule == "zb-h1"       ? pipeline::ScheduleKind::kZBH1
                                                    : pipeline::ScheduleKind::k1F1B;
   so.pp = pp;
   so.vp = vp;
@@ -228,6 +242,8 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     switch (a.kind) {
       case pipeline::ActionKind::kForward: return fwd[r][a.chunk];
       case pipeline::ActionKind::kBackward: return bwd[r][a.chunk];
+      case pipeline::ActionKind::kBackwardInput: return bwd_i[r][a.chunk];
+      case pipeline::ActionKind::kBackwardWeight: return bwd_w[r][a.chunk];
       default: return p2p;
     }
   };

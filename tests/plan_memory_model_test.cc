@@ -1,5 +1,5 @@
 // The memory model against Loom itself: small GPTs trained in-process (ranks
-// as threads, local backend) for one step in 23 layouts of two model shapes (MoE with EP, and EP
+// as threads, local backend) for one step in 25 layouts of two model shapes (MoE with EP, and EP
 // with ZeRO-1, included); each rank's peak bytes per category (core/memory_stats.h, the numbers
 // --memory-report prints) against the planner's prediction for its pipeline
 // stage. The proof of issue #20: the total within 10% on every rank.
@@ -79,6 +79,9 @@ TEST(MemoryModelTest, PredictsLoomsPeakPerRankWithinTenPercent) {
   cases.push_back({gpt, Layout{1, 2, 1, 0, false, false, "gpipe"}, ""});
   cases.push_back({gpt, Layout{1, 1, 2}, "", 1});
   Layout cp2{1, 1, 1};
+  // zb-h1: records wait for their W with the deferred weight-gradient operands.
+  cases.push_back({gpt, Layout{1, 2, 1, 0, false, false, "zb-h1"}, ""});
+  cases.push_back({llama, Layout{2, 2, 1, 0, true, false, "zb-h1"}, ""});
   cp2.cp = 2;
   cases.push_back({llama, cp2, ""});
   Layout ep2{1, 1, 2};
