@@ -116,6 +116,12 @@ struct TrainConfig {
   std::string data_path;
   std::string train_data_path, valid_data_path, test_data_path;
   bool mock_data = false;
+  // Documents packed in a sample (Megatron's flags, train/data/packing.h):
+  // --reset-position-ids, --reset-attention-mask, --eod-mask-loss. They read
+  // the tokenizer's EOD id; CPU only for now.
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  bool eod_mask_loss = false;
   std::string split = "969,30,1";
   std::string tokenizer_type = "ByteLevelTokenizer";
   std::string vocab_file, merge_file;

@@ -1,3 +1,5 @@
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "config/finalize.h"
 #include "core/status_macros.h"
@@ -28,6 +30,19 @@ absl::Status Data(const TrainConfig& c) {
     return absl::InvalidArgumentError(
         "--valid-data-path / --test-data-path without --train-data-path: training needs "
         "--train-data-path (or --skip-train to evaluate only)");
+  }
+  // Packed documents: the CPU kernels take the document tables; the GPU's
+  // attention, RoPE and cross-entropy kernels do not yet.
+  const std::pair<const char*, bool> packing[] = {
+      {"--reset-position-ids", c.reset_position_ids},
+      {"--reset-attention-mask", c.reset_attention_mask},
+      {"--eod-mask-loss", c.eod_mask_loss}};
+  for (const auto& [flag, on] : packing) {
+    if (on && c.device != "cpu") {
+      return absl::UnimplementedError(absl::StrCat(
+          flag, " is not supported with --device=", c.device,
+          " yet (the GPU kernels take no document boundaries): use --device=cpu"));
+    }
   }
   // Every list parses and every corpus has its .idx and .bin, before any work.
   if (!c.data_path.empty()) {

@@ -257,11 +257,39 @@ absl::StatusOr<Tensor> GptModel::Forward(int c, const Tensor& input, const Tenso
   LOOM_ASSIGN_OR_RETURN(x, final_norm_->Forward(x, &saved->final_norm));
   LOOM_ASSIGN_OR_RETURN(Tensor logits, output_layer_->Forward(x, &saved->output));  // [s, b, V/p]
   LOOM_RETURN_IF_ERROR(loss_.ForwardOnDevice(logits, targets, &saved->loss));
+  LOOM_RETURN_IF_ERROR(WeighLoss(dropout.documents.get(), saved));
   LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kAfterForward, head_unit()));
   if (loss != nullptr) {
-    LOOM_ASSIGN_OR_RETURN(*loss, LossOf(saved->loss.sums));
+    LOOM_ASSIGN_OR_RETURN(*loss, LossOf(saved->DeviceLoss()));
   }
   return Tensor();
+}
+
+absl::Status GptModel::WeighLoss(const PackedDocuments* documents, Saved* saved) const {
+  saved->loss_weight = saved->weighted_sums = Tensor();
+  if (documents == nullptr || documents->loss_weight.empty()) return absl::OkStatus();
+  const Tensor& sums = saved->loss.sums;  // [2, s·b], rows in [s, b] order
+  const int64_t b = documents->batch, n = sums.dim(1), s = n / b;
+  if (!sums.device().is_cpu() || s * cp_.size() != documents->seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptModel: a loss mask for [", b, " rows, ", documents->seq_len,
+        " positions] (host only) does not fit the loss rows ", sums.DebugString()));
+  }
+  LOOM_ASSIGN_OR_RETURN(saved->loss_weight, Tensor::Empty(Shape{n}, core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(saved->weighted_sums, Tensor::Empty(Shape{3, n}, core::DType::kF32));
+  float* w = saved->loss_weight.data<float>();
+  for (const RowRun& run : ActivationRowRuns(TpGroup{}, cp_, s)) {
+    for (int64_t i = 0; i < run.count; ++i) {
+      for (int64_t j = 0; j < b; ++j) {
+        w[(run.local_first + i) * b + j] =
+            documents->loss_weight[j * documents->seq_len + run.global_first + i];
+      }
+    }
+  }
+  float* ws = saved->weighted_sums.data<float>();
+  std::copy_n(sums.data<float>(), 2 * n, ws);
+  std::copy_n(w, n, ws + 2 * n);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> GptModel::LossOf(const Tensor& loss_sums) const {
@@ -336,6 +364,14 @@ absl::StatusOr<Tensor> GptModel::BackwardChunk(int c, const Tensor& dy, float dl
   if (chunk.post_process) {
     LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeBackward, head_unit()));
     LOOM_ASSIGN_OR_RETURN(Tensor dlogits, loss_.Backward(saved.loss, dloss));
+    if (saved.loss_weight.defined()) {  // each row's share of the mean (CPU, f32)
+      const int64_t rows = saved.loss_weight.numel(), v = dlogits.numel() / rows;
+      float* g = dlogits.data<float>();
+      for (int64_t r = 0; r < rows; ++r) {
+        const float w = saved.loss_weight.data<float>()[r];
+        for (int64_t j = 0; j < v; ++j) g[r * v + j] *= w;
+      }
+    }
     LOOM_ASSIGN_OR_RETURN(d, output_layer_->Backward(dlogits, saved.output));
     LOOM_ASSIGN_OR_RETURN(d, final_norm_->Backward(d, saved.final_norm));
     LOOM_RETURN_IF_ERROR(UnitBackwardDone(head_unit(), defer));

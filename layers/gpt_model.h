@@ -70,13 +70,19 @@ class GptModel : public StageModel {
     LayerNorm::Saved final_norm;
     ColumnParallelLinear::Saved output;
     VocabParallelCrossEntropy::Saved loss;
+    // Packed documents with a loss mask (PackedDocuments::loss_weight): the
+    // weight of each of the chunk's loss rows [s·b] (host f32), and the sums
+    // with it as a third row (what DeviceLoss hands to LossOf).
+    core::Tensor loss_weight, weighted_sums;
     // Split backward: the weight gradients BackwardInput deferred, per unit,
     // with their operands (the output gradient of each linear layer; with SP
     // the gathered input of each column-parallel one), until BackwardWeight.
     WeightGradStore weight_grads;
     bool weight_grads_pending = false;  // BackwardInput ran, BackwardWeight not yet
     int64_t ActivationBytes() const override;  // for memory accounting
-    core::Tensor DeviceLoss() const override { return loss.sums; }
+    core::Tensor DeviceLoss() const override {
+      return weighted_sums.defined() ? weighted_sums : loss.sums;
+    }
   };
 
   // `buffer_multiple`: pad every parameter's slot in the flat buffers to a
@@ -189,12 +195,9 @@ class GptModel : public StageModel {
         chunks_(std::move(chunks)),
         loss_(tp, config.vocab_size) {}
   absl::Status BuildLayers();
-
-  GptConfig config_;
-  TpGroup tp_;
-  CpGroup cp_;
-  EpGroup ep_;
-  std::vector<ChunkSpec> chunks_;
+  // Packed documents' loss mask: fills saved->loss_weight and weighted_sums
+  // from documents->loss_weight (nothing without one).
+  absl::Status WeighLoss(const PackedDocuments* documents, Saved* saved) const;
   // Backward of chunk `c`; `defer` non-null: BackwardInput's, deferring the
   // weight gradients and the units' AfterBackward into it.
   absl::StatusOr<core::Tensor> BackwardChunk(int c, const core::Tensor& dy, float dloss,

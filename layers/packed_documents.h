@@ -22,6 +22,11 @@ struct PackedDocuments {
   // doc_start[bi * seq_len + i]: the first position of token i's document;
   // query i attends to keys doc_start..i only. Empty: causal over the row.
   std::vector<int32_t> doc_start;
+  // loss_weight[bi * seq_len + i]: the weight of token i's loss in the mean
+  // over the s·b tokens (--eod-mask-loss: mask · s·b / sum of the mask, so
+  // that mean, and under CP the ranks' mean of their means, is Megatron's
+  // masked mean). Empty: 1. CPU only.
+  std::vector<float> loss_weight;
 };
 
 }  // namespace loom::layers

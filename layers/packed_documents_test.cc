@@ -95,6 +95,7 @@ Tensor IdsOf(const Tensor& ids, int64_t row, int64_t first, int64_t n) {
 }
 
 struct Result {
+  double loss = 0;                                    // the micro-batch's mean
   std::vector<float> logits;                          // [s, b, V], global rows
   std::map<std::string, std::vector<float>> grads;    // full size, by name
 };
@@ -174,7 +175,9 @@ struct Layout {
 
 // The packed batch in `layout` (ranks as threads; PP's two stages run one
 // after the other on one thread): full logits and gradients, from rank 0.
-absl::StatusOr<Result> RunPacked(bool llama, const Layout& layout) {
+absl::StatusOr<Result> RunPacked(bool llama, const Layout& layout,
+                                 const DropoutStream& packed = Packed(),
+                                 const Tensor& all_targets = Targets()) {
   const GptConfig config = Config(llama, kSeq);
   Result result;
   absl::Status s = testing::RunRanks(
@@ -183,7 +186,7 @@ absl::StatusOr<Result> RunPacked(bool llama, const Layout& layout) {
         const CpGroup cp = layout.cp > 1 ? CpGroup{comm} : CpGroup{};
         const ContextParallelLayout cl = cp.Layout(kSeq);
         LOOM_ASSIGN_OR_RETURN(Tensor ids, SelectLocalRows(Ids(), cl));
-        LOOM_ASSIGN_OR_RETURN(Tensor targets, SelectLocalRows(Targets(), cl));
+        LOOM_ASSIGN_OR_RETURN(Tensor targets, SelectLocalRows(all_targets, cl));
         std::vector<std::unique_ptr<GptModel>> stages;
         const int64_t L = config.num_layers;
         const std::vector<std::vector<ChunkSpec>> chunks =
@@ -194,7 +197,6 @@ absl::StatusOr<Result> RunPacked(bool llama, const Layout& layout) {
           LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> m, GptModel::Create(config, tp, cp, c));
           stages.push_back(std::move(m));
         }
-        const DropoutStream packed = Packed();
         std::vector<GptModel::Saved> saved(stages.size());
         Tensor x = ids;
         double loss = 0;
@@ -207,6 +209,7 @@ absl::StatusOr<Result> RunPacked(bool llama, const Layout& layout) {
         }
         LOOM_ASSIGN_OR_RETURN(Tensor local_logits, stages.back()->GatherLogits(saved.back()));
         Result r;
+        r.loss = loss;
         const int64_t vocab = config.vocab_size;
         r.logits.assign(kSeq * kBatch * vocab, NAN);
         const std::vector<int64_t> pos = LocalPositions(cl);
@@ -229,7 +232,11 @@ absl::StatusOr<Result> RunPacked(bool llama, const Layout& layout) {
             for (size_t i = 0; i < full.size(); ++i) sum[i] += full[i];
           }
         }
-        if (cp.parallel()) {  // the other rank's rows of the logits
+        if (cp.parallel()) {  // the CP ranks' mean loss, the other rank's rows of the logits
+          Tensor l = *Tensor::Empty(Shape{1}, core::DType::kF32);
+          l.data<float>()[0] = static_cast<float>(loss / cp.size());
+          LOOM_RETURN_IF_ERROR(comm->AllReduce(l, comm::ReduceOp::kSum)->Wait());
+          r.loss = l.data<float>()[0];
           Tensor t = *Tensor::Empty(Shape{static_cast<int64_t>(r.logits.size())}, core::DType::kF32);
           for (size_t i = 0; i < r.logits.size(); ++i) {
             t.data<float>()[i] = std::isnan(r.logits[i]) ? 0.0f : r.logits[i];
@@ -285,6 +292,59 @@ TEST(PackedDocumentsSanityTest, WithoutDocumentsTheLogitsDiffer) {
     d.documents = positions_only;
     ASSERT_TRUE((*model)->Forward(0, Ids(), Targets(), d, &saved, &loss).ok());
     EXPECT_GT(MaxRelativeError(ToVector(*(*model)->GatherLogits(saved)), alone.logits), 1e-2);
+  }
+}
+
+// --eod-mask-loss: with the weights the trainer gives (mask · s·b / sum of
+// the mask) the loss is the mean over the unmasked tokens of each token's
+// loss alone, on one rank and under CP 2 (whose ranks hold different numbers
+// of masked tokens); the masked tokens' targets do not reach the gradients.
+TEST(PackedDocumentsLossMaskTest, MaskedMeanAndNoGradientFromMaskedTokens) {
+  for (bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt2");
+    const int64_t vocab = Config(llama, kSeq).vocab_size;
+    const std::vector<double> token_losses = TokenLosses(EachDocumentAlone(llama).logits, vocab);
+    // Each document's last token (where its EOD would be) is masked.
+    auto documents = std::make_shared<PackedDocuments>(*Documents());
+    documents->loss_weight.assign(kBatch * kSeq, 1.0f);
+    Tensor other_targets = *Tensor::Empty(Targets().shape(), core::DType::kI32);
+    std::copy_n(Targets().data<int32_t>(), Targets().numel(), other_targets.data<int32_t>());
+    int64_t kept = kBatch * kSeq;
+    for (int64_t row = 0; row < kBatch; ++row) {
+      for (size_t k = 0; k < kStarts[row].size(); ++k) {
+        const int64_t last = DocEnd(row, k) - 1;
+        documents->loss_weight[row * kSeq + last] = 0.0f;
+        int32_t& t = other_targets.data<int32_t>()[last * kBatch + row];
+        t = (t + 1) % vocab;
+        --kept;
+      }
+    }
+    double want = 0;
+    for (int64_t row = 0; row < kBatch; ++row) {
+      for (int64_t i = 0; i < kSeq; ++i) {
+        want += documents->loss_weight[row * kSeq + i] * token_losses[i * kBatch + row];
+      }
+    }
+    want /= kept;
+    for (float& w : documents->loss_weight) w *= static_cast<float>(kBatch * kSeq) / kept;
+    DropoutStream masked;
+    masked.documents = documents;
+    absl::StatusOr<Result> one = RunPacked(llama, Layout{}, masked);
+    absl::StatusOr<Result> other = RunPacked(llama, Layout{}, masked, other_targets);
+    absl::StatusOr<Result> cp2 = RunPacked(llama, Layout{1, false, 2}, masked);
+    absl::StatusOr<Result> unmasked = RunPacked(llama, Layout{});
+    ASSERT_TRUE(one.ok() && other.ok() && cp2.ok() && unmasked.ok());
+    EXPECT_NEAR(one->loss, want, kTolerance * want);
+    EXPECT_NEAR(cp2->loss, want, kTolerance * want);
+    EXPECT_EQ(other->loss, one->loss);
+    for (const auto& [name, g] : one->grads) {
+      EXPECT_EQ(other->grads.at(name), g) << name;
+      EXPECT_LT(MaxRelativeError(cp2->grads.at(name), g), kTolerance) << name;
+    }
+    // Sanity: the mask changes the gradients.
+    EXPECT_GT(MaxRelativeError(one->grads.at(kWordEmbeddingName),
+                               unmasked->grads.at(kWordEmbeddingName)),
+              1e-3);
   }
 }
 

@@ -67,16 +67,21 @@ absl::StatusOr<double> VocabParallelCrossEntropy::Forward(const Tensor& logits,
 }
 
 absl::StatusOr<double> VocabParallelCrossEntropy::MeanLoss(const Tensor& sums) {
-  if (sums.rank() != 2 || sums.dim(0) != 2 || sums.dtype() != core::DType::kF32) {
+  if (sums.rank() != 2 || (sums.dim(0) != 2 && sums.dim(0) != 3) ||
+      sums.dtype() != core::DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("VocabParallelCrossEntropy::MeanLoss: ",
-                                                   sums.DebugString(), ", expected f32[2, n]"));
+                                                   sums.DebugString(), ", expected f32[2, n] or [3, n]"));
   }
   const int64_t n = sums.dim(1);
   LOOM_ASSIGN_OR_RETURN(Tensor host, sums.To(core::Device::CPU()));
   const float* sum = host.data<float>();
   const float* target_logit = sum + n;
+  const float* weight = sums.dim(0) == 3 ? sum + 2 * n : nullptr;
   double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += std::log(static_cast<double>(sum[i])) - target_logit[i];
+  for (int64_t i = 0; i < n; ++i) {
+    const double loss = std::log(static_cast<double>(sum[i])) - target_logit[i];
+    total += weight == nullptr ? loss : (weight[i] == 0.0f ? 0.0 : weight[i] * loss);
+  }
   return n > 0 ? total / n : 0.0;
 }
 

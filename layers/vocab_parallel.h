@@ -62,7 +62,8 @@ class VocabParallelCrossEntropy {
   absl::Status ForwardOnDevice(const core::Tensor& logits, const core::Tensor& targets,
                                Saved* saved) const;
   // The mean loss from Saved::sums (a copy to the host, which waits for the
-  // kernels that produce it).
+  // kernels that produce it). A third row [3, n] weighs each token's loss
+  // (packed documents' loss mask): sum_i w_i loss_i / n.
   static absl::StatusOr<double> MeanLoss(const core::Tensor& sums);
   // dlogits = (softmax - onehot) · dloss / (s·b), written into a new tensor.
   absl::StatusOr<core::Tensor> Backward(const Saved& saved, float dloss) const;

@@ -128,6 +128,12 @@ ABSL_FLAG(std::string, test_data_path, D().test_data_path,
           "The test split's prefix or blend (checked; no test evaluation runs)");
 ABSL_FLAG(bool, mock_data, D().mock_data,
           "Synthetic documents instead of a corpus (written once to --data-cache-path)");
+ABSL_FLAG(bool, reset_position_ids, D().reset_position_ids,
+          "Position ids restart at 0 after each end-of-document token (packed documents)");
+ABSL_FLAG(bool, reset_attention_mask, D().reset_attention_mask,
+          "Tokens after an end-of-document token do not attend to the tokens before it");
+ABSL_FLAG(bool, eod_mask_loss, D().eod_mask_loss,
+          "No loss where the input token is the end-of-document token");
 ABSL_FLAG(std::string, split, D().split, "Train/valid/test document split weights");
 ABSL_FLAG(std::string, tokenizer_type, D().tokenizer_type,
           "ByteLevelTokenizer | GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer");
@@ -296,6 +302,9 @@ TrainConfig ConfigFromFlags() {
   c.valid_data_path = ResolveDataPath(absl::GetFlag(FLAGS_valid_data_path));
   c.test_data_path = ResolveDataPath(absl::GetFlag(FLAGS_test_data_path));
   c.mock_data = absl::GetFlag(FLAGS_mock_data);
+  c.reset_position_ids = absl::GetFlag(FLAGS_reset_position_ids);
+  c.reset_attention_mask = absl::GetFlag(FLAGS_reset_attention_mask);
+  c.eod_mask_loss = absl::GetFlag(FLAGS_eod_mask_loss);
   c.split = absl::GetFlag(FLAGS_split);
   c.tokenizer_type = absl::GetFlag(FLAGS_tokenizer_type);
   c.vocab_file = ResolveUserPath(absl::GetFlag(FLAGS_vocab_file));

@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,6 +21,7 @@
 #include "core/status_macros.h"
 #include "layers/context_parallel.h"
 #include "pipeline/layer_assignment.h"
+#include "train/data/packing.h"
 #include "train/default_data.h"
 #include "train/exit_signal.h"
 
@@ -30,6 +33,11 @@ using core::Shape;
 using core::Tensor;
 
 namespace {
+
+// Megatron's packed-document switches with the tokenizer's EOD id.
+PackingOptions PackingOf(const TrainConfig& c, int32_t eod) {
+  return {eod, c.reset_position_ids, c.reset_attention_mask, c.eod_mask_loss};
+}
 
 // A dropout stream id from (iteration, first global sample of the
 // micro-batch): the same for every parallel layout.
@@ -302,6 +310,14 @@ absl::Status Trainer::SetupData() {
                                                   {config_.vocab_file, config_.merge_file,
                                                    config_.tokenizer_model}));
   config_.model.vocab_size = tokenizer_->vocab_size();
+  if (PackingOf(config_, -1).any() && tokenizer_->eod_id() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_.reset_attention_mask ? "--reset-attention-mask"
+        : config_.reset_position_ids ? "--reset-position-ids"
+                                     : "--eod-mask-loss",
+        " finds documents by the end-of-document token, and --tokenizer-type=",
+        config_.tokenizer_type, " here has none (GPT-2: <|endoftext|>; Hugging Face: eos_token)"));
+  }
   const std::string cache = config_.data_cache_dir.empty()
                                 ? absl::StrCat(getenv("HOME") ? getenv("HOME") : "/tmp",
                                                "/.cache/loom")
@@ -364,12 +380,39 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const BlendedDatase
   LOOM_ASSIGN_OR_RETURN(mb.ids, Tensor::Empty(Shape{s, b}, core::DType::kI32));
   LOOM_ASSIGN_OR_RETURN(mb.targets, Tensor::Empty(Shape{s, b}, core::DType::kI32));
   std::vector<int32_t> tokens(s + 1);
+  // Packed documents (train/data/packing.h): the tables cover the whole
+  // sample, so a CP rank reads all of it, not only its two chunks.
+  const PackingOptions packing = PackingOf(config_, tokenizer_->eod_id());
+  const int64_t seq = config_.model.seq_length;
+  std::shared_ptr<layers::PackedDocuments> documents;
+  std::vector<int32_t> sample;
+  if (packing.any()) {
+    documents = std::make_shared<layers::PackedDocuments>();
+    documents->seq_len = seq;
+    documents->batch = b;
+    sample.resize(seq + 1);
+  }
   for (int64_t j = 0; j < b; ++j) {
     const int64_t index = SampleIndexFor(consumed, m, b, coord_.dp_rank, grid_.dp(), j);
+    if (documents != nullptr) {
+      LOOM_RETURN_IF_ERROR(
+          data.SampleTokens(index % data.num_samples(), 0, seq + 1, sample.data()));
+      const SampleMasks masks = LtorMasksAndPositionIds(sample.data(), seq, packing);
+      auto append = [](const auto& from, auto* to) {
+        to->insert(to->end(), from.begin(), from.end());
+      };
+      if (packing.reset_position_ids) append(masks.position, &documents->position);
+      if (packing.reset_attention_mask) append(masks.doc_start, &documents->doc_start);
+      if (packing.eod_mask_loss) append(masks.loss_mask, &documents->loss_weight);
+    }
     for (const layers::RowRun& run : runs) {
       // Inputs [g, g + n) and their targets [g + 1, g + n + 1).
-      LOOM_RETURN_IF_ERROR(data.SampleTokens(index % data.num_samples(), run.global_first,
-                                             run.count + 1, tokens.data()));
+      if (documents != nullptr) {
+        std::copy_n(sample.begin() + run.global_first, run.count + 1, tokens.begin());
+      } else {
+        LOOM_RETURN_IF_ERROR(data.SampleTokens(index % data.num_samples(), run.global_first,
+                                               run.count + 1, tokens.data()));
+      }
       for (int64_t i = 0; i < run.count; ++i) {  // [s, b]: sequence first
         mb.ids.data<int32_t>()[(run.local_first + i) * b + j] = tokens[i];
         mb.targets.data<int32_t>()[(run.local_first + i) * b + j] = tokens[i + 1];
@@ -395,6 +438,15 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const BlendedDatase
   mb.dropout.training = training;
   mb.dropout.stream =
       StreamId(iteration_, SampleIndexFor(consumed, m, b, coord_.dp_rank, grid_.dp(), 0), training);
+  if (documents != nullptr && packing.eod_mask_loss) {
+    // Megatron's masked mean over the micro-batch, sum(mask · loss) /
+    // sum(mask), as the model's mean over s·b tokens of weighted losses.
+    std::vector<float>& w = documents->loss_weight;
+    double kept = 0;
+    for (float x : w) kept += x;
+    for (float& x : w) x = kept > 0 ? static_cast<float>(x * w.size() / kept) : 0.0f;
+  }
+  mb.dropout.documents = std::move(documents);
   return mb;
 }
 

@@ -113,24 +113,34 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Load(const std::string& tokenizer_pat
 }
 
 absl::StatusOr<jinja::Rendered> ChatTemplate::Render(const nlohmann::ordered_json& messages,
+                                                     const nlohmann::ordered_json& tools,
                                                      bool add_generation_prompt) const {
   if (!messages.is_array()) return absl::InvalidArgumentError("\"messages\" must be a JSON array");
   jinja::List list;
   for (const Json& m : messages) {
     if (!m.is_object()) return absl::InvalidArgumentError("each message must be a JSON object");
-    list.push_back(Message(m));
+    try {
+      list.push_back(Message(m));
+    } catch (const jinja::TemplateError& e) {
+      return absl::InvalidArgumentError(e.what());
+    }
   }
   jinja::Dict variables = special_tokens_;
   variables.emplace_back("messages", jinja::Value::MakeList(std::move(list)));
-  variables.emplace_back("tools", jinja::Value());
+  try {
+    variables.emplace_back("tools", jinja::Value::FromJson(tools));
+  } catch (const jinja::TemplateError& e) {
+    return absl::InvalidArgumentError(absl::StrCat("\"tools\": ", e.what()));
+  }
   variables.emplace_back("documents", jinja::Value());
   variables.emplace_back("add_generation_prompt", jinja::Value::Bool(add_generation_prompt));
   return template_.Render(variables);
 }
 
 absl::StatusOr<ChatTokens> ChatTemplate::Tokenize(const nlohmann::ordered_json& messages,
+                                                  const nlohmann::ordered_json& tools,
                                                   const HuggingFaceTokenizer& tokenizer) const {
-  absl::StatusOr<jinja::Rendered> rendered = Render(messages);
+  absl::StatusOr<jinja::Rendered> rendered = Render(messages, tools);
   if (!rendered.ok()) return rendered.status();
   if (rendered->generation_spans.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -36,16 +36,18 @@ class ChatTemplate {
 
   // `messages`: the conversation's JSON array of {"role", "content", ...}.
   // Keys whose value is null are dropped and reasoning fields aliased, as
-  // transformers does; the template also sees add_generation_prompt,
-  // tools = documents = None, and tokenizer_config.json's special tokens
-  // (bos_token, eos_token, ...).
+  // transformers does; the template also sees `tools` (JSON null: None),
+  // add_generation_prompt, documents = None, and tokenizer_config.json's
+  // special tokens (bos_token, eos_token, ...).
   absl::StatusOr<jinja::Rendered> Render(const nlohmann::ordered_json& messages,
+                                         const nlohmann::ordered_json& tools = nullptr,
                                          bool add_generation_prompt = false) const;
 
   // Renders and tokenizes (no special tokens added: the template writes
   // them); the mask comes from the generation spans. An error when the
   // template marks no assistant tokens.
   absl::StatusOr<ChatTokens> Tokenize(const nlohmann::ordered_json& messages,
+                                      const nlohmann::ordered_json& tools,
                                       const HuggingFaceTokenizer& tokenizer) const;
 
   const std::string& file() const { return template_.file(); }

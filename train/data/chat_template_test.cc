@@ -36,7 +36,7 @@ TEST_P(ReferenceTest, TextIdsAndMasksEqualTransformers) {
     auto rendered = chat->Render(c["messages"]);
     ASSERT_TRUE(rendered.ok()) << rendered.status();
     EXPECT_EQ(rendered->text, c["text"].get<std::string>());
-    auto out = chat->Tokenize(c["messages"], **tokenizer);
+    auto out = chat->Tokenize(c["messages"], nullptr, **tokenizer);
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_EQ(out->ids, c["input_ids"].get<std::vector<int32_t>>());
     EXPECT_EQ(out->assistant_mask, c["assistant_masks"].get<std::vector<uint8_t>>());
@@ -64,6 +64,20 @@ TEST(ChatTemplateTest, TemplateFromTokenizerConfigAndSpecialTokens) {
   EXPECT_EQ(r->text, "<s>assistant:hi</s>");
 }
 
+// A conversation's tools reach the template (None without them).
+TEST(ChatTemplateTest, ToolsReachTheTemplate) {
+  const std::string dir = Tmp("tools");
+  mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/chat_template.jinja")
+      << "{% if tools is none %}none{% else %}{{ tools | tojson }}{% endif %}";
+  auto chat = ChatTemplate::Load(dir);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  Json messages = Json::parse(R"([{"role": "user", "content": "q"}])");
+  EXPECT_EQ(chat->Render(messages)->text, "none");
+  EXPECT_EQ(chat->Render(messages, Json::parse(R"([{"name": "f", "b": 1, "a": [true]}])"))->text,
+            R"([{"name": "f", "b": 1, "a": [true]}])");
+}
+
 TEST(ChatTemplateTest, ErrorsNameTheFile) {
   const std::string dir = Tmp("no_template");
   mkdir(dir.c_str(), 0755);
@@ -85,7 +99,7 @@ TEST(ChatTemplateTest, ErrorsNameTheFile) {
   auto tokenizer = HuggingFaceTokenizer::Load(std::string(kChat) + "qwen2_style");
   ASSERT_TRUE(tokenizer.ok());
   auto out = no_generation->Tokenize(
-      Json::parse(R"([{"role": "assistant", "content": "x"}])"), **tokenizer);
+      Json::parse(R"([{"role": "assistant", "content": "x"}])"), nullptr, **tokenizer);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().message(),
             dir + "/chat_template.jinja: the template marks no assistant tokens (it needs "

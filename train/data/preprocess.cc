@@ -76,8 +76,9 @@ absl::Status AddDocument(IndexedDatasetWriter* writer, const std::vector<int32_t
   return s.ok() ? writer->EndDocument() : s;
 }
 
-// One conversation line -> its messages, checked before the template sees
-// them (errors without the file:line prefix, which the caller adds).
+// One conversation line -> its JSON object, the messages checked before the
+// template sees them (errors without the file:line prefix, which the caller
+// adds).
 absl::StatusOr<nlohmann::ordered_json> Conversation(const std::string& line) {
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
@@ -99,7 +100,7 @@ absl::StatusOr<nlohmann::ordered_json> Conversation(const std::string& line) {
     return absl::InvalidArgumentError(
         "the conversation has no assistant turn (nothing to train on)");
   }
-  return std::move(j["messages"]);
+  return j;
 }
 
 }  // namespace
@@ -207,9 +208,12 @@ absl::StatusOr<PreprocessStats> PreprocessSft(const PreprocessOptions& options,
       auto at = [&](const absl::Status& s) {
         return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", s.message()));
       };
-      absl::StatusOr<nlohmann::ordered_json> messages = Conversation(line);
-      if (!messages.ok()) return at(messages.status());
-      absl::StatusOr<ChatTokens> chat = chat_template.Tokenize(*messages, tokenizer);
+      absl::StatusOr<nlohmann::ordered_json> conversation = Conversation(line);
+      if (!conversation.ok()) return at(conversation.status());
+      const nlohmann::ordered_json no_tools;
+      const auto tools = conversation->find("tools");
+      absl::StatusOr<ChatTokens> chat = chat_template.Tokenize(
+          (*conversation)["messages"], tools == conversation->end() ? no_tools : *tools, tokenizer);
       if (!chat.ok()) return at(chat.status());
       if (options.append_eod) {
         chat->ids.push_back(tokenizer.eod_id());

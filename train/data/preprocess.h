@@ -43,7 +43,8 @@ absl::StatusOr<PreprocessStats> Preprocess(const PreprocessOptions& options,
                                            const ProgressFn& progress = nullptr);
 
 // Supervised fine-tuning (--sft): each JSON line {"messages": [{"role": ...,
-// "content": ...}, ...]} is one conversation, rendered with the model's chat
+// "content": ...}, ...]} (with "tools", when there, passed to the template
+// as apply_chat_template's tools=) is one conversation, rendered with the model's chat
 // template and tokenized as transformers' apply_chat_template(...,
 // return_assistant_tokens_mask=True) does, into one document of
 // <prefix>.bin/.idx plus its loss mask in <prefix>_loss_mask.bin/.idx (1 on
