@@ -64,7 +64,7 @@ ModelConfig ModelConfigProto(const layers::GptConfig& c) {
   m.set_seed(c.seed);
   // A training setting, recorded for export (Mixtral's router_aux_loss_coef).
   if (c.moe()) {
-    m.set_moe_aux_loss_coeff(c.moe_router_load_balancing_type == "aux_loss" ? c.moe_aux_loss_coeff
+    m.set_moe_aux_loss_coeff(c.moe_router_load_balancing_type == layers::MoeLoadBalancing::kAuxLoss ? c.moe_aux_loss_coeff
                                                                             : 0.0f);
   }
   return m;

@@ -40,7 +40,7 @@ inline LrSchedule DefaultLrSchedule() {
   LrSchedule lr;
   lr.lr = 1e-3f;
   lr.min_lr = 1e-4f;
-  lr.style = "cosine";
+  lr.style = LrDecayStyle::kCosine;
   lr.warmup_iters = -1;  // Finalize: min(20, --train-iters / 10)
   lr.decay_iters = 0;    // Finalize: --train-iters
   return lr;

@@ -7,10 +7,6 @@
 namespace loom::train {
 
 absl::Status LrSchedule::Validate() const {
-  if (style != "constant" && style != "linear" && style != "cosine") {
-    return absl::InvalidArgumentError(absl::StrCat("--lr-decay-style=", style,
-                                                   ": expected constant, linear or cosine"));
-  }
   if (lr < 0 || min_lr < 0 || min_lr > lr) {
     return absl::InvalidArgumentError(
         absl::StrCat("--lr (", lr, ") and --min-lr (", min_lr, ") must satisfy 0 <= min-lr <= lr"));
@@ -31,11 +27,12 @@ float LrSchedule::At(int64_t iter) const {
   if (warmup_iters > 0 && step <= warmup_iters) {
     return lr * static_cast<float>(step) / static_cast<float>(warmup_iters);
   }
-  if (style == "constant") return lr;
+  if (style == LrDecayStyle::kConstant) return lr;
   if (step >= decay_iters) return min_lr;
   const double progress =
       static_cast<double>(step - warmup_iters) / static_cast<double>(decay_iters - warmup_iters);
-  const double coeff = style == "linear" ? 1.0 - progress : 0.5 * (std::cos(M_PI * progress) + 1.0);
+  const double coeff = style == LrDecayStyle::kLinear ? 1.0 - progress
+                                                      : 0.5 * (std::cos(M_PI * progress) + 1.0);
   return static_cast<float>(min_lr + coeff * (lr - min_lr));
 }
 

@@ -4,8 +4,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/enum_names.h"
 
 namespace loom::train {
+
+// --lr-decay-style.
+enum class LrDecayStyle { kConstant, kLinear, kCosine };
+LOOM_ENUM_NAMES(LrDecayStyle, {LrDecayStyle::kConstant, "constant"},
+                {LrDecayStyle::kLinear, "linear"}, {LrDecayStyle::kCosine, "cosine"})
 
 // Megatron's learning-rate schedule: linear warm-up from 0 to `lr` over
 // `warmup_iters`, then decay to `min_lr` by `decay_iters` (constant, linear
@@ -14,7 +20,7 @@ namespace loom::train {
 struct LrSchedule {
   float lr = 3e-4f;           // --lr
   float min_lr = 0.0f;        // --min-lr
-  std::string style = "cosine";  // --lr-decay-style: constant | linear | cosine
+  LrDecayStyle style = LrDecayStyle::kCosine;  // --lr-decay-style
   int64_t warmup_iters = 0;   // --lr-warmup-iters
   int64_t decay_iters = 0;    // --lr-decay-iters (0: --train-iters)
 

@@ -38,11 +38,12 @@ absl::string_view EnumName(E value) {
   return "?";  // a value cast from an integer outside the enum
 }
 
-// "a | b": the choices, in declaration order.
+// "a | b": the choices, in declaration order (an empty spelling, a flag's
+// "unset", shows as "").
 template <class E>
 std::string EnumChoices() {
   return absl::StrJoin(Spellings(E{}), " | ", [](std::string* out, const EnumSpelling<E>& s) {
-    absl::StrAppend(out, s.name);
+    absl::StrAppend(out, s.name.empty() ? "\"\"" : s.name);
   });
 }
 

@@ -12,6 +12,10 @@ enum class Fruit { kApple, kPear, kQuince };
 LOOM_ENUM_NAMES(Fruit, {Fruit::kApple, "apple"}, {Fruit::kPear, "Pear"},
                 {Fruit::kQuince, "quince"})
 
+// A flag whose unset value is the empty string (Megatron's None).
+enum class Mode { kUnset, kFast };
+LOOM_ENUM_NAMES(Mode, {Mode::kUnset, ""}, {Mode::kFast, "fast"})
+
 }  // namespace loom::test_enum
 
 ABSL_FLAG(loom::test_enum::Fruit, fruit, loom::test_enum::Fruit::kPear, "a fruit");
@@ -34,6 +38,12 @@ TEST(EnumNamesTest, ParseIsExactAndItsErrorNamesWhatAndTheChoices) {
   absl::StatusOr<Fruit> bad = ParseEnum<Fruit>("fig", "--fruit");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "--fruit is 'fig'; expected one of apple | Pear | quince");
+}
+
+TEST(EnumNamesTest, AnEmptySpellingIsAChoiceShownQuoted) {
+  EXPECT_EQ(FindEnum<test_enum::Mode>(""), test_enum::Mode::kUnset);
+  EXPECT_EQ(EnumName(test_enum::Mode::kUnset), "");
+  EXPECT_EQ(EnumChoices<test_enum::Mode>(), "\"\" | fast");
 }
 
 TEST(EnumNamesTest, AbslFlagParsesAndUnparsesTheSpellings) {

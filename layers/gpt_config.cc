@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/enum_names.h"
 #include "core/status_macros.h"
 #include "layers/vocab_parallel.h"
 
@@ -143,12 +144,6 @@ absl::Status ValidateMoe(const GptConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--moe-layer-freq (", c.moe_layer_freq, ") must be >= 1 (layer l is MoE when l % N == 0)"));
   }
-  if (c.moe_router_load_balancing_type != "aux_loss" &&
-      c.moe_router_load_balancing_type != "none") {
-    return absl::InvalidArgumentError(absl::StrCat("--moe-router-load-balancing-type=",
-                                                   c.moe_router_load_balancing_type,
-                                                   ": expected aux_loss or none"));
-  }
   if (!(c.moe_aux_loss_coeff >= 0) || !(c.moe_z_loss_coeff >= 0) ||
       !(c.moe_expert_capacity_factor >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -175,18 +170,10 @@ absl::Status ValidateMoe(const GptConfig& c) {
 }
 
 absl::Status ValidateRecompute(const GptConfig& c, int64_t layers_per_chunk) {
-  const std::string& g = c.recompute_granularity;
-  const std::string& m = c.recompute_method;
-  if (!g.empty() && g != "full" && g != "selective") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--recompute-granularity=", g, ": expected full or selective"));
-  }
-  if (!m.empty() && m != "uniform" && m != "block") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--recompute-method=", m, ": expected uniform or block"));
-  }
-  if (g != "full") {
-    if (!m.empty()) {
+  const absl::string_view g = core::EnumName(c.recompute_granularity);
+  const absl::string_view m = core::EnumName(c.recompute_method);
+  if (!c.recompute_full()) {
+    if (c.recompute_method != RecomputeMethod::kNone) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--recompute-method=", m, " needs --recompute-granularity=full (got ",
           g.empty() ? "none" : g, "; selective always recomputes the attention core of every "
@@ -196,11 +183,12 @@ absl::Status ValidateRecompute(const GptConfig& c, int64_t layers_per_chunk) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--recompute-num-layers (", c.recompute_num_layers,
           ") needs --recompute-granularity=full and --recompute-method (got ",
-          g.empty() ? "no --recompute-granularity" : "--recompute-granularity=" + g, ")"));
+          g.empty() ? "no --recompute-granularity" : absl::StrCat("--recompute-granularity=", g),
+          ")"));
     }
     return absl::OkStatus();
   }
-  if (m.empty()) {
+  if (c.recompute_method == RecomputeMethod::kNone) {
     return absl::InvalidArgumentError(
         "--recompute-granularity=full needs --recompute-method=uniform (groups of "
         "--recompute-num-layers layers) or block (the first --recompute-num-layers layers of "

@@ -11,6 +11,21 @@
 
 namespace loom::layers {
 
+// --moe-router-load-balancing-type (Megatron's aux_loss and none; Loom has
+// no sinkhorn or seq_aux_loss).
+enum class MoeLoadBalancing { kAuxLoss, kNone };
+LOOM_ENUM_NAMES(MoeLoadBalancing, {MoeLoadBalancing::kAuxLoss, "aux_loss"},
+                {MoeLoadBalancing::kNone, "none"})
+// --recompute-granularity: none ("", Megatron's unset) | full | selective.
+enum class RecomputeGranularity { kNone, kFull, kSelective };
+LOOM_ENUM_NAMES(RecomputeGranularity, {RecomputeGranularity::kNone, ""},
+                {RecomputeGranularity::kFull, "full"},
+                {RecomputeGranularity::kSelective, "selective"})
+// --recompute-method (with full): none ("", unset) | uniform | block.
+enum class RecomputeMethod { kNone, kUniform, kBlock };
+LOOM_ENUM_NAMES(RecomputeMethod, {RecomputeMethod::kNone, ""}, {RecomputeMethod::kUniform, "uniform"},
+                {RecomputeMethod::kBlock, "block"})
+
 // The model: its architecture (layers/gpt_architecture.h: the fields a
 // checkpoint saves and compares, each declared once there) and how it runs
 // here (initialisation, placement, recomputation, MoE execution), named after
@@ -36,8 +51,8 @@ struct GptConfig : GptArchitecture {
   //     inputs kept), the rest keep everything.
   //   --recompute-num-layers: N, 1 .. layers per (virtual pipeline) chunk with
   //     full; 0 (unset) otherwise.
-  std::string recompute_granularity;
-  std::string recompute_method;
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
+  RecomputeMethod recompute_method = RecomputeMethod::kNone;
   int64_t recompute_num_layers = 0;
 
   // Mixture of experts (Megatron's flags; layers/moe.h). 0 experts: dense.
@@ -51,7 +66,7 @@ struct GptConfig : GptArchitecture {
   //     ceil(tokens · K / E · C) assignments, the most probable ones;
   //     --moe-pad-expert-input-to-capacity pads every expert to that many rows.
   // (--num-experts, --moe-router-topk and --moe-layer-freq are architecture.)
-  std::string moe_router_load_balancing_type = "aux_loss";
+  MoeLoadBalancing moe_router_load_balancing_type = MoeLoadBalancing::kAuxLoss;
   float moe_aux_loss_coeff = 0.0f;
   float moe_z_loss_coeff = 0.0f;
   float moe_expert_capacity_factor = 0.0f;
@@ -60,8 +75,10 @@ struct GptConfig : GptArchitecture {
   // instead of one expert after the other (same numbers).
   bool moe_grouped_gemm = false;
 
-  bool recompute_full() const { return recompute_granularity == "full"; }
-  bool recompute_selective() const { return recompute_granularity == "selective"; }
+  bool recompute_full() const { return recompute_granularity == RecomputeGranularity::kFull; }
+  bool recompute_selective() const {
+    return recompute_granularity == RecomputeGranularity::kSelective;
+  }
 };
 
 // Checks that the model can be laid out over tp x pp (x vp chunks per stage)

@@ -50,9 +50,9 @@ std::vector<BlockRun> RecomputePlan(const GptConfig& c, int64_t n) {
   const int64_t per = std::max<int64_t>(1, c.recompute_num_layers);
   for (int64_t i = 0; i < n;) {
     BlockRun r{i, 1, false};
-    if (c.recompute_full() && c.recompute_method == "uniform") {
+    if (c.recompute_full() && c.recompute_method == RecomputeMethod::kUniform) {
       r = {i, std::min(per, n - i), true};
-    } else if (c.recompute_full() && c.recompute_method == "block") {
+    } else if (c.recompute_full() && c.recompute_method == RecomputeMethod::kBlock) {
       r.recompute = i < c.recompute_num_layers;
     }
     runs.push_back(r);

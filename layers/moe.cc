@@ -24,7 +24,7 @@ MoeOptions MoeOptionsOf(const GptConfig& c) {
   o.experts = c.num_experts;
   o.topk = c.moe_router_topk;
   o.swiglu = c.swiglu;
-  o.aux_loss = c.moe_router_load_balancing_type == "aux_loss";
+  o.aux_loss = c.moe_router_load_balancing_type == MoeLoadBalancing::kAuxLoss;
   o.aux_loss_coeff = c.moe_aux_loss_coeff;
   o.z_loss_coeff = c.moe_z_loss_coeff;
   o.capacity_factor = c.moe_expert_capacity_factor;

@@ -232,9 +232,6 @@ TEST(MoeConfigTest, FlagsAreChecked) {
   c.add_bias_linear = true;
   EXPECT_NE(message(c).find("--disable-bias-linear"), std::string::npos);
   c = MoeConfig();
-  c.moe_router_load_balancing_type = "sinkhorn";
-  EXPECT_NE(message(c).find("--moe-router-load-balancing-type=sinkhorn"), std::string::npos);
-  c = MoeConfig();
   c.moe_pad_expert_input_to_capacity = true;
   EXPECT_NE(message(c).find("--moe-pad-expert-input-to-capacity needs"), std::string::npos);
   c = MoeConfig();

@@ -18,6 +18,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "core/bench_util/bench_util.h"
+#include "core/enum_names.h"
 #include "core/memory_stats.h"
 #include "layers/gpt_model.h"
 #include "layers/test_util.h"
@@ -45,17 +46,17 @@ double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 bool Apply(const std::string& s, GptConfig* c) {
   if (s == "none") return true;
   if (s == "selective") {
-    c->recompute_granularity = "selective";
+    c->recompute_granularity = loom::layers::RecomputeGranularity::kSelective;
     return true;
   }
-  c->recompute_granularity = "full";
-  c->recompute_method = "uniform";
+  c->recompute_granularity = loom::layers::RecomputeGranularity::kFull;
+  c->recompute_method = loom::layers::RecomputeMethod::kUniform;
   c->recompute_num_layers = 1;
   if (s == "full") return true;
   for (const char* method : {"uniform", "block"}) {
     const std::string prefix = std::string("full-") + method + "-";
     if (s.rfind(prefix, 0) == 0) {
-      c->recompute_method = method;
+      c->recompute_method = loom::core::FindEnum<loom::layers::RecomputeMethod>(method).value();
       c->recompute_num_layers = std::stoll(s.substr(prefix.size()));
       return true;
     }

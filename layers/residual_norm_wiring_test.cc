@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/enum_names.h"
 #include "core/ops/kernel_choice.h"
 #include "core/ops/testing/fake_device.h"
 #include "core/status_macros.h"
@@ -129,8 +130,8 @@ absl::Status ModelStep(GptConfig config, TpGroup tp, core::Device device, bool f
   config.num_layers = 2;
   config.device = device;
   if (full) {
-    config.recompute_granularity = "full";
-    config.recompute_method = "uniform";
+    config.recompute_granularity = RecomputeGranularity::kFull;
+    config.recompute_method = RecomputeMethod::kUniform;
     config.recompute_num_layers = 1;
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, tp));

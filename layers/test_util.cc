@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/testing/ranks_as_threads.h"
+#include "core/enum_names.h"
 #include "layers/mappings.h"
 
 namespace loom::layers::testing {
@@ -67,8 +68,8 @@ std::string Recompute::Name() const {
 }
 
 GptConfig Recompute::Apply(GptConfig c) const {
-  c.recompute_granularity = granularity;
-  c.recompute_method = method;
+  c.recompute_granularity = core::FindEnum<RecomputeGranularity>(granularity).value();
+  c.recompute_method = core::FindEnum<RecomputeMethod>(method).value();
   c.recompute_num_layers = n;
   return c;
 }

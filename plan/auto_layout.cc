@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/enum_names.h"
 #include "plan/builtin_hardware.h"
 #include "plan/layout.h"
 
@@ -45,8 +46,8 @@ std::string Describe(const train::TrainConfig& c, const std::set<std::string>& f
   absl::StrAppend(&s, ", micro-batch ", c.micro_batch_size, Mark(fixed, "micro_batch_size"));
   const bool recompute_typed =
       typed("recompute_granularity") || typed("recompute_method") || typed("recompute_num_layers");
-  if (!c.model.recompute_granularity.empty()) {
-    absl::StrAppend(&s, ", recompute ", c.model.recompute_granularity,
+  if (c.model.recompute_granularity != layers::RecomputeGranularity::kNone) {
+    absl::StrAppend(&s, ", recompute ", core::EnumName(c.model.recompute_granularity),
                     recompute_typed ? " (typed)" : "");
   } else if (recompute_typed) {
     absl::StrAppend(&s, ", no recompute (typed)");
@@ -171,10 +172,14 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
       absl::StrCat("--expert_model_parallel_size=", t.expert_model_parallel_size),
       absl::StrCat("--sequence_parallel=", Bool(t.sequence_parallel)),
       absl::StrCat("--micro_batch_size=", t.micro_batch_size),
-      absl::StrCat("--recompute_granularity=", t.model.recompute_granularity),
-      absl::StrCat("--recompute_method=", t.model.recompute_method),
+      absl::StrCat("--recompute_granularity=", core::EnumName(t.model.recompute_granularity)),
+      absl::StrCat("--recompute_method=", core::EnumName(t.model.recompute_method)),
       absl::StrCat("--recompute_num_layers=", t.model.recompute_num_layers),
       absl::StrCat("--use_distributed_optimizer=", Bool(t.optimizer.distributed)),
+      absl::StrCat("--data_parallel_sharding_strategy=",
+                   t.optimizer.shard_gradients ? "optim_grads"
+                   : t.optimizer.distributed   ? "optim"
+                                               : "no_shard"),
       absl::StrCat("--overlap_param_gather=", Bool(t.overlap_param_gather)),
   };
 

@@ -126,11 +126,11 @@ TEST(AutoLayout, TypedDistributedOptimizerOnAndOff) {
 // --recompute-method=block alone: the planner fills in full granularity.
 TEST(AutoLayout, TypedRecomputeFieldReplacesItsOwn) {
   train::TrainConfig c = Tiny();
-  c.model.recompute_method = "block";
+  c.model.recompute_method = layers::RecomputeMethod::kBlock;
   absl::StatusOr<AutoLayout> a = ChooseLayout(c, 2, Cpu(), "cpu", {"recompute_method"});
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(a->config.model.recompute_granularity, "full");
-  EXPECT_EQ(a->config.model.recompute_method, "block");
+  EXPECT_EQ(a->config.model.recompute_granularity, layers::RecomputeGranularity::kFull);
+  EXPECT_EQ(a->config.model.recompute_method, layers::RecomputeMethod::kBlock);
   EXPECT_TRUE(absl::StrContains(a->log_line, ", recompute full (typed)")) << a->log_line;
 }
 

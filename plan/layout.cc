@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "core/enum_names.h"
 
 namespace loom::plan {
 namespace {
@@ -40,19 +41,44 @@ std::vector<T> Tried(const SearchOptions& o, const char* flag, T typed, std::vec
   return values;
 }
 
+enum class Sharding { kNoShard, kOptim, kOptimGrads };
+
+// `c`'s strategy, typed (--data-parallel-sharding-strategy) or finalized.
+Sharding ShardingOf(const train::TrainConfig& c) {
+  const std::string& typed = c.data_parallel_sharding_strategy;
+  if (typed == "optim_grads") return Sharding::kOptimGrads;
+  if (typed == "optim") return Sharding::kOptim;
+  if (typed == "no_shard") return Sharding::kNoShard;
+  return c.optimizer.shard_gradients ? Sharding::kOptimGrads
+         : c.optimizer.distributed   ? Sharding::kOptim
+                                     : Sharding::kNoShard;
+}
+
+void SetSharding(Sharding s, train::TrainConfig* c) {
+  c->optimizer.distributed = s != Sharding::kNoShard;
+  c->optimizer.shard_gradients = s == Sharding::kOptimGrads;
+  // Finalize reads the strategy from here.
+  c->data_parallel_sharding_strategy = s == Sharding::kOptimGrads ? "optim_grads"
+                                       : s == Sharding::kOptim    ? "optim"
+                                                                  : "no_shard";
+  if (s == Sharding::kNoShard) c->overlap_param_gather = false;
+}
+
 struct Recompute {
-  std::string granularity;
-  std::string method;
+  layers::RecomputeGranularity granularity;
+  layers::RecomputeMethod method;
   int64_t layers;
 };
 
 // None, selective and full (uniform 1), each with the typed recompute fields
 // in place of its own (so --recompute-method=block alone tries full block 1).
 std::vector<Recompute> Recomputes(const train::TrainConfig& base, const SearchOptions& o) {
-  std::vector<Recompute> tried = {{"", "", 0}};
+  using G = layers::RecomputeGranularity;
+  using M = layers::RecomputeMethod;
+  std::vector<Recompute> tried = {{G::kNone, M::kNone, 0}};
   if (o.try_recompute) {
-    tried.push_back({"selective", "", 0});
-    tried.push_back({"full", "uniform", 1});
+    tried.push_back({G::kSelective, M::kNone, 0});
+    tried.push_back({G::kFull, M::kUniform, 1});
   }
   std::vector<Recompute> out;
   for (Recompute r : tried) {
@@ -117,9 +143,10 @@ std::string FixedFlags(const train::TrainConfig& c, const std::set<std::string>&
       {"context_parallel_size", absl::StrCat(c.context_parallel_size)},
       {"expert_model_parallel_size", absl::StrCat(c.expert_model_parallel_size)},
       {"micro_batch_size", absl::StrCat(c.micro_batch_size)},
-      {"recompute_granularity", c.model.recompute_granularity},
-      {"recompute_method", c.model.recompute_method},
+      {"recompute_granularity", std::string(core::EnumName(c.model.recompute_granularity))},
+      {"recompute_method", std::string(core::EnumName(c.model.recompute_method))},
       {"recompute_num_layers", absl::StrCat(c.model.recompute_num_layers)},
+      {"data_parallel_sharding_strategy", c.data_parallel_sharding_strategy},
   };
   const std::map<std::string, bool> switches = {
       {"sequence_parallel", c.sequence_parallel},
@@ -241,10 +268,14 @@ std::string DescribeLayout(const train::TrainConfig& c) {
   if (c.expert_model_parallel_size > 1) absl::StrAppend(&s, " EP ", c.expert_model_parallel_size);
   if (c.sequence_parallel) absl::StrAppend(&s, " SP");
   absl::StrAppend(&s, " mbs ", c.micro_batch_size);
-  if (!c.model.recompute_granularity.empty()) {
-    absl::StrAppend(&s, " rc ", c.model.recompute_granularity);
+  if (c.model.recompute_granularity != layers::RecomputeGranularity::kNone) {
+    absl::StrAppend(&s, " rc ", core::EnumName(c.model.recompute_granularity));
   }
-  if (c.optimizer.distributed) absl::StrAppend(&s, " dist-opt");
+  if (c.optimizer.shard_gradients) {
+    absl::StrAppend(&s, " optim_grads");
+  } else if (c.optimizer.distributed) {
+    absl::StrAppend(&s, " dist-opt");
+  }
   return s;
 }
 
@@ -263,10 +294,10 @@ std::string LayoutFlags(const train::TrainConfig& c) {
   }
   if (c.sequence_parallel) absl::StrAppend(&s, " --sequence-parallel");
   absl::StrAppend(&s, " --micro-batch-size=", c.micro_batch_size);
-  if (!c.model.recompute_granularity.empty()) {
-    absl::StrAppend(&s, " --recompute-granularity=", c.model.recompute_granularity);
-    if (!c.model.recompute_method.empty()) {
-      absl::StrAppend(&s, " --recompute-method=", c.model.recompute_method,
+  if (c.model.recompute_granularity != layers::RecomputeGranularity::kNone) {
+    absl::StrAppend(&s, " --recompute-granularity=", core::EnumName(c.model.recompute_granularity));
+    if (c.model.recompute_method != layers::RecomputeMethod::kNone) {
+      absl::StrAppend(&s, " --recompute-method=", core::EnumName(c.model.recompute_method),
                       " --recompute-num-layers=", c.model.recompute_num_layers);
     }
   }

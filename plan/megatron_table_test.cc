@@ -143,7 +143,7 @@ bool FollowsAssumptions(const train::TrainConfig& c) {
                          ? c.virtual_pipeline_size == 1
                          : c.virtual_pipeline_size == per_stage;
   return c.sequence_parallel == (c.tensor_model_parallel_size > 1) && vp_ok &&
-         c.micro_batch_size == 1 && c.model.recompute_granularity.empty() &&
+         c.micro_batch_size == 1 && c.model.recompute_granularity == layers::RecomputeGranularity::kNone &&
          c.optimizer.distributed;
 }
 

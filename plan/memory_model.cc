@@ -131,7 +131,7 @@ void ChunkKept(const train::TrainConfig& c, const ActTerms& a, int first, int co
     *rerun = a.lse;
   } else if (m.recompute_full()) {
     const int64_t n = std::max<int64_t>(1, m.recompute_num_layers);
-    if (m.recompute_method == "block") {
+    if (m.recompute_method == layers::RecomputeMethod::kBlock) {
       double rest = 0;
       for (int l = first + static_cast<int>(std::min<int64_t>(n, count)); l < first + count; ++l) {
         rest += layer(l);

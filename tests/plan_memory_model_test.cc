@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/memory_stats.h"
 #include "gtest/gtest.h"
 #include "plan/memory_model.h"
@@ -45,14 +46,15 @@ train::TrainConfig ConfigOf(const Case& c) {
   config.global_batch_size = 8;
   if (c.layout.pp > 1 && c.layout.vp_layers > 0) config.global_batch_size = 8;
   config.optimizer.bucket_bytes = 1 << 20;
-  config.model.recompute_granularity = c.recompute;
+  config.model.recompute_granularity =
+      core::FindEnum<layers::RecomputeGranularity>(c.recompute).value();
   if (c.experts > 0) {
     config.model.num_experts = c.experts;
     config.model.moe_router_topk = 2;
     config.model.add_bias_linear = false;
   }
   if (c.recompute == "full") {
-    config.model.recompute_method = "uniform";
+    config.model.recompute_method = layers::RecomputeMethod::kUniform;
     config.model.recompute_num_layers = 1;
   }
   return config;

@@ -40,17 +40,17 @@ ABSL_FLAG(float, layernorm_epsilon, D().model.layernorm_epsilon,
           "Megatron's older name of --norm-epsilon (--norm-epsilon wins when both are set)");
 ABSL_FLAG(float, init_method_std, D().model.init_method_std, "Std of the normal weight init");
 // Activation recomputation (Megatron's flags; layers/gpt_config.h).
-ABSL_FLAG(std::string, recompute_granularity, D().model.recompute_granularity,
+ABSL_FLAG(loom::layers::RecomputeGranularity, recompute_granularity, D().model.recompute_granularity,
           "Activation recomputation: full (rerun whole layers in the backward, with "
           "--recompute-method) | selective (rerun only the attention core); empty: none");
-ABSL_FLAG(std::string, recompute_method, D().model.recompute_method,
+ABSL_FLAG(loom::layers::RecomputeMethod, recompute_method, D().model.recompute_method,
           "With --recompute-granularity=full: uniform (each chunk's layers in groups of "
           "--recompute-num-layers, only group inputs kept) | block (the first "
           "--recompute-num-layers layers of each chunk recomputed)");
 ABSL_FLAG(int64_t, recompute_num_layers, D().model.recompute_num_layers,
           "N for --recompute-method: 1 .. layers per model chunk (0: unset)");
 // Mixture of experts (Megatron's flags; layers/moe.h).
-ABSL_FLAG(std::string, moe_router_load_balancing_type, D().model.moe_router_load_balancing_type,
+ABSL_FLAG(loom::layers::MoeLoadBalancing, moe_router_load_balancing_type, D().model.moe_router_load_balancing_type,
           "aux_loss (Switch load-balancing loss) | none");
 ABSL_FLAG(float, moe_aux_loss_coeff, D().model.moe_aux_loss_coeff,
           "Weight of the load-balancing loss");
@@ -97,7 +97,7 @@ ABSL_FLAG(int64_t, global_batch_size, D().global_batch_size, "Samples per step o
 ABSL_FLAG(int64_t, train_iters, D().train_iters, "Training steps");
 ABSL_FLAG(float, lr, D().lr.lr, "Peak learning rate");
 ABSL_FLAG(float, min_lr, D().lr.min_lr, "Final learning rate");
-ABSL_FLAG(std::string, lr_decay_style, D().lr.style, "constant | linear | cosine");
+ABSL_FLAG(loom::train::LrDecayStyle, lr_decay_style, D().lr.style, "constant | linear | cosine");
 ABSL_FLAG(int64_t, lr_warmup_iters, D().lr.warmup_iters,
           "Linear warm-up steps (-1: min(20, --train-iters / 10))");
 ABSL_FLAG(int64_t, lr_decay_iters, D().lr.decay_iters, "Decay steps (0: --train-iters)");

@@ -9,6 +9,7 @@
 
 #include "absl/flags/reflection.h"
 #include "comm/launch/flags.h"
+#include "core/cli.h"
 #include "gtest/gtest.h"
 #include "train/test_util.h"
 
@@ -263,6 +264,19 @@ TEST(GptFlagsTest, LlamaStyleModelFlags) {
     s = core::CheckFlagArgs({"gpt", core::NormalizeFlagName("--position-embedding-type"), "alibi"});
     EXPECT_NE(s.message().find("'alibi': expected one of learned_absolute | rope"),
               std::string::npos)
+        << s;
+    // The execution options' enums too ("" is Megatron's unset: no recomputation).
+    s = core::CheckFlagArgs({"gpt", core::NormalizeFlagName("--recompute-granularity=everything")});
+    EXPECT_NE(s.message().find("'everything': expected one of \"\" | full | selective"),
+              std::string::npos)
+        << s;
+    s = core::CheckFlagArgs({"gpt", core::NormalizeFlagName("--lr-decay-style=step"),
+                             core::NormalizeFlagName("--moe-router-load-balancing-type=sinkhorn")});
+    EXPECT_NE(s.message().find("--lr-decay-style=step: Illegal value 'step': expected one of "
+                               "constant | linear | cosine"),
+              std::string::npos)
+        << s;
+    EXPECT_NE(s.message().find("'sinkhorn': expected one of aux_loss | none"), std::string::npos)
         << s;
   }
   {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/bench_util/bench_util.h"
+#include "core/enum_names.h"
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/time_model.h"
@@ -60,9 +61,10 @@ int main(int argc, char** argv) {
     c.hidden_dropout = 0;
     c.log_interval = 1;
     c.optimizer.bucket_bytes = 4 << 20;
-    c.model.recompute_granularity = k.recompute;
+    c.model.recompute_granularity =
+        loom::core::FindEnum<loom::layers::RecomputeGranularity>(k.recompute).value();
     if (k.recompute == "full") {
-      c.model.recompute_method = "uniform";
+      c.model.recompute_method = loom::layers::RecomputeMethod::kUniform;
       c.model.recompute_num_layers = 1;
     }
     c.metrics_file = std::string(std::getenv("TEST_TMPDIR")) + "/plan_bench.jsonl";

@@ -17,6 +17,7 @@
 #include "checkpoint/reader.h"
 #include "comm/launch/heartbeat.h"
 #include "comm/launch/launcher.h"
+#include "core/enum_names.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/context_parallel.h"
@@ -738,7 +739,7 @@ absl::Status Trainer::SaveCheckpoint() {
   t->set_optimizer_step(optimizer_->step_count());
   t->set_lr(config_.lr.lr);
   t->set_min_lr(config_.lr.min_lr);
-  t->set_lr_decay_style(config_.lr.style);
+  t->set_lr_decay_style(std::string(core::EnumName(config_.lr.style)));
   t->set_lr_warmup_iters(config_.lr.warmup_iters);
   t->set_lr_decay_iters(config_.lr.decay_iters);
   t->set_train_iters(config_.train_iters);
@@ -847,7 +848,7 @@ absl::StatusOr<std::optional<int64_t>> Trainer::RestartCheckpoint(int restart) {
         return differs("--global-batch-size", t.global_batch_size(), config_.global_batch_size);
       }
       if (t.lr() != config_.lr.lr || t.min_lr() != config_.lr.min_lr ||
-          t.lr_decay_style() != config_.lr.style ||
+          t.lr_decay_style() != core::EnumName(config_.lr.style) ||
           t.lr_warmup_iters() != config_.lr.warmup_iters ||
           t.lr_decay_iters() != config_.lr.decay_iters) {
         return "its learning-rate schedule differs from this run's";
