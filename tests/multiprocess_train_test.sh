@@ -35,6 +35,8 @@ refused "--seq-length (18) is not divisible by 2 x --context-parallel-size" \
   "$GPT" --train-iters=5 --context-parallel-size=2 --seq-length=18
 refused "--nproc-per-node=2 .*RANK=1, WORLD_SIZE=2" env RANK=1 WORLD_SIZE=2 "$GPT" --nproc-per-node=2
 refused "RANK=1 is set but WORLD_SIZE is not" env RANK=1 "$GPT"
+refused "--pipeline-schedule=zbv is not offered by //train:gpt yet" \
+  "$GPT" --pipeline-model-parallel-size=2 --pipeline-schedule=zbv
 # torchrun's variables and no master: this process is rank 1 and waits for
 # rank 0 (here up to 3 s), never starting ranks of its own. Ranks started
 # without our launcher bring the job's secret (LOOM_RENDEZVOUS_SECRET).
@@ -92,11 +94,22 @@ run ucx_pp2_dp2_overlap "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
 run ucx_cp2 "$GPT" --distributed-backend=ucx --nproc-per-node=2 --context-parallel-size=2
 run ucx_cp2_tp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 --context-parallel-size=2 \
   --tensor-model-parallel-size=2 --sequence-parallel
-for name in ucx_tp2 ucx_pp2 ucx_dp2 ucx_tp2_pp2 ucx_pp2_dp2 ucx_cp2 ucx_cp2_tp2; do
+# Zero bubble (ZB-H1: the weight gradients deferred into the bubble): PP x DP
+# with the bucket reductions started as the deferred weight gradients land,
+# and TP + SP x PP with full recomputation.
+run ucx_pp2_dp2_zbh1 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --pipeline-model-parallel-size=2 --pipeline-schedule=zb-h1 --overlap-grad-reduce "${BUCKET[@]}"
+run ucx_tp2_pp2_zbh1 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --tensor-model-parallel-size=2 --sequence-parallel --pipeline-model-parallel-size=2 \
+  --pipeline-schedule=zb-h1 --recompute-granularity=full --recompute-method=uniform \
+  --recompute-num-layers=1
+for name in ucx_tp2 ucx_pp2 ucx_dp2 ucx_tp2_pp2 ucx_pp2_dp2 ucx_cp2 ucx_cp2_tp2 ucx_pp2_dp2_zbh1 \
+    ucx_tp2_pp2_zbh1; do
   compare "$name"
 done
 compare ucx_dp2_overlap ucx_dp2
 compare ucx_pp2_dp2_overlap ucx_pp2_dp2
+compare ucx_pp2_dp2_zbh1 ucx_pp2_dp2_overlap
 ls "$CACHE"/*.gptidx > /dev/null || { echo "FAILED: no sample index cache in $CACHE"; exit 1; }
 
 # Llama-style (RMSNorm, RoPE, SwiGLU, 2 query groups, untied output layer, no
@@ -116,6 +129,17 @@ run llama_ucx_cp2_dp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
 compare llama_ucx_tp2 llama_reference
 compare llama_ucx_pp2_dp2 llama_reference
 compare llama_ucx_cp2_dp2 llama_reference
+# ZeRO-2 (--data-parallel-sharding-strategy=optim_grads) across processes:
+# every micro-batch's buckets reduce-scattered over UCX behind the backward,
+# only the owned gradient shard kept; GPT-2 (tied embedding) at DP 2, and
+# Llama-style PP 2 x DP 2.
+run ucx_dp2_zero2 "$GPT" --distributed-backend=ucx --nproc-per-node=2 \
+  --data-parallel-sharding-strategy=optim_grads --overlap-grad-reduce "${BUCKET[@]}"
+run llama_ucx_pp2_dp2_zero2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --pipeline-model-parallel-size=2 --data-parallel-sharding-strategy=optim_grads \
+  --overlap-grad-reduce "${LLAMA[@]}"
+compare ucx_dp2_zero2
+compare llama_ucx_pp2_dp2_zero2 llama_reference
 
 # Mixtral-style (8 experts, top-2, load-balancing loss): EP 2 x TP 2 on 4
 # processes, tokens moved to their experts by UCX all-to-all-v, against the
