@@ -106,6 +106,10 @@ struct TrainConfig {
   float attention_dropout = 0.0f;
   bool overlap_grad_reduce = false;   // --overlap-grad-reduce
   bool overlap_param_gather = false;  // --overlap-param-gather
+  // --data-parallel-sharding-strategy as typed ("": from
+  // --use-distributed-optimizer); Finalize sets optimizer.distributed and
+  // optimizer.shard_gradients from it.
+  std::string data_parallel_sharding_strategy;
 
   // Data.
   // --data-path: a prefix of .bin/.idx, or Megatron's blend "W1 PREFIX1 W2

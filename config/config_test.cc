@@ -318,5 +318,40 @@ TEST(ConfigTest, ExitFlagsAndFaultInjection) {
   EXPECT_TRUE(Finalize(&c, 2).ok());
 }
 
+// Megatron's --data-parallel-sharding-strategy; --use-distributed-optimizer
+// is `optim`. DP 1 is accepted as in Megatron (nothing to shard).
+TEST(ShardingStrategyTest, ParsesMegatronsNamesAndRefusesTheRest) {
+  struct Case {
+    std::string strategy;
+    bool use_distributed_optimizer, distributed, shard_gradients;
+  };
+  for (const Case& k : {Case{"", false, false, false}, Case{"", true, true, false},
+                        Case{"no_shard", false, false, false}, Case{"optim", false, true, false},
+                        Case{"optim", true, true, false}, Case{"optim_grads", false, true, true},
+                        Case{"optim_grads", true, true, true}}) {
+    for (const int world : {1, 2}) {
+      TrainConfig c = Base();
+      c.data_parallel_sharding_strategy = k.strategy;
+      c.optimizer.distributed = k.use_distributed_optimizer;
+      absl::Status s = Finalize(&c, world);
+      ASSERT_TRUE(s.ok()) << k.strategy << ": " << s;
+      EXPECT_EQ(c.optimizer.distributed, k.distributed) << k.strategy;
+      EXPECT_EQ(c.optimizer.shard_gradients, k.shard_gradients) << k.strategy;
+    }
+  }
+  TrainConfig c = Base();
+  c.data_parallel_sharding_strategy = "foo";
+  ExpectError(c, 2, {"--data-parallel-sharding-strategy=foo", "no_shard", "optim_grads"});
+  c = Base();
+  c.data_parallel_sharding_strategy = "no_shard";
+  c.optimizer.distributed = true;
+  ExpectError(c, 2, {"--use-distributed-optimizer", "--data-parallel-sharding-strategy=no_shard"});
+  c = Base();
+  c.data_parallel_sharding_strategy = "optim_grads_params";
+  absl::Status s = Finalize(&c, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("not implemented yet"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace loom::train

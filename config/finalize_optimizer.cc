@@ -1,10 +1,55 @@
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "config/finalize.h"
 
 namespace loom::train::finalize {
+namespace {
+
+// Megatron's --data-parallel-sharding-strategy into the optimizer's two
+// switches; --use-distributed-optimizer stays an alias of `optim`.
+absl::Status ShardingStrategy(TrainConfig* c) {
+  const std::string& s = c->data_parallel_sharding_strategy;
+  OptimizerConfig& o = c->optimizer;
+  if (s.empty()) return absl::OkStatus();  // --use-distributed-optimizer alone decides
+  if (s == "no_shard") {
+    if (o.distributed) {
+      return absl::InvalidArgumentError(
+          "--use-distributed-optimizer shards the optimizer state, "
+          "--data-parallel-sharding-strategy=no_shard shards nothing: give one of them (optim "
+          "is --use-distributed-optimizer's strategy)");
+    }
+    o.shard_gradients = false;
+  } else if (s == "optim") {
+    o.distributed = true;
+    o.shard_gradients = false;
+  } else if (s == "optim_grads") {
+    o.distributed = true;
+    o.shard_gradients = true;
+    if (c->pipeline_schedule == "zb-h1" || c->pipeline_schedule == "zbv") {
+      // The deferred weight gradients land after the bucket's reduce-scatter.
+      return absl::UnimplementedError(absl::StrCat(
+          "--data-parallel-sharding-strategy=optim_grads with --pipeline-schedule=",
+          c->pipeline_schedule, " is not supported yet: use optim, or a schedule without a "
+          "split backward (1f1b, interleaved, gpipe)"));
+    }
+  } else if (s == "optim_grads_params") {
+    return absl::UnimplementedError(
+        "--data-parallel-sharding-strategy=optim_grads_params (ZeRO-3: parameters sharded at "
+        "rest) is not implemented yet; optim_grads (ZeRO-2) shards the optimizer state and the "
+        "gradients");
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data-parallel-sharding-strategy=", s,
+        ": expected no_shard, optim (ZeRO-1, as --use-distributed-optimizer) or optim_grads "
+        "(ZeRO-2)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status Optimizer(TrainConfig* c) {
   // --skip-train takes no step: --train-iters=0 is then what it says (Megatron's spelling).
@@ -13,6 +58,7 @@ absl::Status Optimizer(TrainConfig* c) {
         absl::StrCat("--train-iters (", c->train_iters, ") must be >= 1",
                      c->skip_train ? "" : " (0 only with --skip-train)"));
   }
+  if (absl::Status s = ShardingStrategy(c); !s.ok()) return s;
   if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
   if (c->lr.warmup_iters < 0) c->lr.warmup_iters = std::min<int64_t>(20, c->train_iters / 10);
   absl::Status lr = c->lr.Validate();

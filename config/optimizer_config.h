@@ -13,7 +13,11 @@ struct OptimizerConfig {
   float eps = 1e-8f;          // --adam-eps
   float weight_decay = 0.01f; // --weight-decay (not applied to biases and LayerNorm)
   float clip_grad = 1.0f;     // --clip-grad (0: no clipping)
-  bool distributed = false;   // --use-distributed-optimizer (ZeRO-1 over DP)
+  // Megatron's --data-parallel-sharding-strategy: no_shard (both false),
+  // optim (ZeRO-1: `distributed`, also --use-distributed-optimizer) or
+  // optim_grads (ZeRO-2: both). optim_grads_params (ZeRO-3) is refused.
+  bool distributed = false;      // Adam state (and the update) sharded over DP
+  bool shard_gradients = false;  // only the owned shard of the gradients is kept
   int64_t bucket_bytes = 4 << 20;  // data-parallel gradient buckets (GradientSync)
 };
 

@@ -10,11 +10,18 @@
 //   ZeRO-1                 reduce-scatter + parameter all-gather, then with
 //                          --overlap-grad-reduce, then also with
 //                          --overlap-param-gather (gathers during the forward)
+//   ZeRO-2                 (--data-parallel-sharding-strategy=optim_grads)
+//                          a reduce-scatter per bucket in every micro-batch,
+//                          only the owned gradient shard kept; the same three
+//                          overlap settings. Last: it takes the model's
+//                          gradient buffer away.
 //
 // Per mode: ms per step, and the DP communication left exposed (the wait for
 // the gradients after the last backward, the waits for gathered
 // parameters), slowest rank, mean over the timed steps. Hidden = 1 - exposed
-// with overlap / exposed without it, in the same run. No optimizer runs: the
+// with overlap / exposed without it, in the same run. Gradient MiB: the
+// rank's gradient storage after the timed steps (the flat buffer, or under
+// ZeRO-2 the shard and the bucket buffers). No optimizer runs: the
 // parameters do not change, the traffic is the same.
 #include <algorithm>
 #include <chrono>
@@ -51,6 +58,7 @@ using core::Tensor;
 struct Mode {
   const char* name;
   bool zero1, overlap_grad, overlap_gather;
+  bool zero2 = false;
 };
 constexpr Mode kModes[] = {
     {"all-reduce", false, false, false},
@@ -58,12 +66,16 @@ constexpr Mode kModes[] = {
     {"ZeRO-1", true, false, false},
     {"ZeRO-1 + --overlap-grad-reduce", true, true, false},
     {"ZeRO-1 + both overlaps", true, true, true},
+    {"ZeRO-2", true, false, false, true},
+    {"ZeRO-2 + --overlap-grad-reduce", true, true, false, true},
+    {"ZeRO-2 + both overlaps", true, true, true, true},
 };
 
 struct Timing {
   double step_ms = 0, grad_ms = 0, gather_ms = 0;  // means over the timed steps
   int early = 0;                                    // buckets started during the backward
   size_t buckets = 0;
+  double grad_mib = 0;  // gradient storage
 };
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -88,6 +100,7 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
   options.distributed_optimizer = mode.zero1;
   options.overlap_grad_reduce = mode.overlap_grad;
   options.overlap_param_gather = mode.overlap_gather;
+  options.shard_gradients = mode.zero2;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                         GradientSync::Create(model, groups, options));
   const layers::GptConfig& c = model->config();
@@ -120,6 +133,9 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
     t.early += sync->buckets_started_early();
   }
   LOOM_RETURN_IF_ERROR(sync->FinishParamGather());
+  t.grad_mib = (mode.zero2 ? 4 * sync->owned_numel() + sync->grad_buffer_bytes()
+                           : 4 * model->params().padded_numel()) /
+               (1024.0 * 1024.0);
   LOOM_ASSIGN_OR_RETURN(t.step_ms, Slowest(world, t.step_ms));
   LOOM_ASSIGN_OR_RETURN(t.grad_ms, Slowest(world, t.grad_ms));
   LOOM_ASSIGN_OR_RETURN(t.gather_ms, Slowest(world, t.gather_ms));
@@ -157,17 +173,17 @@ absl::Status RunRank(comm::Communicator& world) {
               model->params().padded_numel() / 1e6,
               static_cast<long long>(absl::GetFlag(FLAGS_ddp_bucket_size)));
   std::printf("| mode | buckets | ms/step | exposed grad ms | exposed gather ms | grad hidden | "
-              "gather hidden |\n|---|---|---|---|---|---|---|\n");
+              "gather hidden | gradient MiB |\n|---|---|---|---|---|---|---|---|\n");
   const int steps = absl::GetFlag(FLAGS_steps);
   for (size_t i = 0; i < timings.size(); ++i) {
     const Timing& t = timings[i];
     const Mode& m = kModes[i];
     // The baseline of a mode: the same reduction without any overlap.
-    const Timing& base = timings[m.zero1 ? 2 : 0];
-    std::printf("| %s | %zu (%d early) | %.1f | %.1f | %.1f | %s | %s |\n", m.name, t.buckets,
-                t.early / std::max(steps, 1), t.step_ms, t.grad_ms, t.gather_ms,
+    const Timing& base = timings[m.zero2 ? 5 : m.zero1 ? 2 : 0];
+    std::printf("| %s | %zu (%d early) | %.1f | %.1f | %.1f | %s | %s | %.1f |\n", m.name,
+                t.buckets, t.early / std::max(steps, 1), t.step_ms, t.grad_ms, t.gather_ms,
                 m.overlap_grad ? Hidden(t.grad_ms, base.grad_ms).c_str() : "-",
-                m.overlap_gather ? Hidden(t.gather_ms, base.gather_ms).c_str() : "-");
+                m.overlap_gather ? Hidden(t.gather_ms, base.gather_ms).c_str() : "-", t.grad_mib);
   }
   return absl::OkStatus();
 }

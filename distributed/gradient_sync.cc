@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/ops.h"
+#include "layers/params.h"
 #include "core/status_macros.h"
 
 namespace loom::distributed {
@@ -44,8 +45,14 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
         "--overlap-param-gather needs --use-distributed-optimizer (without it every rank updates "
         "all parameters and nothing is gathered)");
   }
+  if (options.shard_gradients && !options.distributed_optimizer) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-sharding-strategy=optim_grads shards the optimizer state too: "
+        "GradientSyncOptions::shard_gradients needs distributed_optimizer");
+  }
   std::unique_ptr<GradientSync> s(new GradientSync(model, groups, options));
   LOOM_RETURN_IF_ERROR(s->Layout());
+  if (options.shard_gradients) LOOM_RETURN_IF_ERROR(s->LayoutShard());
   model->AddObserver(s.get());
   return s;
 }
@@ -195,7 +202,203 @@ int64_t GradientSync::owned_numel() const {
   return n;
 }
 
+absl::Status GradientSync::LayoutShard() {
+  readers_.assign(buckets_.size(), {});
+  for (size_t u = 0; u < unit_buckets_.size(); ++u) {
+    for (size_t b : unit_buckets_[u]) readers_[b].push_back(static_cast<int>(u));
+  }
+  contributed_.assign(buckets_.size(), {});
+  for (size_t b = 0; b < buckets_.size(); ++b) contributed_[b].assign(readers_[b].size(), 0);
+  bound_.assign(buckets_.size(), -1);
+  last_buffer_.assign(buckets_.size(), -1);
+  int64_t largest = 0;
+  for (const GradBucket& b : buckets_) largest = std::max(largest, b.range.second - b.range.first);
+  LOOM_ASSIGN_OR_RETURN(GradientShard shard,
+                        GradientShard::Create(owned_, largest, model_->params().device()));
+  shard_.emplace(std::move(shard));
+  // From here on the gradients live in the shard and the pool: the model's
+  // whole buffer is released, and Param::grad is bound bucket by bucket.
+  return model_->params().BindGrads(Tensor());
+}
+
+int GradientSync::UnitIndex(int64_t unit) const {
+  const std::vector<layers::ParamUnit>& units = model_->units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].id == unit) return static_cast<int>(u);
+  }
+  return -1;
+}
+
+absl::Status GradientSync::BeforeBackward(int64_t unit) {
+  if (!zero2()) return absl::OkStatus();
+  const int u = UnitIndex(unit);
+  if (u < 0) {
+    return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
+  }
+  // The largest first, so it takes the buffer a previous micro-batch gave
+  // it and a smaller bucket the next free one it fits (no reallocation).
+  std::vector<size_t> order = unit_buckets_[u];
+  auto size = [&](size_t b) { return buckets_[b].range.second - buckets_[b].range.first; };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return size(a) > size(b); });
+  for (size_t b : order) {
+    if (bound_[b] < 0) LOOM_RETURN_IF_ERROR(BindBucket(b));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::BindBucket(size_t b) {
+  // The pool holds the buckets being written (two at once where a unit
+  // writes two, e.g. the head's output layer tied to the word embedding on
+  // the same stage, which stays bound until the embedding's backward), plus
+  // with --overlap-grad-reduce one whose reduce-scatter runs behind the next
+  // bucket's backward. A bucket takes the buffer it had last time once its
+  // reduce-scatter has finished (so the pool settles on one buffer per
+  // size it needs); beyond that a buffer still being reduce-scattered is
+  // reused once that finishes.
+  const int bound = static_cast<int>(std::count_if(bound_.begin(), bound_.end(),
+                                                   [](int i) { return i >= 0; }));
+  int target = bound + 1 + (options_.overlap_grad_reduce ? 1 : 0);
+  const int last = last_buffer_[b];
+  auto in_flight = [&](int buffer) {
+    return std::any_of(in_flight_.begin(), in_flight_.end(),
+                       [buffer](const Flush& f) { return f.buffer == buffer; });
+  };
+  while (last >= 0 && in_flight(last)) LOOM_RETURN_IF_ERROR(CompleteOldestFlush());
+  while (!shard_->HasFree() && shard_->pool_size() >= target && !in_flight_.empty()) {
+    LOOM_RETURN_IF_ERROR(CompleteOldestFlush());
+  }
+  if (!shard_->HasFree()) target = std::max(target, shard_->pool_size() + 1);
+  const FlatRange& r = buckets_[b].range;
+  LOOM_ASSIGN_OR_RETURN(const int i, shard_->Acquire(r.second - r.first, target, last));
+  bound_[b] = i;
+  last_buffer_[b] = i;
+  return model_->params().BindGrads(r.first, r.second, shard_->buffer(i));
+}
+
+absl::Status GradientSync::FlushBucket(size_t b) {
+  const FlatRange& r = buckets_[b].range;
+  Flush f{b, bound_[b], {}};
+  const Tensor& buffer = shard_->buffer(f.buffer);
+  for (const BucketPart& part : buckets_[b].parts) {
+    comm::Communicator* group = GroupOf(part);
+    if (group == nullptr) continue;  // owned whole: added as it is
+    // In place: this rank's slice of the part receives the average.
+    LOOM_ASSIGN_OR_RETURN(Tensor all, Slice(buffer, {part.range.first - r.first,
+                                                     part.range.second - r.first}));
+    LOOM_ASSIGN_OR_RETURN(Tensor mine, Slice(buffer, {part.owned.first - r.first,
+                                                      part.owned.second - r.first}));
+    f.works.push_back(group->ReduceScatter(all, mine, comm::ReduceOp::kAvg));
+  }
+  LOOM_RETURN_IF_ERROR(model_->params().BindGrads(r.first, r.second, Tensor()));
+  bound_[b] = -1;
+  std::fill(contributed_[b].begin(), contributed_[b].end(), 0);
+  in_flight_.push_back(std::move(f));
+  if (!options_.overlap_grad_reduce) return CompleteOldestFlush();
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::CompleteOldestFlush() {
+  Flush f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status waited = comm::WaitAllOnStream(f.works);
+  waited_s_ += SecondsSince(start);
+  if (!waited.ok()) {
+    return absl::Status(waited.code(), absl::StrCat("data-parallel gradient reduce-scatter: ",
+                                                    waited.message()));
+  }
+  const FlatRange& r = buckets_[f.bucket].range;
+  const Tensor& buffer = shard_->buffer(f.buffer);
+  for (const BucketPart& part : buckets_[f.bucket].parts) {
+    if (part.owned.second <= part.owned.first) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor mine, Slice(buffer, {part.owned.first - r.first,
+                                                      part.owned.second - r.first}));
+    LOOM_ASSIGN_OR_RETURN(Tensor acc, shard_->Slice(part.owned.first, part.owned.second));
+    LOOM_RETURN_IF_ERROR(core::ops::Add(acc, mine, &acc));
+  }
+  shard_->Release(f.buffer);
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::FinishShardedGradients() {
+  const auto start = std::chrono::steady_clock::now();
+  // What is still bound (its last micro-batch's backward did not complete
+  // it, e.g. a bucket that spans chunks of an interleaved schedule), from
+  // the back of the buffer; then every reduce-scatter still running.
+  for (size_t b = buckets_.size(); b-- > 0;) {
+    if (bound_[b] >= 0) LOOM_RETURN_IF_ERROR(FlushBucket(b));
+  }
+  while (!in_flight_.empty()) LOOM_RETURN_IF_ERROR(CompleteOldestFlush());
+  // The tied word embedding: rank r of both stages owns the same slice of
+  // it, so the DP averages' slices are summed over the embedding group.
+  std::vector<comm::WorkPtr> works;
+  for (const GradBucket& bucket : buckets_) {
+    if (!bucket.tied_embedding) continue;
+    for (const BucketPart& part : bucket.parts) {
+      if (part.owned.second <= part.owned.first) continue;
+      LOOM_ASSIGN_OR_RETURN(Tensor mine, shard_->Slice(part.owned.first, part.owned.second));
+      works.push_back(groups_.embedding->AllReduce(mine, comm::ReduceOp::kSum));
+    }
+  }
+  if (absl::Status summed = comm::WaitAllOnStream(works); !summed.ok()) {
+    return absl::Status(summed.code(),
+                        absl::StrCat("all-reduce of the tied word-embedding gradient shard over "
+                                     "the embedding group: ",
+                                     summed.message()));
+  }
+  if (expert_parallel()) {  // as in FinishGradients
+    for (const GradBucket& bucket : buckets_) {
+      for (const BucketPart& part : bucket.parts) {
+        if (!part.expert || part.owned.second <= part.owned.first) continue;
+        LOOM_ASSIGN_OR_RETURN(Tensor mine, shard_->Slice(part.owned.first, part.owned.second));
+        LOOM_RETURN_IF_ERROR(
+            core::ops::Scale(1.0f / static_cast<float>(groups_.expert_parallel), &mine));
+      }
+    }
+  }
+  // Sequence-parallel parameters saw 1/TP of the rows on each TP rank: their
+  // owned slices summed over TP (every TP rank owns the same flat ranges).
+  const layers::TpGroup& tp = model_->tp();
+  if (tp.sequence_parallel && tp.parallel()) {
+    works.clear();
+    for (const layers::Param& p : model_->params().params()) {
+      if (!p.spec->sequence_parallel_grad) continue;
+      const int64_t p_end = p.offset + p.master.numel();
+      for (const FlatRange& r : owned_) {
+        const int64_t from = std::max(r.first, p.offset), to = std::min(r.second, p_end);
+        if (from >= to) continue;
+        LOOM_ASSIGN_OR_RETURN(Tensor part, shard_->Slice(from, to));
+        works.push_back(tp.comm->AllReduce(part, comm::ReduceOp::kSum));
+      }
+    }
+    if (absl::Status sp = comm::WaitAllOnStream(works); !sp.ok()) {
+      return absl::Status(sp.code(),
+                          absl::StrCat("sequence-parallel gradient all-reduce: ", sp.message()));
+    }
+  }
+  exposed_grad_s_ = waited_s_ + SecondsSince(start);
+  return absl::OkStatus();
+}
+
 absl::Status GradientSync::StartStep() {
+  if (zero2()) {
+    // Whatever an interrupted step left bound goes back to the pool.
+    while (!in_flight_.empty()) {
+      comm::WaitAllOnStream(in_flight_.front().works).IgnoreError();
+      shard_->Release(in_flight_.front().buffer);
+      in_flight_.pop_front();
+    }
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (bound_[b] >= 0) shard_->Release(bound_[b]);
+      bound_[b] = -1;
+      std::fill(contributed_[b].begin(), contributed_[b].end(), 0);
+    }
+    LOOM_RETURN_IF_ERROR(model_->params().BindGrads(Tensor()));
+    started_early_ = 0;
+    waited_s_ = 0;
+    return shard_->Zero();
+  }
   std::fill(backwards_.begin(), backwards_.end(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     pending_units_[b] = static_cast<int>(buckets_[b].units.size());
@@ -206,6 +409,26 @@ absl::Status GradientSync::StartStep() {
 
 absl::Status GradientSync::AfterBackward(int64_t unit) {
   const std::vector<layers::ParamUnit>& units = model_->units();
+  if (zero2()) {
+    // A bucket is flushed once every unit writing it has run a backward
+    // since it was bound: once per micro-batch, or (a bucket spanning
+    // interleaved chunks) at a point every rank reaches alike.
+    const int u = UnitIndex(unit);
+    if (u < 0) {
+      return absl::InternalError(
+          absl::StrCat("GradientSync: the model reported unknown unit ", unit));
+    }
+    for (size_t b : unit_buckets_[u]) {
+      std::vector<int>& done = contributed_[b];
+      const auto at = std::find(readers_[b].begin(), readers_[b].end(), u) - readers_[b].begin();
+      ++done[at];
+      if (bound_[b] >= 0 && std::find(done.begin(), done.end(), 0) == done.end()) {
+        ++started_early_;
+        LOOM_RETURN_IF_ERROR(FlushBucket(b));
+      }
+    }
+    return absl::OkStatus();
+  }
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].id != unit) continue;
     if (++backwards_[u] != options_.micro_batches) return absl::OkStatus();
@@ -242,6 +465,7 @@ absl::Status GradientSync::StartBucket(size_t b) {
 }
 
 absl::Status GradientSync::FinishGradients() {
+  if (zero2()) return FinishShardedGradients();
   const auto start = std::chrono::steady_clock::now();
   absl::Status status;
   // Whatever the backward did not start, from the back of the buffer, as an

@@ -35,19 +35,38 @@
 // group, and runs of the rest, over DP (Megatron's rule). Rank r then owns
 // slice r of each part, r its rank in the part's group.
 //
+// ZeRO-2 (shard_gradients, --data-parallel-sharding-strategy=optim_grads):
+// the same buckets and slices, but the gradients are not kept whole. Before
+// a unit's backward (BeforeBackward; for a recomputed unit before its
+// recomputation) each bucket it writes is bound to a zeroed buffer of a
+// small pool (GradientShard); once every unit of the bucket has run its
+// backward since the bucket was bound, the buffer is reduce-scattered (every
+// micro-batch, not only the last) and this rank's slice added to its f32
+// shard, then the buffer goes back to the pool. Without
+// --overlap-grad-reduce that happens at once; with it the reduce-scatter
+// runs behind the backward and is finished when the pool needs the buffer
+// or in FinishGradients. The tied word embedding is reduce-scattered like
+// the rest and its shard summed over the embedding group at the end (both
+// stages' rank r own the same slice of it); the sequence-parallel sum and
+// the experts' 1 / EP act on the shard. Sums are linear: only rounding
+// differs from ZeRO-1.
+//
 // Every DP rank (and TP rank) holds the same layout and runs the same
 // schedule, so buckets start in the same order everywhere: the collectives
 // match. All reductions are linear, so their order does not change the
 // result beyond rounding.
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/comm.h"
+#include "distributed/gradient_shard.h"
 #include "layers/stage_model.h"
 
 namespace loom::distributed {
@@ -61,6 +80,9 @@ struct GradientSyncOptions {
   bool overlap_grad_reduce = false;  // --overlap-grad-reduce
   bool distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1)
   bool overlap_param_gather = false;   // --overlap-param-gather (needs the distributed optimizer)
+  // --data-parallel-sharding-strategy=optim_grads (ZeRO-2; needs the
+  // distributed optimizer): only the owned shard of the gradients is kept.
+  bool shard_gradients = false;
 };
 
 struct GradientSyncGroups {
@@ -110,6 +132,7 @@ class GradientSync : private layers::UnitObserver {
   GradientSync& operator=(const GradientSync&) = delete;
 
   // The step boundary: zeroes the gradients and forgets last step's progress.
+  // Under ZeRO-2 the model's Param::grad views are unbound between steps.
   absl::Status StartStep();
   // After the step's last backward: returns once the gradients in owned()
   // are final (see the top of this file). Collective over DP, TP and the
@@ -128,6 +151,14 @@ class GradientSync : private layers::UnitObserver {
   // slice of each bucket part).
   const std::vector<FlatRange>& owned() const { return owned_; }
   int64_t owned_numel() const;
+  // ZeRO-2: the final gradients of owned(), back to back in its order (the
+  // optimizer's moment layout); undefined otherwise (they are in the
+  // model's flat gradient buffer, at their flat offsets).
+  core::Tensor owned_grads() const { return shard_ ? shard_->shard() : core::Tensor(); }
+  // ZeRO-2: the transient bucket buffers held now, and their bytes; 0
+  // otherwise.
+  int grad_buffers() const { return shard_ ? shard_->pool_size() : 0; }
+  int64_t grad_buffer_bytes() const { return shard_ ? shard_->pool_bytes() : 0; }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
 
   // What was not hidden behind computation in the last step, in seconds:
@@ -135,7 +166,8 @@ class GradientSync : private layers::UnitObserver {
   // StartParamGather, the forward's BeforeForward and FinishParamGather).
   double exposed_grad_seconds() const { return exposed_grad_s_; }
   double exposed_gather_seconds() const { return exposed_gather_s_; }
-  // Buckets whose reduction started during the backward in the last step.
+  // Buckets whose reduction started during the backward in the last step
+  // (ZeRO-2: reduce-scatters, one per bucket and micro-batch).
   int buckets_started_early() const { return started_early_; }
 
  private:
@@ -144,11 +176,20 @@ class GradientSync : private layers::UnitObserver {
   absl::Status Layout();
   absl::Status AfterBackward(int64_t unit) override;
   absl::Status BeforeForward(int64_t unit) override;
+  absl::Status BeforeBackward(int64_t unit) override;
   absl::Status StartBucket(size_t b);
+  int UnitIndex(int64_t unit) const;  // -1: unknown
+  // ZeRO-2 (see the top of this file).
+  absl::Status LayoutShard();
+  absl::Status BindBucket(size_t b);
+  absl::Status FlushBucket(size_t b);  // starts its reduce-scatter, unbinds it
+  absl::Status CompleteOldestFlush();  // waits, adds into the shard, frees the buffer
+  absl::Status FinishShardedGradients();
   absl::Status WaitGather(size_t b);
   bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }
   bool expert_parallel() const { return groups_.expert_parallel > 1; }
   bool sharded() const { return options_.distributed_optimizer && data_parallel(); }
+  bool zero2() const { return options_.shard_gradients; }
   // The group a part is averaged (and sharded) over; null when it has no
   // replicas to average with.
   comm::Communicator* GroupOf(const BucketPart& part) const;
@@ -167,6 +208,19 @@ class GradientSync : private layers::UnitObserver {
   std::vector<int> pending_units_;   // per bucket: units not yet complete
   std::vector<std::vector<comm::WorkPtr>> reduce_works_;  // per bucket (empty: not started)
   std::vector<std::vector<comm::WorkPtr>> gather_works_;  // per bucket (empty: none in flight)
+  // ZeRO-2.
+  std::optional<GradientShard> shard_;
+  std::vector<std::vector<int>> readers_;      // per bucket: units() indices that write it
+  std::vector<std::vector<int>> contributed_;  // per bucket, per reader: backwards since bound
+  std::vector<int> bound_;                     // per bucket: its pool buffer, or -1
+  std::vector<int> last_buffer_;               // per bucket: the buffer it had last, or -1
+  struct Flush {
+    size_t bucket;
+    int buffer;
+    std::vector<comm::WorkPtr> works;
+  };
+  std::deque<Flush> in_flight_;
+  double waited_s_ = 0;  // this step's waits for reduce-scatters during the backward
   double exposed_grad_s_ = 0, exposed_gather_s_ = 0;
   int started_early_ = 0;
 };

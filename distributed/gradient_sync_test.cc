@@ -3,7 +3,9 @@
 // the ranks' own gradients on the ranges each rank owns; buckets tile the
 // buffer; ZeRO-1 parameter gathers (overlapped or not) leave every rank with
 // every owner's values; under expert parallelism ZeRO-1 shards the experts
-// over their replicas and the rest over DP.
+// over their replicas and the rest over DP. ZeRO-2 (optim_grads) gives the
+// same average in the owned shard, from reduce-scatters in every
+// micro-batch, without ever holding the whole gradient buffer.
 #include "distributed/gradient_sync.h"
 
 #include <algorithm>
@@ -263,6 +265,137 @@ TEST(GradientSyncExpertTest, ZeroOneShardsExpertsOverTheirReplicas) {
           << "rank " << r << " element " << i;
     }
   }
+}
+
+// ZeRO-2: the owned shard holds the DP average after every micro-batch's
+// bucket was reduce-scattered; the whole buffer is gone, Param::grad is
+// bound only during a bucket's backward, and the pool holds buffers only
+// for the buckets being written at once (and one more in flight with
+// --overlap-grad-reduce).
+class OptimGradsTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(OptimGradsTest, OwnedShardIsTheDataParallelAverage) {
+  const auto [dp, overlap] = GetParam();
+  const std::vector<float> want = AveragedByHand(dp);
+  absl::Status s = layers::testing::RunRanks(dp, [&](int r, comm::Communicator* comm) -> absl::Status {
+    auto model = GptModel::Create(TinyModel(), layers::TpGroup{}, {{0, 3, true, true}}, dp);
+    if (!model.ok()) return model.status();
+    GradientSyncOptions o;
+    o.micro_batches = kMicroBatches;
+    o.bucket_bytes = 64;  // one unit a bucket
+    o.overlap_grad_reduce = overlap;
+    o.distributed_optimizer = true;
+    o.shard_gradients = true;
+    LOOM_ASSIGN_OR_RETURN(auto sync, GradientSync::Create(model->get(), {comm, nullptr}, o));
+    EXPECT_FALSE((*model)->params().flat_grads().defined());
+    for (int step = 0; step < 2; ++step) {  // the second step starts from zero again
+      LOOM_RETURN_IF_ERROR(sync->StartStep());
+      LOOM_RETURN_IF_ERROR(RunBackward(model->get(), r));
+      // One reduce-scatter per bucket and micro-batch, all from the backward.
+      EXPECT_EQ(sync->buckets_started_early(),
+                kMicroBatches * static_cast<int>(sync->buckets().size()));
+      LOOM_RETURN_IF_ERROR(sync->FinishGradients());
+    }
+    const std::vector<float> got = ToVector(sync->owned_grads());
+    EXPECT_EQ(static_cast<int64_t>(got.size()), sync->owned_numel());
+    EXPECT_EQ(sync->owned_numel() * dp, (*model)->params().padded_numel());
+    int64_t at = 0;
+    for (const auto& [begin, end] : sync->owned()) {
+      for (int64_t i = begin; i < end; ++i, ++at) {
+        EXPECT_NEAR(got[at], want[i], 1e-6 + 1e-5 * std::abs(want[i]))
+            << "rank " << r << " element " << i;
+      }
+    }
+    for (const layers::Param& p : (*model)->params().params()) {
+      EXPECT_FALSE(p.grad.defined()) << p.spec->name << " still bound after the step";
+    }
+    // The buffers: the word embedding's bucket (the tied output layer writes
+    // it first, the embedding completes it: bound all backward long), and
+    // one for the largest of the others (they fit in it one after the
+    // other), two with overlap (one reduce-scatters behind the next).
+    const layers::ParamBuffer& params = (*model)->params();
+    const int64_t word = params.at((*model)->word_embedding()).offset;
+    int64_t word_bucket = 0, other = 0;
+    for (const GradBucket& b : sync->buckets()) {
+      const int64_t len = b.range.second - b.range.first;
+      if (b.range.first <= word && word < b.range.second) {
+        word_bucket = len;
+      } else {
+        other = std::max(other, len);
+      }
+    }
+    EXPECT_EQ(sync->grad_buffers(), 2 + (overlap ? 1 : 0));
+    EXPECT_EQ(sync->grad_buffer_bytes(), 4 * (word_bucket + (overlap ? 2 : 1) * other));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, OptimGradsTest,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+                         [](const auto& info) {
+                           return absl::StrCat("dp", std::get<0>(info.param),
+                                               std::get<1>(info.param) ? "_overlap" : "");
+                         });
+
+// EP 2 within DP 4, MoE: ZeRO-2's owned shard equals ZeRO-1's owned ranges
+// after the same backwards (experts over their replicas, scaled by 1 / EP).
+TEST(GradientSyncExpertTest, OptimGradsMatchesZeroOne) {
+  constexpr int kDp = 4, kEp = 2;
+  layers::GptConfig c = TinyModel();
+  c.num_experts = 4;
+  c.moe_router_topk = 2;
+  c.add_bias_linear = false;
+  absl::Status s =
+      layers::testing::RunRanks(kDp, [&](int r, comm::Communicator* comm) -> absl::Status {
+        LOOM_ASSIGN_OR_RETURN(auto ep, comm->Split(r / kEp, r % kEp, "ep"));
+        LOOM_ASSIGN_OR_RETURN(auto expert_dp, comm->Split(r % kEp, r / kEp, "expert_dp"));
+        std::vector<std::vector<float>> owned_grads(2);
+        std::vector<FlatRange> owned;
+        for (const bool zero2 : {false, true}) {
+          LOOM_ASSIGN_OR_RETURN(
+              auto model, GptModel::Create(c, layers::TpGroup{}, layers::CpGroup{},
+                                           {{0, 3, true, true}}, kDp, layers::EpGroup{ep.get()}));
+          GradientSyncOptions o;
+          o.micro_batches = kMicroBatches;
+          o.bucket_bytes = 64;
+          o.overlap_grad_reduce = true;
+          o.distributed_optimizer = true;
+          o.shard_gradients = zero2;
+          LOOM_ASSIGN_OR_RETURN(auto sync, GradientSync::Create(
+                                               model.get(), {comm, nullptr, expert_dp.get(), kEp}, o));
+          LOOM_RETURN_IF_ERROR(sync->StartStep());
+          LOOM_RETURN_IF_ERROR(RunBackward(model.get(), r));
+          LOOM_RETURN_IF_ERROR(sync->FinishGradients());
+          if (zero2) {
+            owned_grads[1] = ToVector(sync->owned_grads());
+            EXPECT_EQ(sync->owned(), owned);
+          } else {
+            const std::vector<float> flat = ToVector(model->params().flat_grads());
+            for (const auto& [begin, end] : sync->owned()) {
+              owned_grads[0].insert(owned_grads[0].end(), flat.begin() + begin, flat.begin() + end);
+            }
+            owned = sync->owned();
+          }
+        }
+        EXPECT_EQ(owned_grads[0].size(), owned_grads[1].size());
+        for (size_t i = 0; i < owned_grads[0].size() && i < owned_grads[1].size(); ++i) {
+          EXPECT_NEAR(owned_grads[1][i], owned_grads[0][i], 1e-6 + 1e-5 * std::abs(owned_grads[0][i]))
+              << "rank " << r << " owned element " << i;
+        }
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+TEST(GradientSyncTest, OptimGradsNeedsTheDistributedOptimizer) {
+  auto model = GptModel::Create(TinyModel(), layers::TpGroup{});
+  ASSERT_TRUE(model.ok());
+  GradientSyncOptions o;
+  o.shard_gradients = true;
+  auto sync = GradientSync::Create(model->get(), {}, o);
+  ASSERT_FALSE(sync.ok());
+  EXPECT_NE(sync.status().message().find("optim_grads"), std::string::npos);
 }
 
 TEST(GradientSyncTest, OverlapParamGatherNeedsTheDistributedOptimizer) {

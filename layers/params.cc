@@ -178,7 +178,7 @@ absl::StatusOr<ParamBuffer> ParamBuffer::HostMirror() const {
     Param& p = m.params_[i];
     p.spec = &m.specs_[i];
     p.master = *m.values_.View(p.offset, p.master.shape());
-    p.grad = *m.grads_.View(p.offset, p.grad.shape());
+    p.grad = *m.grads_.View(p.offset, p.master.shape());
     p.value = p.master;
     p.gemm_value = core::Tensor();
   }
@@ -188,6 +188,36 @@ absl::StatusOr<ParamBuffer> ParamBuffer::HostMirror() const {
 absl::Status ParamBuffer::ZeroGrads() {
   if (!grads_.defined()) return absl::OkStatus();
   return core::ops::Zero(&grads_);
+}
+
+absl::Status ParamBuffer::BindGrads(const core::Tensor& flat) {
+  if (flat.defined() && (flat.dtype() != core::DType::kF32 || flat.numel() != padded_numel() ||
+                         flat.device() != device())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ParamBuffer::BindGrads: expected f32[", padded_numel(), "] on ", device().ToString(),
+        ", got ", core::DTypeName(flat.dtype()), "[", flat.numel(), "] on ",
+        flat.device().ToString()));
+  }
+  grads_ = flat;
+  return BindGrads(0, padded_numel(), flat);
+}
+
+absl::Status ParamBuffer::BindGrads(int64_t begin, int64_t end, const core::Tensor& buffer) {
+  if (buffer.defined() && (buffer.dtype() != core::DType::kF32 || buffer.numel() < end - begin)) {
+    return absl::InvalidArgumentError(absl::StrCat("ParamBuffer::BindGrads: [", begin, ", ", end,
+                                                   ") does not fit a buffer of ",
+                                                   buffer.numel(), " elements"));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    if (p.offset < begin || SlotEnd({static_cast<int>(i)}) > end) continue;
+    if (!buffer.defined()) {
+      p.grad = core::Tensor();
+      continue;
+    }
+    LOOM_ASSIGN_OR_RETURN(p.grad, buffer.View(p.offset - begin, p.master.shape()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParamBuffer::SyncComputeCopy() {

@@ -111,7 +111,10 @@ class ParamBuffer {
   const std::vector<Param>& params() const { return params_; }
 
   const core::Tensor& flat_values() const { return values_; }  // f32[padded numel] (master)
-  const core::Tensor& flat_grads() const { return grads_; }    // f32[padded numel]
+  // f32[padded numel] while the whole gradient buffer is bound (see
+  // BindGrads); undefined under ZeRO-2, where //distributed keeps only a
+  // shard.
+  const core::Tensor& flat_grads() const { return grads_; }
   // The bf16 compute copy of flat_values(), same layout (Param::value on a
   // GPU, Param::gemm_value on the CPU); undefined when computing in f32.
   const core::Tensor& flat_compute() const { return compute_; }
@@ -121,6 +124,18 @@ class ParamBuffer {
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return values_.defined() ? values_.numel() : 0; }
   absl::Status ZeroGrads();
+  // Where the gradients live. Create binds a whole f32 buffer of the flat
+  // layout (what a model computing alone needs). Data parallelism
+  // (//distributed:gradient_sync) owns the storage instead: BindGrads(flat)
+  // points every Param::grad into `flat` (f32[padded_numel()] on device(),
+  // or undefined: no gradient storage at all, every Param::grad undefined);
+  // the buffer this held is released with its last reference.
+  absl::Status BindGrads(const core::Tensor& flat);
+  // Points the gradients of the parameters whose slots lie in the flat range
+  // [begin, end) at `buffer` (f32, at least end - begin elements, element
+  // `begin` at buffer[0]): ZeRO-2 binds a transient bucket buffer before
+  // the bucket's backward. Undefined `buffer`: unbinds them.
+  absl::Status BindGrads(int64_t begin, int64_t end, const core::Tensor& buffer);
   // A host buffer with this one's parameters, layout and padding (values
   // zero, no compute copy): where device parameters are staged for
   // checkpoints. Copy flat_values() across with core::ops::Copy.

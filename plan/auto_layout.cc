@@ -52,7 +52,9 @@ std::string Describe(const train::TrainConfig& c, const std::set<std::string>& f
   } else if (recompute_typed) {
     absl::StrAppend(&s, ", no recompute (typed)");
   }
-  if (c.optimizer.distributed) {
+  if (c.optimizer.shard_gradients) {
+    absl::StrAppend(&s, ", ZeRO-2", Mark(fixed, "data_parallel_sharding_strategy"));
+  } else if (c.optimizer.distributed) {
     absl::StrAppend(&s, ", ZeRO-1", Mark(fixed, "use_distributed_optimizer"));
   } else if (typed("use_distributed_optimizer")) {
     absl::StrAppend(&s, ", no ZeRO-1 (typed)");
@@ -160,6 +162,7 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
   t.model.recompute_method = c.model.recompute_method;
   t.model.recompute_num_layers = c.model.recompute_num_layers;
   t.optimizer.distributed = c.optimizer.distributed;
+  t.optimizer.shard_gradients = c.optimizer.shard_gradients;
   if (!t.optimizer.distributed) t.overlap_param_gather = false;
 
   out.flags = {

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "plan/memory_model.h"
 #include "plan/report.h"
 
 namespace loom::plan {
@@ -145,6 +146,54 @@ TEST(AutoLayout, ImpossibleConstraintIsNamed) {
                                "model with these values is valid on 4 ranks"))
       << a.status();
   EXPECT_TRUE(absl::StrContains(a.status().message(), "TP 3 ")) << a.status();  // the refusal
+}
+
+// ZeRO-2 in the memory model: at DP 4 the gradients fall to a quarter plus
+// the bucket buffers (one bucket, --ddp-bucket-size here, and the tied word
+// embedding's at PP 1), the moments as ZeRO-1's; and the search offers it.
+TEST(AutoLayout, OptimGradsShardsTheGradientsAndIsSearched) {
+  train::TrainConfig base = Tiny();
+  base.model.num_layers = 8;
+  base.model.hidden_size = 256;
+  base.model.vocab_size = 1000;
+  base.optimizer.bucket_bytes = 1 << 20;
+  base.micro_batch_size = 2;  // x DP 4 = the global batch of 8
+  std::vector<MemoryBreakdown> bytes;
+  for (const char* strategy : {"no_shard", "optim", "optim_grads"}) {
+    train::TrainConfig c = base;
+    c.data_parallel_sharding_strategy = strategy;
+    ASSERT_TRUE(train::Finalize(&c, 4).ok()) << strategy;
+    bytes.push_back(PeakMemory(PredictMemory(c)).bytes);
+  }
+  const double no_shard = bytes[0].gradients;
+  EXPECT_EQ(bytes[1].gradients, no_shard);
+  EXPECT_EQ(bytes[2].optimizer, bytes[1].optimizer);
+  EXPECT_LT(bytes[1].optimizer, bytes[0].optimizer);
+  // 4 B per padded vocabulary row and hidden unit (padded to TP 1 x 128).
+  const double word = 4.0 * 1024 * 256;
+  EXPECT_EQ(bytes[2].gradients, no_shard / 4 + base.optimizer.bucket_bytes + word);
+  SearchOptions search;
+  search.gpus = 4;
+  int zero2 = 0;
+  for (const train::TrainConfig& c : EnumerateLayouts(base, search)) {
+    if (c.optimizer.shard_gradients) {
+      ++zero2;
+      EXPECT_TRUE(c.optimizer.distributed);
+      EXPECT_TRUE(absl::StrContains(LayoutFlags(c), "--data-parallel-sharding-strategy=optim_grads"));
+    }
+  }
+  EXPECT_GT(zero2, 0);
+  // Typed, it is kept, and the ranks are told.
+  train::TrainConfig typed = base;
+  typed.data_parallel_sharding_strategy = "optim_grads";
+  absl::StatusOr<AutoLayout> a =
+      ChooseLayout(typed, 4, Cpu(), "cpu", {"data_parallel_sharding_strategy"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->config.optimizer.shard_gradients);
+  EXPECT_TRUE(absl::StrContains(a->log_line, ", ZeRO-2 (typed)")) << a->log_line;
+  EXPECT_NE(std::find(a->flags.begin(), a->flags.end(),
+                      "--data_parallel_sharding_strategy=optim_grads"),
+            a->flags.end());
 }
 
 }  // namespace

@@ -119,6 +119,7 @@ const std::vector<std::string>& LayoutFlagNames() {
       "recompute_method",
       "recompute_num_layers",
       "use_distributed_optimizer",
+      "data_parallel_sharding_strategy",
   };
   return *names;
 }
@@ -205,8 +206,13 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
         }
         std::vector<bool> sps = {false};
         if (tp > 1 && o.try_sequence_parallel) sps.push_back(true);
-        std::vector<bool> dists = {false};
-        if (dp * cp > 1 && o.try_distributed_optimizer) dists.push_back(true);
+        // The sharding strategy: no_shard, optim (ZeRO-1), optim_grads (ZeRO-2).
+        std::vector<Sharding> shardings = {Sharding::kNoShard};
+        if (dp * cp > 1 && o.try_distributed_optimizer) {
+          shardings.push_back(Sharding::kOptim);
+          shardings.push_back(Sharding::kOptimGrads);
+        }
+        if (Fixed(o, "data_parallel_sharding_strategy")) shardings = {ShardingOf(base)};
         for (int per : Tried(o, "num_layers_per_virtual_pipeline_stage",
                              base.num_layers_per_virtual_pipeline_stage, per_chunk)) {
           for (int ep :
@@ -215,8 +221,8 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
               for (int64_t mbs :
                    Tried(o, "micro_batch_size", base.micro_batch_size, MicroBatches(base, o, dp))) {
                 for (const Recompute& r : recomputes) {
-                  for (bool dist :
-                       Tried(o, "use_distributed_optimizer", base.optimizer.distributed, dists)) {
+                  for (Sharding sharding :
+                       Tried(o, "use_distributed_optimizer", ShardingOf(base), shardings)) {
                     train::TrainConfig c = base;
                     c.tensor_model_parallel_size = tp;
                     c.pipeline_model_parallel_size = pp;
@@ -229,8 +235,7 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
                     c.model.recompute_granularity = r.granularity;
                     c.model.recompute_method = r.method;
                     c.model.recompute_num_layers = r.layers;
-                    c.optimizer.distributed = dist;
-                    if (!dist) c.overlap_param_gather = false;
+                    SetSharding(sharding, &c);
                     absl::Status s = train::Finalize(&c, o.gpus);
                     // Finalize may rewrite a field (SP off at TP 1, 1f1b to
                     // interleaved): then the layout lacks what was typed.
@@ -301,7 +306,11 @@ std::string LayoutFlags(const train::TrainConfig& c) {
                       " --recompute-num-layers=", c.model.recompute_num_layers);
     }
   }
-  if (c.optimizer.distributed) absl::StrAppend(&s, " --use-distributed-optimizer");
+  if (c.optimizer.shard_gradients) {
+    absl::StrAppend(&s, " --data-parallel-sharding-strategy=optim_grads");
+  } else if (c.optimizer.distributed) {
+    absl::StrAppend(&s, " --use-distributed-optimizer");
+  }
   return s;
 }
 

@@ -221,17 +221,29 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     const double n = static_cast<double>(StageParameters(c, r));
     MemoryBreakdown& m = st.bytes;
     m.parameters = 4 * n + (c.bf16 ? 2 * n : 0);
-    m.gradients = 4 * n;
     // Adam's m and v; when the gradient norm is split over ranks (TP, PP or
     // ZeRO-1 shards, experts over EP), the f64 scalar it is all-reduced in.
     const bool split_norm = t * pp > 1 || c.expert_model_parallel_size > 1 ||
                             (c.optimizer.distributed && group > 1);
     // ZeRO-1 shards the experts over DP / EP (their replicas), the rest over DP x CP.
     const double experts = static_cast<double>(StageExpertParameters(c, r));
-    const double adam = c.optimizer.distributed
-                            ? 8 * (n - experts) / group +
-                                  8 * experts / (group / c.expert_model_parallel_size)
-                            : 8 * n;
+    const double owned = (n - experts) / group + experts / (group / c.expert_model_parallel_size);
+    const double adam = c.optimizer.distributed ? 8 * owned : 8 * n;
+    // ZeRO-2 keeps the owned shard and transient bucket buffers: the bucket
+    // being written (and with --overlap-grad-reduce one reduce-scattering
+    // behind it), and on a stage that holds both ends of a tied word
+    // embedding that table's bucket, bound for the whole backward.
+    m.gradients = 4 * n;
+    if (c.optimizer.shard_gradients) {
+      const double bucket = std::min<double>(c.optimizer.bucket_bytes, 4 * n);
+      const int tp = c.tensor_model_parallel_size;
+      double word = 0;
+      if (pp == 1 && c.model.tied_output_layer()) {
+        word = 4.0 * LocalPadded({layers::EmbeddingParamSpecs(c.model, tp)[0]}, tp,
+                                 static_cast<int64_t>(group));
+      }
+      m.gradients = 4 * owned + (c.overlap_grad_reduce ? 2 : 1) * bucket + word;
+    }
     m.optimizer = adam + (split_norm ? 8 : 0);
     // Activations: the average chunk's kept bytes times the chunks in flight.
     double kept_sum = 0, rerun = 0;
@@ -303,10 +315,15 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       "memory of pipeline stage %d (the largest), bytes:\n"
       "  n_pad = %.0f local parameter elements (slots padded to DP x CP = %d)\n"
       "  parameters    = 4 n_pad%s = %.3f GiB\n"
-      "  gradients     = 4 n_pad = %.3f GiB\n"
+      "  gradients     = 4 n_pad%s = %.3f GiB\n"
       "  optimizer     = 8 n_pad%s = %.3f GiB\n",
       st.pp_rank, n, c.data_parallel_size * c.context_parallel_size, c.bf16 ? " + 2 n_pad" : "",
-      st.bytes.parameters / gib, st.bytes.gradients / gib,
+      st.bytes.parameters / gib,
+      c.optimizer.shard_gradients
+          ? " / (DP x CP) + bucket buffers (optim_grads: 1, 2 with --overlap-grad-reduce, + the "
+            "tied word embedding's at PP 1)"
+          : "",
+      st.bytes.gradients / gib,
       !c.optimizer.distributed ? ""
       : c.expert_model_parallel_size > 1
           ? absl::StrFormat(

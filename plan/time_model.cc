@@ -339,6 +339,15 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   } else {
     dp_exposed += reduce;
   }
+  // ZeRO-2 (optim_grads) reduce-scatters every bucket in each of the M
+  // micro-batches, not only the last: the M - 1 earlier rounds run behind
+  // the later micro-batches' backwards with --overlap-grad-reduce, and are
+  // exposed without it.
+  if (c.optimizer.shard_gradients && group > 1) {
+    const double earlier = (static_cast<double>(c.num_micro_batches) - 1) * reduce;
+    reduce += earlier;
+    if (!c.overlap_grad_reduce) dp_exposed += earlier;
+  }
   if (c.overlap_param_gather) {
     std::stable_sort(gathers.begin(), gathers.end(), by_time);
     double done = 0, late = 0;

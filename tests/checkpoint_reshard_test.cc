@@ -1,7 +1,8 @@
 // A checkpoint saved in one layout loads into any other and continues with
 // the loss the original layout gets (within 1e-5 relative): TP2xPP2 ->
 // TP1xPP4 -> TP4xPP1, moments moving between the distributed optimizer's
-// flat shards and whole tensors, and the offline converter.
+// flat shards and whole tensors, across sharding strategies (no_shard,
+// optim, optim_grads), and the offline converter.
 #include <cmath>
 
 #include "checkpoint/convert.h"
@@ -60,6 +61,26 @@ TEST(ReshardTest, LoadsIntoEveryLayoutAndKeepsTheLossCurve) {
   // back into TP2 x PP2 interleaved.
   Continue(ref.losses, Layout{1, 1, 4, 0, false, true}, dir_a, 20, dir_d);
   Continue(ref.losses, Layout{2, 2, 1, 1, false, false, "interleaved"}, dir_d, 30, dir_e);
+}
+
+// What a checkpoint holds does not depend on the sharding strategy (the
+// moments are saved whole or as flat DP shards, gradients never): no_shard
+// -> optim_grads (ZeRO-2) -> optim (ZeRO-1, DP 4) -> optim_grads (TP 2 + SP),
+// and optim_grads -> no_shard, each continuing the no_shard curve.
+TEST(ReshardTest, CheckpointsCrossShardingStrategies) {
+  const Layout a{1, 1, 2};
+  const std::string dir_f = Dir("f"), dir_g = Dir("g"), dir_h = Dir("h"), dir_i = Dir("i"),
+                    dir_j = Dir("j");
+  train::TrainConfig c = testing::TinyConfig(a, 40);
+  c.save = dir_f;
+  c.save_interval = 10;
+  testing::RunResult ref = testing::Run(c, a);
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+  ASSERT_EQ(ref.losses.size(), 40u);
+  Continue(ref.losses, testing::OptimGrads({1, 1, 2}), dir_f, 10, dir_g);
+  Continue(ref.losses, Layout{1, 1, 4, 0, false, true}, dir_g, 20, dir_h);
+  Continue(ref.losses, testing::OptimGrads({2, 1, 2, 0, true}), dir_h, 30, dir_i);
+  Continue(ref.losses, Layout{1, 1, 2}, dir_g, 20, dir_j);
 }
 
 TEST(ReshardTest, OfflineConverterWritesTheTargetLayout) {

@@ -59,6 +59,7 @@ void ExpectEveryCpLayoutMatches(bool llama) {
            Sched(Cp(2, 1, /*pp=*/2), "interleaved"),  // 2 chunks of 1 layer per stage
            Cp(2, 1, 1, /*dp=*/2),
            Cp(2, 1, 1, /*dp=*/2, false, /*distributed=*/true),  // ZeRO-1 over DP x CP
+           testing::OptimGrads(Cp(2, 1, 1, /*dp=*/2)),           // ZeRO-2 over DP x CP
            Cp(2, 2, 2, 2, /*sp=*/true, /*distributed=*/true),   // all of them: 16 ranks
        }) {
     testing::ExpectSameCurve(Train(l, llama), ref, 0, kTolerance,

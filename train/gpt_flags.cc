@@ -108,7 +108,11 @@ ABSL_FLAG(float, adam_beta1, D().optimizer.beta1, "Adam beta1");
 ABSL_FLAG(float, adam_beta2, D().optimizer.beta2, "Adam beta2");
 ABSL_FLAG(float, adam_eps, D().optimizer.eps, "Adam epsilon");
 ABSL_FLAG(bool, use_distributed_optimizer, D().optimizer.distributed,
-          "ZeRO-1: shard Adam state over DP");
+          "ZeRO-1: shard Adam state over DP (= --data-parallel-sharding-strategy=optim)");
+ABSL_FLAG(std::string, data_parallel_sharding_strategy, D().data_parallel_sharding_strategy,
+          "What DP shards: no_shard | optim (ZeRO-1: Adam state) | optim_grads (ZeRO-2: Adam "
+          "state and gradients, reduce-scattered per bucket in every micro-batch's backward). "
+          "Default: optim with --use-distributed-optimizer, else no_shard");
 ABSL_FLAG(bool, overlap_grad_reduce, D().overlap_grad_reduce,
           "Overlap DP gradient reduction with backward");
 ABSL_FLAG(bool, overlap_param_gather, D().overlap_param_gather,
@@ -294,6 +298,7 @@ TrainConfig ConfigFromFlags() {
   c.optimizer.beta2 = absl::GetFlag(FLAGS_adam_beta2);
   c.optimizer.eps = absl::GetFlag(FLAGS_adam_eps);
   c.optimizer.distributed = absl::GetFlag(FLAGS_use_distributed_optimizer);
+  c.data_parallel_sharding_strategy = absl::GetFlag(FLAGS_data_parallel_sharding_strategy);
   c.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
   c.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
   c.optimizer.bucket_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;  // f32 gradients

@@ -4,6 +4,7 @@
 // (ZeRO-1: divided by DP), activations freed after the step and smaller with
 // TP and SP — and the log line, --metrics-file and --memory-report carry them.
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -33,11 +34,13 @@ struct Result {
   std::vector<RankMemory> ranks;
 };
 
-Result Train(TrainConfig config, const Layout& l) {
+// `also`: called too, with every rank's Trainer after Train().
+Result Train(TrainConfig config, const Layout& l, testing::TrainerHook also = nullptr) {
   Result result;
   result.ranks.resize(l.world());
   std::mutex mu;
   result.run = testing::Run(config, l, nullptr, [&](int rank, Trainer& t) {
+    if (also) also(rank, t);
     RankMemory m;
     m.stats = t.RankMemory();
     m.padded_numel = t.model().params().padded_numel();
@@ -103,6 +106,51 @@ TEST(MemoryReportTest, DistributedOptimizerShardsTheMomentsOverDp) {
               Current(a.ranks[rank], MemoryCategory::kOptimizer));
     EXPECT_EQ(Current(b.ranks[rank], MemoryCategory::kParameters),
               Current(a.ranks[rank], MemoryCategory::kParameters));
+  }
+}
+
+// ZeRO-2: gradients fall to the owned shard (1/DP of no_shard's, each
+// bucket part split in DP equal slices) plus the pool of bucket buffers.
+// The whole buffer never exists during training: the peak is the same
+// figure.
+TEST(MemoryReportTest, OptimGradsShardsTheGradientsOverDp) {
+  for (const int dp : {2, 4}) {
+    for (const bool overlap : {false, true}) {
+      const Layout plain{1, 1, dp};
+      const Layout zero2 = testing::OptimGrads({1, 1, dp, 0, false, false, "1f1b", overlap});
+      Result a = Train(testing::TinyConfig(plain, 2), plain);
+      std::vector<int64_t> pool_bytes(dp);
+      std::mutex mu;
+      Result b = Train(testing::TinyConfig(zero2, 2), zero2, [&](int rank, Trainer& t) {
+        // Buffers: the word embedding's bucket (GPT-2 at PP 1: the tied
+        // output layer writes it, the embedding completes it), and one for
+        // the largest other bucket, two with overlap (one reduce-scattering).
+        const layers::ParamBuffer& params = t.model().params();
+        const int64_t word = params.at(t.model().word_embedding()).offset;
+        int64_t word_bucket = 0, other = 0;
+        for (const distributed::GradBucket& bucket : t.gradients().buckets()) {
+          const int64_t len = bucket.range.second - bucket.range.first;
+          if (bucket.range.first <= word && word < bucket.range.second) {
+            word_bucket = len;
+          } else {
+            other = std::max(other, len);
+          }
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        pool_bytes[rank] = 4 * (word_bucket + (overlap ? 2 : 1) * other);
+      });
+      for (int rank = 0; rank < dp; ++rank) {
+        SCOPED_TRACE(zero2.Describe() + ", rank " + std::to_string(rank));
+        const RankMemory& m = b.ranks[rank];
+        EXPECT_EQ(dp * m.owned_numel, m.padded_numel);
+        const int64_t no_shard = Current(a.ranks[rank], MemoryCategory::kGradients);
+        EXPECT_EQ(no_shard, 4 * m.padded_numel);
+        EXPECT_EQ(Current(m, MemoryCategory::kGradients), no_shard / dp + pool_bytes[rank]);
+        EXPECT_EQ(Peak(m, MemoryCategory::kGradients), no_shard / dp + pool_bytes[rank]);
+        EXPECT_EQ(Current(m, MemoryCategory::kParameters), 4 * m.padded_numel);
+        EXPECT_EQ(Current(m, MemoryCategory::kOptimizer), 2 * 4 * m.owned_numel);
+      }
+    }
   }
 }
 

@@ -91,6 +91,9 @@ void ExpectEveryLayoutMatches(bool capacity) {
            Ep(2, Layout{2, 1, 2, 0, /*sp=*/true, /*distributed=*/true}),  // EP x TP + SP
            // 2 expert replicas, both overlaps
            Ep(2, Layout{1, 1, 4, 0, false, true, "1f1b", /*overlap=*/true, /*param_gather=*/true}),
+           // ZeRO-2: the expert gradients' shards over their replicas, per micro-batch
+           testing::OptimGrads(Ep(2, Layout{1, 1, 4, 0, false, false, "1f1b", /*overlap=*/true})),
+           testing::OptimGrads(Ep(2, Layout{2, 1, 2, 0, /*sp=*/true})),  // EP x TP + SP
        }) {
     const std::string what = (capacity ? "capacity 1, " : "dropless, ") + l.Describe();
     const Curve got = TrainCurve(l, capacity);
@@ -122,6 +125,7 @@ TEST(MoeTrainingTest, ContextParallelGivesTheSameLossCurve) {
            Cp(2, Ep(2, Layout{1, 1, 2})),                                  // EP x CP
            Cp(2, Ep(2, Layout{1, 1, 2, 0, false, /*distributed=*/true})),  // EP x CP, ZeRO-1
            Cp(2, Ep(2, Layout{1, 1, 4, 0, false, /*distributed=*/true})),  // 2 expert replicas
+           Cp(2, testing::OptimGrads(Ep(2, Layout{1, 1, 4}))),             // EP x CP, ZeRO-2
            Cp(2, Ep(2, Layout{2, 1, 2, 0, /*sp=*/true})),                  // EP x CP x TP + SP
        }) {
     const std::string what = "dropless, " + l.Describe();

@@ -30,7 +30,8 @@ absl::StatusOr<Tensor> ZerosOn(int64_t n, core::Device device) {
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(layers::ParamBuffer* params,
                                                             const OptimizerConfig& config,
                                                             const OptimizerGroups& groups,
-                                                            std::vector<FlatRange> owned) {
+                                                            std::vector<FlatRange> owned,
+                                                            Tensor owned_grads) {
   std::unique_ptr<Optimizer> o(new Optimizer(params, config, groups));
   const int64_t n = params->padded_numel();
   if (owned.empty()) owned.push_back({0, n});
@@ -44,7 +45,13 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(layers::ParamBuffer
     at = r.second;
     len += r.second - r.first;
   }
+  if (owned_grads.defined() ? owned_grads.numel() < len : !params->flat_grads().defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer: no gradients for the ", len, " owned elements (ZeRO-2's owned_grads holds ",
+        owned_grads.defined() ? owned_grads.numel() : 0, ")"));
+  }
   o->owned_ = std::move(owned);
+  o->owned_grads_ = std::move(owned_grads);
   LOOM_ASSIGN_OR_RETURN(o->m_, ZerosOn(std::max<int64_t>(len, 1), params->device()));
   LOOM_ASSIGN_OR_RETURN(o->v_, ZerosOn(std::max<int64_t>(len, 1), params->device()));
   o->BuildRuns();
@@ -98,6 +105,11 @@ bool Optimizer::RunsTileOwned() const {
   return owned == updated;
 }
 
+absl::StatusOr<Tensor> Optimizer::GradOf(const Run& run) const {
+  if (owned_grads_.defined()) return owned_grads_.Narrow(run.moment_begin, run.end - run.begin);
+  return params_->flat_grads().Narrow(run.begin, run.end - run.begin);
+}
+
 bool Optimizer::Counted(const layers::Param& p) const {
   if (p.spec->split == layers::TpSplit::kReplicated && Rank(groups_.tp) != 0) return false;
   return !p.tied_copy;
@@ -105,7 +117,7 @@ bool Optimizer::Counted(const layers::Param& p) const {
 
 absl::StatusOr<double> Optimizer::GradNorm() const {
   // Sum of squares of what this rank owns, each parameter counted once.
-  const Tensor& grads = params_->flat_grads();
+  const core::Device device = params_->device();
   // The runs' sums accumulate in one f64 on the gradients' device and are
   // read once: one host wait per step on a GPU, not one per run. (The same
   // additions in the same order as summing the runs on the host.)
@@ -113,10 +125,10 @@ absl::StatusOr<double> Optimizer::GradNorm() const {
     // A reduction's scratch, not optimizer state (the ledger's "other").
     core::MemoryScope scratch(core::MemoryCategory::kOther);
     LOOM_ASSIGN_OR_RETURN(Tensor acc, Tensor::Empty(core::Shape{1}, core::DType::kF64,
-                                                    grads.device()));
+                                                    device));
     LOOM_RETURN_IF_ERROR(core::ops::Zero(&acc));
     for (const Run& run : runs) {
-      LOOM_ASSIGN_OR_RETURN(Tensor part, grads.Narrow(run.begin, run.end - run.begin));
+      LOOM_ASSIGN_OR_RETURN(Tensor part, GradOf(run));
       LOOM_RETURN_IF_ERROR(core::ops::SumSquaresInto(part, &acc));
     }
     LOOM_ASSIGN_OR_RETURN(const Tensor host, acc.To(core::Device::CPU()));
@@ -142,7 +154,6 @@ absl::StatusOr<double> Optimizer::Step(float lr) {
     scale = static_cast<float>(config_.clip_grad / (norm + 1e-6));
   }
   const Tensor& values = params_->flat_values();
-  const Tensor& grads = params_->flat_grads();
   const Tensor& compute = params_->flat_compute();
   LOOM_ASSIGN_OR_RETURN(const core::ops::KernelChoice choice,
                         core::ops::ChooseKernel("adamw", params_->device().type));
@@ -162,7 +173,7 @@ absl::StatusOr<double> Optimizer::Step(float lr) {
     opts.weight_decay = run.weight_decay ? config_.weight_decay : 0.0f;
     opts.grad_scale = scale;
     LOOM_ASSIGN_OR_RETURN(Tensor value, values.Narrow(run.begin, len));
-    LOOM_ASSIGN_OR_RETURN(Tensor grad, grads.Narrow(run.begin, len));
+    LOOM_ASSIGN_OR_RETURN(Tensor grad, GradOf(run));
     LOOM_ASSIGN_OR_RETURN(Tensor m, m_.Narrow(run.moment_begin, len));
     LOOM_ASSIGN_OR_RETURN(Tensor v, v_.Narrow(run.moment_begin, len));
     if (fused) {

@@ -41,11 +41,14 @@ using FlatRange = std::pair<int64_t, int64_t>;
 class Optimizer {
  public:
   // `owned`: sorted, disjoint ranges within params->padded_numel() (empty:
-  // the whole buffer).
+  // the whole buffer). `owned_grads`: under ZeRO-2 the owned ranges'
+  // gradients back to back (GradientSync::owned_grads()); undefined: they
+  // are in params->flat_grads() at their flat offsets.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(layers::ParamBuffer* params,
                                                           const OptimizerConfig& config,
                                                           const OptimizerGroups& groups,
-                                                          std::vector<FlatRange> owned = {});
+                                                          std::vector<FlatRange> owned = {},
+                                                          core::Tensor owned_grads = {});
 
   // One AdamW step at learning rate `lr` over the owned ranges, clipped by
   // the global gradient norm, which it returns (before clipping). Refreshes
@@ -91,6 +94,10 @@ class Optimizer {
   OptimizerConfig config_;
   OptimizerGroups groups_;
   std::vector<FlatRange> owned_;
+  core::Tensor owned_grads_;  // ZeRO-2; see Create
+  // The gradients of `run`: in owned_grads_ at its moment offset, else in
+  // the flat buffer at its flat offset.
+  absl::StatusOr<core::Tensor> GradOf(const Run& run) const;
   core::Tensor m_, v_;  // Adam moments over the owned ranges
   int64_t step_ = 0;
 };

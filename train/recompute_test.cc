@@ -82,6 +82,8 @@ TEST(RecomputeTrainingTest, LossCurvesAreBitIdenticalInEveryLayout) {
       {1, 2, 1, 1, false, false, "interleaved"},  // PP 2 x 2 chunks of one layer
       {2, 2, 1, 0, true},                          // TP 2 + SP x PP 2
       {1, 2, 2, 0, false, true, "gpipe", true, true},  // GPipe, DP 2, ZeRO-1, both overlaps
+      // ZeRO-2: a recomputed unit's bucket is bound before its recomputation
+      testing::OptimGrads({1, 2, 2, 0, false, false, "1f1b", true}),
   };
   for (const Layout& l : layouts) {
     const int64_t per_chunk = 4 / (l.pp * (l.vp_layers ? 2 : 1));  // TinyConfig: 4 layers

@@ -14,9 +14,16 @@ std::string Layout::Describe() const {
   return absl::StrCat("TP", tp, " PP", pp, cp > 1 ? absl::StrCat(" CP", cp) : "", " DP", dp,
                       ep > 1 ? absl::StrCat(" EP", ep) : "",
                       vp_layers ? " vp-layers 1" : "",
-                      sp ? " SP" : "", distributed ? " dist-opt" : "", overlap ? " overlap" : "",
+                      sp ? " SP" : "", shard_grads ? " optim_grads" : distributed ? " dist-opt" : "",
+                      overlap ? " overlap" : "",
                       param_gather ? " param-gather" : "", " ",
                       schedule);
+}
+
+Layout OptimGrads(Layout l) {
+  l.distributed = true;
+  l.shard_grads = true;
+  return l;
 }
 
 std::string Dataset() {
@@ -53,6 +60,7 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   c.context_parallel_size = l.cp;
   c.expert_model_parallel_size = l.ep;
   c.optimizer.distributed = l.distributed;
+  c.optimizer.shard_gradients = l.shard_grads;
   c.overlap_grad_reduce = l.overlap;
   c.overlap_param_gather = l.param_gather;
   c.optimizer.bucket_bytes = 16 << 10;  // a bucket a layer: the overlap has work to do

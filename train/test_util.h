@@ -24,9 +24,14 @@ struct Layout {
   bool param_gather = false;  // --overlap-param-gather
   int cp = 1;                 // --context-parallel-size
   int ep = 1;                 // --expert-model-parallel-size (within DP)
+  // --data-parallel-sharding-strategy=optim_grads (ZeRO-2); with it
+  // `distributed` is on as well (OptimGrads() sets both).
+  bool shard_grads = false;
   int world() const { return tp * pp * cp * dp; }
   std::string Describe() const;
 };
+// `l` under ZeRO-2: the distributed optimizer with sharded gradients.
+Layout OptimGrads(Layout l);
 
 // A small learnable corpus under TEST_TMPDIR (built once per process).
 std::string Dataset();

@@ -177,6 +177,7 @@ absl::Status Trainer::Setup() {
   go.bucket_bytes = config_.optimizer.bucket_bytes;
   go.overlap_grad_reduce = config_.overlap_grad_reduce;
   go.distributed_optimizer = config_.optimizer.distributed;
+  go.shard_gradients = config_.optimizer.shard_gradients;
   go.overlap_param_gather = config_.overlap_param_gather;
   {
     core::MemoryScope tag(core::MemoryCategory::kGradients);
@@ -196,7 +197,8 @@ absl::Status Trainer::Setup() {
   {
     core::MemoryScope tag(core::MemoryCategory::kOptimizer);
     LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og,
-                                                        gradients_->owned()));
+                                                        gradients_->owned(),
+                                                        gradients_->owned_grads()));
   }
 
   Beat(iteration_, Phase::kSetup);
@@ -294,8 +296,14 @@ absl::Status Trainer::Setup() {
     Log(absl::StrFormat(
         "loom: data-parallel gradients in %d buckets of <= %d parameters (--ddp-bucket-size): %s%s%s",
         gradients_->buckets().size(), config_.optimizer.bucket_bytes / 4,
-        config_.optimizer.distributed ? "ZeRO-1 reduce-scatter" : "all-reduce",
-        config_.overlap_grad_reduce ? " overlapped with the backward" : " after the backward",
+        config_.optimizer.shard_gradients
+            ? "ZeRO-2 reduce-scatter in every micro-batch's backward, only the owned gradient "
+              "shard kept"
+        : config_.optimizer.distributed ? "ZeRO-1 reduce-scatter"
+                                        : "all-reduce",
+        config_.overlap_grad_reduce         ? " overlapped with the backward"
+        : config_.optimizer.shard_gradients ? " waited for as each bucket completes"
+                                            : " after the backward",
         !config_.optimizer.distributed  ? ""
         : config_.overlap_param_gather ? ", parameter all-gather overlapped with the next forward"
                                        : ", parameter all-gather after the step"));

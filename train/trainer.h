@@ -100,6 +100,9 @@ class Trainer {
   }
   layers::GptModel& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
+  // The gradients between the backward and the optimizer (buckets, owned
+  // ranges; under ZeRO-2 their storage).
+  const distributed::GradientSync& gradients() const { return *gradients_; }
   const TrainConfig& config() const { return config_; }
   const comm::Grid& grid() const { return grid_; }
   int global_rank() const { return world_->rank(); }
@@ -108,7 +111,7 @@ class Trainer {
   // calls above run with it as their thread's ledger, so the figures are
   // this rank's even when ranks are threads of one process. Tags: the model
   // (parameters and their compute copy) is kParameters, the flat gradient
-  // buffer kGradients, the Adam moments kOptimizer, the steps' forwards and
+  // buffer kGradients (under ZeRO-2 the owned shard and the bucket pool), the Adam moments kOptimizer, the steps' forwards and
   // backwards (and evaluation, generation) kActivations, the communicators'
   // staging made by this rank kCommunication. Peaks restart at the end of
   // the setup: they are the training's.

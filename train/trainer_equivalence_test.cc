@@ -1,7 +1,8 @@
 // The same model and data trained for 20 iterations in every layout —
 // (TP, PP, DP) = (1,1,1), (2,1,1), (1,2,1), (1,1,2), (2,2,1), interleaved
 // PP, sequence parallelism, the distributed optimizer, and the overlap of the
-// data-parallel reductions and gathers with the computation — gives the same
+// data-parallel reductions and gathers with the computation, ZeRO-2
+// (--data-parallel-sharding-strategy=optim_grads) — gives the same
 // loss curve, with dropout on (counter-based masks make it layout-free). For
 // GPT-2 and for a Llama-style model.
 
@@ -51,6 +52,15 @@ void ExpectEveryLayoutMatches(bool llama) {
       {1, 1, 2, 0, false, true, "1f1b", true, true},
       {1, 2, 2, 1, false, true, "interleaved", true, true},  // tied embedding over PP (GPT-2)
       {2, 2, 2, 0, true, true, "1f1b", true, true},
+      // ZeRO-2: gradients reduce-scattered in every micro-batch, only the
+      // owned shard kept; DP 2-4, with TP + SP, PP, the tied embedding over
+      // PP (GPT-2) and both overlaps.
+      testing::OptimGrads({1, 1, 2}),
+      testing::OptimGrads({1, 1, 4, 0, false, false, "1f1b", true}),
+      testing::OptimGrads({2, 1, 2, 0, true}),
+      testing::OptimGrads({1, 2, 2, 0, false, false, "1f1b", true, true}),
+      testing::OptimGrads({1, 2, 2, 1, false, false, "interleaved", true}),
+      testing::OptimGrads({2, 2, 2, 0, true, false, "1f1b", true, true}),
   };
   for (const Layout& l : layouts) {
     testing::ExpectSameCurve(Train(l, llama), ref, 0, kTolerance,
@@ -80,6 +90,30 @@ TEST(TrainerEquivalenceTest, OverlappedParamGatherHasLandedWhenTrainReturns) {
   for (size_t i = 0; i < params[0].size(); ++i) {
     ASSERT_EQ(params[0][i], params[1][i])
         << "parameter element " << i << " of " << params[0].size();
+  }
+}
+
+// ZeRO-2 ends with the single rank's gradient norm (recomputed from the
+// final gradients, through the optimizer's view of the owned shard) as
+// ZeRO-1 and no_shard do, at DP 2 and 4, with TP + SP and PP.
+TEST(TrainerEquivalenceTest, OptimGradsEndsWithTheSingleRankGradientNorm) {
+  auto final_norm = [](const Layout& l) {
+    double norm = 0;
+    testing::RunResult r =
+        testing::Run(testing::TinyConfig(l, 6), l, nullptr, [&norm](int rank, Trainer& t) {
+          absl::StatusOr<double> n = t.optimizer().GradNorm();
+          EXPECT_TRUE(n.ok()) << n.status();
+          if (rank == 0 && n.ok()) norm = *n;
+        });
+    EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
+    return norm;
+  };
+  const double ref = final_norm({1, 1, 1});
+  ASSERT_GT(ref, 0);
+  for (const Layout& l : {Layout{1, 1, 2, 0, false, true}, testing::OptimGrads({1, 1, 2}),
+                          testing::OptimGrads({1, 1, 4, 0, false, false, "1f1b", true}),
+                          testing::OptimGrads({2, 2, 2, 0, true, false, "1f1b", true})}) {
+    EXPECT_NEAR(final_norm(l), ref, kTolerance * ref) << l.Describe();
   }
 }
 
