@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -179,6 +180,8 @@ void ExecutorTimers::Begin(const pipeline::Action* actions, int count) {
   if (!timers_->profiling() || count != 1 || !pipeline::IsCompute(actions[0].kind)) return;
   in_compute_ = true;
   unit_start_us_.clear();
+  kind_ = actions[0].kind;
+  last_us_ = profile::NowUs();
   args_ = absl::StrCat("{\"micro_batch\":", actions[0].micro_batch, ",\"chunk\":",
                        actions[0].chunk, "}");
 }
@@ -206,8 +209,17 @@ absl::Status ExecutorTimers::AfterForward(int64_t unit) {
 absl::Status ExecutorTimers::BeforeBackward(int64_t unit) { return BeforeForward(unit); }
 
 absl::Status ExecutorTimers::AfterBackward(int64_t unit) {
+  if (!Tracing()) return absl::OkStatus();
   auto it = unit_start_us_.find(unit);
-  if (!Tracing() || it == unit_start_us_.end()) return absl::OkStatus();
+  if (it == unit_start_us_.end()) {
+    if (kind_ != pipeline::ActionKind::kBackwardWeight) return absl::OkStatus();
+    // A split backward's W: the unit's weight gradients ran since the last event.
+    const double now = profile::NowUs();
+    timers_->profiler()->AddSpan(absl::StrCat("backward-weight ", UnitName(unit)), "compute",
+                                 "main", last_us_, now, args_);
+    last_us_ = now;
+    return absl::OkStatus();
+  }
   timers_->profiler()->AddSpan(absl::StrCat("backward ", UnitName(unit)), "compute", "main",
                                it->second, profile::NowUs(), args_);
   unit_start_us_.erase(it);
@@ -217,6 +229,20 @@ absl::Status ExecutorTimers::AfterBackward(int64_t unit) {
 void ExecutorTimers::End(const pipeline::Action* actions, int count) {
   const TimerId id = TimerOf(actions, count);
   const bool compute = count == 1 && pipeline::IsCompute(actions[0].kind);
+  if (compute && in_compute_ && kind_ == pipeline::ActionKind::kBackwardInput) {
+    // A split backward's I: its units began and end at W; each span runs to
+    // the next unit's beginning (a recomputed run's, to the end of the run).
+    std::vector<std::pair<double, int64_t>> open;
+    for (const auto& [unit, start] : unit_start_us_) open.push_back({start, unit});
+    std::sort(open.begin(), open.end());
+    const double now = profile::NowUs();
+    for (size_t i = 0; i < open.size(); ++i) {
+      timers_->profiler()->AddSpan(absl::StrCat("backward-input ", UnitName(open[i].second)),
+                                   "compute", "main", open[i].first,
+                                   i + 1 < open.size() ? open[i + 1].first : now, args_);
+    }
+    unit_start_us_.clear();
+  }
   if (compute && in_compute_) in_compute_ = false;
   std::string args;  // the span's: only when it becomes one
   if (timers_->profiling()) {

@@ -159,7 +159,9 @@ class Timers {
 // "output-layer" for the units outside the blocks) inside each
 // forward-/backward-compute, from the unit's Before- to its After-event (a
 // recomputed run's units all begin their backward before its recomputed
-// forward).
+// forward). A split backward (zero-bubble schedules) gives "backward-input
+// layer L" spans in its I (each to the next unit's beginning) and
+// "backward-weight layer L" in its W (each unit's weight gradients).
 class ExecutorTimers : public pipeline::ActionObserver, public layers::UnitObserver {
  public:
   // `head_unit`: StageModel::head_unit() (the output layer's unit id).
@@ -186,6 +188,8 @@ class ExecutorTimers : public pipeline::ActionObserver, public layers::UnitObser
   bool in_compute_ = false;                  // between Begin and End of a compute action
   std::map<int64_t, double> unit_start_us_;  // the open units' Before-event times
   std::string args_;                         // the action's span args
+  pipeline::ActionKind kind_ = pipeline::ActionKind::kForward;  // the compute action's
+  double last_us_ = 0;  // W: the action's beginning, then each unit's AfterBackward
 };
 
 }  // namespace loom::train

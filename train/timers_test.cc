@@ -1,9 +1,12 @@
 #include "train/timers.h"
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "comm/testing/ranks_as_threads.h"
 #include "gtest/gtest.h"
 
@@ -172,6 +175,46 @@ TEST(TimersTest, TimersAreSpansOnlyInsideTheProfileWindow) {
     if (e.name != "forward-compute" || e.cat != "compute" || e.track != "main" ||
         e.args != "{\"micro_batch\":3,\"chunk\":1}") {
       return absl::InternalError(absl::StrCat("span ", e.name, " ", e.cat, " ", e.args));
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// A split backward (zb-h1): the units' input halves drawn in the I action and
+// their weight halves in the W action, each inside its backward-compute.
+TEST(TimersTest, SplitBackwardDrawsInputAndWeightSpansPerUnit) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/timers_split";
+  absl::Status s = comm::testing::RunRanksAsThreads(1, [&](int rank, comm::Communicator* c) {
+    profile::ProfileOptions o;
+    o.dir = dir;
+    o.step_start = 0;
+    o.step_end = 1;
+    absl::StatusOr<std::unique_ptr<profile::Profiler>> p = profile::Profiler::Create(o, rank);
+    if (!p.ok()) return p.status();
+    Timers t(0);
+    t.set_profiler(p->get());
+    ExecutorTimers exec(&t, /*head_unit=*/4);
+    if (absl::Status st = (*p)->BeforeStep(0, c); !st.ok()) return st;
+    const Action i = pipeline::BackwardInput(0, 0), w = pipeline::BackwardWeight(0, 0);
+    exec.Begin(&i, 1);
+    for (int64_t unit : {4, 3, 2}) {
+      if (absl::Status st = exec.BeforeBackward(unit); !st.ok()) return st;
+    }
+    exec.End(&i, 1);
+    exec.Begin(&w, 1);
+    for (int64_t unit : {4, 3, 2}) {
+      if (absl::Status st = exec.AfterBackward(unit); !st.ok()) return st;
+    }
+    exec.End(&w, 1);
+    std::multiset<std::string> names;
+    for (const profile::Event& e : (*p)->events()) names.insert(e.name);
+    const std::multiset<std::string> want = {
+        "backward-compute",        "backward-compute",        "backward-input output-layer",
+        "backward-input layer 3",  "backward-input layer 2",  "backward-weight output-layer",
+        "backward-weight layer 3", "backward-weight layer 2"};
+    if (names != want) {
+      return absl::InternalError(absl::StrCat("spans: ", absl::StrJoin(names, ", ")));
     }
     return absl::OkStatus();
   });
