@@ -297,8 +297,8 @@ absl::Status Trainer::Setup() {
         "loom: data-parallel gradients in %d buckets of <= %d parameters (--ddp-bucket-size): %s%s%s",
         gradients_->buckets().size(), config_.optimizer.bucket_bytes / 4,
         config_.optimizer.shard_gradients
-            ? "ZeRO-2 reduce-scatter in every micro-batch's backward, only the owned gradient "
-              "shard kept"
+            ? "ZeRO-2 reduce-scatter in every micro-batch's backward (only the owned gradient "
+              "shard kept)"
         : config_.optimizer.distributed ? "ZeRO-1 reduce-scatter"
                                         : "all-reduce",
         config_.overlap_grad_reduce         ? " overlapped with the backward"
@@ -568,11 +568,21 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
   };
   std::vector<Hint> hints;
   hints.push_back({s.peak_of(C::kParameters) + s.peak_of(C::kGradients), "parameters + gradients",
-                   absl::StrFormat("%d B per parameter of this rank (f32 master and gradient%s); "
-                                   "--tensor-model-parallel-size and "
-                                   "--pipeline-model-parallel-size divide them (now TP %d x PP %d)",
-                                   c.bf16 ? 10 : 8, c.bf16 ? ", bf16 compute copy" : "", g.tp(),
-                                   g.pp())});
+                   c.optimizer.shard_gradients
+                       ? absl::StrFormat("%d B per parameter of this rank (f32 master%s), and "
+                                         "--data-parallel-sharding-strategy=optim_grads keeps "
+                                         "1/%d of the f32 gradients plus bucket buffers; "
+                                         "--tensor-model-parallel-size and "
+                                         "--pipeline-model-parallel-size divide them (now TP %d "
+                                         "x PP %d)",
+                                         c.bf16 ? 6 : 4, c.bf16 ? ", bf16 compute copy" : "",
+                                         g.dp() * g.cp(), g.tp(), g.pp())
+                       : absl::StrFormat("%d B per parameter of this rank (f32 master and "
+                                         "gradient%s); --tensor-model-parallel-size and "
+                                         "--pipeline-model-parallel-size divide them (now TP %d "
+                                         "x PP %d)",
+                                         c.bf16 ? 10 : 8, c.bf16 ? ", bf16 compute copy" : "",
+                                         g.tp(), g.pp())});
   // ZeRO-1 shards over the ranks that share the gradients: DP (x CP).
   const int shards = g.dp() * g.cp();
   const std::string over = g.cp() > 1 ? absl::StrFormat("DP x CP %d", shards)
