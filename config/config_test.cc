@@ -131,6 +131,12 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   c.pipeline_model_parallel_size = 2;
   c.pipeline_schedule = "zbv";
   ExpectError(c, 2, {"--pipeline-schedule=zbv is not offered", "zb-h1"});
+  c = Base();  // zb-h1 x ZeRO-2: refused until GradientSync's buffers follow the split
+  c.pipeline_model_parallel_size = 2;
+  c.pipeline_schedule = "zb-h1";
+  c.data_parallel_sharding_strategy = "optim_grads";
+  ExpectError(c, 4, {"--pipeline-schedule=zb-h1", "--data-parallel-sharding-strategy=optim_grads",
+                     "not supported yet"});
   c = Base();
   c.tensor_model_parallel_size = 2;
   c.model.num_attention_heads = 3;

@@ -100,6 +100,16 @@ absl::Status PipelineSchedule(TrainConfig* c) {
                                                    ": expected gpipe, 1f1b, interleaved or zb-h1"));
   }
   LOOM_RETURN_IF_ERROR(VirtualStages(c));
+  if (c->pipeline_schedule == "zb-h1" && c->data_parallel_sharding_strategy == "optim_grads" &&
+      c->data_parallel_size > 1) {
+    // GradientSync binds a bucket's ZeRO-2 buffer from a unit's BeforeBackward to its
+    // AfterBackward per micro-batch; the split backward holds r + 1 micro-batches between the two.
+    return absl::InvalidArgumentError(
+        "--pipeline-schedule=zb-h1 with --data-parallel-sharding-strategy=optim_grads is not "
+        "supported yet (ZeRO-2's per-micro-batch gradient buffers end at a unit's last weight "
+        "gradient, which zb-h1 defers past the next micro-batches' backward); use "
+        "--use-distributed-optimizer (optim) or --pipeline-schedule=1f1b");
+  }
   if (c->pipeline_schedule == "zb-h1" && c->virtual_pipeline_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--pipeline-schedule=zb-h1 runs one chunk per stage; --num-layers-per-virtual-pipeline-"
