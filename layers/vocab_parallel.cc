@@ -70,7 +70,8 @@ absl::StatusOr<double> VocabParallelCrossEntropy::MeanLoss(const Tensor& sums) {
   if (sums.rank() != 2 || (sums.dim(0) != 2 && sums.dim(0) != 3) ||
       sums.dtype() != core::DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("VocabParallelCrossEntropy::MeanLoss: ",
-                                                   sums.DebugString(), ", expected f32[2, n] or [3, n]"));
+                                                   sums.DebugString(),
+                                                   ", expected f32[2, n] or [3, n]"));
   }
   const int64_t n = sums.dim(1);
   LOOM_ASSIGN_OR_RETURN(Tensor host, sums.To(core::Device::CPU()));
