@@ -40,6 +40,9 @@ ABSL_FLAG(std::string, document_separator, "",
           "Text input: a line equal to this ends a document (\"%\" for fortune files); empty: "
           "one document per file");
 ABSL_FLAG(bool, append_eod, false, "Append the end-of-document token to every document");
+ABSL_FLAG(int, workers, 1,
+          "Threads tokenizing documents (Megatron's --workers); the output is the same for any "
+          "number");
 ABSL_FLAG(bool, sft, false,
           "Supervised fine-tuning data: JSON lines {\"messages\": [{\"role\", \"content\"}, ...]} "
           "rendered with the chat template of --tokenizer-model (HuggingFaceTokenizer); also "
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
   options.json_key = absl::GetFlag(FLAGS_json_keys);
   options.document_separator = absl::GetFlag(FLAGS_document_separator);
   options.append_eod = absl::GetFlag(FLAGS_append_eod);
+  options.workers = absl::GetFlag(FLAGS_workers);
 
   if (absl::GetFlag(FLAGS_sft)) return RunSft(options);
 
@@ -134,9 +138,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "preprocess_data: %s\n", std::string(stats.status().message()).c_str());
     return 1;
   }
-  std::printf("wrote %s.bin/.idx: %lld documents, %lld tokens (vocab %lld)\n",
+  // Reading, tokenizing and writing (the tokenizer's loading excluded).
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %s.bin/.idx: %lld documents, %lld tokens (vocab %lld) in %.2f s, %.0f "
+              "tokens/s with %d worker(s)\n",
               options.output_prefix.c_str(), static_cast<long long>(stats->documents),
               static_cast<long long>(stats->tokens),
-              static_cast<long long>((*tokenizer)->vocab_size()));
+              static_cast<long long>((*tokenizer)->vocab_size()), seconds,
+              static_cast<double>(stats->tokens) / seconds, options.workers);
   return 0;
 }

@@ -428,14 +428,15 @@ std::vector<int32_t> BpeModel::EncodeWord(const std::string& word) const {
     auto it = token_to_id_.find(word);
     if (it != token_to_id_.end()) return {it->second};
   }
+  CacheShard& shard = cache_[std::hash<std::string>()(word) % kCacheShards];
   {
-    absl::MutexLock lock(&cache_mu_);
-    auto it = cache_.find(word);
-    if (it != cache_.end()) return it->second;
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.words.find(word);
+    if (it != shard.words.end()) return it->second;
   }
   std::vector<int32_t> ids = Merge(word);
-  absl::MutexLock lock(&cache_mu_);
-  if (cache_.size() < (1u << 20)) cache_.emplace(word, ids);
+  absl::MutexLock lock(&shard.mu);
+  if (shard.words.size() < (1u << 20) / kCacheShards) shard.words.emplace(word, ids);
   return ids;
 }
 

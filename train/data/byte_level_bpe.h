@@ -6,6 +6,7 @@
 // share: the pre-tokenizer regex, the byte <-> printable-character alphabet,
 // and the merge loop.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -108,8 +109,14 @@ class BpeModel {
   std::vector<bool> has_id_;
   absl::flat_hash_map<std::pair<std::string, std::string>, int> merge_rank_;
   bool ignore_merges_ = false;
-  mutable absl::Mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_ ABSL_GUARDED_BY(cache_mu_);
+  // Words already merged, in shards with a lock each, so that several threads
+  // encoding at once (preprocess_data --workers) rarely wait for one another.
+  struct CacheShard {
+    absl::Mutex mu;
+    std::unordered_map<std::string, std::vector<int32_t>> words ABSL_GUARDED_BY(mu);
+  };
+  static constexpr size_t kCacheShards = 64;
+  mutable std::array<CacheShard, kCacheShards> cache_;
 };
 
 }  // namespace loom::train::bpe

@@ -24,6 +24,9 @@ struct PreprocessOptions {
   std::string json_key = "text";          // --json-keys
   std::string document_separator = "";    // --document-separator ("%" for fortune files)
   bool append_eod = false;                // --append-eod
+  // --workers: threads tokenizing documents (Megatron's flag); the output is
+  // the same for any number.
+  int workers = 1;
 };
 
 struct PreprocessStats {

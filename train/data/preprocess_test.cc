@@ -81,6 +81,50 @@ TEST(PreprocessTest, MissingInputIsAnError) {
   EXPECT_NE(stats.status().message().find("nope.txt"), std::string::npos);
 }
 
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// --workers: the same files, byte for byte, for 1 and 3 threads, over more
+// documents than one batch holds (4096) and with a BPE tokenizer whose merge
+// cache the threads share.
+TEST(PreprocessTest, WorkersWriteTheSameFilesAsOne) {
+  {
+    std::ofstream out(Tmp("many.jsonl"));
+    for (int i = 0; i < 5000; ++i) {
+      out << "{\"text\": \"document " << i << ": the quick brown fox " << (i * 7919 % 1000)
+          << " jumps over the lazy dog\"}\n";
+    }
+  }
+  auto tokenizer = HuggingFaceTokenizer::Load("train/data/testdata/tokenizers/gpt2_style");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  for (int workers : {1, 3}) {
+    PreprocessOptions o;
+    o.inputs = {Tmp("many.jsonl")};
+    o.output_prefix = Tmp("many" + std::to_string(workers));
+    o.append_eod = true;
+    o.workers = workers;
+    auto stats = Preprocess(o, **tokenizer);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->documents, 5000);
+  }
+  EXPECT_EQ(FileBytes(Tmp("many1.bin")), FileBytes(Tmp("many3.bin")));
+  EXPECT_EQ(FileBytes(Tmp("many1.idx")), FileBytes(Tmp("many3.idx")));
+  auto ds = IndexedDataset::Open(Tmp("many3"));
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ((*tokenizer)->Decode(Tokens(**ds, 4999)),
+            "document 4999: the quick brown fox 81 jumps over the lazy dog<|endoftext|>");
+
+  PreprocessOptions zero;
+  zero.inputs = {Tmp("many.jsonl")};
+  zero.output_prefix = Tmp("zero");
+  zero.workers = 0;
+  auto refused = Preprocess(zero, **tokenizer);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--workers=0"), std::string::npos);
+}
+
 const char kQwen2Style[] = "train/data/testdata/chat/qwen2_style";
 
 struct Sft {
