@@ -129,6 +129,17 @@ run llama_ucx_cp2_dp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
 compare llama_ucx_tp2 llama_reference
 compare llama_ucx_pp2_dp2 llama_reference
 compare llama_ucx_cp2_dp2 llama_reference
+# ZeRO-2 (--data-parallel-sharding-strategy=optim_grads) across processes:
+# every micro-batch's buckets reduce-scattered over UCX behind the backward,
+# only the owned gradient shard kept; GPT-2 (tied embedding) at DP 2, and
+# Llama-style PP 2 x DP 2.
+run ucx_dp2_zero2 "$GPT" --distributed-backend=ucx --nproc-per-node=2 \
+  --data-parallel-sharding-strategy=optim_grads --overlap-grad-reduce "${BUCKET[@]}"
+run llama_ucx_pp2_dp2_zero2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --pipeline-model-parallel-size=2 --data-parallel-sharding-strategy=optim_grads \
+  --overlap-grad-reduce "${LLAMA[@]}"
+compare ucx_dp2_zero2
+compare llama_ucx_pp2_dp2_zero2 llama_reference
 
 # Mixtral-style (8 experts, top-2, load-balancing loss): EP 2 x TP 2 on 4
 # processes, tokens moved to their experts by UCX all-to-all-v, against the
