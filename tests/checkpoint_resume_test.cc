@@ -1,6 +1,7 @@
 // Resuming in the same layout is bit-exact: (train 20, save, stop, resume,
 // train 20 more) gives the loss curve of an uninterrupted 40-iteration run,
-// bit for bit, for TP, PP (every schedule), DP and the distributed optimizer.
+// bit for bit, for TP, PP (every schedule), DP, the distributed optimizer and
+// ZeRO-2 (optim_grads).
 #include <cstring>
 
 #include "checkpoint/file_util.h"
@@ -64,7 +65,11 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(Layout{1, 2, 1, 1, false, false, "interleaved"}, false),
                       std::make_tuple(Layout{1, 1, 2}, false),
                       std::make_tuple(Layout{1, 1, 2, 0, false, true}, false),
-                      std::make_tuple(Layout{2, 1, 2, 0, true, true}, true)));
+                      std::make_tuple(Layout{2, 1, 2, 0, true, true}, true),
+                      // ZeRO-2: nothing of the gradient shard outlives a step
+                      std::make_tuple(testing::OptimGrads({1, 1, 2}), false),
+                      std::make_tuple(testing::OptimGrads({2, 1, 2, 0, true, false, "1f1b", true}),
+                                      true)));
 
 }  // namespace
 }  // namespace loom::checkpoint
