@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/ops.h"
-#include "layers/params.h"
 #include "core/status_macros.h"
+#include "layers/params.h"
 
 namespace loom::distributed {
 
