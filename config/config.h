@@ -126,6 +126,10 @@ struct TrainConfig {
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
   bool eod_mask_loss = false;
+  // --sft: supervised fine-tuning data from preprocess_data --sft; the loss
+  // counts only where each corpus's <prefix>_loss_mask twin is 1 (the
+  // assistant's tokens), through the same per-token loss weights. CPU only.
+  bool sft = false;
   std::string split = "969,30,1";
   std::string tokenizer_type = "ByteLevelTokenizer";
   std::string vocab_file, merge_file;

@@ -4,8 +4,36 @@
 #include "config/finalize.h"
 #include "core/status_macros.h"
 #include "train/data/blend.h"
+#include "train/data/sft_data.h"
 
 namespace loom::train::finalize {
+namespace {
+
+// --sft reads a corpus's loss-mask twin beside it (train/data/loss_mask.h).
+absl::Status Sft(const TrainConfig& c) {
+  if (!c.sft) return absl::OkStatus();
+  if (c.mock_data || (c.data_path.empty() && c.train_data_path.empty() &&
+                      c.valid_data_path.empty())) {
+    return absl::InvalidArgumentError(
+        "--sft trains on conversations written by preprocess_data --sft: give their prefix "
+        "with --data-path (or --train-data-path / --valid-data-path)");
+  }
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--data-path", c.data_path},
+                                    {"--train-data-path", c.train_data_path},
+                                    {"--valid-data-path", c.valid_data_path}}) {
+    if (value.empty()) continue;
+    LOOM_ASSIGN_OR_RETURN(std::string masks, LossMaskBlendValue(flag, value));
+    LOOM_ASSIGN_OR_RETURN(BlendSpec blend, ParseBlend(flag, masks));
+    absl::Status s = CheckBlendFiles(flag, blend);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sft: ", s.message(), " (the loss mask preprocess_data --sft writes beside the ids)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status Data(const TrainConfig& c) {
   const struct {
@@ -36,7 +64,8 @@ absl::Status Data(const TrainConfig& c) {
   const std::pair<const char*, bool> packing[] = {
       {"--reset-position-ids", c.reset_position_ids},
       {"--reset-attention-mask", c.reset_attention_mask},
-      {"--eod-mask-loss", c.eod_mask_loss}};
+      {"--eod-mask-loss", c.eod_mask_loss},
+      {"--sft", c.sft}};
   for (const auto& [flag, on] : packing) {
     if (on && c.device != "cpu") {
       return absl::UnimplementedError(absl::StrCat(
@@ -54,7 +83,7 @@ absl::Status Data(const TrainConfig& c) {
     LOOM_ASSIGN_OR_RETURN(BlendSpec blend, ParseBlend(s.flag, s.value));
     LOOM_RETURN_IF_ERROR(CheckBlendFiles(s.flag, blend));
   }
-  return absl::OkStatus();
+  return Sft(c);
 }
 
 }  // namespace loom::train::finalize

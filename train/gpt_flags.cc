@@ -138,6 +138,9 @@ ABSL_FLAG(bool, reset_attention_mask, D().reset_attention_mask,
           "Tokens after an end-of-document token do not attend to the tokens before it");
 ABSL_FLAG(bool, eod_mask_loss, D().eod_mask_loss,
           "No loss where the input token is the end-of-document token");
+ABSL_FLAG(bool, sft, D().sft,
+          "Supervised fine-tuning: the loss counts only the tokens whose <prefix>_loss_mask "
+          "(written by preprocess_data --sft) is 1, the assistant's");
 ABSL_FLAG(std::string, split, D().split, "Train/valid/test document split weights");
 ABSL_FLAG(std::string, tokenizer_type, D().tokenizer_type,
           "ByteLevelTokenizer | GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer");
@@ -310,6 +313,7 @@ TrainConfig ConfigFromFlags() {
   c.reset_position_ids = absl::GetFlag(FLAGS_reset_position_ids);
   c.reset_attention_mask = absl::GetFlag(FLAGS_reset_attention_mask);
   c.eod_mask_loss = absl::GetFlag(FLAGS_eod_mask_loss);
+  c.sft = absl::GetFlag(FLAGS_sft);
   c.split = absl::GetFlag(FLAGS_split);
   c.tokenizer_type = absl::GetFlag(FLAGS_tokenizer_type);
   c.vocab_file = ResolveUserPath(absl::GetFlag(FLAGS_vocab_file));

@@ -23,6 +23,7 @@
 #include "layers/context_parallel.h"
 #include "pipeline/layer_assignment.h"
 #include "train/data/packing.h"
+#include "train/data/sft_data.h"
 #include "train/default_data.h"
 #include "train/exit_signal.h"
 
@@ -363,6 +364,12 @@ absl::Status Trainer::SetupData() {
         }
       }
       LOOM_ASSIGN_OR_RETURN(DataSplits data, BuildDataSplits(o));
+      if (config_.sft) {
+        LOOM_ASSIGN_OR_RETURN(DataSplits masks, BuildLossMaskSplits(o, data));
+        mask_corpora_ = std::move(masks.corpora);
+        train_mask_ = std::move(masks.train);
+        valid_mask_ = std::move(masks.valid);
+      }
       corpora_ = std::move(data.corpora);
       train_data_ = std::move(data.train);
       valid_data_ = std::move(data.valid);
@@ -394,12 +401,19 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const BlendedDatase
   const PackingOptions packing = PackingOf(config_, tokenizer_->eod_id());
   const int64_t seq = config_.model.seq_length;
   std::shared_ptr<layers::PackedDocuments> documents;
-  std::vector<int32_t> sample;
-  if (packing.any()) {
+  std::vector<int32_t> sample, sft_mask;
+  // --sft: the loss mask's samples match the ids' sample for sample.
+  const BlendedDataset* mask_data =
+      !config_.sft ? nullptr : &data == train_data_.get() ? train_mask_.get() : valid_mask_.get();
+  if (config_.sft && mask_data == nullptr) {
+    return absl::InternalError("--sft: no loss mask for this split");
+  }
+  if (packing.any() || mask_data != nullptr) {
     documents = std::make_shared<layers::PackedDocuments>();
     documents->seq_len = seq;
     documents->batch = b;
     sample.resize(seq + 1);
+    if (mask_data != nullptr) sft_mask.resize(seq + 1);
   }
   for (int64_t j = 0; j < b; ++j) {
     const int64_t index = SampleIndexFor(consumed, m, b, coord_.dp_rank, grid_.dp(), j);
@@ -413,6 +427,15 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const BlendedDatase
       if (packing.reset_position_ids) append(masks.position, &documents->position);
       if (packing.reset_attention_mask) append(masks.doc_start, &documents->doc_start);
       if (packing.eod_mask_loss) append(masks.loss_mask, &documents->loss_weight);
+      if (mask_data != nullptr) {
+        // The mask of target i (token i + 1), times --eod-mask-loss's when on.
+        LOOM_RETURN_IF_ERROR(mask_data->SampleTokens(index % mask_data->num_samples(), 0,
+                                                     seq + 1, sft_mask.data()));
+        if (!packing.eod_mask_loss) documents->loss_weight.resize((j + 1) * seq, 1.0f);
+        for (int64_t i = 0; i < seq; ++i) {
+          documents->loss_weight[j * seq + i] *= static_cast<float>(sft_mask[i + 1]);
+        }
+      }
     }
     for (const layers::RowRun& run : runs) {
       // Inputs [g, g + n) and their targets [g + 1, g + n + 1).
@@ -447,7 +470,7 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const BlendedDatase
   mb.dropout.training = training;
   mb.dropout.stream =
       StreamId(iteration_, SampleIndexFor(consumed, m, b, coord_.dp_rank, grid_.dp(), 0), training);
-  if (documents != nullptr && packing.eod_mask_loss) {
+  if (documents != nullptr && (packing.eod_mask_loss || mask_data != nullptr)) {
     // Megatron's masked mean over the micro-batch, sum(mask · loss) /
     // sum(mask), as the model's mean over s·b tokens of weighted losses.
     std::vector<float>& w = documents->loss_weight;

@@ -194,6 +194,9 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::unique_ptr<IndexedDataset>> corpora_;  // what the datasets read
   std::unique_ptr<BlendedDataset> train_data_, valid_data_;
+  // --sft: the loss masks, sample for sample the splits above (train/data/sft_data.h).
+  std::vector<std::unique_ptr<IndexedDataset>> mask_corpora_;
+  std::unique_ptr<BlendedDataset> train_mask_, valid_mask_;
   MetricsFile metrics_;
   std::unique_ptr<tensorboard::EventWriter> tensorboard_;  // rank 0 with --tensorboard-dir
   double peak_flops_ = 0;
