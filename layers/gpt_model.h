@@ -133,12 +133,6 @@ class GptModel : public StageModel {
   absl::StatusOr<core::Tensor> Backward(int c, const core::Tensor& dy, float dloss,
                                         const DropoutStream& dropout,
                                         const Activations& saved) override;
-
-  // Full logits [s, b, V] (unpadded) of a post_process chunk's last forward,
-  // gathered over TP, as f32 on the host: for tests and text generation.
-  absl::StatusOr<core::Tensor> GatherLogits(const Saved& saved) const;
-
-  // This rank's parameter units, in forward order.
   // Split backward (zero-bubble schedules): BackwardInput is Backward with
   // every weight-gradient GEMM (QKV, projection, FC1/FC2 or SwiGLU's, the MoE
   // experts and router, the output layer) and the word table's scatter-add
@@ -153,6 +147,12 @@ class GptModel : public StageModel {
                                              const DropoutStream& dropout,
                                              Activations& saved) override;
   absl::Status BackwardWeight(int c, const DropoutStream& dropout, Activations& saved) override;
+
+  // Full logits [s, b, V] (unpadded) of a post_process chunk's last forward,
+  // gathered over TP, as f32 on the host: for tests and text generation.
+  absl::StatusOr<core::Tensor> GatherLogits(const Saved& saved) const;
+
+  // This rank's parameter units, in forward order.
   const std::vector<ParamUnit>& units() const override { return units_; }
   int64_t head_unit() const override { return config_.num_layers; }
 
@@ -206,6 +206,12 @@ class GptModel : public StageModel {
   // A unit's backward is done at this point of the input-gradient pass:
   // notify AfterBackward now, or close its deferred work in `defer`.
   absl::Status UnitBackwardDone(int64_t unit, WeightGradStore* defer) const;
+
+  GptConfig config_;
+  TpGroup tp_;
+  CpGroup cp_;
+  EpGroup ep_;
+  std::vector<ChunkSpec> chunks_;
   int64_t padded_vocab_ = 0;
   ParamBuffer params_;
   ParamHandle word_embedding_, position_embedding_, output_layer_weight_;
