@@ -79,11 +79,11 @@ TEST(MemoryModelTest, PredictsLoomsPeakPerRankWithinTenPercent) {
   }
   cases.push_back({gpt, Layout{2, 2, 1, 0, true}, ""});
   cases.push_back({gpt, Layout{1, 2, 1, 0, false, false, "gpipe"}, ""});
-  cases.push_back({gpt, Layout{1, 1, 2}, "", 1});
-  Layout cp2{1, 1, 1};
   // zb-h1: records wait for their W with the deferred weight-gradient operands.
   cases.push_back({gpt, Layout{1, 2, 1, 0, false, false, "zb-h1"}, ""});
   cases.push_back({llama, Layout{2, 2, 1, 0, true, false, "zb-h1"}, ""});
+  cases.push_back({gpt, Layout{1, 1, 2}, "", 1});
+  Layout cp2{1, 1, 1};
   cp2.cp = 2;
   cases.push_back({llama, cp2, ""});
   Layout ep2{1, 1, 2};
