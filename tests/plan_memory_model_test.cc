@@ -93,6 +93,13 @@ TEST(MemoryModelTest, PredictsLoomsPeakPerRankWithinTenPercent) {
   ep2_zero.ep = 2;
   cases.push_back({gpt, ep2_zero, "", 2, /*experts=*/4});
   cases.push_back({gpt, Layout{1, 1, 1}, "", 2, /*experts=*/4});
+  // ZeRO-2: the owned shard plus the bucket buffers (the tied table's held
+  // whole at PP 1; one more bucket in flight with --overlap-grad-reduce).
+  cases.push_back({gpt, train::testing::OptimGrads(Layout{1, 1, 2}), ""});
+  Layout overlapped = train::testing::OptimGrads(Layout{1, 1, 2});
+  overlapped.overlap = true;
+  cases.push_back({llama, overlapped, ""});
+  cases.push_back({gpt, train::testing::OptimGrads(Layout{1, 2, 2}), ""});
 
   std::printf("| shape | layout | rank | params | grads | optim | activations (pred) | comm (pred) "
               "| total measured | total predicted | error |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -136,9 +143,17 @@ TEST(MemoryModelTest, PredictsLoomsPeakPerRankWithinTenPercent) {
       within += std::abs(error) <= 0.10;
       EXPECT_LE(std::abs(error), 0.10) << c.shape.name << " " << c.layout.Describe() << " rank "
                                        << rank;
-      // Parameters, gradients and optimizer are exact arithmetic.
+      // Parameters, gradients and optimizer are exact arithmetic, except
+      // ZeRO-2's bucket buffers: the model counts --ddp-bucket-size per
+      // buffer, while Loom's pool settles on one buffer per bucket size it
+      // meets (measured: -17 % to +10 % here; the totals stay within 10 %).
       EXPECT_EQ(p.parameters, Measured(s, MemoryCategory::kParameters));
-      EXPECT_EQ(p.gradients, Measured(s, MemoryCategory::kGradients));
+      if (c.layout.shard_grads) {
+        EXPECT_NEAR(p.gradients / Measured(s, MemoryCategory::kGradients), 1.0, 0.2)
+            << c.shape.name << " " << c.layout.Describe() << " rank " << rank;
+      } else {
+        EXPECT_EQ(p.gradients, Measured(s, MemoryCategory::kGradients));
+      }
       EXPECT_EQ(p.optimizer, Measured(s, MemoryCategory::kOptimizer));
     }
   }
