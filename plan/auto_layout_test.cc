@@ -149,8 +149,9 @@ TEST(AutoLayout, ImpossibleConstraintIsNamed) {
 }
 
 // ZeRO-2 in the memory model: at DP 4 the gradients fall to a quarter plus
-// the bucket buffers (one bucket, --ddp-bucket-size here, and the tied word
-// embedding's at PP 1), the moments as ZeRO-1's; and the search offers it.
+// the bucket buffers bound at once (the embedding's bucket, which the head
+// starts at PP 1 through the tied table, and a layer's), the moments as
+// ZeRO-1's; and the search offers it.
 TEST(AutoLayout, OptimGradsShardsTheGradientsAndIsSearched) {
   train::TrainConfig base = Tiny();
   base.model.num_layers = 8;
@@ -169,9 +170,11 @@ TEST(AutoLayout, OptimGradsShardsTheGradientsAndIsSearched) {
   EXPECT_EQ(bytes[1].gradients, no_shard);
   EXPECT_EQ(bytes[2].optimizer, bytes[1].optimizer);
   EXPECT_LT(bytes[1].optimizer, bytes[0].optimizer);
-  // 4 B per padded vocabulary row and hidden unit (padded to TP 1 x 128).
-  const double word = 4.0 * 1024 * 256;
-  EXPECT_EQ(bytes[2].gradients, no_shard / 4 + base.optimizer.bucket_bytes + word);
+  // The embedding's bucket: 1024 padded vocabulary rows (TP 1 x 128) and 16
+  // positions of 256; a layer (12h² + 13h = 789,760 parameters, 3.2 MB) is
+  // bigger than --ddp-bucket-size, so a bucket of its own.
+  const double embedding = (1024 + 16) * 256, layer = 12 * 256 * 256 + 13 * 256;
+  EXPECT_EQ(bytes[2].gradients, no_shard / 4 + 4 * (embedding + layer));
   SearchOptions search;
   search.gpus = 4;
   int zero2 = 0;

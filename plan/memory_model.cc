@@ -162,6 +162,99 @@ StageLayers LayersOfStage(const train::TrainConfig& c, int pp_rank) {
   return n;
 }
 
+// ZeRO-2's bucket buffers at their peak, in elements: GradientSync's layout
+// (distributed/gradient_sync.cc) on this stage's units in buffer order (a
+// bucket is whole segments from the back up to --ddp-bucket-size, a bigger
+// segment a bucket of its own, a word embedding tied across stages a bucket
+// alone), then one micro-batch's backward: a bucket is bound from the first
+// unit that writes it (the head writes the tied table at PP 1, which the
+// embedding completes) to the last, and with --overlap-grad-reduce the bucket
+// flushed last is still being reduce-scattered while the next runs.
+int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
+  const layers::GptConfig& m = c.model;
+  const int tp = c.tensor_model_parallel_size, pp = c.pipeline_model_parallel_size;
+  const int64_t multiple = static_cast<int64_t>(c.data_parallel_size) * c.context_parallel_size;
+  const bool first = pp_rank == 0, last = pp_rank == pp - 1;
+  const bool tied_across = m.tied_output_layer() && pp > 1;
+  // Units are numbered in forward order; the backward runs them in reverse.
+  struct Segment {
+    int64_t len;
+    bool alone;
+    int first_unit, last_unit;  // the units that write it
+  };
+  std::vector<Segment> segments;
+  int unit = 0;
+  const std::vector<layers::ParamSpec> embedding = layers::EmbeddingParamSpecs(m, tp);
+  int word_segment = -1;
+  if (first) {
+    if (tied_across) {
+      segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, unit, unit});
+      if (embedding.size() > 1) {
+        segments.push_back({LocalPadded({embedding.begin() + 1, embedding.end()}, tp, multiple),
+                            false, unit, unit});
+      }
+    } else {
+      word_segment = static_cast<int>(segments.size());
+      segments.push_back({LocalPadded(embedding, tp, multiple), false, unit, unit});
+    }
+    ++unit;
+  }
+  for (int chunk = 0; chunk < c.virtual_pipeline_size; ++chunk) {
+    auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, c.virtual_pipeline_size,
+                                    pp_rank, chunk);
+    if (!range.ok()) continue;
+    for (int l = range->first; l < range->end(); ++l, ++unit) {
+      const layers::ExpertShard shard{0, m.moe_layer(l) ? c.expert_model_parallel_size : 1};
+      segments.push_back(
+          {LocalPadded(layers::BlockParamSpecs(m, l, shard), tp, multiple), false, unit, unit});
+    }
+  }
+  if (last) {
+    std::vector<layers::ParamSpec> head = layers::FinalNormParamSpecs(m);
+    if (!m.tied_output_layer()) {
+      for (const layers::ParamSpec& s : layers::OutputLayerParamSpecs(m, tp)) head.push_back(s);
+    }
+    segments.push_back({LocalPadded(head, tp, multiple), false, unit, unit});
+    if (tied_across) segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, unit, unit});
+    // At PP 1 the output layer reads the table the embedding owns.
+    if (word_segment >= 0 && m.tied_output_layer()) segments[word_segment].last_unit = unit;
+    ++unit;
+  }
+  struct Bucket {
+    int64_t len;
+    bool alone;
+    int first_unit, last_unit;
+  };
+  std::vector<Bucket> buckets;  // from the back of the buffer
+  const int64_t cap = std::max<int64_t>(1, c.optimizer.bucket_bytes / 4);
+  for (size_t k = segments.size(); k-- > 0;) {
+    const Segment& s = segments[k];
+    if (!buckets.empty() && !buckets.back().alone && !s.alone &&
+        buckets.back().len + s.len <= cap) {
+      Bucket& b = buckets.back();
+      b.len += s.len;
+      b.first_unit = std::min(b.first_unit, s.first_unit);
+      b.last_unit = std::max(b.last_unit, s.last_unit);
+    } else {
+      buckets.push_back({s.len, s.alone, s.first_unit, s.last_unit});
+    }
+  }
+  // The backward: unit u (from the last) runs with every bucket it or a
+  // later-run unit has started and an earlier-run one has not finished bound.
+  int64_t peak = 0, flushed = 0;
+  for (int u = unit - 1; u >= 0; --u) {
+    int64_t bound = 0;
+    for (const Bucket& b : buckets) {
+      if (b.last_unit >= u && b.first_unit <= u) bound += b.len;
+    }
+    peak = std::max(peak, bound + (c.overlap_grad_reduce ? flushed : 0));
+    for (const Bucket& b : buckets) {
+      if (b.first_unit == u) flushed = b.len;  // complete after u's backward
+    }
+  }
+  return peak;
+}
+
 }  // namespace
 
 int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank) {
@@ -235,14 +328,7 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     // embedding that table's bucket, bound for the whole backward.
     m.gradients = 4 * n;
     if (c.optimizer.shard_gradients) {
-      const double bucket = std::min<double>(c.optimizer.bucket_bytes, 4 * n);
-      const int tp = c.tensor_model_parallel_size;
-      double word = 0;
-      if (pp == 1 && c.model.tied_output_layer()) {
-        word = 4.0 * LocalPadded({layers::EmbeddingParamSpecs(c.model, tp)[0]}, tp,
-                                 static_cast<int64_t>(group));
-      }
-      m.gradients = 4 * owned + (c.overlap_grad_reduce ? 2 : 1) * bucket + word;
+      m.gradients = 4 * owned + 4.0 * static_cast<double>(ShardedBucketPeak(c, r));
     }
     m.optimizer = adam + (split_norm ? 8 : 0);
     // Activations: the average chunk's kept bytes times the chunks in flight.
@@ -320,8 +406,9 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       st.pp_rank, n, c.data_parallel_size * c.context_parallel_size, c.bf16 ? " + 2 n_pad" : "",
       st.bytes.parameters / gib,
       c.optimizer.shard_gradients
-          ? " / (DP x CP) + bucket buffers (optim_grads: 1, 2 with --overlap-grad-reduce, + the "
-            "tied word embedding's at PP 1)"
+          ? " / (DP x CP) + the bucket buffers bound at once (optim_grads: the buckets a unit's "
+            "backward writes, the tied table's from the head to the embedding at PP 1, + the one "
+            "reduce-scattering with --overlap-grad-reduce)"
           : "",
       st.bytes.gradients / gib,
       !c.optimizer.distributed ? ""
