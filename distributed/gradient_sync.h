@@ -124,8 +124,9 @@ class GradientSync : private layers::UnitObserver {
  public:
   // Lays out the buckets and adds itself to the model's observers. `model`
   // must outlive the GradientSync (which removes itself when destroyed).
-  // ZeRO-2 releases the model's whole gradient buffer here, and the model
-  // keeps none afterwards (ParamBuffer::BindGrads gives it one back).
+  // ZeRO-2 releases the model's whole gradient buffer here if it has one
+  // (the trainer builds it without: GptConfig::allocate_gradients), and the
+  // model keeps none afterwards (ParamBuffer::BindGrads gives it one back).
   static absl::StatusOr<std::unique_ptr<GradientSync>> Create(layers::StageModel* model,
                                                               const GradientSyncGroups& groups,
                                                               const GradientSyncOptions& options);

@@ -75,6 +75,12 @@ struct GptConfig : GptArchitecture {
   // instead of one expert after the other (same numbers).
   bool moe_grouped_gemm = false;
 
+  // Whether the model allocates its own flat f32 gradient buffer. Under
+  // ZeRO-2 (--data-parallel-sharding-strategy=optim_grads) //distributed owns
+  // the gradient storage and binds a bucket buffer per backward: the model is
+  // built without one, so a full-size buffer never exists (not even at setup).
+  bool allocate_gradients = true;
+
   bool recompute_full() const { return recompute_granularity == RecomputeGranularity::kFull; }
   bool recompute_selective() const {
     return recompute_granularity == RecomputeGranularity::kSelective;

@@ -53,7 +53,8 @@ float InitialValue(const ParamSpec& spec, uint64_t seed, int64_t index) {
 
 absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, int tp_rank,
                                                 int tp_size, uint64_t seed, int64_t multiple,
-                                                core::Device device, core::DType compute_dtype) {
+                                                core::Device device, core::DType compute_dtype,
+                                                bool gradients) {
   if (compute_dtype != core::DType::kF32 && compute_dtype != core::DType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat("ParamBuffer: compute dtype ",
                                                    core::DTypeName(compute_dtype),
@@ -123,8 +124,11 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
     LOOM_ASSIGN_OR_RETURN(buf.values_, buf.values_.To(device));
   }
   // Gradients start at zero where they live (no host buffer to copy over).
-  LOOM_ASSIGN_OR_RETURN(buf.grads_, core::Tensor::Empty(core::Shape{total}, core::DType::kF32, device));
-  LOOM_RETURN_IF_ERROR(buf.ZeroGrads());
+  if (gradients) {
+    LOOM_ASSIGN_OR_RETURN(buf.grads_,
+                          core::Tensor::Empty(core::Shape{total}, core::DType::kF32, device));
+    LOOM_RETURN_IF_ERROR(buf.ZeroGrads());
+  }
   if (compute_dtype != core::DType::kF32) {
     LOOM_ASSIGN_OR_RETURN(buf.compute_, core::Tensor::Empty(core::Shape{total}, compute_dtype, device));
     LOOM_RETURN_IF_ERROR(buf.SyncComputeCopy());
@@ -132,7 +136,7 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
   for (size_t i = 0; i < buf.params_.size(); ++i) {
     Param& p = buf.params_[i];
     p.master = *buf.values_.View(p.offset, local_shapes[i]);
-    p.grad = *buf.grads_.View(p.offset, local_shapes[i]);
+    if (gradients) p.grad = *buf.grads_.View(p.offset, local_shapes[i]);
     p.value = buf.compute_.defined() && !device.is_cpu()
                   ? *buf.compute_.View(p.offset, local_shapes[i])
                   : p.master;

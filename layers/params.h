@@ -88,10 +88,13 @@ class ParamBuffer {
   // copy of the values that the layers use (see SyncComputeCopy). On a GPU
   // that copy is Param::value; on the CPU it is Param::gemm_value (only the
   // GEMMs take bf16 there) and Param::value stays the f32 master.
+  // `gradients`: false leaves every Param::grad undefined and allocates no
+  // gradient buffer (its owner binds one later: BindGrads).
   static absl::StatusOr<ParamBuffer> Create(std::vector<ParamSpec> specs, int tp_rank,
                                             int tp_size, uint64_t seed, int64_t multiple = 1,
                                             core::Device device = core::Device::CPU(),
-                                            core::DType compute_dtype = core::DType::kF32);
+                                            core::DType compute_dtype = core::DType::kF32,
+                                            bool gradients = true);
 
   ParamBuffer() = default;
   ParamBuffer(ParamBuffer&&) = default;

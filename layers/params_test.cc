@@ -56,6 +56,28 @@ TEST(ParamBufferTest, ViewsLiveInOneContiguousBuffer) {
   EXPECT_EQ(buf->flat_grads().data<float>()[6], 0.0f);
 }
 
+// Without gradients (ZeRO-2's model): no buffer is allocated, every grad is
+// undefined until its owner binds one, and the values are as with them.
+TEST(ParamBufferTest, WithoutGradientsNoBufferUntilOneIsBound) {
+  const std::vector<ParamSpec> specs = {Spec("a", {2, 3}, TpSplit::kReplicated),
+                                        Spec("b", {4}, TpSplit::kReplicated)};
+  auto with = ParamBuffer::Create(specs, 0, 1, 1);
+  auto without = ParamBuffer::Create(specs, 0, 1, 1, 1, core::Device::CPU(), core::DType::kF32,
+                                     /*gradients=*/false);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_FALSE(without->flat_grads().defined());
+  EXPECT_FALSE(without->at("a").grad.defined());
+  EXPECT_TRUE(without->ZeroGrads().ok());
+  for (int64_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(without->flat_values().data<float>()[i], with->flat_values().data<float>()[i]);
+  }
+  auto flat = core::Tensor::Zeros(core::Shape{without->padded_numel()}, core::DType::kF32);
+  ASSERT_TRUE(flat.ok());
+  ASSERT_TRUE(without->BindGrads(*flat).ok());
+  ASSERT_TRUE(without->at("b").grad.defined());
+  EXPECT_EQ(without->at("b").grad.data<float>(), flat->data<float>() + without->at("b").offset);
+}
+
 TEST(ParamBufferTest, PaddingToAMultipleIsZero) {
   auto buf = ParamBuffer::Create({Spec("a", {7}, TpSplit::kReplicated)}, 0, 1, 1, /*multiple=*/4);
   ASSERT_TRUE(buf.ok());

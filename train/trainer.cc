@@ -132,13 +132,18 @@ absl::Status Trainer::Setup() {
     // timers below see only a layers::StageModel: a new model family
     // provides another StageModel here.
     core::MemoryScope tag(core::MemoryCategory::kParameters);
+    layers::GptConfig model_config = config_.model;
+    // ZeRO-2: GradientSync owns the gradient storage (no full-size buffer).
+    model_config.allocate_gradients = !config_.optimizer.shard_gradients;
     LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(
-                                      config_.model, tp, cp, chunks,
+                                      model_config, tp, cp, chunks,
                                       /*buffer_multiple=*/GradientGroup()->size(),
                                       layers::EpGroup{ep_.get()}));
   }
   // The model allocates its gradient buffer next to the parameters.
-  model_->params().flat_grads().storage()->set_memory_category(core::MemoryCategory::kGradients);
+  if (model_->params().flat_grads().defined()) {
+    model_->params().flat_grads().storage()->set_memory_category(core::MemoryCategory::kGradients);
+  }
 
   pipeline::ScheduleOptions so;
   LOOM_ASSIGN_OR_RETURN(so.kind, pipeline::ParseScheduleKind(config_.pipeline_schedule));
