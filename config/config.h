@@ -9,6 +9,7 @@
 #include "config/lr_schedule.h"
 #include "config/optimizer_config.h"
 #include "layers/gpt_config.h"
+#include "pipeline/schedule.h"
 
 namespace loom::train {
 
@@ -71,7 +72,8 @@ struct TrainConfig {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
-  std::string pipeline_schedule = "1f1b";         // gpipe | 1f1b | interleaved | zb-h1
+  // --pipeline-schedule (gpipe | 1f1b | interleaved | zb-h1; zbv is refused).
+  pipeline::ScheduleKind pipeline_schedule = pipeline::ScheduleKind::k1F1B;
   bool sequence_parallel = false;
   // Context parallelism: the sequence split over CP ranks, ring attention
   // (layers/context_parallel.h); CP ranks share DP's gradient reduction.

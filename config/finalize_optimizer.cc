@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/finalize.h"
+#include "core/enum_names.h"
 
 namespace loom::train::finalize {
 namespace {
@@ -28,12 +29,15 @@ absl::Status ShardingStrategy(TrainConfig* c) {
   } else if (s == "optim_grads") {
     o.distributed = true;
     o.shard_gradients = true;
-    if (c->pipeline_schedule == "zb-h1" || c->pipeline_schedule == "zbv") {
-      // The deferred weight gradients land after the bucket's reduce-scatter.
+    if (pipeline::SplitsBackward(c->pipeline_schedule)) {
+      // GradientSync binds a bucket's ZeRO-2 buffer from a unit's BeforeBackward to its
+      // AfterBackward per micro-batch; the split backward defers the weight gradients (and so
+      // the AfterBackward) past the next micro-batches' backward.
       return absl::UnimplementedError(absl::StrCat(
           "--data-parallel-sharding-strategy=optim_grads with --pipeline-schedule=",
-          c->pipeline_schedule, " is not supported yet: use optim, or a schedule without a "
-          "split backward (1f1b, interleaved, gpipe)"));
+          core::EnumName(c->pipeline_schedule),
+          " is not supported yet: use optim (--use-distributed-optimizer), or a schedule "
+          "without a split backward (1f1b, interleaved, gpipe)"));
     }
   } else if (s == "optim_grads_params") {
     return absl::UnimplementedError(

@@ -7,6 +7,8 @@
 namespace loom::train::finalize {
 namespace {
 
+using pipeline::ScheduleKind;
+
 // --num-layers-per-virtual-pipeline-stage: the chunks per stage, and the
 // schedule it implies.
 absl::Status VirtualStages(TrainConfig* c) {
@@ -26,10 +28,11 @@ absl::Status VirtualStages(TrainConfig* c) {
           ") x --num-layers-per-virtual-pipeline-stage (", per, ") = ", pp * per));
     }
     c->virtual_pipeline_size = static_cast<int>(layers / (pp * per));
-    if (c->pipeline_schedule == "1f1b" && c->virtual_pipeline_size > 1) {
-      c->pipeline_schedule = "interleaved";  // Megatron: interleaving implies the schedule
+    if (c->pipeline_schedule == ScheduleKind::k1F1B && c->virtual_pipeline_size > 1) {
+      // Megatron: interleaving implies the schedule.
+      c->pipeline_schedule = ScheduleKind::kInterleaved;
     }
-    if (c->pipeline_schedule == "gpipe" && c->virtual_pipeline_size > 1) {
+    if (c->pipeline_schedule == ScheduleKind::kGPipe && c->virtual_pipeline_size > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--pipeline-schedule=gpipe runs one chunk per stage; --num-layers-per-virtual-"
           "pipeline-stage=",
@@ -87,42 +90,26 @@ absl::Status Batch(TrainConfig* c) {
 
 absl::Status PipelineSchedule(TrainConfig* c) {
   const int pp = c->pipeline_model_parallel_size;
-  if (c->pipeline_schedule == "zbh1") c->pipeline_schedule = "zb-h1";  // the schedule's alias
-  if (c->pipeline_schedule == "zbv") {
+  if (c->pipeline_schedule == ScheduleKind::kZBV) {
     return absl::InvalidArgumentError(
         "--pipeline-schedule=zbv is not offered by //train:gpt yet: it needs the trainer to place "
         "the layers in a V (stage r holding virtual stages r and 2P-1-r); //pipeline:visualize "
         "and //pipeline:simulator run it. Use --pipeline-schedule=zb-h1");
   }
-  if (c->pipeline_schedule != "gpipe" && c->pipeline_schedule != "1f1b" &&
-      c->pipeline_schedule != "interleaved" && c->pipeline_schedule != "zb-h1") {
-    return absl::InvalidArgumentError(absl::StrCat("--pipeline-schedule=", c->pipeline_schedule,
-                                                   ": expected gpipe, 1f1b, interleaved or zb-h1"));
-  }
   LOOM_RETURN_IF_ERROR(VirtualStages(c));
-  if (c->pipeline_schedule == "zb-h1" && c->data_parallel_sharding_strategy == "optim_grads" &&
-      c->data_parallel_size > 1) {
-    // GradientSync binds a bucket's ZeRO-2 buffer from a unit's BeforeBackward to its
-    // AfterBackward per micro-batch; the split backward holds r + 1 micro-batches between the two.
-    return absl::InvalidArgumentError(
-        "--pipeline-schedule=zb-h1 with --data-parallel-sharding-strategy=optim_grads is not "
-        "supported yet (ZeRO-2's per-micro-batch gradient buffers end at a unit's last weight "
-        "gradient, which zb-h1 defers past the next micro-batches' backward); use "
-        "--use-distributed-optimizer (optim) or --pipeline-schedule=1f1b");
-  }
-  if (c->pipeline_schedule == "zb-h1" && c->virtual_pipeline_size > 1) {
+  if (c->pipeline_schedule == ScheduleKind::kZBH1 && c->virtual_pipeline_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--pipeline-schedule=zb-h1 runs one chunk per stage; --num-layers-per-virtual-pipeline-"
         "stage=",
         c->num_layers_per_virtual_pipeline_stage, " gives ", c->virtual_pipeline_size,
         " chunks per stage (drop it, or use --pipeline-schedule=interleaved)"));
   }
-  if (c->pipeline_schedule == "interleaved" && c->virtual_pipeline_size < 2) {
+  if (c->pipeline_schedule == ScheduleKind::kInterleaved && c->virtual_pipeline_size < 2) {
     return absl::InvalidArgumentError(
         "--pipeline-schedule=interleaved needs --num-layers-per-virtual-pipeline-stage giving "
         "at least 2 chunks per stage");
   }
-  if (c->pipeline_schedule == "interleaved" && c->num_micro_batches % pp != 0) {
+  if (c->pipeline_schedule == ScheduleKind::kInterleaved && c->num_micro_batches % pp != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--pipeline-schedule=interleaved: micro-batches per step (", c->num_micro_batches,
         " = --global-batch-size / (--micro-batch-size x DP)) must be a multiple of "

@@ -26,6 +26,7 @@ template <class E>
 struct EnumSpelling {
   E value;
   absl::string_view name;
+  bool alias = false;  // accepted, never written or listed ({E::kA, "a-old", true})
 };
 
 // Found by argument-dependent lookup: LOOM_ENUM_NAMES declares
@@ -33,18 +34,21 @@ struct EnumSpelling {
 template <class E>
 absl::string_view EnumName(E value) {
   for (const EnumSpelling<E>& s : Spellings(E{})) {
-    if (s.value == value) return s.name;
+    if (s.value == value && !s.alias) return s.name;
   }
   return "?";  // a value cast from an integer outside the enum
 }
 
-// "a | b": the choices, in declaration order (an empty spelling, a flag's
-// "unset", shows as "").
+// "a | b": the choices, in declaration order, aliases left out (an empty
+// spelling, a flag's "unset", shows as "").
 template <class E>
 std::string EnumChoices() {
-  return absl::StrJoin(Spellings(E{}), " | ", [](std::string* out, const EnumSpelling<E>& s) {
-    absl::StrAppend(out, s.name.empty() ? "\"\"" : s.name);
-  });
+  std::string out;
+  for (const EnumSpelling<E>& s : Spellings(E{})) {
+    if (s.alias) continue;
+    absl::StrAppend(&out, out.empty() ? "" : " | ", s.name.empty() ? "\"\"" : s.name);
+  }
+  return out;
 }
 
 // The value spelt `name` (exactly, case included: Megatron's flags are

@@ -10,7 +10,7 @@ namespace loom::test_enum {
 
 enum class Fruit { kApple, kPear, kQuince };
 LOOM_ENUM_NAMES(Fruit, {Fruit::kApple, "apple"}, {Fruit::kPear, "Pear"},
-                {Fruit::kQuince, "quince"})
+                {Fruit::kQuince, "quince"}, {Fruit::kQuince, "cydonia", /*alias=*/true})
 
 // A flag whose unset value is the empty string (Megatron's None).
 enum class Mode { kUnset, kFast };
@@ -34,6 +34,8 @@ TEST(EnumNamesTest, NamesAndChoicesInDeclarationOrder) {
 
 TEST(EnumNamesTest, ParseIsExactAndItsErrorNamesWhatAndTheChoices) {
   EXPECT_EQ(FindEnum<Fruit>("Pear"), Fruit::kPear);
+  EXPECT_EQ(FindEnum<Fruit>("cydonia"), Fruit::kQuince);  // an alias reads, is never written
+  EXPECT_EQ(EnumName(Fruit::kQuince), "quince");
   EXPECT_EQ(FindEnum<Fruit>("pear"), std::nullopt);  // case-sensitive, like Megatron's choices
   absl::StatusOr<Fruit> bad = ParseEnum<Fruit>("fig", "--fruit");
   ASSERT_FALSE(bad.ok());

@@ -1,6 +1,7 @@
 #include "pipeline/schedule.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
@@ -9,27 +10,14 @@ namespace loom::pipeline {
 
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
-  if (lower == "gpipe") return ScheduleKind::kGPipe;
-  if (lower == "1f1b") return ScheduleKind::k1F1B;
-  if (lower == "interleaved") return ScheduleKind::kInterleaved;
-  if (lower == "zb-h1" || lower == "zbh1") return ScheduleKind::kZBH1;
-  if (lower == "zbv" || lower == "zb-v" || lower == "zbvzerobubble") return ScheduleKind::kZBV;
+  if (std::optional<ScheduleKind> kind = core::FindEnum<ScheduleKind>(lower)) return *kind;
+  if (lower == "zb-v" || lower == "zbvzerobubble") return ScheduleKind::kZBV;
   return absl::InvalidArgumentError(absl::StrFormat(
-      "--pipeline-schedule='%s' is not a schedule; expected one of "
-      "gpipe|1f1b|interleaved|zb-h1|zbv",
-      std::string(name)));
+      "--pipeline-schedule='%s' is not a schedule; expected one of %s", std::string(name),
+      core::EnumChoices<ScheduleKind>()));
 }
 
-const char* ScheduleKindName(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGPipe: return "gpipe";
-    case ScheduleKind::k1F1B: return "1f1b";
-    case ScheduleKind::kInterleaved: return "interleaved";
-    case ScheduleKind::kZBH1: return "zb-h1";
-    case ScheduleKind::kZBV: return "zbv";
-  }
-  return "?";
-}
+const char* ScheduleKindName(ScheduleKind kind) { return core::EnumName(kind).data(); }
 
 bool SplitsBackward(ScheduleKind kind) {
   return kind == ScheduleKind::kZBH1 || kind == ScheduleKind::kZBV;

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/enum_names.h"
 #include "pipeline/action.h"
 
 namespace loom::pipeline {
@@ -31,8 +32,15 @@ enum class ScheduleKind {
           // ScheduleZBVZeroBubble order (v = 2)
 };
 
-// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zbv" (also "zbh1", and torch's class name
-// "ZBVZeroBubble" for zbv; case-insensitive); the error names --pipeline-schedule.
+// --pipeline-schedule's spellings (zbh1: zb-h1's alias): the flag of that type
+// parses them exactly.
+LOOM_ENUM_NAMES(ScheduleKind, {ScheduleKind::kGPipe, "gpipe"}, {ScheduleKind::k1F1B, "1f1b"},
+                {ScheduleKind::kInterleaved, "interleaved"}, {ScheduleKind::kZBH1, "zb-h1"},
+                {ScheduleKind::kZBV, "zbv"}, {ScheduleKind::kZBH1, "zbh1", /*alias=*/true})
+
+// The spellings above, any case, and torch's class name "ZBVZeroBubble" (and
+// "zb-v") for zbv: what //pipeline:visualize accepts. The error names
+// --pipeline-schedule.
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
 // "gpipe", "1f1b", "interleaved", "zb-h1", "zbv"
 const char* ScheduleKindName(ScheduleKind kind);

@@ -41,7 +41,7 @@ std::string Describe(const train::TrainConfig& c, const std::set<std::string>& f
                     Mark(fixed, "expert_model_parallel_size"));
   }
   if (typed("pipeline_schedule")) {
-    absl::StrAppend(&s, ", schedule ", c.pipeline_schedule, " (typed)");
+    absl::StrAppend(&s, ", schedule ", core::EnumName(c.pipeline_schedule), " (typed)");
   }
   absl::StrAppend(&s, ", micro-batch ", c.micro_batch_size, Mark(fixed, "micro_batch_size"));
   const bool recompute_typed =
@@ -153,7 +153,7 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
   t.tensor_model_parallel_size = c.tensor_model_parallel_size;
   t.pipeline_model_parallel_size = c.pipeline_model_parallel_size;
   t.num_layers_per_virtual_pipeline_stage = c.num_layers_per_virtual_pipeline_stage;
-  if (!fixed.count("pipeline_schedule")) t.pipeline_schedule = "1f1b";
+  if (!fixed.count("pipeline_schedule")) t.pipeline_schedule = pipeline::ScheduleKind::k1F1B;
   t.context_parallel_size = c.context_parallel_size;
   t.expert_model_parallel_size = c.expert_model_parallel_size;
   t.sequence_parallel = c.sequence_parallel;
@@ -170,7 +170,7 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
       absl::StrCat("--pipeline_model_parallel_size=", t.pipeline_model_parallel_size),
       absl::StrCat("--num_layers_per_virtual_pipeline_stage=",
                    t.num_layers_per_virtual_pipeline_stage),
-      absl::StrCat("--pipeline_schedule=", t.pipeline_schedule),
+      absl::StrCat("--pipeline_schedule=", core::EnumName(t.pipeline_schedule)),
       absl::StrCat("--context_parallel_size=", t.context_parallel_size),
       absl::StrCat("--expert_model_parallel_size=", t.expert_model_parallel_size),
       absl::StrCat("--sequence_parallel=", Bool(t.sequence_parallel)),

@@ -140,7 +140,7 @@ std::string FixedFlags(const train::TrainConfig& c, const std::set<std::string>&
       {"pipeline_model_parallel_size", absl::StrCat(c.pipeline_model_parallel_size)},
       {"num_layers_per_virtual_pipeline_stage",
        absl::StrCat(c.num_layers_per_virtual_pipeline_stage)},
-      {"pipeline_schedule", c.pipeline_schedule},
+      {"pipeline_schedule", std::string(core::EnumName(c.pipeline_schedule))},
       {"context_parallel_size", absl::StrCat(c.context_parallel_size)},
       {"expert_model_parallel_size", absl::StrCat(c.expert_model_parallel_size)},
       {"micro_batch_size", absl::StrCat(c.micro_batch_size)},
@@ -176,7 +176,8 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
   const int64_t layers = base.model.num_layers;
   // Only the interleaved schedule runs more than one chunk per stage.
   const bool interleave = o.try_interleaving && (!Fixed(o, "pipeline_schedule") ||
-                                                 base.pipeline_schedule == "interleaved");
+                                                 base.pipeline_schedule ==
+                                                     pipeline::ScheduleKind::kInterleaved);
   const std::string typed = FixedFlags(base, o.fixed);
   for (int tp : Tried(o, "tensor_model_parallel_size", base.tensor_model_parallel_size,
                       DivisorsUpTo(o.gpus, max_tp))) {
@@ -229,7 +230,9 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
                     c.context_parallel_size = cp;
                     c.expert_model_parallel_size = ep;
                     c.num_layers_per_virtual_pipeline_stage = per;
-                    if (!Fixed(o, "pipeline_schedule")) c.pipeline_schedule = "1f1b";
+                    if (!Fixed(o, "pipeline_schedule")) {
+                      c.pipeline_schedule = pipeline::ScheduleKind::k1F1B;
+                    }
                     c.sequence_parallel = sp;
                     c.micro_batch_size = mbs;
                     c.model.recompute_granularity = r.granularity;

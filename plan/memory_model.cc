@@ -27,10 +27,7 @@ int64_t LocalPadded(const std::vector<layers::ParamSpec>& specs, int tp, int64_t
 
 pipeline::ScheduleOptions ScheduleOf(const train::TrainConfig& c) {
   pipeline::ScheduleOptions o;
-  o.kind = c.pipeline_schedule == "gpipe"         ? pipeline::ScheduleKind::kGPipe
-           : c.pipeline_schedule == "interleaved" ? pipeline::ScheduleKind::kInterleaved
-           : c.pipeline_schedule == "zb-h1"       ? pipeline::ScheduleKind::kZBH1
-                                                  : pipeline::ScheduleKind::k1F1B;
+  o.kind = c.pipeline_schedule;
   o.pp = c.pipeline_model_parallel_size;
   o.vp = c.virtual_pipeline_size;
   o.micro_batches = static_cast<int>(c.num_micro_batches);
@@ -360,9 +357,9 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
                              3 * a.stats;
     // zb-h1's last stage keeps its records (their logits) until their W.
     const double heads_in_flight =
-        c.pipeline_schedule == "gpipe"   ? static_cast<double>(c.num_micro_batches)
-        : c.pipeline_schedule == "zb-h1" ? static_cast<double>(st.in_flight)
-                                         : 1.0;
+        c.pipeline_schedule == pipeline::ScheduleKind::kGPipe ? static_cast<double>(c.num_micro_batches)
+        : c.pipeline_schedule == pipeline::ScheduleKind::kZBH1 ? static_cast<double>(st.in_flight)
+                                                               : 1.0;
     const double working = 2 * a.x_full + a.x_seq + 4 * a.x_full / t + (last ? a.logits : 0);
     m.activations = st.in_flight * kept_chunk + (last ? heads_in_flight * head_kept : 0) +
                     working + rerun + stash_chunk;

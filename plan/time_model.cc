@@ -226,10 +226,7 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
                                        c.sequence_parallel ? xf / t : xf, 2, x.pp_inter)
                    : 0;
   pipeline::ScheduleOptions so;
-  so.kind = c.pipeline_schedule == "gpipe"         ? pipeline::ScheduleKind::kGPipe
-            : c.pipeline_schedule == "interleaved" ? pipeline::ScheduleKind::kInterleaved
-            : c.pipeline_schedule == "zb-h1"       ? pipeline::ScheduleKind::kZBH1
-                                                   : pipeline::ScheduleKind::k1F1B;
+  so.kind = c.pipeline_schedule;
   so.pp = pp;
   so.vp = vp;
   so.micro_batches = static_cast<int>(c.num_micro_batches);
@@ -394,7 +391,8 @@ std::string ExplainTime(const train::TrainConfig& c, const Hardware& hw, const S
       "  step = compute %.6f + exposed communication %.6f + bubble %.6f = %.6f\n"
       "  model FLOPs per step (6N + 12 L h s per token) %.4g; tokens/s %.1f; MFU %.1f%%\n",
       hw.name(), hw.peak_flops(), hw.memory_bandwidth(), t.forward_chunk, t.backward_chunk,
-      t.tp_exposed_per_layer, t.tp_overlap_cost_per_layer, c.pipeline_schedule, c.pipeline_model_parallel_size,
+      t.tp_exposed_per_layer, t.tp_overlap_cost_per_layer, pipeline::ScheduleKindName(c.pipeline_schedule),
+      c.pipeline_model_parallel_size,
       c.virtual_pipeline_size, static_cast<long long>(c.num_micro_batches), t.p2p, t.makespan,
       t.makespan - t.bubble, t.bubble_fraction, c.data_parallel_size * c.context_parallel_size,
       c.optimizer.distributed ? "-scatter + all-gather" : " (all-reduce)", t.dp_comm,

@@ -72,7 +72,7 @@ ABSL_FLAG(int, tensor_model_parallel_size, D().tensor_model_parallel_size, "TP d
 ABSL_FLAG(int, pipeline_model_parallel_size, D().pipeline_model_parallel_size, "PP degree");
 ABSL_FLAG(int, num_layers_per_virtual_pipeline_stage, D().num_layers_per_virtual_pipeline_stage,
           "Layers per model chunk for interleaved 1F1B (0: no interleaving)");
-ABSL_FLAG(std::string, pipeline_schedule, D().pipeline_schedule,
+ABSL_FLAG(loom::pipeline::ScheduleKind, pipeline_schedule, D().pipeline_schedule,
           "gpipe | 1f1b | interleaved | zb-h1 (zero bubble: 1F1B with each weight gradient "
           "deferred into the bubble; one chunk per stage)");
 ABSL_FLAG(bool, sequence_parallel, D().sequence_parallel, "Sequence parallelism (needs TP > 1)");

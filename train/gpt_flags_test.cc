@@ -278,6 +278,13 @@ TEST(GptFlagsTest, LlamaStyleModelFlags) {
         << s;
     EXPECT_NE(s.message().find("'sinkhorn': expected one of aux_loss | none"), std::string::npos)
         << s;
+    // zbh1 is an alias (accepted, not listed); zigzag is no schedule.
+    s = core::CheckFlagArgs({"gpt", core::NormalizeFlagName("--pipeline-schedule=zigzag")});
+    EXPECT_NE(s.message().find("'zigzag': expected one of gpipe | 1f1b | interleaved | zb-h1 | zbv"),
+              std::string::npos)
+        << s;
+    EXPECT_TRUE(core::CheckFlagArgs({"gpt", core::NormalizeFlagName("--pipeline-schedule=zbh1")})
+                    .ok());
   }
   {
     absl::FlagSaver saver;

@@ -55,7 +55,7 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   c.tensor_model_parallel_size = l.tp;
   c.pipeline_model_parallel_size = l.pp;
   c.num_layers_per_virtual_pipeline_stage = l.vp_layers;
-  c.pipeline_schedule = l.schedule;
+  c.pipeline_schedule = pipeline::ParseScheduleKind(l.schedule).value();
   c.sequence_parallel = l.sp;
   c.context_parallel_size = l.cp;
   c.expert_model_parallel_size = l.ep;

@@ -146,7 +146,7 @@ absl::Status Trainer::Setup() {
   }
 
   pipeline::ScheduleOptions so;
-  LOOM_ASSIGN_OR_RETURN(so.kind, pipeline::ParseScheduleKind(config_.pipeline_schedule));
+  so.kind = config_.pipeline_schedule;
   so.pp = pp;
   so.vp = vp;
   so.micro_batches = static_cast<int>(config_.num_micro_batches);
@@ -283,7 +283,8 @@ absl::Status Trainer::Setup() {
       "per step, global batch %d, backend %s, peak %.1f GFLOP/s per rank (%s)",
       world_->size(), grid_.tp(), grid_.pp(),
       grid_.cp() > 1 ? absl::StrFormat(" CP %d (ring attention) x", grid_.cp()) : "", grid_.dp(),
-      config_.sequence_parallel ? " + SP" : "", config_.pipeline_schedule, vp,
+      config_.sequence_parallel ? " + SP" : "",
+      pipeline::ScheduleKindName(config_.pipeline_schedule), vp,
       config_.num_micro_batches, config_.micro_batch_size, config_.global_batch_size,
       world_->backend_name(), peak_flops_ / 1e9,
       config_.peak_flops > 0
@@ -796,7 +797,7 @@ absl::Status Trainer::SaveCheckpoint() {
   l->set_data_parallel(grid_.dp());
   l->set_virtual_pipeline(config_.virtual_pipeline_size);
   l->set_sequence_parallel(config_.sequence_parallel);
-  l->set_schedule(config_.pipeline_schedule);
+  l->set_schedule(pipeline::ScheduleKindName(config_.pipeline_schedule));
   l->set_distributed_optimizer(config_.optimizer.distributed);
   l->set_world_size(world_->size());
   *h.mutable_model() = checkpoint::ModelConfigProto(config_.model);
