@@ -10,8 +10,8 @@
 // The corpora are synthetic: document lengths drawn with a fixed seed
 // (log-normal, median 1000 tokens, 32..16384). Building indices reads only
 // the .idx, so the .bin is a sparse file of the right size (ftruncate), not
-// gigabytes of tokens; the .idx is written here in Megatron's layout
-// (IndexedDatasetWriter streams real tokens) and opened by the library's reader,
+// gigabytes of tokens; the .idx comes from the library's WriteIndexFile (what
+// IndexedDatasetWriter::Finalize writes) and is opened by the library's reader,
 // which checks it against the .bin's size.
 //
 // Then, on the same files, Megatron-Core's BlendedMegatronDatasetBuilder does
@@ -26,7 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -72,32 +72,20 @@ std::vector<int32_t> DocumentLengths(int64_t tokens, uint64_t seed) {
   return out;
 }
 
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-// <prefix>.idx in Megatron's layout (one sequence a document, u16 tokens) and
-// a sparse <prefix>.bin of the size it implies.
+// <prefix>.idx in Megatron's layout (one sequence a document, u16 tokens,
+// written by the library's WriteIndexFile) and a sparse <prefix>.bin of the
+// size it implies.
 bool WriteCorpus(const std::string& prefix, const std::vector<int32_t>& lengths) {
-  constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
-  const uint64_t s = lengths.size();
-  std::string idx(kMagic, sizeof(kMagic));
-  Put<uint64_t>(&idx, 1);
-  Put<uint8_t>(&idx, static_cast<uint8_t>(TokenType::kU16));
-  Put<uint64_t>(&idx, s);
-  Put<uint64_t>(&idx, s + 1);
-  for (int32_t l : lengths) Put<int32_t>(&idx, l);
-  int64_t offset = 0;
-  for (int32_t l : lengths) {
-    Put<int64_t>(&idx, offset);
-    offset += int64_t{l} * 2;
+  std::vector<int64_t> doc_index(lengths.size() + 1);
+  std::iota(doc_index.begin(), doc_index.end(), int64_t{0});
+  if (absl::Status s = WriteIndexFile(prefix, TokenType::kU16, lengths, doc_index); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return false;
   }
-  for (uint64_t d = 0; d <= s; ++d) Put<int64_t>(&idx, static_cast<int64_t>(d));
-  std::ofstream out(prefix + ".idx", std::ios::binary);
-  if (!out.write(idx.data(), static_cast<std::streamsize>(idx.size()))) return false;
+  int64_t bytes = 0;
+  for (int32_t l : lengths) bytes += int64_t{l} * 2;
   const int fd = ::open((prefix + ".bin").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-  const bool ok = fd >= 0 && ::ftruncate(fd, offset) == 0;
+  const bool ok = fd >= 0 && ::ftruncate(fd, bytes) == 0;
   if (fd >= 0) ::close(fd);
   return ok;
 }

@@ -78,6 +78,31 @@ TokenType TokenTypeForVocab(int64_t vocab_size) {
 
 // ---------------------------------------------------------------- writer
 
+absl::Status WriteIndexFile(const std::string& prefix, TokenType type,
+                            const std::vector<int32_t>& lengths,
+                            const std::vector<int64_t>& doc_index) {
+  if (doc_index.empty() || doc_index.front() != 0 ||
+      doc_index.back() != static_cast<int64_t>(lengths.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteIndexFile for ", prefix, ": the document index must run from 0 to the ",
+        lengths.size(), " sequences"));
+  }
+  std::string idx(kMagic, sizeof(kMagic));
+  Append<uint64_t>(&idx, kVersion);
+  Append<uint8_t>(&idx, static_cast<uint8_t>(type));
+  Append<uint64_t>(&idx, lengths.size());
+  Append<uint64_t>(&idx, doc_index.size());
+  for (int32_t l : lengths) Append<int32_t>(&idx, l);
+  const int64_t width = static_cast<int64_t>(TokenTypeSize(type));
+  int64_t offset = 0;
+  for (int32_t l : lengths) {
+    Append<int64_t>(&idx, offset);
+    offset += int64_t{l} * width;
+  }
+  for (int64_t d : doc_index) Append<int64_t>(&idx, d);
+  return WriteFileAtomically(prefix + ".idx", idx);
+}
+
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenType type, std::FILE* bin)
     : prefix_(std::move(prefix)), type_(type), bin_(bin) {}
 
@@ -144,8 +169,6 @@ absl::Status IndexedDatasetWriter::AddSequence(const int32_t* tokens, size_t cou
         absl::StrCat("writing ", prefix_, ".bin.tmp failed: ", std::strerror(errno)));
   }
   lengths_.push_back(static_cast<int32_t>(count));
-  offsets_.push_back(bin_bytes_);
-  bin_bytes_ += static_cast<int64_t>(buf.size());
   return absl::OkStatus();
 }
 
@@ -168,22 +191,13 @@ absl::Status IndexedDatasetWriter::Finalize() {
   bin_ = nullptr;
   if (!ok) return absl::DataLossError(absl::StrCat("writing ", prefix_, ".bin.tmp failed"));
 
-  std::string idx(kMagic, sizeof(kMagic));
-  Append<uint64_t>(&idx, kVersion);
-  Append<uint8_t>(&idx, static_cast<uint8_t>(type_));
-  Append<uint64_t>(&idx, lengths_.size());
-  Append<uint64_t>(&idx, doc_index_.size());
-  for (int32_t l : lengths_) Append<int32_t>(&idx, l);
-  for (int64_t o : offsets_) Append<int64_t>(&idx, o);
-  for (int64_t d : doc_index_) Append<int64_t>(&idx, d);
-
   if (std::rename((prefix_ + ".bin.tmp").c_str(), (prefix_ + ".bin").c_str()) != 0) {
     return absl::DataLossError(
         absl::StrCat("renaming ", prefix_, ".bin.tmp failed: ", std::strerror(errno)));
   }
   finalized_ = true;
   // The .idx goes last: a dataset with an .idx is complete.
-  return WriteFileAtomically(prefix_ + ".idx", idx);
+  return WriteIndexFile(prefix_, type_, lengths_, doc_index_);
 }
 
 // ---------------------------------------------------------------- reader

@@ -38,6 +38,16 @@ TokenType TokenTypeForVocab(int64_t vocab_size);
 // Writes a dataset. The .bin is streamed; the .idx is written by Finalize().
 // Both are written under temporary names and renamed into place only when
 // complete, so a crash never leaves a half-written dataset behind.
+// Writes <prefix>.idx in Megatron's layout (magic, version, token type,
+// sizes, pointers, document index) for sequences of these lengths stored back
+// to back in <prefix>.bin, so the pointers follow from the lengths; doc_index
+// starts at 0 and ends at lengths.size(). Atomic (a temporary file renamed).
+// The one writer of the format: IndexedDatasetWriter::Finalize and the blend
+// bench's synthetic corpora call it.
+absl::Status WriteIndexFile(const std::string& prefix, TokenType type,
+                            const std::vector<int32_t>& lengths,
+                            const std::vector<int64_t>& doc_index);
+
 class IndexedDatasetWriter {
  public:
   static absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> Create(const std::string& prefix,
@@ -58,9 +68,7 @@ class IndexedDatasetWriter {
   std::string prefix_;
   TokenType type_;
   std::FILE* bin_;
-  int64_t bin_bytes_ = 0;
   std::vector<int32_t> lengths_;
-  std::vector<int64_t> offsets_;
   std::vector<int64_t> doc_index_{0};
   bool finalized_ = false;
 };

@@ -62,6 +62,18 @@ TEST(IndexedDatasetTest, ByteLayoutMatchesMegatron) {
   EXPECT_EQ(static_cast<uint8_t>(bin[0]), 5);
 }
 
+// The lengths-only entry point (the blend bench's synthetic corpora) writes
+// the same bytes as the streaming writer for the same sequences.
+TEST(IndexedDatasetTest, WriteIndexFileEqualsTheWritersIndex) {
+  const std::string streamed = WriteSample("streamed");
+  const std::string direct = TempPrefix("direct");
+  ASSERT_TRUE(WriteIndexFile(direct, TokenType::kU16, {3, 1, 2}, {0, 1, 3}).ok());
+  EXPECT_EQ(ReadAll(direct + ".idx"), ReadAll(streamed + ".idx"));
+  const absl::Status bad = WriteIndexFile(TempPrefix("bad"), TokenType::kU16, {3, 1}, {0, 1});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("from 0 to the 2 sequences"), std::string::npos) << bad;
+}
+
 TEST(IndexedDatasetTest, RoundTrip) {
   for (TokenType type : {TokenType::kU16, TokenType::kI32, TokenType::kI64}) {
     std::string prefix = WriteSample("roundtrip" + std::to_string(static_cast<int>(type)), type);
