@@ -72,7 +72,7 @@ struct TrainConfig {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
-  // --pipeline-schedule (gpipe | 1f1b | interleaved | zb-h1; zbv is refused).
+  // --pipeline-schedule (gpipe | 1f1b | interleaved | zb-h1; zbv and dualpipev are refused).
   pipeline::ScheduleKind pipeline_schedule = pipeline::ScheduleKind::k1F1B;
   bool sequence_parallel = false;
   // Context parallelism: the sequence split over CP ranks, ring attention

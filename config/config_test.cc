@@ -129,6 +129,8 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   c.pipeline_model_parallel_size = 2;
   c.pipeline_schedule = pipeline::ScheduleKind::kZBV;
   ExpectError(c, 2, {"--pipeline-schedule=zbv is not offered", "zb-h1"});
+  c.pipeline_schedule = pipeline::ScheduleKind::kDualPipeV;  // the same V placement
+  ExpectError(c, 2, {"--pipeline-schedule=dualpipev is not offered", "zb-h1"});
   c = Base();  // zb-h1 x ZeRO-2: refused until GradientSync's buffers follow the split
   c.pipeline_model_parallel_size = 2;
   c.pipeline_schedule = pipeline::ScheduleKind::kZBH1;

@@ -90,11 +90,12 @@ absl::Status Batch(TrainConfig* c) {
 
 absl::Status PipelineSchedule(TrainConfig* c) {
   const int pp = c->pipeline_model_parallel_size;
-  if (c->pipeline_schedule == ScheduleKind::kZBV) {
-    return absl::InvalidArgumentError(
-        "--pipeline-schedule=zbv is not offered by //train:gpt yet: it needs the trainer to place "
+  if (pipeline::IsVShape(c->pipeline_schedule)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule=", pipeline::ScheduleKindName(c->pipeline_schedule),
+        " is not offered by //train:gpt yet: it needs the trainer to place "
         "the layers in a V (stage r holding virtual stages r and 2P-1-r); //pipeline:visualize "
-        "and //pipeline:simulator run it. Use --pipeline-schedule=zb-h1");
+        "and //pipeline:simulator run it. Use --pipeline-schedule=zb-h1"));
   }
   LOOM_RETURN_IF_ERROR(VirtualStages(c));
   if (c->pipeline_schedule == ScheduleKind::kZBH1 && c->virtual_pipeline_size > 1) {

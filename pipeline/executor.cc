@@ -44,7 +44,7 @@ Executor::Executor(const Schedule& schedule, StageModel* model, comm::Communicat
       options_(options),
       pp_rank_(pp ? pp->rank() : 0),
       p2p_(pp, schedule.options.vp, boundary, model->boundary_dtype(), model->device(),
-           schedule.options.kind == ScheduleKind::kZBV) {}
+           IsVShape(schedule.options.kind)) {}
 
 absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, StageModel* model,
                                           comm::Communicator* pp,

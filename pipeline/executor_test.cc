@@ -175,7 +175,7 @@ TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
     // zbv holds the first and the last virtual stage on stage 0: its tied embedding is one
     // rank's, and the grid's embedding group (stages 0 and P - 1) does not apply.
     comm::Communicator* embedding =
-        l.kind == ScheduleKind::kZBV ? nullptr : groups->embedding.get();
+        IsVShape(l.kind) ? nullptr : groups->embedding.get();
     auto sync = distributed::GradientSync::Create(model->get(), {nullptr, embedding}, sync_options);
     if (!sync.ok()) return sync.status();
     EXPECT_TRUE((*sync)->StartStep().ok());
@@ -195,7 +195,7 @@ TEST_P(ExecutorEquivalenceTest, MatchesSingleStage) {
     const std::string where = absl::StrCat("pp_rank ", coord.pp_rank, " tp_rank ", coord.tp_rank);
     EXPECT_NEAR(result->mean_loss, ref.mean_loss, kTolerance * std::abs(ref.mean_loss)) << where;
     // The losses live where the last virtual stage does: stage P - 1, or 0 for zbv's V.
-    const int loss_stage = l.kind == ScheduleKind::kZBV ? 0 : l.pp - 1;
+    const int loss_stage = IsVShape(l.kind) ? 0 : l.pp - 1;
     if (coord.pp_rank == loss_stage) {
       EXPECT_EQ(result->losses.size(), static_cast<size_t>(M)) << where;
       for (size_t m = 0; m < result->losses.size(); ++m) {
@@ -286,6 +286,14 @@ std::vector<Layout> Layouts() {
   out.push_back({ScheduleKind::kZBH1, 2, 1, 2, true, 4});
   out.push_back({ScheduleKind::kZBV, 2, 2, 2, true, 4});
   out.push_back({ScheduleKind::kZBV, 2, 2, 1, false, 4, 0, true});  // Llama-style, untied
+  // DualPipeV: zbv's V with full backwards in its F&B steps and split ones in its first and
+  // last phases, mixed on one stage.
+  out.push_back({ScheduleKind::kDualPipeV, 2, 2, 1, false, 4});
+  out.push_back({ScheduleKind::kDualPipeV, 2, 2, 1, false, 7});
+  out.push_back({ScheduleKind::kDualPipeV, 4, 2, 1, false, 8});
+  out.push_back({ScheduleKind::kDualPipeV, 1, 2, 1, false, 3});
+  out.push_back({ScheduleKind::kDualPipeV, 2, 2, 2, true, 4});
+  out.push_back({ScheduleKind::kDualPipeV, 2, 2, 1, false, 4, 0, true});  // Llama-style
   // P = 1: the executor runs all forwards/backwards of the one stage.
   out.push_back({ScheduleKind::kGPipe, 1, 1, 1, false, 4});
   out.push_back({ScheduleKind::k1F1B, 1, 1, 1, false, 4});

@@ -12,6 +12,7 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
   if (std::optional<ScheduleKind> kind = core::FindEnum<ScheduleKind>(lower)) return *kind;
   if (lower == "zb-v" || lower == "zbvzerobubble") return ScheduleKind::kZBV;
+  if (lower == "dualpipe-v" || lower == "scheduledualpipev") return ScheduleKind::kDualPipeV;
   return absl::InvalidArgumentError(absl::StrFormat(
       "--pipeline-schedule='%s' is not a schedule; expected one of %s", std::string(name),
       core::EnumChoices<ScheduleKind>()));
@@ -20,16 +21,20 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
 const char* ScheduleKindName(ScheduleKind kind) { return core::EnumName(kind).data(); }
 
 bool SplitsBackward(ScheduleKind kind) {
-  return kind == ScheduleKind::kZBH1 || kind == ScheduleKind::kZBV;
+  return kind == ScheduleKind::kZBH1 || IsVShape(kind);
+}
+
+bool IsVShape(ScheduleKind kind) {
+  return kind == ScheduleKind::kZBV || kind == ScheduleKind::kDualPipeV;
 }
 
 int VirtualStageOf(const ScheduleOptions& o, int r, int c) {
-  if (o.kind == ScheduleKind::kZBV) return c == 0 ? r : 2 * o.pp - 1 - r;
+  if (IsVShape(o.kind)) return c == 0 ? r : 2 * o.pp - 1 - r;
   return c * o.pp + r;
 }
 
 StageChunk PlacementOf(const ScheduleOptions& o, int vs) {
-  if (o.kind == ScheduleKind::kZBV) {
+  if (IsVShape(o.kind)) {
     return vs < o.pp ? StageChunk{vs, 0} : StageChunk{2 * o.pp - 1 - vs, 1};
   }
   return StageChunk{vs % o.pp, vs / o.pp};
@@ -53,18 +58,26 @@ absl::Status ValidateScheduleOptions(const ScheduleOptions& o) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--virtual-pipeline-model-parallel-size (--vpp) = %d: expected at least 1", o.vp));
   }
-  if (o.kind == ScheduleKind::kZBV) {
+  if (IsVShape(o.kind)) {
+    const char* name = ScheduleKindName(o.kind);
     if (o.vp != 2) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--pipeline-schedule=zbv runs two chunks per stage in a V and needs "
+          "--pipeline-schedule=%s runs two chunks per stage in a V and needs "
           "--virtual-pipeline-model-parallel-size (--vpp) = 2, got %d",
-          o.vp));
+          name, o.vp));
     }
     if (o.microbatch_group_size != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--microbatch-group-size-per-virtual-pipeline-stage = %d applies only to "
-          "--pipeline-schedule=interleaved, not zbv",
-          o.microbatch_group_size));
+          "--pipeline-schedule=interleaved, not %s",
+          o.microbatch_group_size, name));
+    }
+    if (o.kind == ScheduleKind::kDualPipeV && o.micro_batches < 2 * o.pp) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--pipeline-schedule=dualpipev needs at least as many micro-batches as virtual "
+          "stages, 2 x --pipeline-model-parallel-size = %d; --micro-batches = %d "
+          "(torch's ScheduleDualPipeV requires the same)",
+          2 * o.pp, o.micro_batches));
     }
     return absl::OkStatus();
   }
@@ -135,7 +148,8 @@ int WarmupForwards(const ScheduleOptions& o, int r) {
       return std::min(2 * (o.pp - r - 1) + (o.vp - 1) * EffectiveGroupSize(o), total);
     case ScheduleKind::kZBH1:
       return std::min(o.pp - r - 1, o.micro_batches);
-    case ScheduleKind::kZBV: {
+    case ScheduleKind::kZBV:
+    case ScheduleKind::kDualPipeV: {
       int forwards = 0;
       for (const Action& a : ComputeOrder(o, r)) {
         if (a.kind != ActionKind::kForward) break;
@@ -233,11 +247,86 @@ std::vector<Action> ZBVOrder(const ScheduleOptions& o, int r) {
   return kept;
 }
 
+// DualPipeV on stage r, as steps: torch's ScheduleDualPipeV._calculate_single_rank_operations
+// (torch 2.11, torch/distributed/pipelining/schedules.py) step for step. Its OVERLAP_F_B
+// compound action (a forward of one chunk with the full backward of the other, for different
+// micro-batches) is one two-action step; every other action is a step of its own. Each chunk's
+// micro-batches run in order for every action kind, so counters stand in for torch's.
+std::vector<std::vector<Action>> DualPipeVSteps(const ScheduleOptions& o, int r) {
+  const int p = o.pp, n = o.micro_batches;
+  std::vector<std::vector<Action>> steps;
+  int f[2] = {0, 0}, b[2] = {0, 0};           // next micro-batch per chunk
+
+  std::vector<std::pair<int, int>> pending_w;  // (chunk, micro-batch) of each I, oldest first
+  auto forward = [&](int c) { return Forward(f[c]++, c); };
+  auto full_backward = [&](int c) { return Backward(b[c]++, c); };
+  auto input_backward = [&](int c) {
+    pending_w.emplace_back(c, b[c]);
+    return BackwardInput(b[c]++, c);
+  };
+  auto single = [&](Action a) { steps.push_back({a}); };
+  auto overlap = [&](int forward_chunk, int backward_chunk) {
+    // torch runs the pair's forward first; the two are one step (one communication batch).
+    Action fa = forward(forward_chunk);
+    steps.push_back({fa, full_backward(backward_chunk)});
+  };
+  auto weight_if_pending = [&] {
+    if (pending_w.empty()) return;
+    const auto [c, m] = pending_w.front();
+    pending_w.erase(pending_w.begin());
+    single(BackwardWeight(m, c));
+  };
+  for (int i = 0; i < 2 * (p - r - 1); ++i) single(forward(0));  // 1: F0
+  for (int i = 0; i < r + 1; ++i) {                              // 2: F0 F1
+    single(forward(0));
+    single(forward(1));
+  }
+  for (int i = 0; i < p - r - 1; ++i) {  // 3: I1 W1 F1 (zero bubble)
+    single(input_backward(1));
+    weight_if_pending();
+    single(forward(1));
+  }
+  for (int i = 0; i < n - 2 * p + r + 1; ++i) {  // 4: F0&B1, F1&B0 (the main step)
+    if (i == 0 && r == p - 1) {
+      // The last stage does not overlap its first pair, to shrink the bubble (torch's note).
+      single(forward(0));
+      single(full_backward(1));
+    } else {
+      overlap(0, 1);
+    }
+    overlap(1, 0);
+  }
+  for (int i = 0; i < p - r - 1; ++i) {  // 5: B1, F1&B0
+    single(full_backward(1));
+    overlap(1, 0);
+  }
+  bool zero_bubble = false;  // 6: B1 B0, the second half with split backwards
+  for (int i = 0; i < r + 1; ++i) {
+    if (i == (r + 1) / 2 && r % 2 == 1) zero_bubble = true;
+    single(zero_bubble ? input_backward(1) : full_backward(1));
+    if (i == (r + 1) / 2 && r % 2 == 0) zero_bubble = true;
+    single(zero_bubble ? input_backward(0) : full_backward(0));
+  }
+  for (int i = 0; i < p - r - 1; ++i) {  // 7: W0 B0
+    weight_if_pending();
+    single(zero_bubble ? input_backward(0) : full_backward(0));
+  }
+  for (int i = 0; i < r + 1; ++i) weight_if_pending();  // 8: W0
+  return steps;
+}
+
 }  // namespace
 
 std::vector<Action> ComputeOrder(const ScheduleOptions& o, int r) {
   if (o.kind == ScheduleKind::kZBH1) return ZBH1Order(o, r);
   if (o.kind == ScheduleKind::kZBV) return ZBVOrder(o, r);
+  if (o.kind == ScheduleKind::kDualPipeV) {
+    std::vector<Action> order;
+    for (const std::vector<Action>& step : DualPipeVSteps(o, r)) {
+      order.insert(order.end(), step.begin(), step.end());
+    }
+    return order;
+  }
   const int total = o.micro_batches * o.vp;
   const int warmup = WarmupForwards(o, r);
   auto fwd = [&](int k) {
@@ -316,6 +405,7 @@ void AppendSends(const ScheduleOptions& o, int r, const std::vector<Action>& ste
 // sends block until received.
 std::vector<std::vector<Action>> Steps(const ScheduleOptions& o, int r,
                                        const std::vector<Action>& compute) {
+  if (o.kind == ScheduleKind::kDualPipeV) return DualPipeVSteps(o, r);  // its own F&B pairs
   std::vector<std::vector<Action>> steps;
   const int total = o.micro_batches * o.vp;
   const int warmup = WarmupForwards(o, r);
@@ -395,9 +485,10 @@ std::vector<Action> ForwardOnlyList(const ScheduleOptions& o, int r) {
 
 absl::StatusOr<Schedule> BuildForwardOnlySchedule(const ScheduleOptions& options) {
   if (absl::Status s = ValidateScheduleOptions(options); !s.ok()) return s;
-  if (options.kind == ScheduleKind::kZBV) {
-    return absl::UnimplementedError(
-        "--pipeline-schedule=zbv has no forward-only (evaluation) schedule yet");
+  if (IsVShape(options.kind)) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "--pipeline-schedule=%s has no forward-only (evaluation) schedule yet",
+        ScheduleKindName(options.kind)));
   }
   Schedule schedule;
   schedule.options = options;

@@ -30,22 +30,32 @@ enum class ScheduleKind {
   kZBH1,  // ZB-H1: 1F1B's F/I order, stage r defers each W by r micro-batches (v = 1)
   kZBV,   // ZB-V: two chunks per stage in a V (virtual stages r and 2P − 1 − r), torch's
           // ScheduleZBVZeroBubble order (v = 2)
+  // DualPipeV (DeepSeek's DualPipe cut in half, deepseek-ai/DualPipe): zbv's V placement;
+  // in the steady state each step runs the forward of one chunk together with the full
+  // backward of the other chunk for another micro-batch (F&B, one step, their communication
+  // batched), the first and last phases split backwards to fill the bubble. torch's
+  // ScheduleDualPipeV order (v = 2, M >= 2P).
+  kDualPipeV,
 };
 
 // --pipeline-schedule's spellings (zbh1: zb-h1's alias): the flag of that type
 // parses them exactly.
 LOOM_ENUM_NAMES(ScheduleKind, {ScheduleKind::kGPipe, "gpipe"}, {ScheduleKind::k1F1B, "1f1b"},
                 {ScheduleKind::kInterleaved, "interleaved"}, {ScheduleKind::kZBH1, "zb-h1"},
-                {ScheduleKind::kZBV, "zbv"}, {ScheduleKind::kZBH1, "zbh1", /*alias=*/true})
+                {ScheduleKind::kZBV, "zbv"}, {ScheduleKind::kDualPipeV, "dualpipev"},
+                {ScheduleKind::kZBH1, "zbh1", /*alias=*/true})
 
-// The spellings above, any case, and torch's class name "ZBVZeroBubble" (and
-// "zb-v") for zbv: what //pipeline:visualize accepts. The error names
-// --pipeline-schedule.
+// The spellings above, any case, and torch's class names "ZBVZeroBubble" (and
+// "zb-v") for zbv and "DualPipeV" for dualpipev: what //pipeline:visualize accepts. The
+// error names --pipeline-schedule.
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
-// "gpipe", "1f1b", "interleaved", "zb-h1", "zbv"
+// "gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"
 const char* ScheduleKindName(ScheduleKind kind);
-// Whether the schedule runs split backwards (BackwardInput + BackwardWeight): zb-h1, zbv.
+// Whether the schedule runs split backwards (BackwardInput + BackwardWeight): zb-h1, zbv,
+// dualpipev (its first and last phases).
 bool SplitsBackward(ScheduleKind kind);
+// Whether the schedule places its two chunks per stage in a V (zbv, dualpipev).
+bool IsVShape(ScheduleKind kind);
 
 struct ScheduleOptions {
   ScheduleKind kind = ScheduleKind::k1F1B;  // --pipeline-schedule
@@ -58,11 +68,12 @@ struct ScheduleOptions {
 };
 
 // Checks the constraints above; errors are absl::InvalidArgumentError naming the flags.
-// zb-h1 runs one chunk per stage (--vpp 1); zbv exactly two (--vpp 2); neither takes G.
+// zb-h1 runs one chunk per stage (--vpp 1); zbv and dualpipev exactly two (--vpp 2), and
+// dualpipev at least 2P micro-batches; none of them takes G.
 absl::Status ValidateScheduleOptions(const ScheduleOptions& options);
 
-// Placement of virtual stages. Megatron's interleaving (every schedule but zbv): chunk c of
-// stage r is virtual stage c·P + r. zbv's V: chunk 0 of stage r is virtual stage r and chunk 1
+// Placement of virtual stages. Megatron's interleaving (every schedule but the V-shaped zbv and
+// dualpipev): chunk c of stage r is virtual stage c·P + r. The V: chunk 0 of stage r is virtual stage r and chunk 1
 // is 2P − 1 − r, so stage P − 1 holds virtual stages P − 1 and P (a local hand-over, no
 // communication) and stage 0 holds both the first and the last virtual stage.
 int VirtualStageOf(const ScheduleOptions& options, int pp_rank, int chunk);
@@ -88,6 +99,8 @@ struct Schedule {
 //   zbv:         chunk forwards before the first BackwardInput, less the one it consumes:
 //                2P − 1 whenever M >= 2P − 1 (torch's warm-up: 2(P − r) − 1 forwards of chunk 0,
 //                then r of each chunk, then F(0, 1) I(0, 1)); fewer with fewer micro-batches.
+//   dualpipev:   counted the same way: 2(P − r − 1) forwards of chunk 0, then r + 1 of each
+//                chunk, then F(0, 1) I(0, 1) on stages r < P − 1: 2P − 1 on every stage.
 int WarmupForwards(const ScheduleOptions& options, int pp_rank);
 
 // Peak number of chunk activations stage `pp_rank` holds during a step (a Forward(m, c) whose
@@ -97,6 +110,7 @@ int WarmupForwards(const ScheduleOptions& options, int pp_rank);
 //          over stages is 1F1B's (stage 0's) and the later stages rise to it;
 //   zbv: counted from the order; 2P chunk activations on every stage when M >= 2P − 1, i.e. P
 //        stages' worth of layers (a chunk is half a stage): 1F1B's stage-0 peak.
+//   dualpipev: counted from the order; 2P + 1 on stage 0 (DualPipe's "PP + 1" activations).
 int PeakInFlightActivations(const ScheduleOptions& options, int pp_rank);
 
 // The k-th forward (or backward) of one stage in the interleaved order, k in [0, M·v):
@@ -116,12 +130,15 @@ ChunkStep NthStep(const ScheduleOptions& options, int k, bool forward);
 //   zbv: torch's ScheduleZBVZeroBubble._calculate_single_rank_operations
 //     (torch/distributed/pipelining/schedules.py), generated for max(M, 2P − 1) micro-batches and
 //     filtered to micro-batch < M as torch does.
+//   dualpipev: torch's ScheduleDualPipeV._calculate_single_rank_operations (same file; its
+//     OVERLAP_F_B compound action becomes Forward then Backward, one step).
 std::vector<Action> ComputeOrder(const ScheduleOptions& options, int pp_rank);
 
 // The full schedule: each stage's compute order with the implied communication inserted in
 // Megatron's batches (zb-h1 and zbv as 1F1B: every compute action a step; BackwardWeight moves
 // no tensor). The compute order is cut into steps (one compute action; in the
-// interleaved steady state the Forward + Backward pair); after each step comes one batch with
+// interleaved steady state the Forward + Backward pair, in dualpipev's the overlapped F&B pair);
+// after each step comes one batch with
 // the step's sends and the next step's receives. So 1F1B's steady state has the batches
 // "SendActivation, RecvGrad" and "SendGrad, RecvActivation", and interleaved's steady state
 // one four-way batch. The lists are deadlock-free with buffered sends; with blocking

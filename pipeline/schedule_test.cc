@@ -1,7 +1,9 @@
 #include "pipeline/schedule.h"
 
 #include <algorithm>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,7 +53,8 @@ TEST(ScheduleTest, ParseScheduleKind) {
   absl::StatusOr<ScheduleKind> bad = ParseScheduleKind("zero-bubble");
   ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Mentions(bad.status(), "--pipeline-schedule")) << bad.status();
-  EXPECT_TRUE(Mentions(bad.status(), "gpipe | 1f1b | interleaved | zb-h1 | zbv")) << bad.status();
+  EXPECT_TRUE(Mentions(bad.status(), "gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev"))
+      << bad.status();
 }
 
 TEST(ScheduleTest, ConstraintErrorsNameTheFlags) {
@@ -532,6 +535,107 @@ TEST(ZeroBubbleScheduleTest, ForwardOnly) {
   absl::StatusOr<Schedule> v = BuildForwardOnlySchedule(Opts(ScheduleKind::kZBV, 3, 2, 4));
   EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(Mentions(v.status(), "--pipeline-schedule=zbv")) << v.status();
+}
+
+// ---- DualPipeV (#39)
+
+// torch's own order (tools/pytorch_reference/dualpipev_order.py ran torch's
+// ScheduleDualPipeV._calculate_single_rank_operations): every stage of nine (P, M) pairs,
+// action for action, and each overlapped F&B pair one step: in BuildSchedule's list the
+// pair's backward comes right after its forward, no communication between them.
+TEST(DualPipeVScheduleTest, EqualsTorchsOrder) {
+  std::ifstream in("pipeline/testdata/dualpipev_torch_order.txt");
+  ASSERT_TRUE(in) << "pipeline/testdata/dualpipev_torch_order.txt";
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    int p = 0, m = 0, r = 0;
+    char colon = 0;
+    fields >> p >> m >> r >> colon;
+    std::vector<std::string> torch_steps;
+    for (std::string t; fields >> t;) torch_steps.push_back(t);
+    const ScheduleOptions o = Opts(ScheduleKind::kDualPipeV, p, 2, m);
+    std::vector<std::string> flat;
+    for (const Action& a : ComputeOrder(o, r)) flat.push_back(ToShortString(a));
+    std::string torch_flat = absl::StrJoin(torch_steps, " ");
+    std::replace(torch_flat.begin(), torch_flat.end(), '+', ' ');
+    EXPECT_EQ(absl::StrJoin(flat, " "), torch_flat) << "P=" << p << " M=" << m << " r=" << r;
+    absl::StatusOr<Schedule> s = BuildSchedule(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    const std::vector<Action>& list = s->stages[r];
+    for (const std::string& t : torch_steps) {
+      const size_t plus = t.find('+');
+      if (plus == std::string::npos) continue;
+      auto f = std::find_if(list.begin(), list.end(),
+                            [&](const Action& a) { return ToShortString(a) == t.substr(0, plus); });
+      ASSERT_NE(f, list.end()) << t;
+      ASSERT_NE(f + 1, list.end()) << t;
+      EXPECT_EQ(ToShortString(*(f + 1)), t.substr(plus + 1))
+          << t << " is not one step; P=" << p << " M=" << m << " r=" << r;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 33);
+}
+
+TEST(DualPipeVScheduleTest, EveryChunkOnceEitherFullOrSplitAndOptionErrors) {
+  for (int pp = 1; pp <= 5; ++pp) {
+    for (int m = 2 * pp; m <= 14; ++m) {
+      const ScheduleOptions o = Opts(ScheduleKind::kDualPipeV, pp, 2, m);
+      absl::StatusOr<Schedule> s = BuildSchedule(o);
+      ASSERT_TRUE(s.ok()) << s.status();
+      for (int r = 0; r < pp; ++r) {
+        std::map<std::pair<int, int>, std::string> done;  // (m, c) -> "F", "FB", "FI", "FIW"
+        for (const Action& a : s->stages[r]) {
+          if (!IsCompute(a.kind)) continue;
+          std::string& d = done[{a.micro_batch, a.chunk}];
+          const std::string before = d;
+          d += ToShortString(a).substr(0, 1);
+          EXPECT_TRUE(d == "F" || d == "FB" || d == "FI" || d == "FIW")
+              << ToString(a) << " after '" << before << "', P=" << pp << " M=" << m;
+        }
+        ASSERT_EQ(static_cast<int>(done.size()), 2 * m);
+        for (const auto& [key, d] : done) EXPECT_TRUE(d == "FB" || d == "FIW") << d;
+      }
+      // zbv's boundaries: 2P − 1 less the local turn of the V on stage P − 1.
+      std::map<ActionKind, int> counts;
+      for (int r = 0; r < pp; ++r) {
+        for (const Action& a : s->stages[r]) counts[a.kind]++;
+      }
+      EXPECT_EQ(counts[ActionKind::kSendActivation], (2 * pp - 2) * m);
+      EXPECT_EQ(counts[ActionKind::kRecvGrad], (2 * pp - 2) * m);
+    }
+  }
+  EXPECT_TRUE(SplitsBackward(ScheduleKind::kDualPipeV));
+  EXPECT_TRUE(IsVShape(ScheduleKind::kDualPipeV));
+  EXPECT_FALSE(IsVShape(ScheduleKind::kInterleaved));
+  EXPECT_EQ(*ParseScheduleKind("DualPipeV"), ScheduleKind::kDualPipeV);
+  EXPECT_EQ(VirtualStageOf(Opts(ScheduleKind::kDualPipeV, 4, 2, 8), 0, 1), 7);
+  absl::Status st = ValidateScheduleOptions(Opts(ScheduleKind::kDualPipeV, 4, 2, 7));
+  EXPECT_TRUE(Mentions(st, "--pipeline-schedule=dualpipev needs at least")) << st;
+  EXPECT_TRUE(Mentions(st, "= 8; --micro-batches = 7")) << st;
+  st = ValidateScheduleOptions(Opts(ScheduleKind::kDualPipeV, 4, 1, 8));
+  EXPECT_TRUE(Mentions(st, "--pipeline-schedule=dualpipev runs two chunks per stage")) << st;
+  absl::StatusOr<Schedule> f = BuildForwardOnlySchedule(Opts(ScheduleKind::kDualPipeV, 2, 2, 4));
+  EXPECT_TRUE(Mentions(f.status(), "--pipeline-schedule=dualpipev has no forward-only")) << f.status();
+}
+
+// DualPipe's table (deepseek-ai/DualPipe README): PP + 1 activations for PP virtual stages,
+// here 2P + 1 chunk activations on stage 0, and the 2P − 1 warm-up forwards before the first
+// backward of any kind on the stages that start with torch's I1 W1 F1 phase.
+TEST(DualPipeVScheduleTest, WarmupAndPeakActivations) {
+  for (int pp : {2, 4, 8}) {
+    for (int m : {2 * pp, 2 * pp + 3, 32}) {
+      const ScheduleOptions o = Opts(ScheduleKind::kDualPipeV, pp, 2, m);
+      EXPECT_EQ(PeakInFlightActivations(o, 0), 2 * pp + 1) << "P=" << pp << " M=" << m;
+      for (int r = 0; r < pp; ++r) {
+        EXPECT_LE(PeakInFlightActivations(o, r), 2 * pp + 1);
+        EXPECT_EQ(WarmupForwards(o, r), r < pp - 1 ? 2 * pp - 1 : 2 * pp) << "r=" << r;
+      }
+    }
+  }
 }
 
 }  // namespace

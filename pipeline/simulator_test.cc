@@ -544,6 +544,22 @@ TEST(ZeroBubbleSimulatorTest, NoDeadlockOverAGrid) {
   }
 }
 
+// dualpipev as zbv: buffered, tagged channels; M >= 2P as torch requires.
+TEST(DualPipeVSimulatorTest, NoDeadlockAndThePeakOfTheSchedule) {
+  for (int pp = 1; pp <= 6; ++pp) {
+    for (int m = 2 * pp; m <= 14; ++m) {
+      const Schedule s = Build(Opts(ScheduleKind::kDualPipeV, pp, 2, m));
+      SimOptions o = SplitCosts(1, 1, 1);
+      o.comm_cost = 0.25;
+      absl::StatusOr<SimResult> r = Simulate(s, o);
+      ASSERT_TRUE(r.ok()) << "P=" << pp << " M=" << m << ": " << r.status();
+      for (int st = 0; st < pp; ++st) {
+        EXPECT_EQ(r->stages[st].peak_activations, PeakInFlightActivations(s.options, st));
+      }
+    }
+  }
+}
+
 TEST(ZeroBubbleSimulatorTest, ZBVNeedsBufferedSends) {
   absl::StatusOr<SimResult> r =
       Simulate(Build(Opts(ScheduleKind::kZBV, 2, 2, 2)), SplitCosts(1, 1, 1, CommMode::kRendezvous));
@@ -579,6 +595,9 @@ TEST(ZeroBubbleSimulatorTest, PeakActivationsMatchTheScheduleForEveryKind) {
 //                lower bound, (p − 1)·T_F / (2m(T_F + T_B + T_W)) = (p − 1)/(6m), for m >= 2p − 1
 //                (torch's ScheduleZBVZeroBubble pads to 2p − 1 micro-batches); below that only
 //                zbv <= zb-h1.
+//   dualpipev    (p − 1)(F&B + B − 3W) [deepseek-ai/DualPipe's table, PP = 2p virtual stages, B a
+//                full backward, W a weight backward, F&B = F + B with no overlap gain] over
+//                2m(F + B) = (p − 1)/(3m) at F = I = W, for m >= 2p (torch's requirement).
 TEST(ZeroBubbleSimulatorTest, BubbleTableAgainstThePublishedFormulas) {
   std::printf("%-3s %-3s %-12s %10s %10s %10s\n", "p", "m", "schedule", "simulated", "formula",
               "idle/mksp");
@@ -595,9 +614,11 @@ TEST(ZeroBubbleSimulatorTest, BubbleTableAgainstThePublishedFormulas) {
           {ScheduleKind::kInterleaved, 2, double(p - 1) / (2.0 * m)},
           {ScheduleKind::kZBH1, 1, double(p - 1) / (3.0 * m)},
           {ScheduleKind::kZBV, 2, full_v ? double(p - 1) / (6.0 * m) : -1},
+          {ScheduleKind::kDualPipeV, 2, double(p - 1) / (3.0 * m)},
       };
       double zbh1 = 0;
       for (const Row& row : rows) {
+        if (row.kind == ScheduleKind::kDualPipeV && m < 2 * p) continue;  // not a valid layout
         absl::StatusOr<SimResult> r = Simulate(Build(Opts(row.kind, p, row.vp, m)),
                                                SplitCosts(1, 1, 1));
         ASSERT_TRUE(r.ok()) << r.status();

@@ -35,6 +35,8 @@ std::string DescribeSchedule(const ScheduleOptions& o) {
       return absl::StrFormat("ZB-H1, P=%d, M=%d", o.pp, o.micro_batches);
     case ScheduleKind::kZBV:
       return absl::StrFormat("ZB-V, P=%d, v=2 (V-shape), M=%d", o.pp, o.micro_batches);
+    case ScheduleKind::kDualPipeV:
+      return absl::StrFormat("DualPipeV, P=%d, v=2 (V-shape), M=%d", o.pp, o.micro_batches);
   }
   return "?";
 }
@@ -44,6 +46,11 @@ double TheoreticalBubble(const ScheduleOptions& o) {
   switch (o.kind) {
     case ScheduleKind::kZBH1: return p1 / (3 * m);
     case ScheduleKind::kZBV: return p1 / (6 * m);
+    // DualPipe's table (deepseek-ai/DualPipe): (PP/2 − 1)(F&B + B − 3W) with PP = 2P virtual
+    // stages, B a full backward (I + W), F&B = F + B (the simulator models no overlap gain),
+    // over a stage's 2M·(F + B) of work. Exact at F = I = W only: torch's order is fixed,
+    // not tuned to the costs.
+    case ScheduleKind::kDualPipeV: return p1 / (3 * m);
     default: return p1 / (static_cast<double>(o.vp) * m);
   }
 }
@@ -55,6 +62,7 @@ std::string BubbleFormula(const ScheduleOptions& o) {
     case ScheduleKind::kZBV:
       return o.micro_batches >= 2 * o.pp - 1 ? "(P-1)/(6M) at F=I=W"
                                              : "(P-1)/(6M) at F=I=W, needs M>=2P-1";
+    case ScheduleKind::kDualPipeV: return "(P-1)(F&B+B-3W)/(6M) = (P-1)/(3M) at F=I=W";
     default: return "(P-1)/M";
   }
 }

@@ -31,7 +31,8 @@
 #include "timeline/svg.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b",
-          "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1 | zbv (zbv needs --vpp=2)");
+          "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev (zbv and "
+          "dualpipev need --vpp=2)");
 ABSL_FLAG(int, pp, 4, "pipeline stages P (--pipeline-model-parallel-size)");
 ABSL_FLAG(int, vpp, 1,
           "model chunks per stage v (--virtual-pipeline-model-parallel-size); interleaved only");
@@ -41,9 +42,9 @@ ABSL_FLAG(int, microbatch_group_size_per_virtual_pipeline_stage, 0,
 ABSL_FLAG(double, forward_cost, 1.0, "cost of one chunk's forward (f)");
 ABSL_FLAG(double, backward_cost, 2.0, "cost of one chunk's backward (b)");
 ABSL_FLAG(double, backward_input_cost, 1.0,
-          "zb-h1 / zbv: cost of one chunk's input-gradient backward (I, the paper's B)");
+          "zb-h1 / zbv / dualpipev: cost of one chunk's input-gradient backward (I, the paper's B)");
 ABSL_FLAG(double, backward_weight_cost, 1.0,
-          "zb-h1 / zbv: cost of one chunk's weight-gradient backward (W)");
+          "zb-h1 / zbv / dualpipev: cost of one chunk's weight-gradient backward (W)");
 ABSL_FLAG(double, comm_cost, 0.0, "cost of one point-to-point transfer");
 ABSL_FLAG(std::string, comm_mode, "eager",
           "eager (buffered sends) | rendezvous (sends wait for the receive)");
@@ -78,9 +79,9 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<lp::ScheduleKind> kind = lp::ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
   if (!kind.ok()) {
-    return Fail(absl::StrFormat("--schedule='%s' is not a schedule; expected one of "
-                                "gpipe|1f1b|interleaved|zb-h1|zbv",
-                                absl::GetFlag(FLAGS_schedule)));
+    return Fail(absl::StrFormat("--schedule='%s' is not a schedule; expected one of %s",
+                                absl::GetFlag(FLAGS_schedule),
+                                loom::core::EnumChoices<lp::ScheduleKind>()));
   }
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "svg" && format != "text" && format != "actions" && format != "chrome") {
