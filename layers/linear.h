@@ -30,7 +30,10 @@ namespace loom::layers {
 // overlapped with the weight-gradient GEMM.
 // SP: X [s/p, b, in] is all-gathered along s; only the shard is saved, and
 // backward re-gathers it asynchronously and reduce-scatters dX while the
-// weight gradient is computed.
+// weight gradient is computed. SP with TpGroup::comm_overlap
+// (--tp-comm-overlap): the forward's gather and the backward's dX
+// reduce-scatter are pipelined with the GEMM block by block
+// (layers/tp_overlap.h); the input's re-gather stays one async all-gather.
 // Output: [s, b, out/p] (stays split).
 // Where core/ops's kernel choice "linear_epilogue" is "cublaslt" the bias
 // (and the GELU MLP's GELU) ride on the GEMM (core/ops LinearForward /
@@ -60,6 +63,10 @@ class ColumnParallelLinear {
   absl::StatusOr<core::Tensor> BiasGrad() const;
 
  private:
+  // Y = X·Aᵀ + b on any rows (a sequence block with --tp-comm-overlap);
+  // `act` defined: also gelu(Y) into it. Returns act if defined, else y.
+  absl::StatusOr<core::Tensor> ForwardRows(const core::Tensor& x, const core::Tensor& y,
+                                           const core::Tensor& act) const;
   // The weight's value or gradient as the [out/p, in] GEMM operand, the
   // bias's as [out/p] (views of the parameter's storage).
   absl::StatusOr<core::Tensor> Matrix(const core::Tensor& t) const;
@@ -75,6 +82,7 @@ class ColumnParallelLinear {
 // full and added after the reduction. Input [s, b, in/p] (split).
 // No SP: forward all-reduces the partial output; backward is local.
 // SP: forward reduce-scatters along s to [s/p, b, out]; backward all-gathers dY.
+// With TpGroup::comm_overlap both pipelined with the GEMM block by block.
 // With the "cublaslt" linear epilogue the bias rides on the forward GEMM only
 // where the reduction is the identity (TP size 1: adding it before a sum over
 // ranks would add it p times), and its gradient on the weight-gradient GEMM
@@ -101,6 +109,13 @@ class RowParallelLinear {
                                         const GeluGrad* gelu = nullptr) const;
 
  private:
+  // The partial product X·Aᵀ (bias on the GEMM with `fused_bias`) and dX =
+  // dY·A (through GELU's derivative at `pre` with `gelu`) on any rows.
+  absl::Status ForwardRows(const core::Tensor& x, const core::Tensor& partial,
+                           bool fused_bias) const;
+  absl::Status BackwardRows(const core::Tensor& dy, const core::Tensor& dx,
+                            const core::Tensor& pre, const GeluGrad* gelu, bool fused) const;
+
   Param* w_;
   Param* b_;  // may be null
   TpGroup tp_;

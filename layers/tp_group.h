@@ -11,10 +11,17 @@ namespace loom::layers {
 struct TpGroup {
   comm::Communicator* comm = nullptr;
   bool sequence_parallel = false;
+  // --tp-comm-overlap: with sequence_parallel, the linear layers pipeline
+  // their all-gathers and reduce-scatters with their GEMMs, block by block
+  // (layers/tp_overlap.h). Off: one collective per gather or scatter.
+  bool comm_overlap = false;
 
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }
   bool parallel() const { return size() > 1; }
+  // Whether the linear layers take the pipelined path (TP size 1 has no
+  // communication to hide; without SP the layers are told off as an error).
+  bool ring_overlap() const { return comm_overlap && sequence_parallel && parallel(); }
 };
 
 }  // namespace loom::layers
