@@ -7,6 +7,7 @@
 #include "core/cpu/attention_checks.h"
 #include "core/cpu/philox.h"
 #include "core/cuda/blas.h"
+#include "core/cuda/check.h"
 #include "core/cuda/check_args.h"
 
 namespace loom::core::cuda {
@@ -81,6 +82,27 @@ absl::StatusOr<AttentionDims> CheckBackward(const char* op, const Tensor& dout, 
 
 using internal::ElementAt;
 
+// The kernels' mask with packed documents' starts on the device: the
+// caller's copy (AttentionDropout::device_doc_start, made once per
+// micro-batch), else doc_start (host) copied into *copy on the stream.
+absl::StatusOr<kernels::AttentionMask> DeviceMask(const cpu::AttentionDropout& dropout,
+                                                  const AttentionDims& g, cudaStream_t stream,
+                                                  Tensor* copy) {
+  kernels::AttentionMask mask = internal::AttentionMaskOf(dropout, g.heads);
+  if (dropout.device_doc_start != nullptr) {
+    mask.doc_start = dropout.device_doc_start;
+  } else if (dropout.doc_start != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(*copy, internal::Scratch(Shape{g.b * g.s}, DType::kI32));
+    // Pageable host memory: staged before the call returns, so the caller
+    // may free its table at once.
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(copy->raw_data(), dropout.doc_start,
+                                              g.b * g.s * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, stream));
+    mask.doc_start = copy->data<int32_t>();
+  }
+  return mask;
+}
+
 
 // One GEMM per (batch, head) pair; pair p = bi * heads + h, whose q/k/v rows
 // start at element 3 d p of qkv (row stride b heads 3 d), its out rows at d p
@@ -122,7 +144,9 @@ absl::Status AttentionForward(const Tensor& qkv, int64_t heads, Tensor* out, Ten
   const DType dt = qkv.dtype();
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const int64_t pairs = g.b * g.heads, ss = g.s * g.s;
-  const kernels::AttentionMask mask = internal::AttentionMaskOf(dropout, heads);
+  Tensor doc_copy;
+  LOOM_ASSIGN_OR_RETURN(const kernels::AttentionMask mask,
+                        DeviceMask(dropout, g, stream, &doc_copy));
 
   // probs = scale * Q Kᵀ (the raw scores; the row kernel turns them into probabilities).
   // Query rows [r0, r0 + rows) against keys [0, r0 + rows).
@@ -168,7 +192,9 @@ absl::Status AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
   const DType dt = qkv.dtype();
   const int64_t ld_qkv = g.b * g.heads * 3 * g.d, ld_out = g.b * g.heads * g.d;
   const int64_t pairs = g.b * g.heads, ss = g.s * g.s;
-  const kernels::AttentionMask mask = internal::AttentionMaskOf(dropout, heads);
+  Tensor doc_copy;
+  LOOM_ASSIGN_OR_RETURN(const kernels::AttentionMask mask,
+                        DeviceMask(dropout, g, stream, &doc_copy));
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.d));
 
   LOOM_ASSIGN_OR_RETURN(Tensor ds, internal::Scratch(probs.shape(), dt));
@@ -231,9 +257,12 @@ absl::Status FlashAttentionForward(const Tensor& qkv, int64_t heads, Tensor* out
                         CheckForward(kOp, qkv, heads, out, AttentionSaved::kLse, lse, dropout));
   if (g.s == 0 || g.b == 0) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
+  Tensor doc_copy;
+  LOOM_ASSIGN_OR_RETURN(const kernels::AttentionMask mask,
+                        DeviceMask(dropout, g, stream, &doc_copy));
   LOOM_CUDA_LAUNCH(kOp, kernels::FlashAttentionForward(internal::ElemOf(qkv.dtype()), qkv.raw_data(),
                                                        out->raw_data(), lse->data<float>(), g.s,
-                                                       g.b, g.d, internal::AttentionMaskOf(dropout, heads), stream));
+                                                       g.b, g.d, mask, stream));
   return absl::OkStatus();
 }
 
@@ -247,10 +276,13 @@ absl::Status FlashAttentionBackward(const Tensor& dout, const Tensor& qkv, const
   if (g.s == 0 || g.b == 0) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, internal::Stream());
   LOOM_ASSIGN_OR_RETURN(Tensor delta, internal::Scratch(Shape{g.b, g.heads, g.s}, DType::kF32));
+  Tensor doc_copy;
+  LOOM_ASSIGN_OR_RETURN(const kernels::AttentionMask mask,
+                        DeviceMask(dropout, g, stream, &doc_copy));
   LOOM_CUDA_LAUNCH(kOp, kernels::FlashAttentionBackward(
                             internal::ElemOf(qkv.dtype()), dout.raw_data(), qkv.raw_data(),
                             out.raw_data(), lse.data<float>(), delta.data<float>(),
-                            dqkv->raw_data(), g.s, g.b, g.d, internal::AttentionMaskOf(dropout, heads), stream));
+                            dqkv->raw_data(), g.s, g.b, g.d, mask, stream));
   return absl::OkStatus();
 }
 

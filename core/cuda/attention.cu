@@ -1,6 +1,7 @@
 // The row kernels of causal attention: the scaled scores and their
-// gradients come from cuBLAS (attention.cc); these apply the causal mask,
-// the softmax and the dropout at global indices (see core/cpu/attention.h).
+// gradients come from cuBLAS (attention.cc); these apply the causal mask
+// (and packed documents' starts), the softmax and the dropout at global
+// indices (see core/cpu/attention.h).
 
 #include <cmath>
 
@@ -18,28 +19,36 @@ __device__ __forceinline__ uint64_t RowBase(const AttentionMask& m, int64_t pair
   return (static_cast<uint64_t>(gpair) * s + i) * static_cast<uint64_t>(s);
 }
 
-// One block per row R = pair * s + i; the row's live columns are 0..i.
+// The first live column of row i of pair `pair`: its document's start, or 0.
+__device__ __forceinline__ int64_t RowStart(const AttentionMask& m, int64_t pair, int64_t s,
+                                            int64_t i) {
+  return m.doc_start == nullptr ? 0 : m.doc_start[pair / m.heads * s + i];
+}
+
+// One block per row R = pair * s + i; the row's live columns are lo..i.
 template <typename T>
 __global__ void CausalSoftmaxForwardKernel(T* scores, T* dropped, int64_t s, AttentionMask m) {
   __shared__ float smem[32];
   const int64_t R = blockIdx.x;
   const int64_t pair = R / s, i = R - pair * s;
+  const int64_t lo = RowStart(m, pair, s, i);
   T* row = scores + R * s;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, Load(row, j));
+  for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, Load(row, j));
   mx = BlockReduce(mx, MaxOp(), smem);
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(Load(row, j) - mx);
+  for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) sum += expf(Load(row, j) - mx);
   const float inv = 1.0f / BlockReduce(sum, SumOp(), smem);
   const uint64_t base = m.dropout ? RowBase(m, pair, s, i) : 0;
   T* drow = m.dropout ? dropped + R * s : nullptr;
   // Each thread reads row[j] before overwriting it; no other thread touches j.
   for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
-    const float p = j <= i ? expf(Load(row, j) - mx) * inv : 0.0f;
+    const bool live = lo <= j && j <= i;
+    const float p = live ? expf(Load(row, j) - mx) * inv : 0.0f;
     row[j] = FromFloat<T>(p);
     if (m.dropout) {
       const bool keep =
-          j <= i && DropoutBitsAtHD(m.params.seed, m.params.offset, base + j) >= m.params.threshold;
+          live && DropoutBitsAtHD(m.params.seed, m.params.offset, base + j) >= m.params.threshold;
       drow[j] = FromFloat<T>(keep ? p * m.params.scale : 0.0f);
     }
   }
@@ -58,8 +67,11 @@ __global__ void CausalSoftmaxBackwardKernel(const T* probs, T* ds, T* dropped, i
   T* drow = ds + R * s;
   T* pdrow = m.dropout ? dropped + R * s : nullptr;
   const uint64_t base = m.dropout ? RowBase(m, pair, s, i) : 0;
+  const int64_t lo = RowStart(m, pair, s, i);
   float dot = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
+  // From lo's block-aligned column, so thread t keeps pass 2's columns.
+  for (int64_t j = lo - lo % blockDim.x + threadIdx.x; j <= i; j += blockDim.x) {
+    if (j < lo) continue;
     const float p = Load(prow, j);
     float dp = Load(drow, j);
     if (m.dropout) {
@@ -73,7 +85,7 @@ __global__ void CausalSoftmaxBackwardKernel(const T* probs, T* ds, T* dropped, i
   }
   dot = BlockReduce(dot, SumOp(), smem);
   for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
-    if (j <= i) {
+    if (lo <= j && j <= i) {
       drow[j] = FromFloat<T>(attn_scale * Load(prow, j) * (Load(drow, j) - dot));
     } else {
       drow[j] = FromFloat<T>(0.0f);

@@ -4,6 +4,9 @@
 // GPU twin of core/cpu/attention.h (same qkv layout [s, b, heads, 3, d],
 // 1/sqrt(d) scaling, causal mask, `probs` = softmax before dropout, dropout
 // mask at the GLOBAL probabilities index, bit-identical to the CPU's).
+// Packed documents (dropout.doc_start) as on the CPU, both kernels: the
+// table is read on the device from dropout.device_doc_start, else copied
+// there from the host table for the call.
 // qkv, out, probs, dout, dqkv are f32 or bf16, one dtype; scores and probs
 // are stored in that dtype, softmax math is f32.
 //

@@ -3,6 +3,12 @@
 // 1/sqrt(d) scale and dropout mask at the GLOBAL probabilities index
 // ((b_i * total_heads + head_offset + h) * s + i) * s + j.
 //
+// Packed documents (AttentionMask::doc_start, device [b, seq_len] at global
+// positions): query i also needs key j >= doc_start[i]; a query tile starts
+// at the key tile holding its earliest document start (the tiles before it
+// are never loaded), and a key tile skips the query tiles whose documents all
+// start after its last key, as the CPU kernel does.
+//
 // One thread block per (query or key tile, pair); R = FlashRows(d) threads,
 // one row each; the other operand's tile sits in shared memory, read by all
 // threads at once (broadcast). Math in f32; qkv, out, dout, dqkv of type T.
@@ -18,6 +24,7 @@
 // that travels the ring, at the chunks' positions, and keep the running
 // state (acc, m, l) and the gradients in f32 between blocks.
 
+#include <climits>
 #include <cmath>
 
 #include "core/cuda/device_util.cuh"
@@ -68,6 +75,35 @@ __device__ __forceinline__ int LiveKeys(const FlashGeom& g, int64_t gi, int64_t 
   return static_cast<int>(Max64(n, -1));
 }
 
+// This batch row's document starts (global positions), or null.
+__device__ __forceinline__ const int32_t* RowDocStarts(const AttentionMask& m, const FlashGeom& g,
+                                                       int64_t pair) {
+  return m.doc_start == nullptr ? nullptr : m.doc_start + pair / m.heads * g.seq_len;
+}
+
+// The first local key (a multiple of R) a query tile [q0, q0 + R) needs:
+// the tile holding its rows' earliest document start (0 without documents).
+// Every thread of the block calls it (it synchronises).
+template <int R>
+__device__ __forceinline__ int64_t FirstKeyTile(const int32_t* docs, const FlashGeom& g,
+                                                int64_t q0) {
+  if (docs == nullptr) return 0;
+  __shared__ int first;
+  if (threadIdx.x == 0) first = INT_MAX;
+  __syncthreads();
+  const int64_t i = q0 + threadIdx.x;
+  if (i < g.q_len) atomicMin(&first, docs[g.q_start + i]);
+  __syncthreads();
+  const int64_t k = first - g.k_start;
+  return k <= 0 ? 0 : k / R * R;
+}
+
+// The first live key of the tile from local key k0 for a query whose
+// document starts at global position lo (0 without documents).
+__device__ __forceinline__ int FirstLiveKey(const FlashGeom& g, int64_t lo, int64_t k0) {
+  return static_cast<int>(Max64(0, lo - (g.k_start + k0)));
+}
+
 // Loads rows [r0, r0 + R) (zeros past s) of one d-wide operand into sh
 // (row stride ld_sh), all threads cooperating.
 template <typename T, int R>
@@ -98,6 +134,8 @@ __global__ void __launch_bounds__(R) FlashForwardKernel(const T* qp, const T* kp
   const T* k = kp + pair * g.pkv;
   const T* v = vp + pair * g.pkv;
   LoadTile<T, R>(qp + pair * g.pq, g.ld_q, q0, g.q_len, d, qs, dp);
+  const int32_t* docs = RowDocStarts(m, g, pair);
+  const int64_t lo = docs != nullptr && i < g.q_len ? docs[gi] : 0;
   float mx = -INFINITY, l = 0.0f;
   const int64_t st = pair * g.st_rows + i;
   if (kBlock && i < g.q_len) {
@@ -108,19 +146,20 @@ __global__ void __launch_bounds__(R) FlashForwardKernel(const T* qp, const T* kp
     for (int64_t e = 0; e < d; ++e) acc[tid * dp + e] = 0.0f;
   }
   const int64_t k_end = KeyEnd(g, q0, R);
-  for (int64_t k0 = 0; k0 < k_end; k0 += R) {
+  for (int64_t k0 = FirstKeyTile<R>(docs, g, q0); k0 < k_end; k0 += R) {
     __syncthreads();
     LoadTile<T, R>(k, g.ld_kv, k0, g.k_len, d, ks, d);
     LoadTile<T, R>(v, g.ld_kv, k0, g.k_len, d, vs, d);
     __syncthreads();
     if (i >= g.q_len) continue;
     const int n = LiveKeys(g, gi, k0, R);
-    if (n <= 0) continue;
+    const int j0 = FirstLiveKey(g, lo, k0);
+    if (n <= j0) continue;
     float sc[R];
     float tile_max = -INFINITY;
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      if (j < n) {
+      if (j0 <= j && j < n) {
         float dot = 0.0f;
         for (int64_t e = 0; e < d; ++e) dot += qs[tid * dp + e] * ks[j * d + e];
         sc[j] = dot * g.scale;
@@ -132,7 +171,7 @@ __global__ void __launch_bounds__(R) FlashForwardKernel(const T* qp, const T* kp
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      if (j < n) {
+      if (j0 <= j && j < n) {
         const float p = expf(sc[j] - m_new);
         sum += p;
         sc[j] = p * KeepFactor(m, g, pair, gi, g.k_start + k0 + j);
@@ -144,7 +183,7 @@ __global__ void __launch_bounds__(R) FlashForwardKernel(const T* qp, const T* kp
       float a = acc[tid * dp + e] * alpha;
 #pragma unroll
       for (int j = 0; j < R; ++j) {
-        if (j < n) a += sc[j] * vs[j * d + e];
+        if (j0 <= j && j < n) a += sc[j] * vs[j * d + e];
       }
       acc[tid * dp + e] = a;
     }
@@ -202,15 +241,17 @@ __global__ void __launch_bounds__(R) FlashBackwardDqKernel(const T* dout, const 
   for (int64_t e = 0; e < d; ++e) dqs[tid * dp + e] = 0.0f;
   const float row_lse = i < g.q_len ? lse[pair * g.st_rows + i] : -INFINITY;
   const float row_delta = i < g.q_len ? delta[pair * g.st_rows + i] : 0.0f;
+  const int32_t* docs = RowDocStarts(m, g, pair);
+  const int64_t lo = docs != nullptr && i < g.q_len ? docs[gi] : 0;
   const int64_t k_end = KeyEnd(g, q0, R);
-  for (int64_t k0 = 0; k0 < k_end; k0 += R) {
+  for (int64_t k0 = FirstKeyTile<R>(docs, g, q0); k0 < k_end; k0 += R) {
     __syncthreads();
     LoadTile<T, R>(k, g.ld_kv, k0, g.k_len, d, ks, d);
     LoadTile<T, R>(v, g.ld_kv, k0, g.k_len, d, vs, d);
     __syncthreads();
     if (i >= g.q_len || row_lse == -INFINITY) continue;
     const int n = LiveKeys(g, gi, k0, R);
-    for (int j = 0; j < n; ++j) {
+    for (int j = FirstLiveKey(g, lo, k0); j < n; ++j) {
       float qk = 0.0f, dpv = 0.0f;
       for (int64_t e = 0; e < d; ++e) {
         qk += qs[tid * dp + e] * ks[j * d + e];
@@ -247,6 +288,7 @@ __global__ void __launch_bounds__(R) FlashBackwardDkvKernel(const T* dout, const
   float* dos = qs + R * d;    // [R, d]
   float* lse_s = dos + R * d; // [R]
   float* delta_s = lse_s + R; // [R]
+  int* doc_s = reinterpret_cast<int*>(delta_s + R);  // [R] (packed documents)
   const int64_t pair = blockIdx.y, k0 = static_cast<int64_t>(blockIdx.x) * R;
   const int tid = threadIdx.x;
   const int64_t j = k0 + tid, gj = g.k_start + j;
@@ -256,8 +298,19 @@ __global__ void __launch_bounds__(R) FlashBackwardDkvKernel(const T* dout, const
   for (int64_t e = 0; e < d; ++e) dks[tid * dp + e] = dvs[tid * dp + e] = 0.0f;
   // Causal: queries from the tile's first key's position.
   const int64_t q_begin = g.causal ? Max64(0, g.k_start + k0 - g.q_start) : 0;
+  const int32_t* docs = RowDocStarts(m, g, pair);
+  const int64_t k_last = g.k_start + Min64(k0 + R, g.k_len) - 1;  // global
   for (int64_t q0 = q_begin; q0 < g.q_len; q0 += R) {
     __syncthreads();
+    if (docs != nullptr) {
+      // Skip the query tile when every one of its documents starts after
+      // this tile's last key (the same decision in every thread).
+      doc_s[tid] = q0 + tid < g.q_len ? docs[g.q_start + q0 + tid] : INT_MAX;
+      __syncthreads();
+      int first = INT_MAX;
+      for (int r = 0; r < R; ++r) first = min(first, doc_s[r]);
+      if (first > k_last) continue;
+    }
     LoadTile<T, R>(q, g.ld_q, q0, g.q_len, d, qs, d);
     LoadTile<T, R>(dout + pair * d, g.ld_out, q0, g.q_len, d, dos, d);
     lse_s[tid] = q0 + tid < g.q_len ? lse[pair * g.st_rows + q0 + tid] : -INFINITY;
@@ -268,6 +321,7 @@ __global__ void __launch_bounds__(R) FlashBackwardDkvKernel(const T* dout, const
       const int64_t i = q0 + r, gi = g.q_start + i;
       if (i >= g.q_len) break;
       if ((g.causal && gi < gj) || lse_s[r] == -INFINITY) continue;
+      if (docs != nullptr && doc_s[r] > gj) continue;  // another document's key
       float qk = 0.0f, dpv = 0.0f;
       for (int64_t e = 0; e < d; ++e) {
         qk += qs[r * d + e] * ks[tid * dp + e];
@@ -348,7 +402,7 @@ cudaError_t LaunchTiles(Kernel kernel, int R, int64_t rows, int64_t pairs, size_
 
 size_t ForwardFloats(int R, int64_t d) { return 2 * R * (d + 1) + 2 * R * d; }
 size_t DqFloats(int R, int64_t d) { return 3 * R * (d + 1) + 2 * R * d; }
-size_t DkvFloats(int R, int64_t d) { return 4 * R * (d + 1) + 2 * R * d + 2 * R; }
+size_t DkvFloats(int R, int64_t d) { return 4 * R * (d + 1) + 2 * R * d + 3 * R; }
 
 template <typename T, int R>
 cudaError_t ForwardT(const void* qkv, void* out, float* lse, const FlashGeom& g,

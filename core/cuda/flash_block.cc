@@ -24,6 +24,16 @@ absl::Status CheckLimits(const char* op, const FlashBlockDims& g) {
   return internal::CheckRows(op, "rows", g.rows + g.kv_rows);
 }
 
+// The ring's blocks do not take packed documents on the GPU yet (the model
+// refuses context parallelism off the CPU): refused, never ignored.
+absl::Status CheckNoDocuments(const char* op, const FlashBlockOptions& o) {
+  if (o.dropout.doc_start == nullptr && o.dropout.device_doc_start == nullptr) {
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      op, ": packed documents (doc_start) in the CUDA ring blocks are not supported yet"));
+}
+
 absl::Status CheckState(const char* op, const Tensor* acc, const Tensor* max, const Tensor* sum) {
   LOOM_RETURN_IF_ERROR(internal::CheckIs(op, "acc", acc, DType::kF32));
   LOOM_RETURN_IF_ERROR(internal::CheckIs(op, "max", max, DType::kF32));
@@ -78,6 +88,7 @@ absl::Status FlashBlockForward(const Tensor& qkv, const Tensor& kv, const FlashB
   LOOM_ASSIGN_OR_RETURN(const FlashBlockDims g, ops::CheckFlashBlock(kOp, qkv, kv, o));
   LOOM_RETURN_IF_ERROR(ops::CheckFlashState(kOp, g, *acc, *max, *sum));
   LOOM_RETURN_IF_ERROR(CheckLimits(kOp, g));
+  LOOM_RETURN_IF_ERROR(CheckNoDocuments(kOp, o));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(
       kOp, {{"qkv", &qkv}, {"kv", &kv}, {"acc", acc}, {"max", max}, {"sum", sum}}));
   if (Skipped(o) || g.b == 0) return absl::OkStatus();
@@ -150,6 +161,7 @@ absl::Status FlashBlockBackward(const Tensor& dout, const Tensor& qkv, const Ten
   LOOM_RETURN_IF_ERROR(ops::CheckShape(kOp, "dqkv", *dqkv, qkv.shape()));
   LOOM_RETURN_IF_ERROR(ops::CheckShape(kOp, "dkv", *dkv, kv.shape()));
   LOOM_RETURN_IF_ERROR(CheckLimits(kOp, g));
+  LOOM_RETURN_IF_ERROR(CheckNoDocuments(kOp, o));
   LOOM_RETURN_IF_ERROR(internal::CheckDevices(kOp, {{"dout", &dout},
                                                     {"qkv", &qkv},
                                                     {"kv", &kv},

@@ -97,15 +97,19 @@ struct AttentionMask {
   int64_t heads = 1;        // local heads
   int64_t total_heads = 1;  // global heads
   int64_t head_offset = 0;
+  // Packed documents: device i32 [b, seq_len] (the global sequence; ops'
+  // AttentionDropout::doc_start), query i of row bi sees keys
+  // doc_start[bi * seq_len + i]..i. Null: plain causal.
+  const int32_t* doc_start = nullptr;
 };
 // In place on scores [pairs, s, s] (already scaled): row i becomes the
-// softmax over columns 0..i, zeros above. With dropout also
-// dropped = probs * keep * scale (zeros above the diagonal).
+// softmax over columns lo..i (lo: its document's start, else 0), zeros
+// elsewhere. With dropout also dropped = probs * keep * scale (zeros elsewhere).
 cudaError_t CausalSoftmaxForward(Elem t, void* scores, void* dropped, int64_t pairs, int64_t s,
                                  const AttentionMask& mask, cudaStream_t stream);
 // ds holds dP (the gradient of the dropped probabilities) and becomes
 // dS = attn_scale * P * (dP' - rowsum(P * dP')), dP' = dP * keep * scale;
-// with dropout also dropped = P * keep * scale. Zeros above the diagonal.
+// with dropout also dropped = P * keep * scale. Zeros outside lo..i.
 cudaError_t CausalSoftmaxBackward(Elem t, const void* probs, void* ds, void* dropped, int64_t pairs,
                                   int64_t s, float attn_scale, const AttentionMask& mask,
                                   cudaStream_t stream);

@@ -62,7 +62,7 @@ absl::Status CheckDropout(const char* op, const cpu::AttentionDropout& dropout) 
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": dropout p = ", dropout.p, " is outside [0, 1]"));
   }
-  return absl::OkStatus();
+  return SupportsDocuments(dropout);
 }
 
 // All on one CUDA device, the calling thread's current one; returns it.
@@ -292,6 +292,15 @@ absl::Status GqaAttentionBackward(const Tensor& dout, const Tensor& q, const Ten
   p.dk = dk->raw_data();
   p.dv = dv->raw_data();
   return Run(SeparateDesc(Direction::kBackward, g, q.dtype()), device, p);
+}
+
+absl::Status SupportsDocuments(const cpu::AttentionDropout& dropout) {
+  if (dropout.doc_start == nullptr && dropout.device_doc_start == nullptr) {
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(
+      "cuDNN attention: packed documents (--reset-attention-mask) are not supported by this "
+      "SDPA graph");
 }
 
 }  // namespace loom::core::cuda::cudnn

@@ -15,6 +15,9 @@
 // to Loom's own kernel — Supports() says so before any work): dtypes other
 // than bf16, attention dropout p > 0 (cuDNN cannot draw Loom's global-index
 // Philox mask), head dims that are not multiples of 8 or exceed kMaxHeadDim.
+// Packed documents (AttentionDropout::doc_start) are refused too: the SDPA
+// graph here has no ragged offsets or per-query key ranges, so the plan runs
+// the reference, which takes them (core/cuda/attention.h).
 // Malformed arguments are InvalidArgument; all of these come before any
 // CUDA or cuDNN call. No libcudnn (loader.h) is FailedPrecondition; a graph
 // no cuDNN engine supports on this device is Unimplemented.
@@ -62,6 +65,10 @@ absl::Status GqaAttentionBackward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   int64_t heads, int64_t groups, Tensor* dq, Tensor* dk,
                                   Tensor* dv, const cpu::AttentionDropout& dropout = {});
+
+// Unimplemented (naming --reset-attention-mask) when the call packs
+// documents; checked by Supports' callers and every entry point above.
+absl::Status SupportsDocuments(const cpu::AttentionDropout& dropout);
 
 // cudnnGetVersion() of the libcudnn loaded at run time (e.g. 91900), or
 // FailedPrecondition naming libcudnn.so.9 and the paths tried.

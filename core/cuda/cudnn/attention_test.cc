@@ -70,6 +70,24 @@ TEST(CudnnAttentionRefusalTest, DropoutIsUnimplemented) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
 }
 
+// Packed documents: refused before any work, so the plan runs the reference
+// (which takes them) instead of attending across documents.
+TEST(CudnnAttentionRefusalTest, PackedDocumentsAreUnimplemented) {
+  const int64_t s = 8, b = 1, h = 2, d = 64;
+  Tensor qkv = Make({s, b, h * 3 * d}, DType::kBF16), out = Make({s, b, h * d}, DType::kBF16);
+  Tensor lse = Make({b, h, s});
+  const int32_t starts[s] = {0, 0, 0, 3, 3, 5, 5, 5};
+  cpu::AttentionDropout dropout;
+  dropout.doc_start = starts;
+  absl::Status st = SupportsDocuments(dropout);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_TRUE(Contains(st, "--reset-attention-mask")) << st;
+  st = FlashAttentionForward(qkv, h, &out, &lse, dropout);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  dropout.doc_start = nullptr;
+  EXPECT_TRUE(SupportsDocuments(dropout).ok());
+}
+
 TEST(CudnnAttentionRefusalTest, LargeOrOddHeadDimIsUnimplemented) {
   for (int64_t d : {256, 12}) {
     const int64_t s = 4, b = 1, h = 2;

@@ -47,9 +47,15 @@ struct AttentionDropout {
   // Packed documents (--reset-attention-mask): query i of batch row bi sees
   // key j iff doc_start[bi * seq_len + i] <= j <= i, where doc_start (host
   // i32 [b, seq_len], GLOBAL positions, seq_len the whole sequence) holds the
-  // first position of i's document. Null: plain causal. CPU kernels only
-  // (layers/attention.cc refuses it on other devices).
+  // first position of i's document. Null: plain causal. Every kernel takes
+  // it: the CPU's s x s and flash kernels and ring blocks, the CUDA s x s
+  // and flash kernels; cuDNN's variant refuses it (the plan falls back to
+  // the reference), as do the CUDA ring blocks.
   const int32_t* doc_start = nullptr;
+  // The same table on the tensors' device, for a device's kernels (layers
+  // copy it there once per micro-batch: PackedDocuments::DeviceDocStart).
+  // Null with doc_start set: a device kernel copies doc_start itself, per call.
+  const int32_t* device_doc_start = nullptr;
 };
 
 // One block of the context-parallel ring's flash attention (FlashBlock* ops,
