@@ -32,4 +32,10 @@ absl::StatusOr<LayerRange> LayersOf(int num_layers, int pp, int vp, int pp_rank,
   return LayerRange{VirtualStage(pp, pp_rank, chunk) * per_chunk, per_chunk};
 }
 
+absl::StatusOr<LayerRange> ChunkLayers(const ScheduleOptions& o, int num_layers, int pp_rank,
+                                       int chunk) {
+  const int vs = VirtualStageOf(o, pp_rank, chunk);
+  return LayersOf(num_layers, o.pp, o.vp, vs % o.pp, vs / o.pp);
+}
+
 }  // namespace loom::pipeline

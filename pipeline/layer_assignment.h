@@ -3,6 +3,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "pipeline/schedule.h"
 
 namespace loom::pipeline {
 
@@ -23,7 +24,13 @@ absl::Status ValidateLayerSplit(int num_layers, int pp, int vp);
 
 absl::StatusOr<LayerRange> LayersOf(int num_layers, int pp, int vp, int pp_rank, int chunk);
 
-// Virtual stage of (pp_rank, chunk): chunk·P + pp_rank.
+// The layers of (pp_rank, chunk) under the schedule's placement: its virtual stage
+// vs = VirtualStageOf(options, pp_rank, chunk) holds [vs·L/(P·v), (vs + 1)·L/(P·v)), Megatron's
+// interleaving or the V of zbv and dualpipev (stage r: virtual stages r and 2P − 1 − r).
+absl::StatusOr<LayerRange> ChunkLayers(const ScheduleOptions& options, int num_layers,
+                                       int pp_rank, int chunk);
+
+// Virtual stage of (pp_rank, chunk) in Megatron's interleaving: chunk·P + pp_rank.
 inline int VirtualStage(int pp, int pp_rank, int chunk) { return chunk * pp + pp_rank; }
 
 }  // namespace loom::pipeline

@@ -60,5 +60,28 @@ TEST(LayerAssignmentTest, OutOfRangeStageOrChunk) {
   EXPECT_FALSE(LayersOf(16, 4, 2, -1, 0).ok());
 }
 
+// The V (zbv, dualpipev) over 4 stages and 16 layers: stage r holds virtual stages r and
+// 7 − r, two layers each; so stage 0 has the first and the last two layers. Interleaving gives
+// LayersOf's ranges.
+TEST(LayerAssignmentTest, ChunkLayersFollowTheSchedulesPlacement) {
+  ScheduleOptions v;
+  v.kind = ScheduleKind::kDualPipeV;
+  v.pp = 4;
+  v.vp = 2;
+  const int want[4][2] = {{0, 14}, {2, 12}, {4, 10}, {6, 8}};
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 2; ++c) {
+      absl::StatusOr<LayerRange> got = ChunkLayers(v, 16, r, c);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->first, want[r][c]) << "stage " << r << " chunk " << c;
+      EXPECT_EQ(got->count, 2);
+    }
+  }
+  ScheduleOptions interleaved = v;
+  interleaved.kind = ScheduleKind::kInterleaved;
+  EXPECT_EQ(ChunkLayers(interleaved, 16, 0, 1)->first, LayersOf(16, 4, 2, 0, 1)->first);
+  EXPECT_FALSE(ChunkLayers(v, 10, 0, 0).ok());  // 10 layers do not split over 8 chunks
+}
+
 }  // namespace
 }  // namespace loom::pipeline

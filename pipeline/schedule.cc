@@ -481,19 +481,34 @@ std::vector<Action> ForwardOnlyList(const ScheduleOptions& o, int r) {
   return out;
 }
 
+// The V's forward-only list on stage r: chunk 0's M forwards, then chunk 1's, each with its
+// receive right before it and its send right after. Every stage runs chunk 0 before chunk 1 and
+// chunk 1 of stage r waits only on stages > r (the turn of the V on stage P − 1 is local), so
+// with buffered sends and tagged channels (what the V needs anyway) nothing waits in a cycle.
+std::vector<Action> VForwardOnlyList(const ScheduleOptions& o, int r) {
+  std::vector<Action> out;
+  for (int c = 0; c < 2; ++c) {
+    const Neighbours n = NeighboursOf(o, r, c);
+    for (int m = 0; m < o.micro_batches; ++m) {
+      if (n.prev_stage >= 0) out.push_back({ActionKind::kRecvActivation, m, c, n.prev_stage});
+      out.push_back(Forward(m, c));
+      if (n.next_stage >= 0) out.push_back({ActionKind::kSendActivation, m, c, n.next_stage});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<Schedule> BuildForwardOnlySchedule(const ScheduleOptions& options) {
   if (absl::Status s = ValidateScheduleOptions(options); !s.ok()) return s;
-  if (IsVShape(options.kind)) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "--pipeline-schedule=%s has no forward-only (evaluation) schedule yet",
-        ScheduleKindName(options.kind)));
-  }
   Schedule schedule;
   schedule.options = options;
   schedule.stages.resize(options.pp);
-  for (int r = 0; r < options.pp; ++r) schedule.stages[r] = ForwardOnlyList(options, r);
+  for (int r = 0; r < options.pp; ++r) {
+    schedule.stages[r] =
+        IsVShape(options.kind) ? VForwardOnlyList(options, r) : ForwardOnlyList(options, r);
+  }
   return schedule;
 }
 

@@ -183,8 +183,9 @@ absl::StatusOr<Schedule> BuildSchedule(const ScheduleOptions& options);
 // Executor contract: BuildSchedule's. Only activations travel (no grads share a link with
 // them), and the k-th SendActivation on a (src, dst) link matches the k-th RecvActivation there.
 //
-// zb-h1 gives 1f1b's forward-only lists (kind kept); zbv is not built yet
-// (absl::UnimplementedError naming --pipeline-schedule).
+// zb-h1 gives 1f1b's forward-only lists (kind kept). The V (zbv, dualpipev): every stage runs
+// chunk 0's M forwards, then chunk 1's, a receive right before each and a send right after;
+// deadlock-free with buffered sends and tagged channels, as the V's training lists need.
 absl::StatusOr<Schedule> BuildForwardOnlySchedule(const ScheduleOptions& options);
 
 }  // namespace loom::pipeline

@@ -451,6 +451,21 @@ TEST(SimulatorTest, ForwardOnlyNoDeadlockWithBufferedAndBlockingSends) {
   EXPECT_GT(checked, 500);
 }
 
+// The V's forward-only lists (zbv, dualpipev): deadlock-free with buffered sends and tagged
+// channels, as their training lists; every forward once, none kept.
+TEST(SimulatorTest, ForwardOnlyVNoDeadlock) {
+  for (ScheduleKind kind : {ScheduleKind::kZBV, ScheduleKind::kDualPipeV}) {
+    for (int pp = 1; pp <= 5; ++pp) {
+      for (int m = kind == ScheduleKind::kZBV ? 1 : 2 * pp; m <= 12; ++m) {
+        SimOptions sim = Costs(1.5, 2);
+        sim.comm_cost = 0.3;
+        const absl::Status st = SimulateForwardOnly(BuildForwardOnly(Opts(kind, pp, 2, m)), sim);
+        EXPECT_TRUE(st.ok()) << ScheduleKindName(kind) << " P=" << pp << " M=" << m << ": " << st;
+      }
+    }
+  }
+}
+
 TEST(SimulatorTest, ForwardOnlyRunsNoBackward) {
   // The simulator sees every forward run and none of them followed by a backward.
   for (const ScheduleOptions& o :
