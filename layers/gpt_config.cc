@@ -134,6 +134,16 @@ absl::Status ValidateMoe(const GptConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("--num-experts (", c.num_experts, ") must be >= 0 (0: dense MLPs)"));
   }
+  if (c.moe_a2a_overlap_chunks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--moe-a2a-overlap-chunks (", c.moe_a2a_overlap_chunks,
+        ") must be >= 1 (1: every expert all-to-all waited on as it is issued)"));
+  }
+  if (c.moe_a2a_overlap_chunks > 1 && !c.moe()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--moe-a2a-overlap-chunks (", c.moe_a2a_overlap_chunks,
+        ") needs --num-experts > 0: it pipelines the MoE layer's expert all-to-alls"));
+  }
   if (!c.moe()) return absl::OkStatus();
   if (c.moe_router_topk < 1 || c.moe_router_topk > c.num_experts) {
     return absl::InvalidArgumentError(absl::StrCat("--moe-router-topk (", c.moe_router_topk,

@@ -74,6 +74,16 @@ struct GptConfig : GptArchitecture {
   // --moe-grouped-gemm: all experts' GEMMs at once, an expert per thread,
   // instead of one expert after the other (same numbers).
   bool moe_grouped_gemm = false;
+  // --moe-a2a-overlap-chunks N (1: off): under expert parallelism the MoE
+  // layer splits its micro-batch's tokens into N chunks (along the flattened
+  // [s, b] order) and pipelines them, forward and backward: while chunk k's
+  // experts compute, chunk k+1's dispatch all-to-all and chunk k-1's combine
+  // all-to-all are in flight (Tutel's a2a_ffn_overlap_degree; not Megatron's
+  // --overlap-moe-expert-parallel-comm, which overlaps another micro-batch's
+  // compute). Routing, capacity and the aux/z losses stay the whole
+  // micro-batch's (bit-identical to N = 1); outputs and gradients equal
+  // N = 1's within a GEMM's rounding. No effect without expert parallelism.
+  int64_t moe_a2a_overlap_chunks = 1;
 
   // Whether the model allocates its own flat f32 gradient buffer. Under
   // ZeRO-2 (--data-parallel-sharding-strategy=optim_grads) //distributed owns

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +32,7 @@ MoeOptions MoeOptionsOf(const GptConfig& c) {
   o.capacity_factor = c.moe_expert_capacity_factor;
   o.pad_to_capacity = c.moe_pad_expert_input_to_capacity;
   o.grouped_gemm = c.moe_grouped_gemm;
+  o.a2a_overlap_chunks = c.moe_a2a_overlap_chunks;
   return o;
 }
 
@@ -274,22 +277,102 @@ absl::StatusOr<Tensor> GatherRows(const Tensor& table, const Tensor& ids) {
   return out;
 }
 
-// Issues an all-to-all and waits for it; with `stats`, times the issue call,
-// the wait and the whole (the default path only tests the pointer).
+// An all-to-all in flight; with `stats`, the issue call, any Poll and the
+// Wait count as blocked, and the span runs from the issue to the first Poll
+// that saw it done, or the Wait's return (the default path only tests the
+// pointer).
+class PendingAllToAll {
+ public:
+  using Clock = std::chrono::steady_clock;
+  template <typename Issue>
+  PendingAllToAll(MoeCommStats* stats, bool backward, Issue issue)
+      : stats_(stats), backward_(backward) {
+    if (stats_ != nullptr) issued_ = Clock::now();
+    work_ = issue();
+    if (stats_ != nullptr) stats_->blocked_ms += Ms(Clock::now() - issued_);
+  }
+  PendingAllToAll(const PendingAllToAll&) = delete;
+  PendingAllToAll& operator=(const PendingAllToAll&) = delete;
+  ~PendingAllToAll() { (void)Wait(); }  // never leaves an exchange on freed buffers
+
+  // Only for the statistics: notes the completion time if it is done.
+  void Poll() {
+    if (stats_ == nullptr || waited_ || done_) return;
+    const Clock::time_point t0 = Clock::now();
+    done_ = work_->Poll();
+    const Clock::time_point t1 = Clock::now();
+    stats_->blocked_ms += Ms(t1 - t0);
+    if (done_) finished_ = t1;
+  }
+  absl::Status Wait() {
+    if (waited_) return status_;
+    waited_ = true;
+    if (stats_ == nullptr) return status_ = work_->Wait();
+    const Clock::time_point t0 = Clock::now();
+    status_ = work_->Wait();
+    const Clock::time_point t1 = Clock::now();
+    stats_->blocked_ms += Ms(t1 - t0);
+    if (!done_) finished_ = t1;
+    ++stats_->calls;
+    (backward_ ? stats_->backward_ms : stats_->forward_ms) += Ms(finished_ - issued_);
+    return status_;
+  }
+
+ private:
+  static double Ms(Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  }
+  MoeCommStats* stats_;
+  bool backward_;
+  comm::WorkPtr work_;
+  Clock::time_point issued_, finished_;
+  bool done_ = false, waited_ = false;
+  absl::Status status_;
+};
+
+// Issues an all-to-all and waits for it (timed into `stats` when set).
 template <typename Issue>
 absl::Status TimedAllToAll(MoeCommStats* stats, bool backward, Issue issue) {
-  if (stats == nullptr) return issue()->Wait();
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point t0 = Clock::now();
-  comm::WorkPtr work = issue();
-  const Clock::time_point t1 = Clock::now();
-  absl::Status s = work->Wait();
-  const Clock::time_point t2 = Clock::now();
-  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  ++stats->calls;
-  (backward ? stats->backward_ms : stats->forward_ms) += ms(t2 - t0);
-  stats->blocked_ms += ms((t1 - t0) + (t2 - t1));
-  return s;
+  return PendingAllToAll(stats, backward, issue).Wait();
+}
+
+// The exchange plan from the rows this rank sends each expert (`mine`, [E])
+// and the rows source rank j sends local expert l (`theirs(j, l)`), over P
+// EP ranks of E/P experts each, h elements a row.
+template <typename Theirs>
+absl::StatusOr<ExpertExchange> BuildExchange(const std::vector<int64_t>& mine, Theirs theirs,
+                                             int64_t P, int64_t h, core::Device device) {
+  const int64_t El = static_cast<int64_t>(mine.size()) / P;
+  ExpertExchange x;
+  x.send.assign(P, 0);
+  x.recv.resize(P);
+  std::vector<int64_t> source_first(P * El);  // where block (j, l) starts in the received rows
+  int64_t at = 0;
+  for (int64_t j = 0; j < P; ++j) {
+    int64_t rows = 0;
+    for (int64_t l = 0; l < El; ++l) {
+      x.send[j] += mine[j * El + l] * h;
+      source_first[j * El + l] = at;
+      at += theirs(j, l);
+      rows += theirs(j, l);
+    }
+    x.recv[j] = rows * h;
+  }
+  // Expert-major: expert l's rows from rank 0, then rank 1, ...
+  x.local_rows.assign(El + 1, 0);
+  x.inverse.resize(at);
+  for (int64_t l = 0; l < El; ++l) {
+    for (int64_t j = 0; j < P; ++j) {
+      for (int64_t i = 0; i < theirs(j, l); ++i) {
+        x.inverse[source_first[j * El + l] + i] = static_cast<int32_t>(x.perm.size());
+        x.perm.push_back(static_cast<int32_t>(source_first[j * El + l] + i));
+      }
+    }
+    x.local_rows[l + 1] = static_cast<int64_t>(x.perm.size());
+  }
+  LOOM_ASSIGN_OR_RETURN(x.perm_t, IdsTensor(x.perm, device));
+  LOOM_ASSIGN_OR_RETURN(x.inverse_t, IdsTensor(x.inverse, device));
+  return x;
 }
 
 }  // namespace
@@ -306,45 +389,18 @@ absl::StatusOr<ExpertExchange> MoeMlp::PlanExchange(const Routing& r, int64_t h)
   // The counts travel where the activations live (a device communicator
   // takes device buffers), then come back to the host for the plan.
   const core::Device device = r.row_token_t.device();
+  std::vector<int64_t> rows(E);
+  for (int64_t e = 0; e < E; ++e) rows[e] = r.expert_rows[e + 1] - r.expert_rows[e];
   LOOM_ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty(Shape{E}, DType::kI64));
-  for (int64_t e = 0; e < E; ++e) {
-    mine.data<int64_t>()[e] = r.expert_rows[e + 1] - r.expert_rows[e];
-  }
+  std::copy(rows.begin(), rows.end(), mine.data<int64_t>());
   LOOM_ASSIGN_OR_RETURN(mine, OnDevice(mine, device));
   LOOM_ASSIGN_OR_RETURN(Tensor theirs, Tensor::Empty(Shape{E}, DType::kI64, device));
   LOOM_RETURN_IF_ERROR(TimedAllToAll(comm_stats_, /*backward=*/false,
                                      [&] { return ep_.comm->AllToAll(mine, theirs); }));
   LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, HostVector<int64_t>(theirs));
-  const int64_t* count = counts.data();  // [source j][local expert l]
-  x.send.resize(P);
-  x.recv.resize(P);
-  std::vector<int64_t> source_first(P * El);  // where block (j, l) starts in the received rows
-  int64_t at = 0;
-  for (int64_t j = 0; j < P; ++j) {
-    x.send[j] = (r.expert_rows[(j + 1) * El] - r.expert_rows[j * El]) * h;
-    int64_t rows = 0;
-    for (int64_t l = 0; l < El; ++l) {
-      source_first[j * El + l] = at;
-      at += count[j * El + l];
-      rows += count[j * El + l];
-    }
-    x.recv[j] = rows * h;
-  }
-  // Expert-major: expert l's rows from rank 0, then rank 1, ...
-  x.local_rows.assign(El + 1, 0);
-  x.inverse.resize(at);
-  for (int64_t l = 0; l < El; ++l) {
-    for (int64_t j = 0; j < P; ++j) {
-      for (int64_t i = 0; i < count[j * El + l]; ++i) {
-        x.inverse[source_first[j * El + l] + i] = static_cast<int32_t>(x.perm.size());
-        x.perm.push_back(static_cast<int32_t>(source_first[j * El + l] + i));
-      }
-    }
-    x.local_rows[l + 1] = static_cast<int64_t>(x.perm.size());
-  }
-  LOOM_ASSIGN_OR_RETURN(x.perm_t, IdsTensor(x.perm, device));
-  LOOM_ASSIGN_OR_RETURN(x.inverse_t, IdsTensor(x.inverse, device));
-  return x;
+  // counts: [source j][local expert l]
+  return BuildExchange(
+      rows, [&](int64_t j, int64_t l) { return counts[j * El + l]; }, P, h, device);
 }
 
 absl::StatusOr<Tensor> MoeMlp::ToExperts(const ExpertExchange& x, const Tensor& rows,
@@ -395,6 +451,303 @@ absl::Status MoeMlp::AuxStatsOverCp(Routing* r) const {
   return absl::OkStatus();
 }
 
+absl::Status MoeMlp::ExpertsForward(const std::vector<int64_t>& rows, const Tensor& in,
+                                    Tensor pre_all, Tensor act_all, Tensor out_all) const {
+  const int64_t h = in.dim(1);
+  // An expert without tokens computes nothing. Side by side only on the
+  // host: a device's stream is per thread. (A grouped GEMM is a follow-up.)
+  return ForEachExpert(rows, options_.grouped_gemm && in.device().is_cpu(),
+                       [&](int64_t l) -> absl::Status {
+    const int64_t first = rows[l], n = rows[l + 1] - first;
+    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(in, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(pre_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(act_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor out, Rows(out_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[l]->value, h));
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(xe, w1, &pre, {.trans_b = true}));
+    LOOM_RETURN_IF_ERROR(options_.swiglu ? core::ops::SwigluForward(pre, &act)
+                                         : core::ops::GeluForward(pre, &act));
+    return core::ops::Matmul(act, fc2_[l]->value, &out, {.trans_b = true});
+  });
+}
+
+absl::Status MoeMlp::ExpertsBackwardInput(const std::vector<int64_t>& rows, const Tensor& pre_all,
+                                          const Tensor& dout_all, Tensor dact_all,
+                                          Tensor dpre_all, Tensor din_all) const {
+  const int64_t h = din_all.dim(1);
+  return ForEachExpert(rows, options_.grouped_gemm && din_all.device().is_cpu(),
+                       [&](int64_t l) -> absl::Status {
+    const int64_t first = rows[l], n = rows[l + 1] - first;
+    LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(pre_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dout_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor dxe, Rows(din_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor dact, Rows(dact_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, n));
+    LOOM_RETURN_IF_ERROR(core::ops::Matmul(de, fc2_[l]->value, &dact));
+    if (options_.swiglu) {
+      LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, pre, &dpre));
+    } else {
+      LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(pre, dact, &dpre));
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[l]->value, h));
+    return core::ops::Matmul(dpre, w1, &dxe);
+  });
+}
+
+absl::Status MoeMlp::ExpertsWeightGrad(const std::vector<int64_t>& rows, const Tensor& in,
+                                       const Tensor& act_all, const Tensor& dout_all,
+                                       const Tensor& dpre_all) const {
+  const int64_t h = in.dim(1);
+  return ForEachExpert(rows, options_.grouped_gemm && in.device().is_cpu(),
+                       [&](int64_t l) -> absl::Status {
+    const int64_t first = rows[l], n = rows[l + 1] - first;
+    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(in, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(act_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dout_all, first, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, n));
+    LOOM_RETURN_IF_ERROR(
+        core::ops::Matmul(de, act, &fc2_[l]->grad, {.trans_a = true, .beta = 1.0f}));
+    LOOM_ASSIGN_OR_RETURN(Tensor dw1, Matrix(fc1_[l]->grad, h));
+    return core::ops::Matmul(dpre, xe, &dw1, {.trans_a = true, .beta = 1.0f});
+  });
+}
+
+// --- Chunked exchange (--moe-a2a-overlap-chunks > 1 under EP) -------------
+
+absl::Status MoeMlp::PlanChunks(const Routing& r, int64_t h, Saved* saved) const {
+  const int64_t T = r.tokens, K = r.topk, E = r.experts, C = options_.a2a_overlap_chunks;
+  const int64_t P = ep_.size(), El = E / P, N = r.expert_rows[E];
+  const core::Device device = r.row_token_t.device();
+  std::vector<int32_t> row_token = r.row_token, row = r.row;
+  if (!device.is_cpu()) {  // the per-token decisions stay on a device: fetch them
+    LOOM_ASSIGN_OR_RETURN(row_token, HostVector<int32_t>(r.row_token_t));
+    LOOM_ASSIGN_OR_RETURN(row, HostVector<int32_t>(r.row_t));
+  }
+  // Chunk c: tokens t with floor(t·C/T) = c; padding (at each expert's end)
+  // goes with the last chunk, so within an expert chunks follow row order.
+  auto chunk_of = [&](int32_t t) { return t < 0 ? C - 1 : int64_t{t} * C / T; };
+  std::vector<int64_t> count(C * E, 0);  // [chunk][expert] rows
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t e = std::upper_bound(r.expert_rows.begin(), r.expert_rows.end(), i) -
+                      r.expert_rows.begin() - 1;
+    ++count[chunk_of(row_token[i]) * E + e];
+  }
+  ChunkPlan& plan = saved->chunks;
+  plan.dispatch_rows.assign(C + 1, 0);
+  std::vector<int64_t> next(C * E);  // the next free chunk-major row of (chunk, expert)
+  for (int64_t c = 0, at = 0; c < C; ++c) {
+    plan.dispatch_rows[c] = at;
+    for (int64_t e = 0; e < E; ++e) {
+      next[c * E + e] = at;
+      at += count[c * E + e];
+    }
+    plan.dispatch_rows[c + 1] = at;
+  }
+  std::vector<int32_t> position(N), chunk_row_token(N), chunk_row(T * K);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = r.expert_rows[e]; i < r.expert_rows[e + 1]; ++i) {
+      position[i] = static_cast<int32_t>(next[chunk_of(row_token[i]) * E + e]++);
+      chunk_row_token[position[i]] = row_token[i];
+    }
+  }
+  for (int64_t a = 0; a < T * K; ++a) chunk_row[a] = row[a] < 0 ? -1 : position[row[a]];
+  LOOM_ASSIGN_OR_RETURN(plan.row_token_t, IdsTensor(chunk_row_token, device));
+  LOOM_ASSIGN_OR_RETURN(plan.row_t, IdsTensor(chunk_row, device));
+  LOOM_ASSIGN_OR_RETURN(plan.row_t, plan.row_t.Reshape(Shape{T, K}));
+
+  // One counts exchange for every chunk: block j = [chunk][rank j's experts].
+  LOOM_ASSIGN_OR_RETURN(Tensor mine, Tensor::Empty(Shape{P * C * El}, DType::kI64));
+  for (int64_t j = 0; j < P; ++j) {
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t l = 0; l < El; ++l) {
+        mine.data<int64_t>()[(j * C + c) * El + l] = count[c * E + j * El + l];
+      }
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(mine, OnDevice(mine, device));
+  LOOM_ASSIGN_OR_RETURN(Tensor theirs_t, Tensor::Empty(Shape{P * C * El}, DType::kI64, device));
+  LOOM_RETURN_IF_ERROR(TimedAllToAll(comm_stats_, /*backward=*/false,
+                                     [&] { return ep_.comm->AllToAll(mine, theirs_t); }));
+  // theirs(j, c, l): rows source j sends local expert l in chunk c.
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> theirs, HostVector<int64_t>(theirs_t));
+  auto from = [&](int64_t j, int64_t c, int64_t l) { return theirs[(j * C + c) * El + l]; };
+  plan.chunk.resize(C);
+  plan.expert_rows.assign(C + 1, 0);
+  for (int64_t c = 0; c < C; ++c) {
+    const std::vector<int64_t> rows(count.begin() + c * E, count.begin() + (c + 1) * E);
+    LOOM_ASSIGN_OR_RETURN(
+        plan.chunk[c],
+        BuildExchange(rows, [&](int64_t j, int64_t l) { return from(j, c, l); }, P, h, device));
+    plan.expert_rows[c + 1] = plan.expert_rows[c] + static_cast<int64_t>(plan.chunk[c].perm.size());
+  }
+  // The unchunked expert-major layout (local expert, source, chunk, token)
+  // over the chunk-major rows (chunk, local expert, source, token).
+  ExpertExchange& x = saved->exchange;
+  x = {};
+  x.local_rows.assign(El + 1, 0);
+  std::vector<int32_t> major;
+  major.reserve(plan.expert_rows[C]);
+  for (int64_t l = 0; l < El; ++l) {
+    for (int64_t j = 0; j < P; ++j) {
+      for (int64_t c = 0; c < C; ++c) {
+        int64_t first = plan.expert_rows[c] + plan.chunk[c].local_rows[l];
+        for (int64_t i = 0; i < j; ++i) first += from(i, c, l);
+        for (int64_t i = 0; i < from(j, c, l); ++i) {
+          major.push_back(static_cast<int32_t>(first + i));
+        }
+      }
+    }
+    x.local_rows[l + 1] = static_cast<int64_t>(major.size());
+  }
+  LOOM_ASSIGN_OR_RETURN(plan.expert_major_t, IdsTensor(major, device));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Runs `body` (which issues and waits the chunks' all-to-alls in `pending`),
+// then waits every exchange still in flight, so no buffer is freed under
+// one even when `body` failed half-way. Returns the first error.
+absl::Status RunPipeline(std::vector<std::unique_ptr<PendingAllToAll>>& pending,
+                         const std::function<absl::Status()>& body) {
+  absl::Status status = body();
+  for (auto& p : pending) {
+    if (p != nullptr) {
+      const absl::Status s = p->Wait();
+      if (status.ok()) status = s;
+    }
+  }
+  return status;
+}
+
+}  // namespace
+
+absl::Status MoeMlp::ForwardChunks(Saved* saved) const {
+  const ChunkPlan& plan = saved->chunks;
+  const int64_t C = plan.chunks(), h = saved->input.dim(1);
+  const int64_t M = plan.expert_rows[C], N = plan.dispatch_rows[C];
+  const DType dt = saved->input.dtype();
+  const core::Device dev = saved->input.device();
+  const int64_t f = fc2_[0]->value.dim(1);  // f/p
+  LOOM_ASSIGN_OR_RETURN(saved->dispatched, GatherRows(saved->input, plan.row_token_t));
+  LOOM_ASSIGN_OR_RETURN(saved->expert_in, Tensor::Empty(Shape{M, h}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(saved->pre_act,
+                        Tensor::Empty(Shape{M, options_.swiglu ? 2 * f : f}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{M, f}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor out_rows, Tensor::Empty(Shape{M, h}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(saved->expert_out, Tensor::Empty(Shape{N, h}, dt, dev));
+
+  // In flight: chunk c's dispatch into received[c], its combine from
+  // by_source[c]; 2C exchanges, issued D0 D1 C0 D2 C1 ... (one order on
+  // every rank).
+  std::vector<Tensor> received(C), by_source(C);
+  std::vector<std::unique_ptr<PendingAllToAll>> pending(2 * C);
+  auto dispatch = [&](int64_t c) -> absl::Status {
+    const ExpertExchange& x = plan.chunk[c];
+    LOOM_ASSIGN_OR_RETURN(Tensor send, saved->dispatched.Narrow(
+                                           plan.dispatch_rows[c],
+                                           plan.dispatch_rows[c + 1] - plan.dispatch_rows[c]));
+    LOOM_ASSIGN_OR_RETURN(received[c],
+                          Tensor::Empty(Shape{static_cast<int64_t>(x.perm.size()), h}, dt, dev));
+    pending[2 * c] = std::make_unique<PendingAllToAll>(comm_stats_, /*backward=*/false, [&] {
+      return ep_.comm->AllToAllV(send, x.send, received[c], x.recv);
+    });
+    return absl::OkStatus();
+  };
+  return RunPipeline(pending, [&]() -> absl::Status {
+    LOOM_RETURN_IF_ERROR(dispatch(0));
+    for (int64_t c = 0; c < C; ++c) {
+      const ExpertExchange& x = plan.chunk[c];
+      LOOM_RETURN_IF_ERROR(pending[2 * c]->Wait());
+      if (c + 1 < C) LOOM_RETURN_IF_ERROR(dispatch(c + 1));
+      const int64_t first = plan.expert_rows[c], m = plan.expert_rows[c + 1] - first;
+      LOOM_ASSIGN_OR_RETURN(Tensor in, Rows(saved->expert_in, first, m));
+      LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved->pre_act, first, m));
+      LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved->act, first, m));
+      LOOM_ASSIGN_OR_RETURN(Tensor out, Rows(out_rows, first, m));
+      LOOM_RETURN_IF_ERROR(core::ops::MoePermute(received[c], x.perm_t, &in));
+      LOOM_RETURN_IF_ERROR(ExpertsForward(x.local_rows, in, pre, act, out));
+      for (auto& p : pending) {
+        if (p != nullptr) p->Poll();
+      }
+      LOOM_ASSIGN_OR_RETURN(by_source[c], GatherRows(out, x.inverse_t));
+      LOOM_ASSIGN_OR_RETURN(Tensor back, Rows(saved->expert_out, plan.dispatch_rows[c],
+                                              plan.dispatch_rows[c + 1] - plan.dispatch_rows[c]));
+      pending[2 * c + 1] = std::make_unique<PendingAllToAll>(comm_stats_, false, [&] {
+        return ep_.comm->AllToAllV(by_source[c], x.recv, back, x.send);
+      });
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<Tensor> MoeMlp::BackwardChunks(const Saved& saved, const Tensor& dout) const {
+  const ChunkPlan& plan = saved.chunks;
+  const int64_t C = plan.chunks(), h = saved.input.dim(1);
+  const int64_t M = plan.expert_rows[C], N = plan.dispatch_rows[C];
+  const DType dt = dout.dtype();
+  const core::Device dev = dout.device();
+  LOOM_ASSIGN_OR_RETURN(Tensor dexp_out, Tensor::Empty(Shape{M, h}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor dexp_in, Tensor::Empty(Shape{M, h}, dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor dpre_all, Tensor::Empty(saved.pre_act.shape(), dt, dev));
+  LOOM_ASSIGN_OR_RETURN(Tensor ddisp, Tensor::Empty(Shape{N, h}, dt, dev));
+
+  std::vector<Tensor> received(C), by_source(C);
+  std::vector<std::unique_ptr<PendingAllToAll>> pending(2 * C);
+  auto dispatch = [&](int64_t c) -> absl::Status {
+    const ExpertExchange& x = plan.chunk[c];
+    LOOM_ASSIGN_OR_RETURN(Tensor send, dout.Narrow(plan.dispatch_rows[c],
+                                                   plan.dispatch_rows[c + 1] -
+                                                       plan.dispatch_rows[c]));
+    LOOM_ASSIGN_OR_RETURN(received[c],
+                          Tensor::Empty(Shape{static_cast<int64_t>(x.perm.size()), h}, dt, dev));
+    pending[2 * c] = std::make_unique<PendingAllToAll>(comm_stats_, /*backward=*/true, [&] {
+      return ep_.comm->AllToAllV(send, x.send, received[c], x.recv);
+    });
+    return absl::OkStatus();
+  };
+  LOOM_RETURN_IF_ERROR(RunPipeline(pending, [&]() -> absl::Status {
+    LOOM_RETURN_IF_ERROR(dispatch(0));
+    for (int64_t c = 0; c < C; ++c) {
+      const ExpertExchange& x = plan.chunk[c];
+      LOOM_RETURN_IF_ERROR(pending[2 * c]->Wait());
+      if (c + 1 < C) LOOM_RETURN_IF_ERROR(dispatch(c + 1));
+      const int64_t first = plan.expert_rows[c], m = plan.expert_rows[c + 1] - first;
+      LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved.pre_act, first, m));
+      LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dexp_out, first, m));
+      LOOM_ASSIGN_OR_RETURN(Tensor din, Rows(dexp_in, first, m));
+      LOOM_ASSIGN_OR_RETURN(Tensor dact, Rows(dact_all, first, m));
+      LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, m));
+      LOOM_RETURN_IF_ERROR(core::ops::MoePermute(received[c], x.perm_t, &de));
+      LOOM_RETURN_IF_ERROR(ExpertsBackwardInput(x.local_rows, pre, de, dact, dpre, din));
+      for (auto& p : pending) {
+        if (p != nullptr) p->Poll();
+      }
+      LOOM_ASSIGN_OR_RETURN(by_source[c], GatherRows(din, x.inverse_t));
+      LOOM_ASSIGN_OR_RETURN(Tensor back, Rows(ddisp, plan.dispatch_rows[c],
+                                              plan.dispatch_rows[c + 1] - plan.dispatch_rows[c]));
+      pending[2 * c + 1] = std::make_unique<PendingAllToAll>(comm_stats_, true, [&] {
+        return ep_.comm->AllToAllV(by_source[c], x.recv, back, x.send);
+      });
+    }
+    // The weight gradients, over the unchunked expert-major rows (the same
+    // GEMMs as without chunks), while the last combine is in flight: now,
+    // or at a split backward's BackwardWeight.
+    return WeightGradStore::RunOrDefer(
+        [this, rows = saved.exchange.local_rows, major = plan.expert_major_t,
+         expert_in = saved.expert_in, act = saved.act, dexp_out, dpre_all]() -> absl::Status {
+          LOOM_ASSIGN_OR_RETURN(Tensor in, GatherRows(expert_in, major));
+          LOOM_ASSIGN_OR_RETURN(Tensor a, GatherRows(act, major));
+          LOOM_ASSIGN_OR_RETURN(Tensor de, GatherRows(dexp_out, major));
+          LOOM_ASSIGN_OR_RETURN(Tensor dpre, GatherRows(dpre_all, major));
+          return ExpertsWeightGrad(rows, in, a, de, dpre);
+        },
+        static_cast<int64_t>(dexp_out.nbytes() + dpre_all.nbytes()));
+  }));
+  return ddisp;
+}
+
 MoeMlp MoeMlp::ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, TpGroup tp,
                         EpGroup ep, CpGroup cp) {
   const BlockParamNames names(layer);
@@ -424,6 +777,7 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   const DType dt = x.dtype();
   const core::Device dev = x.device();
   const int64_t h = x.dim(2);
+  saved->chunks = {};
   Tensor full = x;
   if (tp_.sequence_parallel) {
     LOOM_ASSIGN_OR_RETURN(full, AllGatherSeq(tp_, x));
@@ -438,38 +792,31 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
   if (cp_.parallel()) LOOM_RETURN_IF_ERROR(AuxStatsOverCp(&saved->routing));
   const Routing& r = saved->routing;
 
-  // Dispatch: one row per kept assignment, grouped by expert (and so by the
-  // EP rank that owns it), then to the experts.
-  LOOM_ASSIGN_OR_RETURN(saved->dispatched, GatherRows(saved->input, r.row_token_t));
-  LOOM_ASSIGN_OR_RETURN(saved->exchange, PlanExchange(r, h));
-  const ExpertExchange& xc = saved->exchange;
-  LOOM_ASSIGN_OR_RETURN(saved->expert_in, ToExperts(xc, saved->dispatched, /*backward=*/false));
-  const int64_t M = saved->expert_in.dim(0);
-  const int64_t f = fc2_[0]->value.dim(1);  // f/p
-  const int64_t f1 = options_.swiglu ? 2 * f : f;
-  LOOM_ASSIGN_OR_RETURN(saved->pre_act, Tensor::Empty(Shape{M, f1}, dt, dev));
-  LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{M, f}, dt, dev));
-  LOOM_ASSIGN_OR_RETURN(Tensor out_rows, Tensor::Empty(Shape{M, h}, dt, dev));
-  // An expert without tokens computes nothing. Side by side only on the
-  // host: a device's stream is per thread. (A grouped GEMM is a follow-up.)
-  LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm && host,
-                                     [&](int64_t l) -> absl::Status {
-    const int64_t first = xc.local_rows[l], n = xc.local_rows[l + 1] - first;
-    LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(saved->expert_in, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved->pre_act, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved->act, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor out, Rows(out_rows, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[l]->value, h));
-    LOOM_RETURN_IF_ERROR(core::ops::Matmul(xe, w1, &pre, {.trans_b = true}));
-    LOOM_RETURN_IF_ERROR(options_.swiglu ? core::ops::SwigluForward(pre, &act)
-                                         : core::ops::GeluForward(pre, &act));
-    return core::ops::Matmul(act, fc2_[l]->value, &out, {.trans_b = true});
-  }));
-  LOOM_ASSIGN_OR_RETURN(saved->expert_out, FromExperts(xc, out_rows, /*backward=*/false));
+  if (chunked()) {  // dispatch, experts and combine pipelined chunk by chunk
+    LOOM_RETURN_IF_ERROR(PlanChunks(r, h, saved));
+    LOOM_RETURN_IF_ERROR(ForwardChunks(saved));
+  } else {
+    // Dispatch: one row per kept assignment, grouped by expert (and so by the
+    // EP rank that owns it), then to the experts.
+    LOOM_ASSIGN_OR_RETURN(saved->dispatched, GatherRows(saved->input, r.row_token_t));
+    LOOM_ASSIGN_OR_RETURN(saved->exchange, PlanExchange(r, h));
+    const ExpertExchange& xc = saved->exchange;
+    LOOM_ASSIGN_OR_RETURN(saved->expert_in, ToExperts(xc, saved->dispatched, /*backward=*/false));
+    const int64_t M = saved->expert_in.dim(0);
+    const int64_t f = fc2_[0]->value.dim(1);  // f/p
+    LOOM_ASSIGN_OR_RETURN(saved->pre_act,
+                          Tensor::Empty(Shape{M, options_.swiglu ? 2 * f : f}, dt, dev));
+    LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{M, f}, dt, dev));
+    LOOM_ASSIGN_OR_RETURN(Tensor out_rows, Tensor::Empty(Shape{M, h}, dt, dev));
+    LOOM_RETURN_IF_ERROR(
+        ExpertsForward(xc.local_rows, saved->expert_in, saved->pre_act, saved->act, out_rows));
+    LOOM_ASSIGN_OR_RETURN(saved->expert_out, FromExperts(xc, out_rows, /*backward=*/false));
+  }
 
   // Combine: y_t = Σ_k prob_tk · out_row(t,k), in k order (deterministic).
+  const Tensor& row_t = chunked() ? saved->chunks.row_t : r.row_t;
   LOOM_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(Shape{T, h}, dt, dev));
-  LOOM_RETURN_IF_ERROR(core::ops::MoeCombineForward(saved->expert_out, r.prob_t, r.row_t, &y));
+  LOOM_RETURN_IF_ERROR(core::ops::MoeCombineForward(saved->expert_out, r.prob_t, row_t, &y));
   LOOM_ASSIGN_OR_RETURN(y, y.Reshape(out_shape));
   if (tp_.sequence_parallel) return ReduceScatterSeq(tp_, y);
   LOOM_RETURN_IF_ERROR(AllReduceTp(tp_, y));
@@ -494,58 +841,35 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
   // out_row⟩, a partial sum over TP (the rows are) completed by an all-reduce.
   LOOM_ASSIGN_OR_RETURN(Tensor dout, Tensor::Empty(Shape{N, h}, dt, dev));
   LOOM_ASSIGN_OR_RETURN(Tensor dprob, Tensor::Empty(Shape{T, K}, DType::kF32, dev));
+  const Tensor& row_t = chunked() ? saved.chunks.row_t : r.row_t;
   LOOM_RETURN_IF_ERROR(
-      core::ops::MoeCombineBackward(d2, saved.expert_out, r.prob_t, r.row_t, &dout, &dprob));
+      core::ops::MoeCombineBackward(d2, saved.expert_out, r.prob_t, row_t, &dout, &dprob));
   comm::WorkPtr dprob_sum = AllReduceTpAsync(tp_, dprob);
-
-  // The experts, backwards, on the rows they computed; their input gradients
-  // go back to the assignments' owners and scatter-add into dx.
-  LOOM_ASSIGN_OR_RETURN(Tensor dexp_out, ToExperts(xc, dout, /*backward=*/true));
-  const int64_t M = saved.expert_in.dim(0);
-  LOOM_ASSIGN_OR_RETURN(Tensor dexp_in, Tensor::Empty(Shape{M, h}, dt, dev));
-  LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), dt, dev));
-  LOOM_ASSIGN_OR_RETURN(Tensor dpre_all, Tensor::Empty(saved.pre_act.shape(), dt, dev));
-  LOOM_RETURN_IF_ERROR(ForEachExpert(xc.local_rows, options_.grouped_gemm && dev.is_cpu(),
-                                     [&](int64_t l) -> absl::Status {
-    const int64_t first = xc.local_rows[l], n = xc.local_rows[l + 1] - first;
-    LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved.pre_act, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dexp_out, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor dxe, Rows(dexp_in, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor dact, Rows(dact_all, first, n));
-    LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, n));
-    LOOM_RETURN_IF_ERROR(core::ops::Matmul(de, fc2_[l]->value, &dact));
-    if (options_.swiglu) {
-      LOOM_RETURN_IF_ERROR(core::ops::SwigluBackward(dact, pre, &dpre));
-    } else {
-      LOOM_RETURN_IF_ERROR(core::ops::GeluBackward(pre, dact, &dpre));
-    }
-    LOOM_ASSIGN_OR_RETURN(Tensor w1, Matrix(fc1_[l]->value, h));
-    return core::ops::Matmul(dpre, w1, &dxe);
-  }));
-  // The experts' weight gradients, each from its own rows: now, or at a split
-  // backward's BackwardWeight (layers/weight_grad_store.h), which then keeps
-  // the experts' output and pre-activation gradients.
-  LOOM_RETURN_IF_ERROR(WeightGradStore::RunOrDefer(
-      [this, rows = xc.local_rows, grouped = options_.grouped_gemm && dev.is_cpu(),
-       expert_in = saved.expert_in, act_all = saved.act, dexp_out, dpre_all,
-       h]() -> absl::Status {
-        return ForEachExpert(rows, grouped, [&](int64_t l) -> absl::Status {
-          const int64_t first = rows[l], n = rows[l + 1] - first;
-          LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(expert_in, first, n));
-          LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(act_all, first, n));
-          LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dexp_out, first, n));
-          LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, n));
-          LOOM_RETURN_IF_ERROR(
-              core::ops::Matmul(de, act, &fc2_[l]->grad, {.trans_a = true, .beta = 1.0f}));
-          LOOM_ASSIGN_OR_RETURN(Tensor dw1, Matrix(fc1_[l]->grad, h));
-          return core::ops::Matmul(dpre, xe, &dw1, {.trans_a = true, .beta = 1.0f});
-        });
-      },
-      static_cast<int64_t>(dexp_out.nbytes() + dpre_all.nbytes())));
-  LOOM_ASSIGN_OR_RETURN(Tensor ddisp, FromExperts(xc, dexp_in, /*backward=*/true));
+  Tensor ddisp;
+  if (chunked()) {
+    LOOM_ASSIGN_OR_RETURN(ddisp, BackwardChunks(saved, dout));
+  } else {
+    // The experts, backwards, on the rows they computed; their input gradients
+    // go back to the assignments' owners and scatter-add into dx.
+    LOOM_ASSIGN_OR_RETURN(Tensor dexp_out, ToExperts(xc, dout, /*backward=*/true));
+    const int64_t M = saved.expert_in.dim(0);
+    LOOM_ASSIGN_OR_RETURN(Tensor dexp_in, Tensor::Empty(Shape{M, h}, dt, dev));
+    LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), dt, dev));
+    LOOM_ASSIGN_OR_RETURN(Tensor dpre_all, Tensor::Empty(saved.pre_act.shape(), dt, dev));
+    LOOM_RETURN_IF_ERROR(ExpertsBackwardInput(xc.local_rows, saved.pre_act, dexp_out, dact_all,
+                                              dpre_all, dexp_in));
+    // The experts' weight gradients, each from its own rows: now, or at a split
+    // backward's BackwardWeight (layers/weight_grad_store.h), which then keeps
+    // the experts' output and pre-activation gradients.
+    LOOM_RETURN_IF_ERROR(WeightGradStore::RunOrDefer(
+        [this, rows = xc.local_rows, expert_in = saved.expert_in, act = saved.act, dexp_out,
+         dpre_all]() { return ExpertsWeightGrad(rows, expert_in, act, dexp_out, dpre_all); },
+        static_cast<int64_t>(dexp_out.nbytes() + dpre_all.nbytes())));
+    LOOM_ASSIGN_OR_RETURN(ddisp, FromExperts(xc, dexp_in, /*backward=*/true));
+  }
   // Each token sums its rows' gradients (no atomics; padding rows have none).
   LOOM_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(Shape{T, h}, dt, dev));
-  LOOM_RETURN_IF_ERROR(core::ops::MoePermuteBackward(ddisp, r.row_t, &dx));
+  LOOM_RETURN_IF_ERROR(core::ops::MoePermuteBackward(ddisp, row_t, &dx));
 
   // The router: its gradients are whole on every TP rank (same tokens, the
   // summed dprob), so its input gradient joins after the experts' reduction.

@@ -22,6 +22,16 @@
 // all-to-all-v sends each rank the rows of its experts (arriving by source,
 // then expert; a permutation makes them expert-major), and the inverse
 // brings the experts' outputs back in dispatch order.
+// With --moe-a2a-overlap-chunks N > 1 under EP the routed micro-batch is
+// cut into N chunks of consecutive tokens after routing (so capacity drops
+// and the losses are the whole micro-batch's) and pipelined: chunk k+1's
+// dispatch and chunk k-1's combine all-to-all are in flight while chunk k's
+// experts compute (forward and backward). Buffers are then chunk-major
+// (ChunkPlan); the weight gradients run once over the unchunked expert-major
+// rows. Routing, drops and losses are N = 1's bit for bit; outputs and
+// gradients within a GEMM's rounding (a chunk's expert GEMMs have fewer rows,
+// and oneDNN rounds a row by the GEMM's shape; the same bits where each
+// expert's rows lie in one chunk).
 // Backward mirrors it; the probabilities' gradient ⟨dy_t, out_row⟩ is summed
 // over TP (the rows are partial), the router's input gradient is complete on
 // every TP rank and added after the experts' reduction.
@@ -51,6 +61,7 @@ struct MoeOptions {
   float capacity_factor = 0.0f;  // 0: dropless
   bool pad_to_capacity = false;
   bool grouped_gemm = false;     // --moe-grouped-gemm: the experts' GEMMs side by side
+  int64_t a2a_overlap_chunks = 1;  // --moe-a2a-overlap-chunks (1: off; only under EP)
 };
 MoeOptions MoeOptionsOf(const GptConfig& config);
 
@@ -124,6 +135,23 @@ struct ExpertExchange {
   core::Tensor perm_t, inverse_t;   // perm and inverse (i32) on the activations' device
 };
 
+// The chunked exchange of one micro-batch (--moe-a2a-overlap-chunks C > 1
+// under EP): chunk c holds the kept assignments of tokens [c·T/C,
+// (c+1)·T/C) (padding rows: the last chunk). The dispatched buffer is
+// chunk-major (chunk, expert, token), and so are the rows at this rank's
+// experts (chunk, local expert, source rank, token).
+struct ChunkPlan {
+  std::vector<int64_t> dispatch_rows;  // [C + 1]: chunk c's rows of the dispatched buffer
+  std::vector<int64_t> expert_rows;    // [C + 1]: chunk c's rows at this rank's experts
+  std::vector<ExpertExchange> chunk;   // [C]: each chunk's all-to-all plan (chunk-relative rows)
+  core::Tensor row_token_t;            // i32 [N]: the token of each dispatched row (-1: padding)
+  core::Tensor row_t;                  // i32 [T, K]: each assignment's dispatched row (-1: dropped)
+  // i32 [M]: row i of the unchunked expert-major layout (local expert, source
+  // rank, token: ExpertExchange::local_rows) is chunk-major row expert_major[i].
+  core::Tensor expert_major_t;
+  int64_t chunks() const { return static_cast<int64_t>(chunk.size()); }
+};
+
 // Optional instrumentation of the expert-parallel all-to-alls (the counts
 // exchange and the dispatch and combine, forward and backward), for the
 // bench: wall times accumulated over every Forward and Backward while set
@@ -133,9 +161,11 @@ struct MoeCommStats {
   int64_t calls = 0;       // all-to-alls timed
   double forward_ms = 0;   // issue to completion, forward (counts exchange included)
   double backward_ms = 0;  // issue to completion, backward
-  double blocked_ms = 0;   // of those, time the rank spent in the issue call or its Wait
+  double blocked_ms = 0;   // of those, time the rank spent in the issue call, Poll or Wait
   // The share of the issue-to-completion time the rank was computing instead
-  // (0 while every all-to-all is waited on as soon as it is issued).
+  // (0 while every all-to-all is waited on as soon as it is issued). With
+  // chunks, completion is observed by a Poll after each chunk's experts or
+  // by the Wait: the span may end later than the exchange did.
   double hidden_fraction() const {
     const double span = forward_ms + backward_ms;
     return span > 0 ? std::max(0.0, 1.0 - blocked_ms / span) : 0.0;  // max: rounding
@@ -154,6 +184,10 @@ class MoeMlp {
     core::Tensor pre_act;     // [M, f/p] (SwiGLU: [M, 2f/p])
     core::Tensor act;         // [M, f/p]
     core::Tensor expert_out;  // [N, h]: the experts' outputs of `dispatched`, partial over TP
+    // Chunked (chunks.chunks() > 0): dispatched, expert_in, pre_act, act and
+    // expert_out are chunk-major; exchange holds only the unchunked
+    // expert-major local_rows (the weight gradients' layout).
+    ChunkPlan chunks;
     int64_t Bytes() const;    // for memory accounting
   };
   // fc1[l], fc2[l]: local expert l's dense_h_to_4h and dense_4h_to_h weights
@@ -192,6 +226,29 @@ class MoeMlp {
   absl::Status AuxStatsOverCp(Routing* r) const;
   // Collective over EP: the counts of every (rank, local expert) pair.
   absl::StatusOr<ExpertExchange> PlanExchange(const Routing& routing, int64_t h) const;
+  // Whether this layer pipelines chunks (--moe-a2a-overlap-chunks > 1 under EP).
+  bool chunked() const { return options_.a2a_overlap_chunks > 1 && ep_.parallel(); }
+  // Collective over EP: the chunk-major layout and every chunk's exchange
+  // (one counts all-to-all for all chunks); saved->exchange.local_rows.
+  absl::Status PlanChunks(const Routing& routing, int64_t h, Saved* saved) const;
+  // Dispatch, experts and combine, chunk by chunk: saved->dispatched ..
+  // expert_out (chunk-major).
+  absl::Status ForwardChunks(Saved* saved) const;
+  // The experts' input gradients chunk by chunk (dout: chunk-major [N, h]),
+  // their weight gradients deferred as in Backward; returns the dispatched
+  // rows' gradients (chunk-major [N, h]).
+  absl::StatusOr<core::Tensor> BackwardChunks(const Saved& saved, const core::Tensor& dout) const;
+  // The local experts on their rows (`rows`: [E/EP + 1] offsets into the
+  // tensors, all views of `rows` rows): forward, input gradients, and the
+  // weight gradients accumulated into the experts' grads.
+  absl::Status ExpertsForward(const std::vector<int64_t>& rows, const core::Tensor& in,
+                              core::Tensor pre, core::Tensor act, core::Tensor out) const;
+  absl::Status ExpertsBackwardInput(const std::vector<int64_t>& rows, const core::Tensor& pre,
+                                    const core::Tensor& dout, core::Tensor dact,
+                                    core::Tensor dpre, core::Tensor din) const;
+  absl::Status ExpertsWeightGrad(const std::vector<int64_t>& rows, const core::Tensor& in,
+                                 const core::Tensor& act, const core::Tensor& dout,
+                                 const core::Tensor& dpre) const;
   // Assignment rows [N, h] to the experts' rows [M, h], and back (`backward`:
   // which of comm_stats_'s times the all-to-all counts in).
   absl::StatusOr<core::Tensor> ToExperts(const ExpertExchange& x, const core::Tensor& rows,
