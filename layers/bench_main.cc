@@ -7,6 +7,13 @@
 // overlap between them; GFLOP/s are set against a GEMM measured in the
 // same run on the same processes.
 //
+// --tp-comm-overlap (with --sequence-parallel): instead, TP = 2 + SP only,
+// the layer with and without the linear layers' ring overlap
+// (layers/tp_overlap.h) in alternating repetitions, each against its own
+// compute alone (the null communicator: the ring's path pays its GEMMs in
+// p blocks there too) and its own communication alone, and the hidden
+// fraction of that communication.
+//
 // --expert-model-parallel-size=EP (> 1, with --num-experts): instead, the MoE
 // layer alone (router, dispatch, experts, combine) forward + backward over EP
 // ranks as threads of this process (the `local` backend, cores/EP threads
@@ -36,6 +43,7 @@
 #include "layers/gpt_config.h"
 #include "layers/moe.h"
 #include "layers/test_util.h"
+#include "layers/tp_overlap.h"
 #include "layers/transformer_block.h"
 
 ABSL_DECLARE_FLAG(int, nproc_per_node);
@@ -47,6 +55,10 @@ ABSL_FLAG(int64_t, seq_length, 1024, "Sequence length");
 ABSL_FLAG(int64_t, micro_batch_size, 1, "Micro-batch size");
 ABSL_FLAG(int, reps, 5, "Timed repetitions (median reported)");
 ABSL_FLAG(bool, sequence_parallel, false, "Measure TP = 2 with sequence parallelism");
+ABSL_FLAG(bool, tp_comm_overlap, false,
+          "With --sequence-parallel: time TP = 2 + SP with and without --tp-comm-overlap (the "
+          "linear layers' all-gathers and reduce-scatters pipelined with their GEMMs), same run, "
+          "and the hidden fraction of TP communication of each");
 ABSL_FLAG(int64_t, num_experts, 0, "An MoE layer of this many experts (0: a dense MLP)");
 ABSL_FLAG(int64_t, moe_router_topk, 2, "Experts per token of the MoE layer");
 ABSL_FLAG(int, expert_model_parallel_size, 1,
@@ -355,12 +367,130 @@ absl::Status TpBench(comm::Communicator& tp_comm) {
   return absl::OkStatus();
 }
 
+
+// --tp-comm-overlap: TP = 2 + SP over `tp_comm` with and without the ring
+// (see the top of the file). One layer's TP communication with SP: forward
+// all-gathers X before QKV and FC1 and reduce-scatters after the projection
+// and FC2; backward all-gathers dY before the projection's and FC2's dgrad,
+// re-gathers the inputs of QKV and FC1 for their weight gradients and
+// reduce-scatters their dX: 6 all-gathers and 4 reduce-scatters of [s, b, h].
+// The ring replaces 4 and 4 of them (the re-gathers stay one collective
+// each, overlapped with dgrad as before).
+absl::Status TpOverlapBench(comm::Communicator& tp_comm) {
+  namespace layers = loom::layers;
+  if (tp_comm.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("needs 2 ranks (--nproc-per-node=2), not ", tp_comm.size()));
+  }
+  const int rank = tp_comm.rank();
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  layers::GptConfig c;
+  c.hidden_size = absl::GetFlag(FLAGS_hidden_size);
+  c.num_attention_heads = absl::GetFlag(FLAGS_num_attention_heads);
+  c.seq_length = absl::GetFlag(FLAGS_seq_length);
+  const int64_t s = c.seq_length, b = absl::GetFlag(FLAGS_micro_batch_size), h = c.hidden_size;
+  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  omp_set_num_threads(std::max(1, cores / 2));
+  const Tensor x = layers::testing::RandomTensor(loom::core::Shape{s / 2, b, h}, 1);
+  NullCommunicator null_comm(rank, 2);
+  layers::TpCommStats plain_stats, ring_stats;
+  const layers::TpGroup plain{&tp_comm, true, false, &plain_stats};
+  const layers::TpGroup ring{&tp_comm, true, true, &ring_stats};
+  Layer plain_layer = MakeLayer(c, plain), ring_layer = MakeLayer(c, ring);
+  Layer plain_compute = MakeLayer(c, {&null_comm, true, false});
+  Layer ring_compute = MakeLayer(c, {&null_comm, true, true});
+  LOOM_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty(loom::core::Shape{s, b, h},
+                                                   loom::core::DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(loom::core::Shape{s / 2, b, h},
+                                                   loom::core::DType::kF32));
+  auto check = [](absl::Status st) {
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench: %s\n", std::string(st.message()).c_str());
+      std::abort();
+    }
+  };
+  const layers::BlockFn nothing = [](int, const Tensor&) { return absl::OkStatus(); };
+  // Each path's communication alone, in the layer's sizes and numbers.
+  auto plain_comm = [&] {
+    for (int i = 0; i < 6; ++i) check(tp_comm.AllGather(part, full)->Wait());
+    for (int i = 0; i < 4; ++i) check(tp_comm.ReduceScatter(full, part, comm::ReduceOp::kSum)->Wait());
+  };
+  auto ring_comm = [&] {
+    for (int i = 0; i < 2; ++i) check(tp_comm.AllGather(part, full)->Wait());
+    Tensor gathered;
+    for (int i = 0; i < 4; ++i) check(layers::RingAllGatherSeq(ring, part, &gathered, nothing));
+    for (int i = 0; i < 4; ++i) {
+      check(layers::RingReduceScatterSeq(ring, part.shape(), part, nothing).status());
+    }
+  };
+  const std::vector<std::pair<const char*, std::function<void()>>> runs = {
+      {"plain step", [&] { FwdBwd(plain_layer, x); }},
+      {"plain compute", [&] { FwdBwd(plain_compute, x); }},
+      {"plain comm", plain_comm},
+      {"ring step", [&] { FwdBwd(ring_layer, x); }},
+      {"ring compute", [&] { FwdBwd(ring_compute, x); }},
+      {"ring comm", ring_comm},
+  };
+  // Alternating repetitions (after one warm-up of each), the ranks starting
+  // each run together, so a load change on the machine hits both paths.
+  // The steps also count the time the rank sat blocked in TP waits.
+  std::vector<std::vector<double>> ms(runs.size());
+  std::vector<double> blocked[2];
+  for (int i = 0; i <= reps; ++i) {
+    for (size_t j = 0; j < runs.size(); ++j) {
+      LOOM_RETURN_IF_ERROR(tp_comm.Barrier()->Wait());
+      plain_stats = ring_stats = {};
+      const auto t0 = std::chrono::steady_clock::now();
+      runs[j].second();
+      if (i == 0) continue;
+      ms[j].push_back(loom::core::bench::MillisecondsSince(t0));
+      if (j == 0) blocked[0].push_back(plain_stats.blocked_ms);
+      if (j == 3) blocked[1].push_back(ring_stats.blocked_ms);
+    }
+  }
+  if (rank != 0) return absl::OkStatus();
+  using loom::core::bench::Median;
+  std::printf("One transformer layer fwd+bwd: s=%lld b=%lld h=%lld heads=%lld, TP=2 + SP, "
+              "backend %s, %d thread(s) per rank; median of %d alternating reps after a "
+              "warm-up\n",
+              (long long)s, (long long)b, (long long)h, (long long)c.num_attention_heads,
+              tp_comm.backend_name(), std::max(1, cores / 2), reps);
+  std::printf("| TP communication | step ms | compute alone ms | comm alone ms | blocked on "
+              "TP comm ms | hidden fraction | hidden fraction by times |\n"
+              "|---|---|---|---|---|---|---|\n");
+  const char* names[] = {"collectives (plain)", "ring (--tp-comm-overlap)"};
+  double step[2];
+  for (int k = 0; k < 2; ++k) {
+    step[k] = Median(ms[3 * k]);
+    const double compute = Median(ms[3 * k + 1]), comm_ms = Median(ms[3 * k + 2]);
+    const double waited = Median(blocked[k]);
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", names[k], step[k], compute,
+                comm_ms, waited, comm_ms > 0 ? 1.0 - waited / comm_ms : 0.0,
+                comm_ms > 0 ? (comm_ms + compute - step[k]) / comm_ms : 0.0);
+  }
+  std::printf("step with overlap / without: %.3f (< 1: the overlap pays); chunking's own cost "
+              "(ring compute alone - plain compute alone): %+.2f ms\n",
+              step[1] / step[0], Median(ms[4]) - Median(ms[1]));
+  std::printf("hidden fraction = 1 - blocked / comm alone: blocked = the step's host time in "
+              "TP waits (layers/mappings.h WaitTp; includes waiting for the other rank to "
+              "arrive), comm alone = the path's communication timed on its own: 6 all-gathers "
+              "and 4 reduce-scatters of [s, b, h] (the ring: 2 all-gathers and 4 + 4 ring "
+              "passes with the reduce-scatters' additions). By times = (comm alone + compute "
+              "alone - step) / comm alone, compute alone = the same layer over a communicator "
+              "that moves nothing: the issue's definition, but a difference of two compute "
+              "times, so machine noise larger than the communication swamps it\n");
+  return absl::OkStatus();
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetFlag(&FLAGS_nproc_per_node, 2);
   absl::SetFlag(&FLAGS_backend, "ucx");
   comm::launch::ParseFlags(argc, argv, "Times one transformer layer at TP = 1 and TP = 2.");
+  if (absl::GetFlag(FLAGS_tp_comm_overlap) && !absl::GetFlag(FLAGS_sequence_parallel)) {
+    std::fprintf(stderr, "bench: --tp-comm-overlap needs --sequence-parallel\n");
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_expert_model_parallel_size) > 1) {
     return ExpertParallelBench(absl::GetFlag(FLAGS_expert_model_parallel_size));
   }
@@ -368,7 +498,9 @@ int main(int argc, char** argv) {
   options.default_nproc_per_node = 2;
   comm::launch::RanksOutcome out = comm::launch::RunRanks(
       comm::launch::GetCommFlags(), options, argc, argv,
-      [](comm::Communicator& world, const comm::launch::RankContext&) { return TpBench(world); });
+      [](comm::Communicator& world, const comm::launch::RankContext&) {
+        return absl::GetFlag(FLAGS_tp_comm_overlap) ? TpOverlapBench(world) : TpBench(world);
+      });
   if (!out.status.ok()) {
     std::fprintf(stderr, "bench: %s\n", std::string(out.status.message()).c_str());
   }

@@ -196,7 +196,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
           Tensor part2 = *As2D(part);
           return core::ops::Matmul(*As2D(dy_rows), w, &part2, GemmOptions(*w_, {}));
         });
-    const absl::Status gathered = gather->WaitOnStream();
+    const absl::Status gathered = WaitTp(tp_, gather);
     if (!scattered.ok()) return scattered.status();
     LOOM_RETURN_IF_ERROR(gathered);
     dx_out = *scattered;
@@ -205,7 +205,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
     if (!dx.ok()) return dx.status();
     Tensor dx2 = *As2D(*dx);
     LOOM_RETURN_IF_ERROR(core::ops::Matmul(dy2, w, &dx2, GemmOptions(*w_, {})));  // dX = dY·A
-    if (gather) LOOM_RETURN_IF_ERROR(gather->WaitOnStream());
+    LOOM_RETURN_IF_ERROR(WaitTp(tp_, gather));
     // Reduce dX over TP (all-reduce, or reduce-scatter along s with SP) while
     // the weight-gradient GEMM runs.
     reduce = tp_.sequence_parallel ? ReduceScatterSeqAsync(tp_, *dx, &dx_out)
@@ -233,7 +233,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Sa
         return WeightGrads(dy2, x2, dw, bias_grad ? &db : nullptr, bf16);
       },
       held));
-  if (reduce) LOOM_RETURN_IF_ERROR(reduce->WaitOnStream());
+  LOOM_RETURN_IF_ERROR(WaitTp(tp_, reduce));
   return dx_out;
 }
 

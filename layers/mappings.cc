@@ -1,5 +1,6 @@
 #include "layers/mappings.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -28,9 +29,19 @@ absl::Status CheckDivisible(const char* op, const Tensor& x, int dim, int p) {
 
 }  // namespace
 
+absl::Status WaitTp(const TpGroup& tp, const comm::WorkPtr& work) {
+  if (work == nullptr) return absl::OkStatus();
+  if (tp.stats == nullptr) return work->WaitOnStream();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = work->WaitOnStream();
+  tp.stats->blocked_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
 absl::Status AllReduceTp(const TpGroup& tp, const Tensor& x) {
   if (!tp.parallel()) return absl::OkStatus();
-  return tp.comm->AllReduce(x, comm::ReduceOp::kSum)->WaitOnStream();
+  return WaitTp(tp, tp.comm->AllReduce(x, comm::ReduceOp::kSum));
 }
 
 comm::WorkPtr AllReduceTpAsync(const TpGroup& tp, const Tensor& x) {
@@ -56,7 +67,7 @@ comm::WorkPtr AllGatherSeqAsync(const TpGroup& tp, const Tensor& x, Tensor* out)
 
 absl::StatusOr<Tensor> AllGatherSeq(const TpGroup& tp, const Tensor& x) {
   Tensor out;
-  absl::Status s = AllGatherSeqAsync(tp, x, &out)->WaitOnStream();
+  absl::Status s = WaitTp(tp, AllGatherSeqAsync(tp, x, &out));
   if (!s.ok()) return s;
   return out;
 }
@@ -78,7 +89,7 @@ comm::WorkPtr ReduceScatterSeqAsync(const TpGroup& tp, const Tensor& x, Tensor* 
 
 absl::StatusOr<Tensor> ReduceScatterSeq(const TpGroup& tp, const Tensor& x) {
   Tensor out;
-  absl::Status s = ReduceScatterSeqAsync(tp, x, &out)->WaitOnStream();
+  absl::Status s = WaitTp(tp, ReduceScatterSeqAsync(tp, x, &out));
   if (!s.ok()) return s;
   return out;
 }

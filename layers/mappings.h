@@ -23,6 +23,10 @@
 
 namespace loom::layers {
 
+// Work->WaitOnStream(), adding the host time blocked to tp.stats when set
+// (a null work: nothing to wait for).
+absl::Status WaitTp(const TpGroup& tp, const comm::WorkPtr& work);
+
 // In-place all-reduce (sum) over TP; no-op for TP = 1.
 absl::Status AllReduceTp(const TpGroup& tp, const core::Tensor& x);
 comm::WorkPtr AllReduceTpAsync(const TpGroup& tp, const core::Tensor& x);

@@ -5,6 +5,7 @@
 #include "comm/comm.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
+#include "layers/mappings.h"
 
 namespace loom::layers {
 namespace {
@@ -32,8 +33,8 @@ comm::WorkPtr Exchange(const TpGroup& tp, const Tensor& send, int to, const Tens
 }
 
 // Waits for `work` (if any) and returns the first error of it and `first`.
-absl::Status Finish(const comm::WorkPtr& work, absl::Status first) {
-  absl::Status waited = work ? work->WaitOnStream() : absl::OkStatus();
+absl::Status Finish(const TpGroup& tp, const comm::WorkPtr& work, absl::Status first) {
+  absl::Status waited = WaitTp(tp, work);
   return first.ok() ? waited : first;
 }
 
@@ -64,7 +65,7 @@ absl::Status RingAllGatherSeq(const TpGroup& tp, const Tensor& x, Tensor* full,
     const int coming = (held + 1) % p;
     comm::WorkPtr step = k + 1 < p ? Exchange(tp, blocks[held], prev, blocks[coming], next)
                                    : nullptr;
-    LOOM_RETURN_IF_ERROR(Finish(step, compute(held, blocks[held])));
+    LOOM_RETURN_IF_ERROR(Finish(tp, step, compute(held, blocks[held])));
     held = coming;
   }
   return absl::OkStatus();
@@ -93,7 +94,7 @@ absl::StatusOr<Tensor> RingReduceScatterSeq(const TpGroup& tp, const Shape& bloc
   for (int k = 0; k < p; ++k) {
     const int block = ((r - 1 - k) % p + p) % p;
     Tensor sum = k + 1 == p ? out : partial[k % 2];
-    LOOM_RETURN_IF_ERROR(Finish(in_flight, produce(block, sum)));
+    LOOM_RETURN_IF_ERROR(Finish(tp, in_flight, produce(block, sum)));
     in_flight = nullptr;
     if (k > 0) LOOM_RETURN_IF_ERROR(core::ops::Add(sum, incoming, &sum));
     if (k + 1 < p) in_flight = Exchange(tp, sum, next, incoming, prev);
