@@ -290,7 +290,10 @@ struct ModelRun {
   std::vector<std::map<std::string, std::vector<float>>> grads;
 };
 
-absl::Status RunModel(const GptConfig& config, const TpGroup& tp, ModelRun* run) {
+// `split`: BackwardInput then BackwardWeight (the zero-bubble schedules'
+// split backward) instead of Backward.
+absl::Status RunModel(const GptConfig& config, const TpGroup& tp, ModelRun* run,
+                      bool split = false) {
   absl::StatusOr<std::unique_ptr<GptModel>> model = GptModel::Create(config, tp);
   if (!model.ok()) return model.status();
   for (int step = 0; step < kSteps; ++step) {
@@ -302,7 +305,12 @@ absl::Status RunModel(const GptConfig& config, const TpGroup& tp, ModelRun* run)
     double loss = 0;
     s = (*model)->Forward(0, ids, targets, StepDropout(step), &saved, &loss).status();
     if (!s.ok()) return s;
-    s = (*model)->Backward(0, Tensor(), 1.0f, StepDropout(step), saved).status();
+    if (split) {
+      s = (*model)->BackwardInput(0, Tensor(), 1.0f, StepDropout(step), saved).status();
+      if (s.ok()) s = (*model)->BackwardWeight(0, StepDropout(step), saved);
+    } else {
+      s = (*model)->Backward(0, Tensor(), 1.0f, StepDropout(step), saved).status();
+    }
     if (!s.ok()) return s;
     s = AllReduceSequenceParallelGrads(tp, &(*model)->params(),
                                        {{0, (*model)->params().padded_numel()}});
@@ -325,6 +333,9 @@ absl::Status RunModel(const GptConfig& config, const TpGroup& tp, ModelRun* run)
   return absl::OkStatus();
 }
 
+// With overlap: the single rank within kTolerance, the plain TP path
+// within kBlockTolerance, and the split backward (BackwardInput, later
+// BackwardWeight) bit for bit.
 class ModelTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(ModelTest, MatchesSingleRankAndThePlainTpPath) {
@@ -333,11 +344,17 @@ TEST_P(ModelTest, MatchesSingleRankAndThePlainTpPath) {
   ModelRun one;
   ASSERT_TRUE(RunModel(config, TpGroup{}, &one).ok());
   ASSERT_TRUE(RunRanks(p, [&](int rank, comm::Communicator* c) -> absl::Status {
-                ModelRun plain, overlap;
+                ModelRun plain, overlap, split;
                 absl::Status s = RunModel(config, TpGroup{c, true, false}, &plain);
                 if (!s.ok()) return s;
                 s = RunModel(config, TpGroup{c, true, true}, &overlap);
                 if (!s.ok()) return s;
+                s = RunModel(config, TpGroup{c, true, true}, &split, /*split=*/true);
+                if (!s.ok()) return s;
+                // The split backward defers the same GEMMs on the same operands.
+                EXPECT_EQ(split.losses, overlap.losses);
+                EXPECT_EQ(split.logits, overlap.logits);
+                EXPECT_TRUE(split.grads == overlap.grads) << "split backward, rank " << rank;
                 for (int step = 0; step < kSteps; ++step) {
                   EXPECT_NEAR(overlap.losses[step], one.losses[step],
                               kTolerance * std::abs(one.losses[step]));
