@@ -287,34 +287,37 @@ class PendingAllToAll {
   template <typename Issue>
   PendingAllToAll(MoeCommStats* stats, bool backward, Issue issue)
       : stats_(stats), backward_(backward) {
-    if (stats_ != nullptr) issued_ = Clock::now();
+    if (stats_ == nullptr) {
+      work_ = issue();
+      return;
+    }
+    const Clock::time_point t0 = Clock::now();
+    if (stats_->in_flight++ == 0) stats_->busy_since = t0;
     work_ = issue();
-    if (stats_ != nullptr) stats_->blocked_ms += Ms(Clock::now() - issued_);
+    stats_->blocked_ms += Ms(Clock::now() - t0);
   }
   PendingAllToAll(const PendingAllToAll&) = delete;
   PendingAllToAll& operator=(const PendingAllToAll&) = delete;
   ~PendingAllToAll() { (void)Wait(); }  // never leaves an exchange on freed buffers
 
-  // Only for the statistics: notes the completion time if it is done.
+  // Only for the statistics: notes the completion if it is done.
   void Poll() {
     if (stats_ == nullptr || waited_ || done_) return;
     const Clock::time_point t0 = Clock::now();
-    done_ = work_->Poll();
+    const bool done = work_->Poll();
     const Clock::time_point t1 = Clock::now();
     stats_->blocked_ms += Ms(t1 - t0);
-    if (done_) finished_ = t1;
+    if (done) Finished(t1);
   }
   absl::Status Wait() {
     if (waited_) return status_;
     waited_ = true;
-    if (stats_ == nullptr) return status_ = work_->Wait();
+    if (stats_ == nullptr || done_) return status_ = work_->Wait();
     const Clock::time_point t0 = Clock::now();
     status_ = work_->Wait();
     const Clock::time_point t1 = Clock::now();
     stats_->blocked_ms += Ms(t1 - t0);
-    if (!done_) finished_ = t1;
-    ++stats_->calls;
-    (backward_ ? stats_->backward_ms : stats_->forward_ms) += Ms(finished_ - issued_);
+    Finished(t1);
     return status_;
   }
 
@@ -322,10 +325,18 @@ class PendingAllToAll {
   static double Ms(Clock::duration d) {
     return std::chrono::duration<double, std::milli>(d).count();
   }
+  // Ends this exchange's flight at `t`, and the in-flight interval with the
+  // last one.
+  void Finished(Clock::time_point t) {
+    done_ = true;
+    ++stats_->calls;
+    if (--stats_->in_flight == 0) {
+      (backward_ ? stats_->backward_ms : stats_->forward_ms) += Ms(t - stats_->busy_since);
+    }
+  }
   MoeCommStats* stats_;
   bool backward_;
   comm::WorkPtr work_;
-  Clock::time_point issued_, finished_;
   bool done_ = false, waited_ = false;
   absl::Status status_;
 };

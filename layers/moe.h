@@ -37,6 +37,7 @@
 // every TP rank and added after the experts' reduction.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -159,17 +160,24 @@ struct ChunkPlan {
 // the same either way. Not thread-safe: one per rank.
 struct MoeCommStats {
   int64_t calls = 0;       // all-to-alls timed
-  double forward_ms = 0;   // issue to completion, forward (counts exchange included)
-  double backward_ms = 0;  // issue to completion, backward
-  double blocked_ms = 0;   // of those, time the rank spent in the issue call, Poll or Wait
-  // The share of the issue-to-completion time the rank was computing instead
-  // (0 while every all-to-all is waited on as soon as it is issued). With
-  // chunks, completion is observed by a Poll after each chunk's experts or
-  // by the Wait: the span may end later than the exchange did.
+  // Wall time with at least one all-to-all in flight (from its issue call to
+  // its observed completion), forward (counts exchange included) and
+  // backward: chunks' overlapping exchanges count once.
+  double forward_ms = 0;
+  double backward_ms = 0;
+  double blocked_ms = 0;   // of those, time the rank spent in an issue call, Poll or Wait
+  // The share of the in-flight time the rank was computing instead (0 while
+  // every all-to-all is waited on as soon as it is issued). With chunks,
+  // completion is observed by a Poll after each chunk's experts or by the
+  // Wait, and an exchange waiting for a slower peer is in flight too: an
+  // upper bound on what the overlap hid.
   double hidden_fraction() const {
     const double span = forward_ms + backward_ms;
     return span > 0 ? std::max(0.0, 1.0 - blocked_ms / span) : 0.0;  // max: rounding
   }
+  // Bookkeeping of the in-flight union (MoeMlp's, not a result).
+  int in_flight = 0;
+  std::chrono::steady_clock::time_point busy_since;
 };
 
 class MoeMlp {
