@@ -124,14 +124,19 @@ struct TrainConfig {
   bool mock_data = false;
   // Documents packed in a sample (Megatron's flags, train/data/packing.h):
   // --reset-position-ids, --reset-attention-mask, --eod-mask-loss. They read
-  // the tokenizer's EOD id; CPU only for now.
+  // the tokenizer's EOD id. GPU: only with allow_unproven_gpu_packing.
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
   bool eod_mask_loss = false;
   // --sft: supervised fine-tuning data from preprocess_data --sft; the loss
   // counts only where each corpus's <prefix>_loss_mask twin is 1 (the
-  // assistant's tokens), through the same per-token loss weights. CPU only.
+  // assistant's tokens), through the same per-token loss weights.
   bool sft = false;
+  // The four above with --device=cuda: their GPU kernels (document starts in
+  // the attention, RoPE at position ids, per-token loss weights) are written
+  // and tested against the CPU but not yet proven by a device run
+  // (docs/DEVICE_CHECK.md); refused without this flag.
+  bool allow_unproven_gpu_packing = false;
   std::string split = "969,30,1";
   std::string tokenizer_type = "ByteLevelTokenizer";
   std::string vocab_file, merge_file;

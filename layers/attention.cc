@@ -90,26 +90,56 @@ absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward,
                                       const PackedDocuments* documents) const {
   const int64_t s = qk->dim(0);
   if (documents != nullptr && !documents->position.empty()) {
-    // Position ids per (row, batch row): rotate the [s·b] token rows in runs
-    // whose ids count up by one (a document's tokens when b = 1).
-    const int64_t b = qk->dim(1);
-    std::vector<int32_t> pos(s * b);
+    // Position ids per (row, batch row): each batch row's tokens in order
+    // ([b, s], a gather away from qk's [s, b] when b > 1), rotated in runs
+    // whose ids count up by one (the documents): one RoPE call per document,
+    // not per token. The gathers copy rows, so every value is the one the
+    // per-token rotation gives.
+    const int64_t b = qk->dim(1), width = qk->dim(2) * qk->dim(3);
+    std::vector<int32_t> pos(b * s);
     for (const RowRun& run : ActivationRowRuns(TpGroup{}, cp_, s)) {
       for (int64_t i = 0; i < run.count; ++i) {
         for (int64_t j = 0; j < b; ++j) {
-          pos[(run.local_first + i) * b + j] =
+          pos[j * s + run.local_first + i] =
               documents->position[j * documents->seq_len + run.global_first + i];
         }
       }
     }
-    LOOM_ASSIGN_OR_RETURN(Tensor tokens, qk->Reshape(Shape{s * b, 1, qk->dim(2), qk->dim(3)}));
+    LOOM_ASSIGN_OR_RETURN(Tensor tokens, qk->Reshape(Shape{s * b, width}));
+    Tensor by_row = tokens, to_row, to_token;
+    core::ops::EmbeddingOptions copy_rows;
+    copy_rows.zero_out_of_range = true;  // in range by construction: no host check
+    if (b > 1) {
+      // to_row[j·s + i] = i·b + j (qk's row of token i of batch row j); to_token its inverse.
+      LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{2, s * b}, core::DType::kI32));
+      int32_t* p = ids.data<int32_t>();
+      for (int64_t i = 0; i < s; ++i) {
+        for (int64_t j = 0; j < b; ++j) {
+          p[j * s + i] = static_cast<int32_t>(i * b + j);
+          p[s * b + i * b + j] = static_cast<int32_t>(j * s + i);
+        }
+      }
+      if (!qk->device().is_cpu()) {
+        LOOM_ASSIGN_OR_RETURN(ids, ids.To(qk->device()));
+      }
+      LOOM_ASSIGN_OR_RETURN(Tensor to_row2, ids.Narrow(0, 1));
+      LOOM_ASSIGN_OR_RETURN(to_row, to_row2.Reshape(Shape{s * b}));
+      LOOM_ASSIGN_OR_RETURN(Tensor to_token2, ids.Narrow(1, 1));
+      LOOM_ASSIGN_OR_RETURN(to_token, to_token2.Reshape(Shape{s * b}));
+      LOOM_ASSIGN_OR_RETURN(by_row, Tensor::Empty(tokens.shape(), qk->dtype(), qk->device()));
+      LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(to_row, tokens, &by_row, copy_rows));
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor rows, by_row.Reshape(Shape{s * b, 1, qk->dim(2), qk->dim(3)}));
     for (int64_t t0 = 0, t1; t0 < s * b; t0 = t1) {
       for (t1 = t0 + 1; t1 < s * b && pos[t1] == pos[t1 - 1] + 1;) ++t1;
-      LOOM_ASSIGN_OR_RETURN(Tensor part, tokens.Narrow(t0, t1 - t0));
+      LOOM_ASSIGN_OR_RETURN(Tensor part, rows.Narrow(t0, t1 - t0));
       core::ops::RopeOptions rope = options_.rope_options;
       rope.position_offset = pos[t0];
       LOOM_RETURN_IF_ERROR(backward ? core::ops::RopeBackward(part, rope, &part)
                                     : core::ops::RopeForward(part, rope, &part));
+    }
+    if (b > 1) {
+      LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(to_token, by_row, &tokens, copy_rows));
     }
     return absl::OkStatus();
   }
@@ -152,14 +182,30 @@ absl::StatusOr<core::ops::AttentionPlan> ParallelAttention::Plan(
   return core::ops::PlanAttention(qkv, heads_ / tp_.size(), KernelDropout(dropout));
 }
 
+namespace {
+
+// The kernel's options with the document starts on qkv's device too (copied
+// there once per micro-batch, PackedDocuments::DeviceDocStart).
+absl::StatusOr<core::ops::AttentionDropout> OnDevice(core::ops::AttentionDropout d,
+                                                     const DropoutStream& dropout,
+                                                     const Tensor& qkv) {
+  if (d.doc_start != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(d.device_doc_start, dropout.documents->DeviceDocStart(qkv.device()));
+  }
+  return d;
+}
+
+}  // namespace
+
 absl::Status ParallelAttention::CoreForward(const core::ops::AttentionPlan& plan,
                                             const Tensor& qkv, const DropoutStream& dropout,
                                             Tensor* out, Tensor* kept) const {
   const int64_t local_heads = heads_ / tp_.size();
   LOOM_ASSIGN_OR_RETURN(*kept, core::ops::EmptySaved(plan, qkv, local_heads));
   if (!cp_.parallel()) {
-    return core::ops::PlannedAttentionForward(plan, qkv, local_heads, out, kept,
-                                              KernelDropout(dropout));
+    LOOM_ASSIGN_OR_RETURN(const core::ops::AttentionDropout d,
+                          OnDevice(KernelDropout(dropout), dropout, qkv));
+    return core::ops::PlannedAttentionForward(plan, qkv, local_heads, out, kept, d);
   }
   return RingAttentionForward(*cp_.comm, cp_.Layout(qkv.dim(0) * cp_.size()), qkv, local_heads,
                               KernelDropout(dropout), out, kept);
@@ -171,8 +217,9 @@ absl::Status ParallelAttention::CoreBackward(const core::ops::AttentionPlan& pla
                                              const DropoutStream& dropout, Tensor* dqkv) const {
   const int64_t local_heads = heads_ / tp_.size();
   if (!cp_.parallel()) {
-    return core::ops::PlannedAttentionBackward(plan, dout, qkv, out, kept, local_heads, dqkv,
-                                               KernelDropout(dropout));
+    LOOM_ASSIGN_OR_RETURN(const core::ops::AttentionDropout d,
+                          OnDevice(KernelDropout(dropout), dropout, qkv));
+    return core::ops::PlannedAttentionBackward(plan, dout, qkv, out, kept, local_heads, dqkv, d);
   }
   return RingAttentionBackward(*cp_.comm, cp_.Layout(qkv.dim(0) * cp_.size()), dout, qkv, out,
                                kept, local_heads, KernelDropout(dropout), dqkv);
@@ -206,12 +253,9 @@ absl::StatusOr<Tensor> ParallelAttention::Forward(const Tensor& x, const Dropout
   const int64_t d = proj.dim(2) / (local_heads + 2 * local_groups);
   const PackedDocuments* const documents = dropout.documents.get();
   if (documents != nullptr) {
-    // The tables are host arrays the CPU kernels read (the GPU kernels do
-    // not take them yet: the trainer refuses the flags with --device=cuda).
-    if (!proj.device().is_cpu()) {
-      return absl::UnimplementedError(
-          "packed documents (--reset-position-ids, --reset-attention-mask) run on the CPU only");
-    }
+    // Host tables: the CPU kernels read them; a device's attention reads
+    // doc_start's device copy (OnDevice) and RoPE takes the position ids as
+    // runs of consecutive positions (Rotate).
     if (documents->batch != b || documents->seq_len != s * cp_.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ParallelAttention: packed documents for [", documents->batch, " rows, ",

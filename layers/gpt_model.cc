@@ -271,14 +271,15 @@ absl::Status GptModel::WeighLoss(const PackedDocuments* documents, Saved* saved)
   if (documents == nullptr || documents->loss_weight.empty()) return absl::OkStatus();
   const Tensor& sums = saved->loss.sums;  // [2, s·b], rows in [s, b] order
   const int64_t b = documents->batch, n = sums.dim(1), s = n / b;
-  if (!sums.device().is_cpu() || s * cp_.size() != documents->seq_len) {
+  if (s * cp_.size() != documents->seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GptModel: a loss mask for [", b, " rows, ", documents->seq_len,
-        " positions] (host only) does not fit the loss rows ", sums.DebugString()));
+        " positions] does not fit the loss rows ", sums.DebugString()));
   }
-  LOOM_ASSIGN_OR_RETURN(saved->loss_weight, Tensor::Empty(Shape{n}, core::DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(saved->weighted_sums, Tensor::Empty(Shape{3, n}, core::DType::kF32));
-  float* w = saved->loss_weight.data<float>();
+  // Made on the host, then on the loss's device (one copy per micro-batch).
+  Tensor host;
+  LOOM_ASSIGN_OR_RETURN(host, Tensor::Empty(Shape{n}, core::DType::kF32));
+  float* w = host.data<float>();
   for (const RowRun& run : ActivationRowRuns(TpGroup{}, cp_, s)) {
     for (int64_t i = 0; i < run.count; ++i) {
       for (int64_t j = 0; j < b; ++j) {
@@ -287,11 +288,47 @@ absl::Status GptModel::WeighLoss(const PackedDocuments* documents, Saved* saved)
       }
     }
   }
-  float* ws = saved->weighted_sums.data<float>();
-  std::copy_n(sums.data<float>(), 2 * n, ws);
-  std::copy_n(w, n, ws + 2 * n);
-  return absl::OkStatus();
+  const core::Device device = sums.device();
+  if (device.is_cpu()) {
+    saved->loss_weight = host;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(saved->loss_weight, host.To(device));
+  }
+  LOOM_ASSIGN_OR_RETURN(saved->weighted_sums, Tensor::Empty(Shape{3, n}, core::DType::kF32, device));
+  LOOM_ASSIGN_OR_RETURN(Tensor ws_sums, saved->weighted_sums.Narrow(0, 2));
+  LOOM_ASSIGN_OR_RETURN(Tensor ws_weight, saved->weighted_sums.Narrow(2, 1));
+  LOOM_RETURN_IF_ERROR(core::ops::Copy(sums, &ws_sums));
+  return core::ops::Copy(saved->loss_weight, &ws_weight);
 }
+
+namespace {
+
+// dlogits [s, b, V/p] with row r (of the s·b) times weight[r]: in place on
+// the CPU (f32); on a device through the combine of one "expert" per row
+// (MoeCombineForward: y_r = weight_r · dlogits_r, the product in f32 rounded
+// once to dlogits' dtype) into a new tensor of dlogits' shape.
+absl::StatusOr<Tensor> WeighRows(const Tensor& dlogits, const Tensor& weight) {
+  const int64_t rows = weight.numel(), v = dlogits.numel() / rows;
+  if (dlogits.device().is_cpu()) {
+    float* g = dlogits.data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float w = weight.data<float>()[r];
+      for (int64_t j = 0; j < v; ++j) g[r * v + j] *= w;
+    }
+    return dlogits;
+  }
+  const core::Device device = dlogits.device();
+  LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{rows, 1}, core::DType::kI32));
+  for (int64_t r = 0; r < rows; ++r) ids.data<int32_t>()[r] = static_cast<int32_t>(r);
+  LOOM_ASSIGN_OR_RETURN(Tensor row, ids.To(device));
+  LOOM_ASSIGN_OR_RETURN(Tensor prob, weight.Reshape(Shape{rows, 1}));
+  LOOM_ASSIGN_OR_RETURN(Tensor in, dlogits.Reshape(Shape{rows, v}));
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(Shape{rows, v}, dlogits.dtype(), device));
+  LOOM_RETURN_IF_ERROR(core::ops::MoeCombineForward(in, prob, row, &out));
+  return out.Reshape(dlogits.shape());
+}
+
+}  // namespace
 
 absl::StatusOr<double> GptModel::LossOf(const Tensor& loss_sums) const {
   return VocabParallelCrossEntropy::MeanLoss(loss_sums);
@@ -365,13 +402,8 @@ absl::StatusOr<Tensor> GptModel::BackwardChunk(int c, const Tensor& dy, float dl
   if (chunk.post_process) {
     LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeBackward, head_unit()));
     LOOM_ASSIGN_OR_RETURN(Tensor dlogits, loss_.Backward(saved.loss, dloss));
-    if (saved.loss_weight.defined()) {  // each row's share of the mean (CPU, f32)
-      const int64_t rows = saved.loss_weight.numel(), v = dlogits.numel() / rows;
-      float* g = dlogits.data<float>();
-      for (int64_t r = 0; r < rows; ++r) {
-        const float w = saved.loss_weight.data<float>()[r];
-        for (int64_t j = 0; j < v; ++j) g[r * v + j] *= w;
-      }
+    if (saved.loss_weight.defined()) {  // each row's share of the mean
+      LOOM_ASSIGN_OR_RETURN(dlogits, WeighRows(dlogits, saved.loss_weight));
     }
     LOOM_ASSIGN_OR_RETURN(d, output_layer_->Backward(dlogits, saved.output));
     LOOM_ASSIGN_OR_RETURN(d, final_norm_->Backward(d, saved.final_norm));

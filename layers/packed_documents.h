@@ -7,11 +7,53 @@
 // every batch row, [b, seq_len] row-major, so a context-parallel rank looks
 // its rows up at their global positions, and a ring block compares its
 // queries' document starts with the global positions of the keys it meets.
+// The tables are host arrays; a device's kernels read doc_start from the
+// copy DeviceDocStart makes there once per micro-batch (the GPU paths run
+// only with --allow-unproven-gpu-packing until a device run proves them).
 
+#include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
+
 namespace loom::layers {
+
+// A device copy of a host i32 table, made on first use (thread-safe: the
+// pipeline's stages may ask at once). Copying the owner starts an empty
+// cache, as the copy's tables may then change.
+class DeviceTableCache {
+ public:
+  DeviceTableCache() = default;
+  DeviceTableCache(const DeviceTableCache&) {}
+  DeviceTableCache& operator=(const DeviceTableCache&) {
+    std::lock_guard<std::mutex> lock(mu_);
+    copy_ = core::Tensor();
+    return *this;
+  }
+
+  // `host` on `device`; null for the CPU or an empty table.
+  absl::StatusOr<const int32_t*> Get(const std::vector<int32_t>& host, core::Device device) const {
+    if (host.empty() || device.is_cpu()) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!copy_.defined() || copy_.device() != device) {
+      core::Tensor staged;
+      LOOM_ASSIGN_OR_RETURN(staged, core::Tensor::Empty(
+                                        core::Shape{static_cast<int64_t>(host.size())},
+                                        core::DType::kI32));
+      std::copy(host.begin(), host.end(), staged.data<int32_t>());
+      LOOM_ASSIGN_OR_RETURN(copy_, staged.To(device));
+    }
+    return copy_.data<int32_t>();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable core::Tensor copy_;
+};
 
 struct PackedDocuments {
   int64_t seq_len = 0;  // global s
@@ -25,8 +67,18 @@ struct PackedDocuments {
   // loss_weight[bi * seq_len + i]: the weight of token i's loss in the mean
   // over the s·b tokens (--eod-mask-loss: mask · s·b / sum of the mask, so
   // that mean, and under CP the ranks' mean of their means, is Megatron's
-  // masked mean). Empty: 1. CPU only.
+  // masked mean). Empty: 1. Copied to the loss's device by GptModel.
   std::vector<float> loss_weight;
+
+  // doc_start on `device` (AttentionDropout::device_doc_start): copied on
+  // the first call and kept with the tables, so once per micro-batch however
+  // many layers, recomputations and backward passes read it. Null on the CPU
+  // or without document starts.
+  absl::StatusOr<const int32_t*> DeviceDocStart(core::Device device) const {
+    return doc_start_on_device_.Get(doc_start, device);
+  }
+
+  DeviceTableCache doc_start_on_device_;
 };
 
 }  // namespace loom::layers

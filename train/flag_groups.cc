@@ -42,7 +42,7 @@ const std::vector<FlagGroup>& GptFlagGroups() {
       {"Data",
        {"data_path", "split", "train_data_path", "valid_data_path", "test_data_path",
         "mock_data", "reset_position_ids", "reset_attention_mask", "eod_mask_loss", "sft",
-        "tokenizer_type", "vocab_file", "merge_file", "tokenizer_model",
+        "allow_unproven_gpu_packing", "tokenizer_type", "vocab_file", "merge_file", "tokenizer_model",
         "data_cache_path", "data_cache_dir"}},
       {"Training: batches, learning rate, optimizer, regularization, precision, recomputation",
        {"micro_batch_size", "global_batch_size", "train_iters", "skip_train", "seed", "lr",

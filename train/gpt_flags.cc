@@ -141,6 +141,9 @@ ABSL_FLAG(bool, eod_mask_loss, D().eod_mask_loss,
 ABSL_FLAG(bool, sft, D().sft,
           "Supervised fine-tuning: the loss counts only the tokens whose <prefix>_loss_mask "
           "(written by preprocess_data --sft) is 1, the assistant's");
+ABSL_FLAG(bool, allow_unproven_gpu_packing, D().allow_unproven_gpu_packing,
+          "Run --reset-position-ids, --reset-attention-mask, --eod-mask-loss and --sft with "
+          "--device=cuda although no device run has proven their GPU kernels yet");
 ABSL_FLAG(std::string, split, D().split, "Train/valid/test document split weights");
 ABSL_FLAG(std::string, tokenizer_type, D().tokenizer_type,
           "ByteLevelTokenizer | GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer");
@@ -314,6 +317,7 @@ TrainConfig ConfigFromFlags() {
   c.reset_attention_mask = absl::GetFlag(FLAGS_reset_attention_mask);
   c.eod_mask_loss = absl::GetFlag(FLAGS_eod_mask_loss);
   c.sft = absl::GetFlag(FLAGS_sft);
+  c.allow_unproven_gpu_packing = absl::GetFlag(FLAGS_allow_unproven_gpu_packing);
   c.split = absl::GetFlag(FLAGS_split);
   c.tokenizer_type = absl::GetFlag(FLAGS_tokenizer_type);
   c.vocab_file = ResolveUserPath(absl::GetFlag(FLAGS_vocab_file));
