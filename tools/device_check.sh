@@ -37,7 +37,7 @@ BUNDLE="${LOOM_DEVICE_BUNDLE:-$BUNDLE_DIR/bundle.tar.xz}"
 # the sum of the budgets up to and including it, counted from the start: the
 # seconds a stage leaves unused go to the stages after it, and the whole run
 # ends within TOTAL_BUDGET whatever each stage does.
-STAGES=(setup:15 probe:15 kernels:70 sanitizer:45 ab:135 loss:25 pytorch:110 report:5)
+STAGES=(setup:15 probe:15 kernels:70 sanitizer:55 ab:135 loss:35 pytorch:90 report:5)
 TOTAL_BUDGET=420
 
 # Packed besides every cc_test under //core/cuda/... (bazel query at pack
@@ -49,6 +49,18 @@ OPTIONAL_TARGETS=(//core/cuda/cudnn:attention_bench)
 LOSS_STEPS="${LOOM_LOSS_STEPS:-200}"
 LOSS_FLAGS=(--distributed-backend=local --nproc-per-node=1 --log-interval=1 --eval-interval=0
             --sample-tokens=0 --hidden-dropout=0)
+# The packed-documents curve (#38): the same job with Megatron's packing flags,
+# RoPE and GQA (micro-batch 4: several rows), whose GPU kernels (document
+# starts in the attention, RoPE at position ids, per-token loss weights) run
+# only with --allow-unproven-gpu-packing until this row and
+# core_cuda_packed_attention_test pass on a device.
+PACKED_LOSS_STEPS="${LOOM_PACKED_LOSS_STEPS:-60}"
+PACKED_LOSS_FLAGS=("${LOSS_FLAGS[@]}" --reset-position-ids --reset-attention-mask --eod-mask-loss
+                   --position-embedding-type=rope --group-query-attention --num-query-groups=2
+                   --allow-unproven-gpu-packing)
+# Kernel tests run before the others (newest first): their rows are the
+# proof the next device session is for.
+FIRST_TESTS=(core_cuda_packed_attention_test)
 # //train:bench shapes.
 GPT2M_FLAGS=(--num-layers=24 --hidden-size=1024 --num-attention-heads=16 --seq-length=1024
              --micro-batch-size=8)
@@ -69,6 +81,8 @@ SANITIZER_RUNS=(
   "racecheck|core_cuda_attention_test|CudaFlashAttentionTest.MatchesCpuFlashKernel"
   "memcheck|core_cuda_layernorm_test|CudaLayerNormTest.ForwardAndBackwardMatchCpu"
   "memcheck|core_cuda_cross_entropy_test|CudaCrossEntropyTest.ForwardAndBackwardMatchCpu"
+  "memcheck|core_cuda_packed_attention_test|CudaPackedAttentionTest.FlashMatchesCpuAcrossDocumentsAndTiles:CudaPackedAttentionTest.SxsMatchesCpuAcrossDocumentsAndTiles"
+  "racecheck|core_cuda_packed_attention_test|CudaPackedAttentionTest.FlashMatchesCpuAcrossDocumentsAndTiles"
 )
 SANITIZER_CUDNN_FILTER="${LOOM_SANITIZER_CUDNN_FILTER:-*}"
 
@@ -153,6 +167,16 @@ EOF
     loss_s=$((SECONDS - t0))
     echo "pack: CPU loss curve, $LOSS_STEPS steps in $loss_s s"
   fi
+  local packed_s=0
+  if (( PACKED_LOSS_STEPS > 0 )); then
+    printf '%s\n' "${PACKED_LOSS_FLAGS[@]}" "--train-iters=$PACKED_LOSS_STEPS" >"$stage/ref/packed_loss_flags"
+    local t0=$SECONDS
+    "$stage/bin/train_gpt" "${PACKED_LOSS_FLAGS[@]}" --train-iters="$PACKED_LOSS_STEPS" \
+      --data-cache-dir="$stage/data" --metrics-file="$stage/ref/packed_loss_cpu.jsonl" \
+      >"$stage/ref/packed_loss_cpu.log" 2>&1 || { tail "$stage/ref/packed_loss_cpu.log"; return 1; }
+    packed_s=$((SECONDS - t0))
+    echo "pack: CPU packed-documents loss curve, $PACKED_LOSS_STEPS steps in $packed_s s"
+  fi
   cp tools/pytorch_reference/gpu_bench.py tools/pytorch_reference/gpt_bench.py "$stage/pytorch/"
   {
     echo "packed: $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname)"
@@ -166,6 +190,7 @@ EOF
       break
     done
     echo "cpu loss curve: $LOSS_STEPS steps, $loss_s s"
+    echo "cpu packed-documents loss curve: $PACKED_LOSS_STEPS steps, $packed_s s"
     echo "packed targets: ${built[*]}"
     echo "not built: ${unbuilt[*]:-none}"
   } >"$stage/BUNDLE_INFO"
@@ -302,7 +327,7 @@ stage_kernels() {
   # Newest kernels first (cudnn), then //core/cuda, then the rest (NCCL).
   local tests=() t
   mapfile -t tests < <(cd "$LOOM_B/bin" && ls -1 -- *_test 2>/dev/null |
-                       awk '{p = /^core_cuda_cudnn_/ ? 0 : /^core_cuda_/ ? 1 : 2; print p "\t" $0}' |
+                       awk -v first=" ${FIRST_TESTS[*]} " '{p = index(first, " " $0 " ") ? 0 : /^core_cuda_cudnn_/ ? 1 : /^core_cuda_/ ? 2 : 3; print p "\t" $0}' |
                        sort | cut -f2)
   if (( ${#tests[@]} == 0 )); then row tests fail 0 "no *_test binary in the bundle"; return; fi
   for t in "${tests[@]}"; do
@@ -481,30 +506,37 @@ stage_ab() {
     "${unset_impl[@]}" "$LOOM_B/x" core_cuda_attention_bench
 }
 
-stage_loss() {
-  local ref="$LOOM_B/ref" t0
+# One curve: loss_curve PREFIX LABEL: the bundle's ref/PREFIX_flags and
+# ref/PREFIX_cpu.jsonl (pack), the GPU run's logs/PREFIX_gpu.{jsonl,txt}.
+loss_curve() {
+  local prefix=$1 label=$2 ref="$LOOM_B/ref" t0
   t0=$(now_s)
-  if [[ ! -s "$ref/loss_cpu.jsonl" ]]; then
-    row "loss curve" fail 0 "no CPU curve in the bundle (pack with LOOM_LOSS_STEPS > 0)"; return
-  fi
-  local flags=()
-  mapfile -t flags <"$ref/loss_flags"
-  local steps
-  steps=$(grep -c '"loss"' "$ref/loss_cpu.jsonl")
-  if (( ! LOOM_HAVE_GPU )); then
-    row "gpt cpu f32 (pack) vs cuda bf16" skip "$(since "$t0")" \
-      "skipped: no GPU; the CPU curve from pack has $steps steps (final $(tail -1 "$ref/loss_cpu.jsonl" | sed -n 's/.*"loss": \([0-9.]*\).*/\1/p'))"
+  if [[ ! -s "$ref/${prefix}_cpu.jsonl" ]]; then
+    if [[ $prefix == loss ]]; then
+      row "loss curve" fail 0 "no CPU curve in the bundle (pack with LOOM_LOSS_STEPS > 0)"
+    else
+      row "$label" skip 0 "skipped: no CPU curve in the bundle (pack with LOOM_PACKED_LOSS_STEPS > 0)"
+    fi
     return
   fi
-  local m="$LOOM_OUT/logs/loss_gpu.jsonl" rc
+  local flags=()
+  mapfile -t flags <"$ref/${prefix}_flags"
+  local steps
+  steps=$(grep -c '"loss"' "$ref/${prefix}_cpu.jsonl")
+  if (( ! LOOM_HAVE_GPU )); then
+    row "$label cpu f32 (pack) vs cuda bf16" skip "$(since "$t0")" \
+      "skipped: no GPU; the CPU curve from pack has $steps steps (final $(tail -1 "$ref/${prefix}_cpu.jsonl" | sed -n 's/.*"loss": \([0-9.]*\).*/\1/p'))"
+    return
+  fi
+  local m="$LOOM_OUT/logs/${prefix}_gpu.jsonl" rc
   rm -f "$m"
   tmo 600 "$LOOM_B/x" train_gpt "${flags[@]}" --data-cache-dir="$LOOM_B/data" --device=cuda --bf16 \
-    --metrics-file="$m" >"$LOOM_OUT/logs/loss_gpu.txt" 2>&1
+    --metrics-file="$m" >"$LOOM_OUT/logs/${prefix}_gpu.txt" 2>&1
   rc=$?
-  if (( TMO_RAN == 0 )); then row "gpt $steps steps cpu f32 (pack) vs cuda bf16" skip 0 "skipped: stage budget"; return; fi
-  cp "$ref/loss_cpu.jsonl" "$LOOM_OUT/logs/loss_cpu.jsonl"
+  if (( TMO_RAN == 0 )); then row "$label $steps steps cpu f32 (pack) vs cuda bf16" skip 0 "skipped: stage budget"; return; fi
+  cp "$ref/${prefix}_cpu.jsonl" "$LOOM_OUT/logs/${prefix}_cpu.jsonl"
   local verdict
-  verdict="$(python3 - "$ref/loss_cpu.jsonl" "$m" <<'EOF'
+  verdict="$(python3 - "$ref/${prefix}_cpu.jsonl" "$m" <<'EOF'
 import json, sys
 def losses(p):
     try:
@@ -529,7 +561,12 @@ EOF
 )"
   local st="${verdict%% *}"
   (( rc != 0 )) && st=$(rc_status $rc)
-  row "gpt $steps steps cpu f32 (pack) vs cuda bf16" "$st" "$(since "$t0")" "rc $rc: ${verdict#* }" logs/loss_gpu.txt
+  row "$label $steps steps cpu f32 (pack) vs cuda bf16" "$st" "$(since "$t0")" "rc $rc: ${verdict#* }" "logs/${prefix}_gpu.txt"
+}
+
+stage_loss() {
+  loss_curve loss gpt
+  loss_curve packed_loss "gpt packed documents (RoPE, GQA)"
 }
 
 stage_pytorch() {
