@@ -233,25 +233,34 @@ absl::StatusOr<Tensor> Rows(const Tensor& t, int64_t first, int64_t n) {
   return t.Narrow(first, n);
 }
 
-// Runs fn(l) for every local expert with rows (`rows`: [experts + 1] row
-// offsets): one after the other (each GEMM using every core), or with
+// Runs fn(l) for every local expert with rows (`rows`: each one's first row
+// and count): one after the other (each GEMM using every core), or with
 // --moe-grouped-gemm all at once, an expert per thread (each GEMM on one
 // core: many small experts fill the machine better than one small GEMM at a
 // time). Experts write disjoint rows and their own gradients. Returns the
 // first error.
+// Expert l's rows [first, first + count) from [experts + 1] offsets.
+ExpertRows RangesOf(const std::vector<int64_t>& offsets) {
+  ExpertRows rows;
+  for (size_t l = 0; l + 1 < offsets.size(); ++l) {
+    rows.push_back({offsets[l], offsets[l + 1] - offsets[l]});
+  }
+  return rows;
+}
+
 template <typename Fn>
-absl::Status ForEachExpert(const std::vector<int64_t>& rows, bool grouped, Fn fn) {
-  const int64_t E = static_cast<int64_t>(rows.size()) - 1;
+absl::Status ForEachExpert(const ExpertRows& rows, bool grouped, Fn fn) {
+  const int64_t E = static_cast<int64_t>(rows.size());
   if (!grouped) {
     for (int64_t e = 0; e < E; ++e) {
-      if (rows[e + 1] > rows[e]) LOOM_RETURN_IF_ERROR(fn(e));
+      if (rows[e].second > 0) LOOM_RETURN_IF_ERROR(fn(e));
     }
     return absl::OkStatus();
   }
   absl::Status first;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t e = 0; e < E; ++e) {
-    if (rows[e + 1] == rows[e]) continue;
+    if (rows[e].second == 0) continue;
     absl::Status s = fn(e);
     if (!s.ok()) {
 #pragma omp critical(loom_moe_expert_error)
@@ -462,14 +471,14 @@ absl::Status MoeMlp::AuxStatsOverCp(Routing* r) const {
   return absl::OkStatus();
 }
 
-absl::Status MoeMlp::ExpertsForward(const std::vector<int64_t>& rows, const Tensor& in,
+absl::Status MoeMlp::ExpertsForward(const ExpertRows& rows, const Tensor& in,
                                     Tensor pre_all, Tensor act_all, Tensor out_all) const {
   const int64_t h = in.dim(1);
   // An expert without tokens computes nothing. Side by side only on the
   // host: a device's stream is per thread. (A grouped GEMM is a follow-up.)
   return ForEachExpert(rows, options_.grouped_gemm && in.device().is_cpu(),
                        [&](int64_t l) -> absl::Status {
-    const int64_t first = rows[l], n = rows[l + 1] - first;
+    const auto [first, n] = rows[l];
     LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(in, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(pre_all, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(act_all, first, n));
@@ -482,13 +491,13 @@ absl::Status MoeMlp::ExpertsForward(const std::vector<int64_t>& rows, const Tens
   });
 }
 
-absl::Status MoeMlp::ExpertsBackwardInput(const std::vector<int64_t>& rows, const Tensor& pre_all,
+absl::Status MoeMlp::ExpertsBackwardInput(const ExpertRows& rows, const Tensor& pre_all,
                                           const Tensor& dout_all, Tensor dact_all,
                                           Tensor dpre_all, Tensor din_all) const {
   const int64_t h = din_all.dim(1);
   return ForEachExpert(rows, options_.grouped_gemm && din_all.device().is_cpu(),
                        [&](int64_t l) -> absl::Status {
-    const int64_t first = rows[l], n = rows[l + 1] - first;
+    const auto [first, n] = rows[l];
     LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(pre_all, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dout_all, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor dxe, Rows(din_all, first, n));
@@ -505,13 +514,13 @@ absl::Status MoeMlp::ExpertsBackwardInput(const std::vector<int64_t>& rows, cons
   });
 }
 
-absl::Status MoeMlp::ExpertsWeightGrad(const std::vector<int64_t>& rows, const Tensor& in,
+absl::Status MoeMlp::ExpertsWeightGrad(const ExpertRows& rows, const Tensor& in,
                                        const Tensor& act_all, const Tensor& dout_all,
                                        const Tensor& dpre_all) const {
   const int64_t h = in.dim(1);
   return ForEachExpert(rows, options_.grouped_gemm && in.device().is_cpu(),
                        [&](int64_t l) -> absl::Status {
-    const int64_t first = rows[l], n = rows[l + 1] - first;
+    const auto [first, n] = rows[l];
     LOOM_ASSIGN_OR_RETURN(Tensor xe, Rows(in, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(act_all, first, n));
     LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dout_all, first, n));
@@ -583,34 +592,38 @@ absl::Status MoeMlp::PlanChunks(const Routing& r, int64_t h, Saved* saved) const
   LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> theirs, HostVector<int64_t>(theirs_t));
   auto from = [&](int64_t j, int64_t c, int64_t l) { return theirs[(j * C + c) * El + l]; };
   plan.chunk.resize(C);
-  plan.expert_rows.assign(C + 1, 0);
   for (int64_t c = 0; c < C; ++c) {
     const std::vector<int64_t> rows(count.begin() + c * E, count.begin() + (c + 1) * E);
     LOOM_ASSIGN_OR_RETURN(
         plan.chunk[c],
         BuildExchange(rows, [&](int64_t j, int64_t l) { return from(j, c, l); }, P, h, device));
-    plan.expert_rows[c + 1] = plan.expert_rows[c] + static_cast<int64_t>(plan.chunk[c].perm.size());
   }
-  // The unchunked expert-major layout (local expert, source, chunk, token)
-  // over the chunk-major rows (chunk, local expert, source, token).
+  // The experts' rows, expert-major: local expert l's rows of chunk 0, 1, ...
+  // (each by source, then token), so every expert's rows stay one block for
+  // the weight gradients and each chunk's block of an expert is contiguous.
   ExpertExchange& x = saved->exchange;
   x = {};
   x.local_rows.assign(El + 1, 0);
-  std::vector<int32_t> major;
-  major.reserve(plan.expert_rows[C]);
-  for (int64_t l = 0; l < El; ++l) {
-    for (int64_t j = 0; j < P; ++j) {
-      for (int64_t c = 0; c < C; ++c) {
-        int64_t first = plan.expert_rows[c] + plan.chunk[c].local_rows[l];
-        for (int64_t i = 0; i < j; ++i) first += from(i, c, l);
-        for (int64_t i = 0; i < from(j, c, l); ++i) {
-          major.push_back(static_cast<int32_t>(first + i));
-        }
+  plan.rows.assign(C, ExpertRows(El));
+  for (int64_t l = 0, at = 0; l < El; ++l) {
+    for (int64_t c = 0; c < C; ++c) {
+      const std::vector<int64_t>& local = plan.chunk[c].local_rows;
+      plan.rows[c][l] = {at, local[l + 1] - local[l]};
+      at += local[l + 1] - local[l];
+    }
+    x.local_rows[l + 1] = at;
+  }
+  // A chunk's combine sends its experts' outputs from those rows.
+  for (int64_t c = 0; c < C; ++c) {
+    ExpertExchange& xc = plan.chunk[c];
+    for (int64_t l = 0; l < El; ++l) {
+      for (int64_t i = xc.local_rows[l]; i < xc.local_rows[l + 1]; ++i) {
+        const int32_t received = xc.perm[i];
+        xc.inverse[received] = static_cast<int32_t>(plan.rows[c][l].first + i - xc.local_rows[l]);
       }
     }
-    x.local_rows[l + 1] = static_cast<int64_t>(major.size());
+    LOOM_ASSIGN_OR_RETURN(xc.inverse_t, IdsTensor(xc.inverse, device));
   }
-  LOOM_ASSIGN_OR_RETURN(plan.expert_major_t, IdsTensor(major, device));
   return absl::OkStatus();
 }
 
@@ -633,10 +646,22 @@ absl::Status RunPipeline(std::vector<std::unique_ptr<PendingAllToAll>>& pending,
 
 }  // namespace
 
+absl::Status MoeMlp::ToExpertRows(const ExpertExchange& x, const ExpertRows& rows,
+                                  const Tensor& received, const Tensor& expert_rows) const {
+  for (size_t l = 0; l < rows.size(); ++l) {
+    const auto [first, n] = rows[l];
+    if (n == 0) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor ids, x.perm_t.Narrow(x.local_rows[l], n));
+    LOOM_ASSIGN_OR_RETURN(Tensor out, Rows(expert_rows, first, n));
+    LOOM_RETURN_IF_ERROR(core::ops::MoePermute(received, ids, &out));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MoeMlp::ForwardChunks(Saved* saved) const {
   const ChunkPlan& plan = saved->chunks;
   const int64_t C = plan.chunks(), h = saved->input.dim(1);
-  const int64_t M = plan.expert_rows[C], N = plan.dispatch_rows[C];
+  const int64_t M = saved->exchange.local_rows.back(), N = plan.dispatch_rows[C];
   const DType dt = saved->input.dtype();
   const core::Device dev = saved->input.device();
   const int64_t f = fc2_[0]->value.dim(1);  // f/p
@@ -671,17 +696,13 @@ absl::Status MoeMlp::ForwardChunks(Saved* saved) const {
       const ExpertExchange& x = plan.chunk[c];
       LOOM_RETURN_IF_ERROR(pending[2 * c]->Wait());
       if (c + 1 < C) LOOM_RETURN_IF_ERROR(dispatch(c + 1));
-      const int64_t first = plan.expert_rows[c], m = plan.expert_rows[c + 1] - first;
-      LOOM_ASSIGN_OR_RETURN(Tensor in, Rows(saved->expert_in, first, m));
-      LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved->pre_act, first, m));
-      LOOM_ASSIGN_OR_RETURN(Tensor act, Rows(saved->act, first, m));
-      LOOM_ASSIGN_OR_RETURN(Tensor out, Rows(out_rows, first, m));
-      LOOM_RETURN_IF_ERROR(core::ops::MoePermute(received[c], x.perm_t, &in));
-      LOOM_RETURN_IF_ERROR(ExpertsForward(x.local_rows, in, pre, act, out));
+      LOOM_RETURN_IF_ERROR(ToExpertRows(x, plan.rows[c], received[c], saved->expert_in));
+      LOOM_RETURN_IF_ERROR(
+          ExpertsForward(plan.rows[c], saved->expert_in, saved->pre_act, saved->act, out_rows));
       for (auto& p : pending) {
         if (p != nullptr) p->Poll();
       }
-      LOOM_ASSIGN_OR_RETURN(by_source[c], GatherRows(out, x.inverse_t));
+      LOOM_ASSIGN_OR_RETURN(by_source[c], GatherRows(out_rows, x.inverse_t));
       LOOM_ASSIGN_OR_RETURN(Tensor back, Rows(saved->expert_out, plan.dispatch_rows[c],
                                               plan.dispatch_rows[c + 1] - plan.dispatch_rows[c]));
       pending[2 * c + 1] = std::make_unique<PendingAllToAll>(comm_stats_, false, [&] {
@@ -695,7 +716,7 @@ absl::Status MoeMlp::ForwardChunks(Saved* saved) const {
 absl::StatusOr<Tensor> MoeMlp::BackwardChunks(const Saved& saved, const Tensor& dout) const {
   const ChunkPlan& plan = saved.chunks;
   const int64_t C = plan.chunks(), h = saved.input.dim(1);
-  const int64_t M = plan.expert_rows[C], N = plan.dispatch_rows[C];
+  const int64_t M = saved.exchange.local_rows.back(), N = plan.dispatch_rows[C];
   const DType dt = dout.dtype();
   const core::Device dev = dout.device();
   LOOM_ASSIGN_OR_RETURN(Tensor dexp_out, Tensor::Empty(Shape{M, h}, dt, dev));
@@ -724,35 +745,26 @@ absl::StatusOr<Tensor> MoeMlp::BackwardChunks(const Saved& saved, const Tensor& 
       const ExpertExchange& x = plan.chunk[c];
       LOOM_RETURN_IF_ERROR(pending[2 * c]->Wait());
       if (c + 1 < C) LOOM_RETURN_IF_ERROR(dispatch(c + 1));
-      const int64_t first = plan.expert_rows[c], m = plan.expert_rows[c + 1] - first;
-      LOOM_ASSIGN_OR_RETURN(Tensor pre, Rows(saved.pre_act, first, m));
-      LOOM_ASSIGN_OR_RETURN(Tensor de, Rows(dexp_out, first, m));
-      LOOM_ASSIGN_OR_RETURN(Tensor din, Rows(dexp_in, first, m));
-      LOOM_ASSIGN_OR_RETURN(Tensor dact, Rows(dact_all, first, m));
-      LOOM_ASSIGN_OR_RETURN(Tensor dpre, Rows(dpre_all, first, m));
-      LOOM_RETURN_IF_ERROR(core::ops::MoePermute(received[c], x.perm_t, &de));
-      LOOM_RETURN_IF_ERROR(ExpertsBackwardInput(x.local_rows, pre, de, dact, dpre, din));
+      LOOM_RETURN_IF_ERROR(ToExpertRows(x, plan.rows[c], received[c], dexp_out));
+      LOOM_RETURN_IF_ERROR(ExpertsBackwardInput(plan.rows[c], saved.pre_act, dexp_out, dact_all,
+                                                dpre_all, dexp_in));
       for (auto& p : pending) {
         if (p != nullptr) p->Poll();
       }
-      LOOM_ASSIGN_OR_RETURN(by_source[c], GatherRows(din, x.inverse_t));
+      LOOM_ASSIGN_OR_RETURN(by_source[c], GatherRows(dexp_in, x.inverse_t));
       LOOM_ASSIGN_OR_RETURN(Tensor back, Rows(ddisp, plan.dispatch_rows[c],
                                               plan.dispatch_rows[c + 1] - plan.dispatch_rows[c]));
       pending[2 * c + 1] = std::make_unique<PendingAllToAll>(comm_stats_, true, [&] {
         return ep_.comm->AllToAllV(by_source[c], x.recv, back, x.send);
       });
     }
-    // The weight gradients, over the unchunked expert-major rows (the same
-    // GEMMs as without chunks), while the last combine is in flight: now,
-    // or at a split backward's BackwardWeight.
+    // The weight gradients, one GEMM pair per expert over all its rows,
+    // while the last combine is in flight: now, or at a split backward's
+    // BackwardWeight.
     return WeightGradStore::RunOrDefer(
-        [this, rows = saved.exchange.local_rows, major = plan.expert_major_t,
-         expert_in = saved.expert_in, act = saved.act, dexp_out, dpre_all]() -> absl::Status {
-          LOOM_ASSIGN_OR_RETURN(Tensor in, GatherRows(expert_in, major));
-          LOOM_ASSIGN_OR_RETURN(Tensor a, GatherRows(act, major));
-          LOOM_ASSIGN_OR_RETURN(Tensor de, GatherRows(dexp_out, major));
-          LOOM_ASSIGN_OR_RETURN(Tensor dpre, GatherRows(dpre_all, major));
-          return ExpertsWeightGrad(rows, in, a, de, dpre);
+        [this, rows = RangesOf(saved.exchange.local_rows), expert_in = saved.expert_in,
+         act = saved.act, dexp_out, dpre_all]() {
+          return ExpertsWeightGrad(rows, expert_in, act, dexp_out, dpre_all);
         },
         static_cast<int64_t>(dexp_out.nbytes() + dpre_all.nbytes()));
   }));
@@ -820,7 +832,8 @@ absl::StatusOr<Tensor> MoeMlp::Forward(const Tensor& x, Saved* saved) const {
     LOOM_ASSIGN_OR_RETURN(saved->act, Tensor::Empty(Shape{M, f}, dt, dev));
     LOOM_ASSIGN_OR_RETURN(Tensor out_rows, Tensor::Empty(Shape{M, h}, dt, dev));
     LOOM_RETURN_IF_ERROR(
-        ExpertsForward(xc.local_rows, saved->expert_in, saved->pre_act, saved->act, out_rows));
+        ExpertsForward(RangesOf(xc.local_rows), saved->expert_in, saved->pre_act, saved->act,
+                       out_rows));
     LOOM_ASSIGN_OR_RETURN(saved->expert_out, FromExperts(xc, out_rows, /*backward=*/false));
   }
 
@@ -867,14 +880,16 @@ absl::StatusOr<Tensor> MoeMlp::Backward(const Tensor& dy, float loss_weight,
     LOOM_ASSIGN_OR_RETURN(Tensor dexp_in, Tensor::Empty(Shape{M, h}, dt, dev));
     LOOM_ASSIGN_OR_RETURN(Tensor dact_all, Tensor::Empty(saved.act.shape(), dt, dev));
     LOOM_ASSIGN_OR_RETURN(Tensor dpre_all, Tensor::Empty(saved.pre_act.shape(), dt, dev));
-    LOOM_RETURN_IF_ERROR(ExpertsBackwardInput(xc.local_rows, saved.pre_act, dexp_out, dact_all,
-                                              dpre_all, dexp_in));
+    LOOM_RETURN_IF_ERROR(ExpertsBackwardInput(RangesOf(xc.local_rows), saved.pre_act, dexp_out,
+                                              dact_all, dpre_all, dexp_in));
     // The experts' weight gradients, each from its own rows: now, or at a split
     // backward's BackwardWeight (layers/weight_grad_store.h), which then keeps
     // the experts' output and pre-activation gradients.
     LOOM_RETURN_IF_ERROR(WeightGradStore::RunOrDefer(
-        [this, rows = xc.local_rows, expert_in = saved.expert_in, act = saved.act, dexp_out,
-         dpre_all]() { return ExpertsWeightGrad(rows, expert_in, act, dexp_out, dpre_all); },
+        [this, rows = RangesOf(xc.local_rows), expert_in = saved.expert_in, act = saved.act,
+         dexp_out, dpre_all]() {
+          return ExpertsWeightGrad(rows, expert_in, act, dexp_out, dpre_all);
+        },
         static_cast<int64_t>(dexp_out.nbytes() + dpre_all.nbytes())));
     LOOM_ASSIGN_OR_RETURN(ddisp, FromExperts(xc, dexp_in, /*backward=*/true));
   }

@@ -26,9 +26,9 @@
 // cut into N chunks of consecutive tokens after routing (so capacity drops
 // and the losses are the whole micro-batch's) and pipelined: chunk k+1's
 // dispatch and chunk k-1's combine all-to-all are in flight while chunk k's
-// experts compute (forward and backward). Buffers are then chunk-major
-// (ChunkPlan); the weight gradients run once over the unchunked expert-major
-// rows. Routing, drops and losses are N = 1's bit for bit; outputs and
+// experts compute (forward and backward; ChunkPlan's layouts); the weight
+// gradients run once per expert over all its rows, while the last combine is
+// in flight. Routing, drops and losses are N = 1's bit for bit; outputs and
 // gradients within a GEMM's rounding (a chunk's expert GEMMs have fewer rows,
 // and oneDNN rounds a row by the GEMM's shape; the same bits where each
 // expert's rows lie in one chunk).
@@ -40,6 +40,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -136,20 +137,24 @@ struct ExpertExchange {
   core::Tensor perm_t, inverse_t;   // perm and inverse (i32) on the activations' device
 };
 
+// Local expert l's rows at this rank's experts: [first, first + count).
+using ExpertRows = std::vector<std::pair<int64_t, int64_t>>;
+
 // The chunked exchange of one micro-batch (--moe-a2a-overlap-chunks C > 1
-// under EP): chunk c holds the kept assignments of tokens [c·T/C,
-// (c+1)·T/C) (padding rows: the last chunk). The dispatched buffer is
-// chunk-major (chunk, expert, token), and so are the rows at this rank's
-// experts (chunk, local expert, source rank, token).
+// under EP): chunk c holds the kept assignments of tokens t with
+// floor(t·C/T) = c (padding rows: the last chunk). The dispatched buffer is
+// chunk-major (chunk, expert, token); the rows at this rank's experts stay
+// expert-major (local expert, chunk, source rank, token), so a chunk's rows
+// of an expert are one block and an expert's rows of all chunks too.
 struct ChunkPlan {
   std::vector<int64_t> dispatch_rows;  // [C + 1]: chunk c's rows of the dispatched buffer
-  std::vector<int64_t> expert_rows;    // [C + 1]: chunk c's rows at this rank's experts
-  std::vector<ExpertExchange> chunk;   // [C]: each chunk's all-to-all plan (chunk-relative rows)
+  // [C]: each chunk's all-to-all plan: its perm and local_rows are the
+  // chunk's own (received rows to its expert-major order); its inverse
+  // indexes the layer's expert rows (where its combine sends from).
+  std::vector<ExpertExchange> chunk;
+  std::vector<ExpertRows> rows;        // [C][E/EP]: chunk c's block of each local expert
   core::Tensor row_token_t;            // i32 [N]: the token of each dispatched row (-1: padding)
   core::Tensor row_t;                  // i32 [T, K]: each assignment's dispatched row (-1: dropped)
-  // i32 [M]: row i of the unchunked expert-major layout (local expert, source
-  // rank, token: ExpertExchange::local_rows) is chunk-major row expert_major[i].
-  core::Tensor expert_major_t;
   int64_t chunks() const { return static_cast<int64_t>(chunk.size()); }
 };
 
@@ -192,9 +197,9 @@ class MoeMlp {
     core::Tensor pre_act;     // [M, f/p] (SwiGLU: [M, 2f/p])
     core::Tensor act;         // [M, f/p]
     core::Tensor expert_out;  // [N, h]: the experts' outputs of `dispatched`, partial over TP
-    // Chunked (chunks.chunks() > 0): dispatched, expert_in, pre_act, act and
-    // expert_out are chunk-major; exchange holds only the unchunked
-    // expert-major local_rows (the weight gradients' layout).
+    // Chunked (chunks.chunks() > 0): dispatched and expert_out are
+    // chunk-major, expert_in, pre_act and act expert-major with chunks
+    // inside each expert (ChunkPlan); exchange holds only their local_rows.
     ChunkPlan chunks;
     int64_t Bytes() const;    // for memory accounting
   };
@@ -246,15 +251,19 @@ class MoeMlp {
   // their weight gradients deferred as in Backward; returns the dispatched
   // rows' gradients (chunk-major [N, h]).
   absl::StatusOr<core::Tensor> BackwardChunks(const Saved& saved, const core::Tensor& dout) const;
-  // The local experts on their rows (`rows`: [E/EP + 1] offsets into the
-  // tensors, all views of `rows` rows): forward, input gradients, and the
-  // weight gradients accumulated into the experts' grads.
-  absl::Status ExpertsForward(const std::vector<int64_t>& rows, const core::Tensor& in,
+  // The local experts on their rows of the tensors (`rows`: each expert's
+  // block): forward, input gradients, and the weight gradients accumulated
+  // into the experts' grads.
+  // Chunk rows received by source (x.perm's order) into their blocks `rows`
+  // of `expert_rows`.
+  absl::Status ToExpertRows(const ExpertExchange& x, const ExpertRows& rows,
+                            const core::Tensor& received, const core::Tensor& expert_rows) const;
+  absl::Status ExpertsForward(const ExpertRows& rows, const core::Tensor& in,
                               core::Tensor pre, core::Tensor act, core::Tensor out) const;
-  absl::Status ExpertsBackwardInput(const std::vector<int64_t>& rows, const core::Tensor& pre,
+  absl::Status ExpertsBackwardInput(const ExpertRows& rows, const core::Tensor& pre,
                                     const core::Tensor& dout, core::Tensor dact,
                                     core::Tensor dpre, core::Tensor din) const;
-  absl::Status ExpertsWeightGrad(const std::vector<int64_t>& rows, const core::Tensor& in,
+  absl::Status ExpertsWeightGrad(const ExpertRows& rows, const core::Tensor& in,
                                  const core::Tensor& act, const core::Tensor& dout,
                                  const core::Tensor& dpre) const;
   // Assignment rows [N, h] to the experts' rows [M, h], and back (`backward`:
