@@ -22,16 +22,17 @@
 
 namespace loom::layers {
 
-// A device copy of a host i32 table, made on first use (thread-safe: the
-// pipeline's stages may ask at once). Copying the owner starts an empty
-// cache, as the copy's tables may then change.
+// Device copies of a host i32 table, one per device, each made on first use
+// and kept while the owner lives (thread-safe: the pipeline's stages may ask
+// at once; a pointer handed out stays valid). Copying the owner starts an
+// empty cache, as the copy's tables may then change.
 class DeviceTableCache {
  public:
   DeviceTableCache() = default;
   DeviceTableCache(const DeviceTableCache&) {}
   DeviceTableCache& operator=(const DeviceTableCache&) {
     std::lock_guard<std::mutex> lock(mu_);
-    copy_ = core::Tensor();
+    copies_.clear();
     return *this;
   }
 
@@ -39,20 +40,22 @@ class DeviceTableCache {
   absl::StatusOr<const int32_t*> Get(const std::vector<int32_t>& host, core::Device device) const {
     if (host.empty() || device.is_cpu()) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
-    if (!copy_.defined() || copy_.device() != device) {
-      core::Tensor staged;
-      LOOM_ASSIGN_OR_RETURN(staged, core::Tensor::Empty(
-                                        core::Shape{static_cast<int64_t>(host.size())},
-                                        core::DType::kI32));
-      std::copy(host.begin(), host.end(), staged.data<int32_t>());
-      LOOM_ASSIGN_OR_RETURN(copy_, staged.To(device));
+    for (const core::Tensor& t : copies_) {
+      if (t.device() == device) return t.data<int32_t>();
     }
-    return copy_.data<int32_t>();
+    core::Tensor staged, copy;
+    LOOM_ASSIGN_OR_RETURN(staged, core::Tensor::Empty(
+                                      core::Shape{static_cast<int64_t>(host.size())},
+                                      core::DType::kI32));
+    std::copy(host.begin(), host.end(), staged.data<int32_t>());
+    LOOM_ASSIGN_OR_RETURN(copy, staged.To(device));
+    copies_.push_back(copy);
+    return copy.data<int32_t>();
   }
 
  private:
   mutable std::mutex mu_;
-  mutable core::Tensor copy_;
+  mutable std::vector<core::Tensor> copies_;
 };
 
 struct PackedDocuments {
