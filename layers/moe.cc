@@ -697,6 +697,7 @@ absl::Status MoeMlp::ForwardChunks(Saved* saved) const {
       LOOM_RETURN_IF_ERROR(pending[2 * c]->Wait());
       if (c + 1 < C) LOOM_RETURN_IF_ERROR(dispatch(c + 1));
       LOOM_RETURN_IF_ERROR(ToExpertRows(x, plan.rows[c], received[c], saved->expert_in));
+      received[c] = Tensor();  // its exchange is done
       LOOM_RETURN_IF_ERROR(
           ExpertsForward(plan.rows[c], saved->expert_in, saved->pre_act, saved->act, out_rows));
       for (auto& p : pending) {
@@ -746,6 +747,7 @@ absl::StatusOr<Tensor> MoeMlp::BackwardChunks(const Saved& saved, const Tensor& 
       LOOM_RETURN_IF_ERROR(pending[2 * c]->Wait());
       if (c + 1 < C) LOOM_RETURN_IF_ERROR(dispatch(c + 1));
       LOOM_RETURN_IF_ERROR(ToExpertRows(x, plan.rows[c], received[c], dexp_out));
+      received[c] = Tensor();  // its exchange is done
       LOOM_RETURN_IF_ERROR(ExpertsBackwardInput(plan.rows[c], saved.pre_act, dexp_out, dact_all,
                                                 dpre_all, dexp_in));
       for (auto& p : pending) {
