@@ -196,11 +196,11 @@ absl::Status Bench(comm::Communicator& world) {
 
   std::printf(
       "MoE layer alone fwd+bwd: s=%lld b=%lld h=%lld ffn=%lld %s, %lld experts top-%lld, each "
-      "rank its own tokens; EP=%d processes over %s, %d thread(s) each; median of %d after a "
-      "warm-up, settings alternating\n",
+      "rank its own tokens; EP=%d processes over %s, %d thread(s) each, %s (%d cores); median "
+      "of %d after a warm-up, settings alternating\n",
       (long long)s, (long long)b, (long long)h, (long long)c.ffn_hidden_size,
       c.swiglu ? "SwiGLU" : "GELU", (long long)c.num_experts, (long long)c.moe_router_topk, ep,
-      world.backend_name(), threads, reps);
+      world.backend_name(), threads, loom::core::bench::CpuModel().c_str(), cores, reps);
   std::printf(
       "| chunks | rank | rows at its experts | layer ms | all-to-all in flight ms | blocked ms "
       "| hidden fraction | blocked vs chunks=1 |\n|---|---|---|---|---|---|---|---|\n");
