@@ -125,12 +125,29 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   c.pipeline_schedule = pipeline::ScheduleKind::kZBH1;
   c.num_layers_per_virtual_pipeline_stage = 1;
   ExpectError(c, 2, {"--pipeline-schedule=zb-h1", "one chunk per stage", "gives 2"});
-  c = Base();  // zbv: the schedule exists, the trainer's V placement does not yet
+  c = Base();  // the V: two chunks per stage, of num_layers / (2 PP) layers
   c.pipeline_model_parallel_size = 2;
+  c.model.num_layers = 6;
   c.pipeline_schedule = pipeline::ScheduleKind::kZBV;
-  ExpectError(c, 2, {"--pipeline-schedule=zbv is not offered", "zb-h1"});
-  c.pipeline_schedule = pipeline::ScheduleKind::kDualPipeV;  // the same V placement
-  ExpectError(c, 2, {"--pipeline-schedule=dualpipev is not offered", "zb-h1"});
+  ExpectError(c, 2, {"--pipeline-schedule=zbv places two chunks per stage", "--num-layers (6)",
+                     "2 x --pipeline-model-parallel-size (4)"});
+  c.model.num_layers = 8;
+  c.num_layers_per_virtual_pipeline_stage = 1;
+  ExpectError(c, 2, {"of --num-layers / (2 x --pipeline-model-parallel-size) = 2 layers each",
+                     "--num-layers-per-virtual-pipeline-stage=1 disagrees"});
+  c.pipeline_schedule = pipeline::ScheduleKind::kDualPipeV;  // also M >= 2 PP
+  c.num_layers_per_virtual_pipeline_stage = 2;
+  c.global_batch_size = 3 * c.micro_batch_size;  // DP 1
+  ExpectError(c, 2, {"--pipeline-schedule=dualpipev needs at least 2 x "
+                     "--pipeline-model-parallel-size = 4 micro-batches", "gives 3"});
+  c.global_batch_size = 4 * c.micro_batch_size;
+  c.num_layers_per_virtual_pipeline_stage = 0;  // inferred: two chunks
+  TrainConfig on_gpu = c;
+  ASSERT_TRUE(Finalize(&c, 2).ok());
+  EXPECT_EQ(c.virtual_pipeline_size, 2);
+  EXPECT_EQ(c.pipeline_schedule, pipeline::ScheduleKind::kDualPipeV);
+  on_gpu.device = "cuda";  // its links are untested on NCCL
+  ExpectError(on_gpu, 2, {"--pipeline-schedule=dualpipev has not run on --device=cuda yet"});
   c = Base();  // zb-h1 x ZeRO-2: refused until GradientSync's buffers follow the split
   c.pipeline_model_parallel_size = 2;
   c.pipeline_schedule = pipeline::ScheduleKind::kZBH1;
@@ -353,10 +370,9 @@ TEST(ShardingStrategyTest, ParsesMegatronsNamesAndRefusesTheRest) {
   c.optimizer.distributed = true;
   ExpectError(c, 2, {"--use-distributed-optimizer", "--data-parallel-sharding-strategy=no_shard"});
   c = Base();
-  c.data_parallel_sharding_strategy = "optim_grads_params";
-  absl::Status s = Finalize(&c, 2);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_NE(s.message().find("not implemented yet"), std::string::npos) << s;
+  c.data_parallel_sharding_strategy = "optim_grads_params";  // ZeRO-3: all three sharded
+  ASSERT_TRUE(Finalize(&c, 2).ok());
+  EXPECT_TRUE(c.optimizer.distributed && c.optimizer.shard_gradients && c.optimizer.shard_params);
 }
 
 }  // namespace

@@ -15,6 +15,32 @@ absl::Status VirtualStages(TrainConfig* c) {
   const int pp = c->pipeline_model_parallel_size;
   const int64_t layers = c->model.num_layers;
   c->virtual_pipeline_size = 1;
+  if (pipeline::IsVShape(c->pipeline_schedule)) {
+    // The V always holds two chunks per stage (virtual stages r and 2P-1-r), as torch's
+    // ZBV and DualPipeV schedules infer; a typed chunk size must agree.
+    const char* name = pipeline::ScheduleKindName(c->pipeline_schedule);
+    if (layers % (2 * pp) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--pipeline-schedule=", name, " places two chunks per stage in a V: --num-layers (",
+          layers, ") must be divisible by 2 x --pipeline-model-parallel-size (", 2 * pp, ")"));
+    }
+    const int64_t per = c->num_layers_per_virtual_pipeline_stage;
+    if (per > 0 && per * 2 * pp != layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--pipeline-schedule=", name, " places two chunks per stage in a V, of --num-layers / "
+          "(2 x --pipeline-model-parallel-size) = ", layers / (2 * pp),
+          " layers each; --num-layers-per-virtual-pipeline-stage=", per,
+          " disagrees (drop it)"));
+    }
+    if (c->device != "cpu") {
+      return absl::UnimplementedError(absl::StrCat(
+          "--pipeline-schedule=", name, " has not run on --device=", c->device,
+          " yet (its buffered point-to-point links are untested on NCCL): use "
+          "--pipeline-schedule=zb-h1 or 1f1b there"));
+    }
+    c->virtual_pipeline_size = 2;
+    return absl::OkStatus();
+  }
   if (c->num_layers_per_virtual_pipeline_stage > 0) {
     const int64_t per = c->num_layers_per_virtual_pipeline_stage;
     if (pp == 1) {
@@ -90,13 +116,6 @@ absl::Status Batch(TrainConfig* c) {
 
 absl::Status PipelineSchedule(TrainConfig* c) {
   const int pp = c->pipeline_model_parallel_size;
-  if (pipeline::IsVShape(c->pipeline_schedule)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--pipeline-schedule=", pipeline::ScheduleKindName(c->pipeline_schedule),
-        " is not offered by //train:gpt yet: it needs the trainer to place "
-        "the layers in a V (stage r holding virtual stages r and 2P-1-r); //pipeline:visualize "
-        "and //pipeline:simulator run it. Use --pipeline-schedule=zb-h1"));
-  }
   LOOM_RETURN_IF_ERROR(VirtualStages(c));
   if (c->pipeline_schedule == ScheduleKind::kZBH1 && c->virtual_pipeline_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -109,6 +128,12 @@ absl::Status PipelineSchedule(TrainConfig* c) {
     return absl::InvalidArgumentError(
         "--pipeline-schedule=interleaved needs --num-layers-per-virtual-pipeline-stage giving "
         "at least 2 chunks per stage");
+  }
+  if (c->pipeline_schedule == ScheduleKind::kDualPipeV && c->num_micro_batches < 2 * pp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule=dualpipev needs at least 2 x --pipeline-model-parallel-size = ",
+        2 * pp, " micro-batches per step; --global-batch-size / (--micro-batch-size x DP) gives ",
+        c->num_micro_batches));
   }
   if (c->pipeline_schedule == ScheduleKind::kInterleaved && c->num_micro_batches % pp != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -114,7 +114,13 @@ absl::StatusOr<Executor> Executor::Create(const Schedule& schedule, StageModel* 
   }
   LOOM_RETURN_IF_ERROR(CheckTagRange(M, P * v));
   const core::Shape boundary = model->BoundaryShape(options.micro_batch_size);
-  return Executor(schedule, model, pp, options, boundary);
+  Executor executor(schedule, model, pp, options, boundary);
+  if (P > 1 && NeedsBufferedSends(schedule.options)) {
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BufferedLinks> links,
+                          BufferedLinks::Create(pp, schedule));
+    executor.p2p_.UseBufferedLinks(std::move(links));
+  }
+  return executor;
 }
 
 absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
@@ -320,6 +326,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const MicroBatchSource& source) {
     if (observer) observer->End(&a, batch_size);
   }
 
+  LOOM_RETURN_IF_ERROR(p2p_.FinishSends());  // buffered links: the step's last sends
   if (!saved.empty() || !outputs.empty() || !inputs.empty() || !input_grads.empty() ||
       !output_grads.empty() || !input_done.empty()) {
     return absl::InternalError(absl::StrCat(

@@ -1,9 +1,11 @@
 #include "pipeline/p2p.h"
 
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace loom::pipeline {
 
@@ -53,6 +55,46 @@ std::string DescribeBatch(const std::vector<StageP2P::Leg>& legs) {
   });
 }
 
+absl::StatusOr<std::unique_ptr<BufferedLinks>> BufferedLinks::Create(comm::Communicator* pp,
+                                                                     const Schedule& schedule) {
+  auto links = std::make_unique<BufferedLinks>();
+  if (pp == nullptr) return links;
+  std::set<std::tuple<int, int, bool>> used;  // (sender, receiver, is_grad), the same everywhere
+  for (int src = 0; src < static_cast<int>(schedule.stages.size()); ++src) {
+    for (const Action& a : schedule.stages[src]) {
+      if (IsSend(a.kind)) used.insert({src, a.peer, a.kind == ActionKind::kSendGrad});
+    }
+  }
+  const int me = pp->rank();
+  for (const auto& [src, dst, is_grad] : used) {
+    const bool in = me == src || me == dst;
+    LOOM_ASSIGN_OR_RETURN(
+        std::unique_ptr<comm::Communicator> c,
+        pp->Split(in ? 0 : -1, me == src ? 0 : 1,
+                  absl::StrCat("pp ", src, ">", dst, is_grad ? " grads" : " activations")));
+    if (in) links->links_[{src, dst, is_grad}] = std::move(c);
+  }
+  return links;
+}
+
+comm::Communicator* BufferedLinks::Link(int src, int dst, bool is_grad) const {
+  auto it = links_.find({src, dst, is_grad});
+  return it == links_.end() ? nullptr : it->second.get();
+}
+
+absl::Status StageP2P::FinishSends() {
+  absl::Status first;
+  for (PendingSend& p : pending_) {
+    absl::Status s = p.work->WaitOnStream();
+    if (!s.ok() && first.ok()) {
+      first = absl::Status(s.code(), absl::StrCat("stage ", pp_rank(), ": ", p.what, ": ",
+                                                  s.message()));
+    }
+  }
+  pending_.clear();
+  return first;
+}
+
 absl::Status StageP2P::Exchange(const std::vector<Leg>& legs) {
   if (legs.empty()) return absl::OkStatus();
   const int P = pp_size();
@@ -98,8 +140,48 @@ absl::Status StageP2P::Exchange(const std::vector<Leg>& legs) {
     }
     ops.push_back(std::move(op));
   }
-  absl::Status s = pp_->BatchSendRecv(ops)->WaitOnStream();
-  if (!s.ok()) return fail(s);
+  if (links_ == nullptr) {
+    absl::Status s = pp_->BatchSendRecv(ops)->WaitOnStream();
+    if (!s.ok()) return fail(s);
+    return absl::OkStatus();
+  }
+  // Buffered: each leg on its own link (rank 0 sends, rank 1 receives); the sends are left
+  // in flight, the receives waited for.
+  std::vector<comm::WorkPtr> receives;
+  for (size_t i = 0; i < legs.size(); ++i) {
+    const Action& a = legs[i].action;
+    const bool send = IsSend(a.kind);
+    const bool is_grad = a.kind == ActionKind::kSendGrad || a.kind == ActionKind::kRecvGrad;
+    comm::Communicator* link =
+        send ? links_->Link(me, a.peer, is_grad) : links_->Link(a.peer, me, is_grad);
+    if (link == nullptr) {
+      return fail(absl::InternalError(
+          absl::StrCat(ToString(a), ": the schedule's links (BufferedLinks) have no such link")));
+    }
+    comm::P2POp op = ops[i];
+    op.peer = send ? 1 : 0;
+    comm::WorkPtr work = link->BatchSendRecv({op});
+    if (send) {
+      pending_.push_back({std::move(work), legs[i].tensor, ToString(a)});
+    } else {
+      receives.push_back(std::move(work));
+    }
+  }
+  for (const comm::WorkPtr& w : receives) {
+    absl::Status s = w->WaitOnStream();
+    if (!s.ok()) return fail(s);
+  }
+  // Drop the sends that are done (a failed one reports now).
+  std::vector<PendingSend> still;
+  for (PendingSend& p : pending_) {
+    if (!p.work->Poll()) {
+      still.push_back(std::move(p));
+      continue;
+    }
+    absl::Status s = p.work->Wait();
+    if (!s.ok()) return fail(absl::Status(s.code(), absl::StrCat(p.what, ": ", s.message())));
+  }
+  pending_ = std::move(still);
   return absl::OkStatus();
 }
 

@@ -20,7 +20,10 @@
 // Receive buffers are allocated by the caller (AllocateBoundary) and must stay
 // alive until Exchange returns.
 
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,6 +60,29 @@ int MessageTag(bool is_grad, int micro_batch, int consumer_virtual_stage, int nu
 // stages stays below comm::kMaxTag; the error names --micro-batches and the stages.
 absl::Status CheckTagRange(int micro_batches, int num_virtual_stages);
 
+// Buffered sends for the schedules that need them (NeedsBufferedSends: the V of zbv and
+// dualpipev, interleaved with G > P). Under the communicator's contract a send may complete only
+// once its receive is posted, and a BatchSendRecv holds back the ops issued after it; those
+// schedules' lists deadlock then (a stage's batch with a lone send waits for a peer that waits
+// in its own batch). So every (sender, receiver, kind) link of the schedule gets its own
+// two-rank communicator split from pp: a send in flight holds back only later sends on its own
+// link, which its receiver takes in the same order (per link, activations and gradients each
+// move in micro-batch order); the stage waits for its receives, and for its sends only at the
+// end of the step. That is the simulator's eager mode with tagged channels.
+class BufferedLinks {
+ public:
+  // Collective over pp (every stage calls it with the same schedule): one Split per link.
+  static absl::StatusOr<std::unique_ptr<BufferedLinks>> Create(comm::Communicator* pp,
+                                                               const Schedule& schedule);
+  // The link's communicator (rank 0 the sender, rank 1 the receiver); null if the schedule
+  // has no such link.
+  comm::Communicator* Link(int src, int dst, bool is_grad) const;
+  int size() const { return static_cast<int>(links_.size()); }
+
+ private:
+  std::map<std::tuple<int, int, bool>, std::unique_ptr<comm::Communicator>> links_;
+};
+
 // One stage's end of the pipeline links.
 class StageP2P {
  public:
@@ -86,7 +112,15 @@ class StageP2P {
   // communicator's timeout applies). Shapes and dtypes are checked before
   // anything is posted. Errors name the stage and the batch's actions:
   //   "stage 1: RecvGrad(micro-batch 3, chunk 0) from stage 2: <comm status>".
+  // With buffered links: each leg on its link; waits for the receives only, the
+  // sends (their tensors kept) finish in the background (FinishSends).
   absl::Status Exchange(const std::vector<Leg>& legs);
+
+  // Buffered sends over these links from now on (NeedsBufferedSends).
+  void UseBufferedLinks(std::unique_ptr<BufferedLinks> links) { links_ = std::move(links); }
+  bool buffered() const { return links_ != nullptr; }
+  // Waits for every send still in flight; the executor calls it at the end of a step.
+  absl::Status FinishSends();
 
  private:
   comm::Communicator* pp_;
@@ -95,6 +129,13 @@ class StageP2P {
   core::DType dtype_;
   core::Device device_;
   bool v_shape_ = false;
+  std::unique_ptr<BufferedLinks> links_;
+  struct PendingSend {
+    comm::WorkPtr work;
+    core::Tensor tensor;  // kept until the send is done
+    std::string what;     // "SendGrad(micro-batch 3, chunk 0) to stage 2"
+  };
+  std::vector<PendingSend> pending_;
 };
 
 // "RecvGrad(micro-batch 3, chunk 0) from stage 2, SendActivation(...) to stage 2".

@@ -40,6 +40,10 @@ StageChunk PlacementOf(const ScheduleOptions& o, int vs) {
   return StageChunk{vs % o.pp, vs / o.pp};
 }
 
+bool NeedsBufferedSends(const ScheduleOptions& o) {
+  return IsVShape(o.kind) || (o.kind == ScheduleKind::kInterleaved && EffectiveGroupSize(o) > o.pp);
+}
+
 int EffectiveGroupSize(const ScheduleOptions& o) {
   if (o.kind != ScheduleKind::kInterleaved) return 1;
   return o.microbatch_group_size > 0 ? o.microbatch_group_size : o.pp;

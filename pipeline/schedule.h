@@ -83,6 +83,11 @@ struct StageChunk {
 };
 StageChunk PlacementOf(const ScheduleOptions& options, int virtual_stage);
 
+// Whether the schedule's lists are deadlock-free only when a send completes without its
+// receive (the simulator's eager mode): the V (zbv, dualpipev) and interleaved with G > P.
+// Its executor sends over BufferedLinks (pipeline/p2p.h).
+bool NeedsBufferedSends(const ScheduleOptions& options);
+
 // G after applying the default (interleaved), 1 for the other schedules.
 int EffectiveGroupSize(const ScheduleOptions& options);
 

@@ -35,8 +35,8 @@ refused "--seq-length (18) is not divisible by 2 x --context-parallel-size" \
   "$GPT" --train-iters=5 --context-parallel-size=2 --seq-length=18
 refused "--nproc-per-node=2 .*RANK=1, WORLD_SIZE=2" env RANK=1 WORLD_SIZE=2 "$GPT" --nproc-per-node=2
 refused "RANK=1 is set but WORLD_SIZE is not" env RANK=1 "$GPT"
-refused "--pipeline-schedule=zbv is not offered by //train:gpt yet" \
-  "$GPT" --pipeline-model-parallel-size=2 --pipeline-schedule=zbv
+refused "--pipeline-schedule=dualpipev needs at least 2 x --pipeline-model-parallel-size = 4" \
+  "$GPT" --pipeline-model-parallel-size=2 --pipeline-schedule=dualpipev
 # torchrun's variables and no master: this process is rank 1 and waits for
 # rank 0 (here up to 3 s), never starting ranks of its own. Ranks started
 # without our launcher bring the job's secret (LOOM_RENDEZVOUS_SECRET).
@@ -103,8 +103,16 @@ run ucx_tp2_pp2_zbh1 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
   --tensor-model-parallel-size=2 --sequence-parallel --pipeline-model-parallel-size=2 \
   --pipeline-schedule=zb-h1 --recompute-granularity=full --recompute-method=uniform \
   --recompute-num-layers=1
+# The V (zbv, dualpipev: stage 0 holds the first and the last layers): its
+# sends must not wait for their receives, so each (sender, receiver, kind)
+# link is its own communicator.
+run ucx_pp2_dualpipev "$GPT" --distributed-backend=ucx --nproc-per-node=2 \
+  --pipeline-model-parallel-size=2 --pipeline-schedule=dualpipev
+run ucx_tp2_pp2_zbv "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --tensor-model-parallel-size=2 --sequence-parallel --pipeline-model-parallel-size=2 \
+  --pipeline-schedule=zbv
 for name in ucx_tp2 ucx_pp2 ucx_dp2 ucx_tp2_pp2 ucx_pp2_dp2 ucx_cp2 ucx_cp2_tp2 ucx_pp2_dp2_zbh1 \
-    ucx_tp2_pp2_zbh1; do
+    ucx_tp2_pp2_zbh1 ucx_pp2_dualpipev ucx_tp2_pp2_zbv; do
   compare "$name"
 done
 compare ucx_dp2_overlap ucx_dp2

@@ -118,12 +118,19 @@ absl::Status Trainer::Setup() {
   LOOM_RETURN_IF_ERROR(SetupData());  // fixes the vocabulary size
 
   const int pp = grid_.pp(), vp = config_.virtual_pipeline_size;
+  pipeline::ScheduleOptions so;
+  so.kind = config_.pipeline_schedule;
+  so.pp = pp;
+  so.vp = vp;
+  so.micro_batches = static_cast<int>(config_.num_micro_batches);
+  // The chunks' layers where the schedule places them: Megatron's interleaving, or the V of
+  // zbv and dualpipev (stage r: virtual stages r and 2P-1-r, so stage 0 holds both ends).
   std::vector<layers::ChunkSpec> chunks;
   for (int c = 0; c < vp; ++c) {
-    LOOM_ASSIGN_OR_RETURN(pipeline::LayerRange r,
-                          pipeline::LayersOf(config_.model.num_layers, pp, vp, coord_.pp_rank, c));
-    chunks.push_back(layers::ChunkSpec{r.first, r.count, c == 0 && coord_.pp_rank == 0,
-                                       c == vp - 1 && coord_.pp_rank == pp - 1});
+    LOOM_ASSIGN_OR_RETURN(pipeline::LayerRange r, pipeline::ChunkLayers(so, config_.model.num_layers,
+                                                                        coord_.pp_rank, c));
+    const int vs = pipeline::VirtualStageOf(so, coord_.pp_rank, c);
+    chunks.push_back(layers::ChunkSpec{r.first, r.count, vs == 0, vs == pp * vp - 1});
   }
   layers::TpGroup tp{groups_.tp.get(), config_.sequence_parallel};
   layers::CpGroup cp{groups_.cp.get()};
@@ -145,11 +152,6 @@ absl::Status Trainer::Setup() {
     model_->params().flat_grads().storage()->set_memory_category(core::MemoryCategory::kGradients);
   }
 
-  pipeline::ScheduleOptions so;
-  so.kind = config_.pipeline_schedule;
-  so.pp = pp;
-  so.vp = vp;
-  so.micro_batches = static_cast<int>(config_.num_micro_batches);
   LOOM_ASSIGN_OR_RETURN(pipeline::Schedule schedule, pipeline::BuildSchedule(so));
   pipeline::ExecutorOptions eo;
   eo.micro_batch_size = config_.micro_batch_size;
@@ -177,7 +179,8 @@ absl::Status Trainer::Setup() {
   gg.dp = GradientGroup();
   gg.expert_dp = expert_dp_.get();
   gg.expert_parallel = config_.expert_model_parallel_size;
-  gg.embedding = groups_.embedding.get();
+  // The V keeps both ends of the tied embedding on stage 0: nothing to sum across stages.
+  gg.embedding = pipeline::IsVShape(so.kind) ? nullptr : groups_.embedding.get();
   distributed::GradientSyncOptions go;
   go.micro_batches = config_.num_micro_batches;
   go.bucket_bytes = config_.optimizer.bucket_bytes;
