@@ -86,17 +86,38 @@ absl::Status ParallelAttention::MakeIds(int64_t rows, const Tensor& like, Saved*
   return absl::OkStatus();
 }
 
+namespace {
+
+// qk's token rows [s, b] in batch-row order [b, s] and back, as row-gather
+// ids on `device`: to_rows[j·s + i] = i·b + j, to_tokens its inverse.
+absl::Status RowOrders(int64_t s, int64_t b, core::Device device, Tensor* to_rows,
+                       Tensor* to_tokens) {
+  LOOM_ASSIGN_OR_RETURN(*to_rows, Tensor::Empty(Shape{s * b}, core::DType::kI32));
+  LOOM_ASSIGN_OR_RETURN(*to_tokens, Tensor::Empty(Shape{s * b}, core::DType::kI32));
+  for (int64_t i = 0; i < s; ++i) {
+    for (int64_t j = 0; j < b; ++j) {
+      to_rows->data<int32_t>()[j * s + i] = static_cast<int32_t>(i * b + j);
+      to_tokens->data<int32_t>()[i * b + j] = static_cast<int32_t>(j * s + i);
+    }
+  }
+  if (device.is_cpu()) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(*to_rows, to_rows->To(device));
+  LOOM_ASSIGN_OR_RETURN(*to_tokens, to_tokens->To(device));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward,
                                       const PackedDocuments* documents) const {
   const int64_t s = qk->dim(0);
   if (documents != nullptr && !documents->position.empty()) {
-    // Position ids per (row, batch row): each batch row's tokens in order
-    // ([b, s], a gather away from qk's [s, b] when b > 1), rotated in runs
-    // whose ids count up by one (the documents): one RoPE call per document,
-    // not per token. The gathers copy rows, so every value is the one the
-    // per-token rotation gives.
+    // Position ids per token: each batch row's tokens in order ([b, s], a
+    // row gather away from qk's [s, b] when b > 1) rotated in runs whose ids
+    // count up by one (the documents): one RoPE call per document, not per
+    // token. The gathers copy rows, so every value is the per-token one.
     const int64_t b = qk->dim(1), width = qk->dim(2) * qk->dim(3);
-    std::vector<int32_t> pos(b * s);
+    std::vector<int32_t> pos(b * s);  // [b, s]
     for (const RowRun& run : ActivationRowRuns(TpGroup{}, cp_, s)) {
       for (int64_t i = 0; i < run.count; ++i) {
         for (int64_t j = 0; j < b; ++j) {
@@ -106,28 +127,13 @@ absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward,
       }
     }
     LOOM_ASSIGN_OR_RETURN(Tensor tokens, qk->Reshape(Shape{s * b, width}));
-    Tensor by_row = tokens, to_row, to_token;
+    Tensor by_row = tokens, to_rows, to_tokens;
     core::ops::EmbeddingOptions copy_rows;
     copy_rows.zero_out_of_range = true;  // in range by construction: no host check
     if (b > 1) {
-      // to_row[j·s + i] = i·b + j (qk's row of token i of batch row j); to_token its inverse.
-      LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{2, s * b}, core::DType::kI32));
-      int32_t* p = ids.data<int32_t>();
-      for (int64_t i = 0; i < s; ++i) {
-        for (int64_t j = 0; j < b; ++j) {
-          p[j * s + i] = static_cast<int32_t>(i * b + j);
-          p[s * b + i * b + j] = static_cast<int32_t>(j * s + i);
-        }
-      }
-      if (!qk->device().is_cpu()) {
-        LOOM_ASSIGN_OR_RETURN(ids, ids.To(qk->device()));
-      }
-      LOOM_ASSIGN_OR_RETURN(Tensor to_row2, ids.Narrow(0, 1));
-      LOOM_ASSIGN_OR_RETURN(to_row, to_row2.Reshape(Shape{s * b}));
-      LOOM_ASSIGN_OR_RETURN(Tensor to_token2, ids.Narrow(1, 1));
-      LOOM_ASSIGN_OR_RETURN(to_token, to_token2.Reshape(Shape{s * b}));
+      LOOM_RETURN_IF_ERROR(RowOrders(s, b, qk->device(), &to_rows, &to_tokens));
       LOOM_ASSIGN_OR_RETURN(by_row, Tensor::Empty(tokens.shape(), qk->dtype(), qk->device()));
-      LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(to_row, tokens, &by_row, copy_rows));
+      LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(to_rows, tokens, &by_row, copy_rows));
     }
     LOOM_ASSIGN_OR_RETURN(Tensor rows, by_row.Reshape(Shape{s * b, 1, qk->dim(2), qk->dim(3)}));
     for (int64_t t0 = 0, t1; t0 < s * b; t0 = t1) {
@@ -138,10 +144,8 @@ absl::Status ParallelAttention::Rotate(Tensor* qk, bool backward,
       LOOM_RETURN_IF_ERROR(backward ? core::ops::RopeBackward(part, rope, &part)
                                     : core::ops::RopeForward(part, rope, &part));
     }
-    if (b > 1) {
-      LOOM_RETURN_IF_ERROR(core::ops::EmbeddingForward(to_token, by_row, &tokens, copy_rows));
-    }
-    return absl::OkStatus();
+    if (b == 1) return absl::OkStatus();
+    return core::ops::EmbeddingForward(to_tokens, by_row, &tokens, copy_rows);
   }
   // The attention's rows are the CP rank's whole local sequence (SP has
   // gathered it): runs of consecutive global positions, one without CP.
