@@ -36,9 +36,9 @@ Placement PlacementOf(const layers::ParamSpec& spec, const Shard& shard) {
 }
 
 Placement PlacementOf(const layers::Param& p) {
-  const core::Shape& local = p.master.shape();
+  const core::Shape& local = p.shape;
   const int64_t local_rows = local.rank() == 0 ? 1 : local.dim(0);
-  const int64_t local_cols = local_rows == 0 ? 0 : p.master.numel() / local_rows;
+  const int64_t local_cols = local_rows == 0 ? 0 : local.numel() / local_rows;
   return PlacementOf(*p.spec, Shard{p.split_start, local_rows, local_cols});
 }
 
@@ -62,7 +62,7 @@ std::vector<MomentPart> MomentParts(const layers::Param& p, const RankView& v,
   int64_t base = 0;  // where the range starts in the moments
   for (const auto& [first, last] : v.moment_ranges) {
     const int64_t begin = std::max(p.offset, first) - p.offset;
-    const int64_t end = std::min({p.offset + p.master.numel(), last, p.offset + pl.rect.flat_end}) -
+    const int64_t end = std::min({p.offset + p.shape.numel(), last, p.offset + pl.rect.flat_end}) -
                         p.offset;
     if (begin < end) {
       Region r = pl.rect;
@@ -93,7 +93,12 @@ std::vector<Piece> PiecesToSave(const RankView& v, bool save_optimizer) {
     if (!Owns(p, v)) continue;
     const Placement pl = PlacementOf(p);
     const int replica = p.spec->expert ? v.expert_dp_rank : v.dp_rank;
-    if (replica == 0 && pl.rect.numel() > 0) {
+    if (v.values != nullptr) {  // ZeRO-3: this rank's ranges of it, as its moments
+      for (const MomentPart& part : MomentParts(p, v, pl)) {
+        pieces.push_back(Piece{p.spec->name, PARAM, pl.global_shape, part.region,
+                               v.values->data<float>() + part.at});
+      }
+    } else if (replica == 0 && pl.rect.numel() > 0) {
       pieces.push_back(Piece{p.spec->name, PARAM, pl.global_shape, pl.rect,
                              p.master.data<float>()});
     }
@@ -117,6 +122,9 @@ absl::Status LoadRank(CheckpointReader& reader, const RankView& v, bool load_opt
   // stored ranges.
   std::vector<CheckpointReader::Request> requests;
   std::vector<std::pair<int64_t, int64_t>> moment_ranges;  // [at, +n) in the moment buffers
+  if (v.values != nullptr) {  // padding and the rows never stored stay zero
+    std::memset(v.values->data<float>(), 0, v.values->nbytes());
+  }
   for (layers::Param& p : v.params->params()) {
     const Placement pl = PlacementOf(p);
     const TensorInfo* t = reader.Find(p.spec->name, PARAM);
@@ -133,13 +141,19 @@ absl::Status LoadRank(CheckpointReader& reader, const RankView& v, bool load_opt
           absl::StrCat("parameter ", p.spec->name, " has global shape [", got,
                        "] in checkpoint ", reader.path(), " but [", want, "] from the flags"));
     }
-    float* value = p.master.data<float>();
-    // The stored rectangle is the local shard's leading rows: zero the rest.
-    if (pl.rect.numel() < p.master.numel()) {
-      std::memset(value + pl.rect.numel(), 0,
-                  static_cast<size_t>(p.master.numel() - pl.rect.numel()) * sizeof(float));
+    if (v.values != nullptr) {  // ZeRO-3: this rank's ranges (zeroed whole below)
+      for (const MomentPart& part : MomentParts(p, v, pl)) {
+        requests.push_back({p.spec->name, PARAM, part.region, v.values->data<float>() + part.at});
+      }
+    } else {
+      float* value = p.master.data<float>();
+      // The stored rectangle is the local shard's leading rows: zero the rest.
+      if (pl.rect.numel() < p.shape.numel()) {
+        std::memset(value + pl.rect.numel(), 0,
+                    static_cast<size_t>(p.shape.numel() - pl.rect.numel()) * sizeof(float));
+      }
+      requests.push_back({p.spec->name, PARAM, pl.rect, value});
     }
-    requests.push_back({p.spec->name, PARAM, pl.rect, value});
     if (!moments) continue;
     for (const MomentPart& part : MomentParts(p, v, pl)) {
       for (const Moment& m : Moments(v)) {

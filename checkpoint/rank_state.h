@@ -36,6 +36,10 @@ struct RankView {
   core::Tensor* exp_avg = nullptr;     // f32[>= total length of moment_ranges]
   core::Tensor* exp_avg_sq = nullptr;
   std::vector<std::pair<int64_t, int64_t>> moment_ranges;  // sorted [begin, end)
+  // ZeRO-3 (optim_grads_params): the parameters' values of `moment_ranges`,
+  // back to back like the moments (params holds none): each rank saves and
+  // loads its own ranges, as the moments. Null: params->flat_values().
+  core::Tensor* values = nullptr;
   int tp_rank = 0, dp_rank = 0, pp_rank = 0;
   // Under expert parallelism the rank among those holding the same experts
   // (ParamSpec::expert; DP / EP x CP ranks): its first rank writes them

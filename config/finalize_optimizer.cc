@@ -15,6 +15,7 @@ absl::Status ShardingStrategy(TrainConfig* c) {
   const std::string& s = c->data_parallel_sharding_strategy;
   OptimizerConfig& o = c->optimizer;
   if (s.empty()) return absl::OkStatus();  // --use-distributed-optimizer alone decides
+  o.shard_params = false;
   if (s == "no_shard") {
     if (o.distributed) {
       return absl::InvalidArgumentError(
@@ -26,29 +27,42 @@ absl::Status ShardingStrategy(TrainConfig* c) {
   } else if (s == "optim") {
     o.distributed = true;
     o.shard_gradients = false;
-  } else if (s == "optim_grads") {
+  } else if (s == "optim_grads" || s == "optim_grads_params") {
     o.distributed = true;
     o.shard_gradients = true;
+    o.shard_params = s == "optim_grads_params";
     if (pipeline::SplitsBackward(c->pipeline_schedule)) {
       // GradientSync binds a bucket's ZeRO-2 buffer from a unit's BeforeBackward to its
       // AfterBackward per micro-batch; the split backward defers the weight gradients (and so
       // the AfterBackward) past the next micro-batches' backward.
       return absl::UnimplementedError(absl::StrCat(
-          "--data-parallel-sharding-strategy=optim_grads with --pipeline-schedule=",
+          "--data-parallel-sharding-strategy=", s, " with --pipeline-schedule=",
           core::EnumName(c->pipeline_schedule),
           " is not supported yet: use optim (--use-distributed-optimizer), or a schedule "
           "without a split backward (1f1b, interleaved, gpipe)"));
     }
-  } else if (s == "optim_grads_params") {
-    return absl::UnimplementedError(
-        "--data-parallel-sharding-strategy=optim_grads_params (ZeRO-3: parameters sharded at "
-        "rest) is not implemented yet; optim_grads (ZeRO-2) shards the optimizer state and the "
-        "gradients");
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--data-parallel-sharding-strategy=", s,
-        ": expected no_shard, optim (ZeRO-1, as --use-distributed-optimizer) or optim_grads "
-        "(ZeRO-2)"));
+        ": expected no_shard, optim (ZeRO-1, as --use-distributed-optimizer), optim_grads "
+        "(ZeRO-2) or optim_grads_params (ZeRO-3)"));
+  }
+  if (o.shard_params) {
+    // ZeRO-3 is proven on the CPU without expert parallelism; the rest is refused before any
+    // work rather than run unproven.
+    if (!c->model.device.is_cpu()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "--data-parallel-sharding-strategy=optim_grads_params with --device=",
+          c->model.device.ToString(),
+          " is not supported yet (ZeRO-3 runs on --device=cpu): use optim_grads (ZeRO-2)"));
+    }
+    if (c->expert_model_parallel_size > 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          "--data-parallel-sharding-strategy=optim_grads_params with "
+          "--expert-model-parallel-size=",
+          c->expert_model_parallel_size,
+          " is not supported yet: use optim_grads (ZeRO-2) with expert parallelism"));
+    }
   }
   return absl::OkStatus();
 }

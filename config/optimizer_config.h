@@ -15,9 +15,10 @@ struct OptimizerConfig {
   float clip_grad = 1.0f;     // --clip-grad (0: no clipping)
   // Megatron's --data-parallel-sharding-strategy: no_shard (both false),
   // optim (ZeRO-1: `distributed`, also --use-distributed-optimizer) or
-  // optim_grads (ZeRO-2: both). optim_grads_params (ZeRO-3) is refused.
+  // optim_grads (ZeRO-2: both) or optim_grads_params (ZeRO-3: all three).
   bool distributed = false;      // Adam state (and the update) sharded over DP
   bool shard_gradients = false;  // only the owned shard of the gradients is kept
+  bool shard_params = false;     // only the owned shard of the parameters is kept
   int64_t bucket_bytes = 4 << 20;  // data-parallel gradient buckets (GradientSync)
 };
 

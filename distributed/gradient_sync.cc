@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_stats.h"
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/params.h"
@@ -50,14 +51,32 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
         "--data-parallel-sharding-strategy=optim_grads shards the optimizer state too: "
         "GradientSyncOptions::shard_gradients needs distributed_optimizer");
   }
+  if (options.shard_params && !options.shard_gradients) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-sharding-strategy=optim_grads_params shards the gradients too: "
+        "GradientSyncOptions::shard_params needs shard_gradients");
+  }
+  if (options.shard_params && model->params().holds_values()) {
+    return absl::InvalidArgumentError(
+        "GradientSync: ZeRO-3 keeps the parameters' owned shard itself: build the model without "
+        "value buffers (GptConfig::allocate_parameters = false)");
+  }
   std::unique_ptr<GradientSync> s(new GradientSync(model, groups, options));
   LOOM_RETURN_IF_ERROR(s->Layout());
   if (options.shard_gradients) LOOM_RETURN_IF_ERROR(s->LayoutShard());
+  if (options.shard_params) {
+    LOOM_ASSIGN_OR_RETURN(ParamShard values, ParamShard::Create(s->owned_, model->params()));
+    s->values_.emplace(std::move(values));
+    s->gathered_.assign(s->buckets_.size(), {});
+  }
   model->AddObserver(s.get());
   return s;
 }
 
-GradientSync::~GradientSync() { model_->RemoveObserver(this); }
+GradientSync::~GradientSync() {
+  if (zero3()) DropAllGathered().IgnoreError();
+  model_->RemoveObserver(this);
+}
 
 absl::Status GradientSync::Layout() {
   const layers::ParamBuffer& params = model_->params();
@@ -235,6 +254,9 @@ absl::Status GradientSync::BeforeBackward(int64_t unit) {
   if (u < 0) {
     return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
   }
+  // ZeRO-3: the unit's values first (its backward, or its recomputed
+  // forward, reads them), then the previous unit's in the background.
+  if (zero3()) LOOM_RETURN_IF_ERROR(AcquireUnit(u, u - 1));
   // The largest first, so it takes the buffer a previous micro-batch gave
   // it and a smaller bucket the next free one it fits (no reallocation).
   std::vector<size_t> order = unit_buckets_[u];
@@ -330,6 +352,8 @@ absl::Status GradientSync::FinishShardedGradients() {
     if (bound_[b] >= 0) LOOM_RETURN_IF_ERROR(FlushBucket(b));
   }
   while (!in_flight_.empty()) LOOM_RETURN_IF_ERROR(CompleteOldestFlush());
+  // ZeRO-3: a prefetch the backward left (nothing holds a unit now).
+  if (zero3()) LOOM_RETURN_IF_ERROR(DropAllGathered());
   // The tied word embedding: rank r of both stages owns the same slice of
   // it, so the DP averages' slices are summed over the embedding group.
   std::vector<comm::WorkPtr> works;
@@ -364,7 +388,7 @@ absl::Status GradientSync::FinishShardedGradients() {
     works.clear();
     for (const layers::Param& p : model_->params().params()) {
       if (!p.spec->sequence_parallel_grad) continue;
-      const int64_t p_end = p.offset + p.master.numel();
+      const int64_t p_end = p.offset + p.shape.numel();
       for (const FlatRange& r : owned_) {
         const int64_t from = std::max(r.first, p.offset), to = std::min(r.second, p_end);
         if (from >= to) continue;
@@ -382,6 +406,12 @@ absl::Status GradientSync::FinishShardedGradients() {
 }
 
 absl::Status GradientSync::StartStep() {
+  if (zero3()) {
+    // A prefetch the last step (or evaluation) left behind, or what an
+    // interrupted step still held.
+    LOOM_RETURN_IF_ERROR(DropAllGathered());
+    peak_gathered_bytes_ = 0;
+  }
   if (zero2()) {
     // Whatever an interrupted step left bound goes back to the pool.
     while (!in_flight_.empty()) {
@@ -427,6 +457,7 @@ absl::Status GradientSync::AfterBackward(int64_t unit) {
         LOOM_RETURN_IF_ERROR(FlushBucket(b));
       }
     }
+    if (zero3()) return ReleaseUnit(u);
     return absl::OkStatus();
   }
   for (size_t u = 0; u < units.size(); ++u) {
@@ -530,7 +561,9 @@ absl::Status GradientSync::FinishGradients() {
 
 absl::Status GradientSync::StartParamGather() {
   exposed_gather_s_ = 0;
-  if (!sharded()) return absl::OkStatus();
+  // ZeRO-3: the optimizer updated the owned values in place; the next
+  // forward gathers each unit's when it needs them.
+  if (!sharded() || zero3()) return absl::OkStatus();
   const Tensor& values = model_->params().flat_values();
   // In forward order, so the first buckets the next forward needs come first.
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -573,10 +606,134 @@ absl::Status GradientSync::BeforeForward(int64_t unit) {
   const std::vector<layers::ParamUnit>& units = model_->units();
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].id != unit) continue;
+    if (zero3()) {
+      const int next = u + 1 < units.size() ? static_cast<int>(u + 1) : -1;
+      return AcquireUnit(static_cast<int>(u), next);
+    }
     for (size_t b : unit_buckets_[u]) LOOM_RETURN_IF_ERROR(WaitGather(b));
     return absl::OkStatus();
   }
   return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
+}
+
+absl::Status GradientSync::AfterForward(int64_t unit) {
+  if (!zero3()) return absl::OkStatus();
+  const int u = UnitIndex(unit);
+  if (u < 0) {
+    return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
+  }
+  return ReleaseUnit(u);
+}
+
+absl::Status GradientSync::AcquireUnit(int u, int prefetch) {
+  // Start every bucket the unit reads that is not gathered or on its way
+  // (all before the first wait, so they run together), then wait and bind.
+  for (size_t b : unit_buckets_[u]) LOOM_RETURN_IF_ERROR(StartValueGather(b));
+  for (size_t b : unit_buckets_[u]) {
+    LOOM_RETURN_IF_ERROR(BindGathered(b));
+    ++gathered_[b].holds;
+    gathered_[b].prefetched = false;
+  }
+  // A prefetch the schedule did not take (e.g. the next layer while a
+  // pipeline schedule runs another micro-batch's chunk next) is dropped.
+  for (size_t b = 0; b < gathered_.size(); ++b) {
+    if (gathered_[b].prefetched && gathered_[b].holds == 0) {
+      gathered_[b].prefetched = false;
+      LOOM_RETURN_IF_ERROR(DropGathered(b));
+    }
+  }
+  if (!options_.overlap_param_gather || prefetch < 0) return absl::OkStatus();
+  for (size_t b : unit_buckets_[prefetch]) {
+    LOOM_RETURN_IF_ERROR(StartValueGather(b));
+    gathered_[b].prefetched = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::ReleaseUnit(int u) {
+  for (size_t b : unit_buckets_[u]) {
+    Gathered& g = gathered_[b];
+    if (g.holds == 0) {
+      return absl::InternalError(absl::StrCat("GradientSync: unit ", model_->units()[u].id,
+                                              " released parameters it did not gather"));
+    }
+    if (--g.holds == 0 && !g.prefetched) LOOM_RETURN_IF_ERROR(DropGathered(b));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::StartValueGather(size_t b) {
+  Gathered& g = gathered_[b];
+  if (g.master.defined()) return absl::OkStatus();  // held, or on its way
+  const FlatRange& r = buckets_[b].range;
+  {
+    // The transient whole bucket: communication memory in the ledger.
+    core::MemoryScope tag(core::MemoryCategory::kCommunication);
+    LOOM_ASSIGN_OR_RETURN(g.master, Tensor::Empty(core::Shape{r.second - r.first},
+                                                  core::DType::kF32, model_->params().device()));
+  }
+  gathered_bytes_ += static_cast<int64_t>(g.master.nbytes());
+  peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+  for (const BucketPart& part : buckets_[b].parts) {
+    LOOM_ASSIGN_OR_RETURN(Tensor mine, values_->Slice(part.owned.first, part.owned.second));
+    LOOM_ASSIGN_OR_RETURN(Tensor all, Slice(g.master, {part.range.first - r.first,
+                                                       part.range.second - r.first}));
+    comm::Communicator* group = GroupOf(part);
+    if (group == nullptr) {  // owned whole: a copy
+      LOOM_RETURN_IF_ERROR(core::ops::Copy(mine, &all));
+      continue;
+    }
+    g.works.push_back(group->AllGather(mine, all));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::BindGathered(size_t b) {
+  Gathered& g = gathered_[b];
+  if (g.bound) return absl::OkStatus();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<comm::WorkPtr> works = std::move(g.works);
+  g.works.clear();
+  if (absl::Status st = comm::WaitAllOnStream(works); !st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("all-gather of a unit's parameters (ZeRO-3): ", st.message()));
+  }
+  exposed_gather_s_ += SecondsSince(start);
+  const FlatRange& r = buckets_[b].range;
+  if (model_->params().compute_dtype() != core::DType::kF32) {
+    // The bf16 weights the layers compute with, from the gathered f32 (as
+    // ParamBuffer::SyncComputeCopy makes them without ZeRO-3).
+    core::MemoryScope tag(core::MemoryCategory::kCommunication);
+    LOOM_ASSIGN_OR_RETURN(g.compute, Tensor::Empty(g.master.shape(),
+                                                   model_->params().compute_dtype(),
+                                                   g.master.device()));
+    LOOM_RETURN_IF_ERROR(core::ops::Convert(g.master, &g.compute));
+    gathered_bytes_ += static_cast<int64_t>(g.compute.nbytes());
+  }
+  peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+  g.bound = true;
+  return model_->params().BindValues(r.first, r.second, g.master, g.compute);
+}
+
+absl::Status GradientSync::DropGathered(size_t b) {
+  Gathered& g = gathered_[b];
+  if (!g.master.defined()) return absl::OkStatus();
+  absl::Status st = comm::WaitAllOnStream(g.works);  // never free memory a gather writes
+  g.works.clear();
+  if (g.bound) {
+    const FlatRange& r = buckets_[b].range;
+    st.Update(model_->params().BindValues(r.first, r.second, Tensor(), Tensor()));
+  }
+  gathered_bytes_ -= static_cast<int64_t>(g.master.nbytes()) +
+                     (g.compute.defined() ? static_cast<int64_t>(g.compute.nbytes()) : 0);
+  g = Gathered();
+  return st;
+}
+
+absl::Status GradientSync::DropAllGathered() {
+  absl::Status status;
+  for (size_t b = 0; b < gathered_.size(); ++b) status.Update(DropGathered(b));
+  return status;
 }
 
 }  // namespace loom::distributed

@@ -51,6 +51,27 @@
 // the experts' 1 / EP act on the shard. Sums are linear: only rounding
 // differs from ZeRO-1.
 //
+// ZeRO-3 (shard_params, --data-parallel-sharding-strategy=optim_grads_params):
+// ZeRO-2, and the parameters are sharded at rest too. The model is built
+// without value buffers (GptConfig::allocate_parameters); this rank keeps
+// only the f32 values of owned() (ParamShard, the optimizer's moment
+// layout), which the optimizer updates in place: nothing is all-gathered
+// after the step. Before a unit's forward (BeforeForward) and again before
+// its backward (BeforeBackward, which a recomputed forward follows) every
+// bucket it reads is all-gathered from the owned slices into a buffer (and
+// its bf16 compute copy converted from it under --bf16) bound to the
+// parameters' Param::value views (ParamBuffer::BindValues); after the
+// unit's forward or backward the buffer is released, unless another unit
+// still holds the bucket (a bucket spanning units). With
+// --overlap-param-gather the next unit's buckets (the next in forward order
+// during a forward, the previous during a backward) start gathering as soon
+// as the current unit's are bound, behind its computation; a guess the
+// schedule does not take is dropped at the next unit. The tied word
+// embedding (the embedding's and the head's, at PP 1) is gathered by each
+// of the two units that read it, each time; at PP > 1 each end stage holds
+// its own copy, sharded alike, updated alike from the summed gradient.
+// Gather buffers are transient communication memory in the ledger.
+//
 // Every DP rank (and TP rank) holds the same layout and runs the same
 // schedule, so buckets start in the same order everywhere: the collectives
 // match. All reductions are linear, so their order does not change the
@@ -67,6 +88,7 @@
 #include "absl/status/statusor.h"
 #include "comm/comm.h"
 #include "distributed/gradient_shard.h"
+#include "distributed/param_shard.h"
 #include "layers/stage_model.h"
 
 namespace loom::distributed {
@@ -83,6 +105,9 @@ struct GradientSyncOptions {
   // --data-parallel-sharding-strategy=optim_grads (ZeRO-2; needs the
   // distributed optimizer): only the owned shard of the gradients is kept.
   bool shard_gradients = false;
+  // --data-parallel-sharding-strategy=optim_grads_params (ZeRO-3; needs
+  // shard_gradients): the parameters' values are sharded as well.
+  bool shard_params = false;
 };
 
 struct GradientSyncGroups {
@@ -163,6 +188,16 @@ class GradientSync : private layers::UnitObserver {
   int grad_buffers() const { return shard_ ? shard_->pool_size() : 0; }
   int64_t grad_buffer_bytes() const { return shard_ ? shard_->pool_bytes() : 0; }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
+  // ZeRO-3: the values of owned(), back to back in its order (what the
+  // optimizer updates and a checkpoint saves); undefined otherwise.
+  core::Tensor owned_values() const { return values_ ? values_->shard() : core::Tensor(); }
+  core::Tensor* mutable_owned_values() { return values_ ? &values_->mutable_shard() : nullptr; }
+  // ZeRO-3: the bytes of gathered buckets held now (f32 and compute copy),
+  // and the most held at once since StartStep.
+  int64_t gathered_bytes() const { return gathered_bytes_; }
+  int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
+  // ZeRO-3: the buckets each unit gathers (per units() index).
+  const std::vector<std::vector<size_t>>& unit_buckets() const { return unit_buckets_; }
 
   // What was not hidden behind computation in the last step, in seconds:
   // the wait in FinishGradients, and the waits for parameter gathers (in
@@ -180,6 +215,7 @@ class GradientSync : private layers::UnitObserver {
   absl::Status AfterBackward(int64_t unit) override;
   absl::Status BeforeForward(int64_t unit) override;
   absl::Status BeforeBackward(int64_t unit) override;
+  absl::Status AfterForward(int64_t unit) override;
   absl::Status StartBucket(size_t b);
   int UnitIndex(int64_t unit) const;  // -1: unknown
   // ZeRO-2 (see the top of this file).
@@ -189,6 +225,14 @@ class GradientSync : private layers::UnitObserver {
   absl::Status CompleteOldestFlush();  // waits, adds into the shard, frees the buffer
   absl::Status FinishShardedGradients();
   absl::Status WaitGather(size_t b);
+  // ZeRO-3 (see the top of this file).
+  bool zero3() const { return options_.shard_params; }
+  absl::Status AcquireUnit(int u, int prefetch);  // prefetch: a units() index, or -1
+  absl::Status ReleaseUnit(int u);
+  absl::Status StartValueGather(size_t b);
+  absl::Status BindGathered(size_t b);
+  absl::Status DropGathered(size_t b);  // waits for its gather, frees it
+  absl::Status DropAllGathered();
   bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }
   bool expert_parallel() const { return groups_.expert_parallel > 1; }
   bool sharded() const { return options_.distributed_optimizer && data_parallel(); }
@@ -223,6 +267,17 @@ class GradientSync : private layers::UnitObserver {
     std::vector<comm::WorkPtr> works;
   };
   std::deque<Flush> in_flight_;
+  // ZeRO-3.
+  std::optional<ParamShard> values_;
+  struct Gathered {
+    core::Tensor master, compute;  // the bucket's whole values (undefined: not gathered)
+    std::vector<comm::WorkPtr> works;  // the all-gathers still to wait for
+    bool bound = false;       // waited for and bound to the model's Param::value
+    int holds = 0;            // units between their before- and after-event
+    bool prefetched = false;  // started for a unit not yet begun
+  };
+  std::vector<Gathered> gathered_;  // per bucket
+  int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
   double waited_s_ = 0;  // this step's waits for reduce-scatters during the backward
   double exposed_grad_s_ = 0, exposed_gather_s_ = 0;
   int started_early_ = 0;

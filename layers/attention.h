@@ -160,7 +160,7 @@ class ParallelMlp {
   };
   ParallelMlp(Param* up_w, Param* up_b, Param* down_w, Param* down_b, TpGroup tp,
               bool swiglu = false)
-      : up_(up_w, up_b, tp, swiglu ? down_w->value.dim(0) : 0),
+      : up_(up_w, up_b, tp, swiglu ? down_w->shape.dim(0) : 0),
         down_(down_w, down_b, tp),
         swiglu_(swiglu) {}
 

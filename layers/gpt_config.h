@@ -90,6 +90,9 @@ struct GptConfig : GptArchitecture {
   // the gradient storage and binds a bucket buffer per backward: the model is
   // built without one, so a full-size buffer never exists (not even at setup).
   bool allocate_gradients = true;
+  // ZeRO-3 (optim_grads_params): //distributed keeps the owned shard of the
+  // parameters and binds each unit's gathered values: no full-size buffer.
+  bool allocate_parameters = true;
 
   bool recompute_full() const { return recompute_granularity == RecomputeGranularity::kFull; }
   bool recompute_selective() const {

@@ -137,7 +137,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   LOOM_ASSIGN_OR_RETURN(m->params_,
                         ParamBuffer::Create(std::move(specs), tp.rank(), tp.size(), config.seed,
                                             buffer_multiple, config.device, config.compute_dtype,
-                                            config.allocate_gradients));
+                                            config.allocate_gradients,
+                                            config.allocate_parameters));
   m->word_embedding_ = m->params_.Find(kWordEmbeddingName);
   m->position_embedding_ = m->params_.Find(kPositionEmbeddingName);
   m->output_layer_weight_ = m->params_.Find(kOutputLayerName);

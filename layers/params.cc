@@ -1,5 +1,6 @@
 #include "layers/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -54,7 +55,7 @@ float InitialValue(const ParamSpec& spec, uint64_t seed, int64_t index) {
 absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, int tp_rank,
                                                 int tp_size, uint64_t seed, int64_t multiple,
                                                 core::Device device, core::DType compute_dtype,
-                                                bool gradients) {
+                                                bool gradients, bool values) {
   if (compute_dtype != core::DType::kF32 && compute_dtype != core::DType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat("ParamBuffer: compute dtype ",
                                                    core::DTypeName(compute_dtype),
@@ -95,32 +96,20 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
     buf.numel_ += local->numel();
     total += multiple > 1 ? (local->numel() + multiple - 1) / multiple * multiple : local->numel();
   }
-  absl::StatusOr<core::Tensor> values = core::Tensor::Zeros(core::Shape{total}, core::DType::kF32);
-  if (!values.ok()) return values.status();
-  buf.values_ = *values;
+  buf.padded_numel_ = total;
+  buf.seed_ = seed;
+  buf.device_ = device;
+  buf.compute_dtype_ = compute_dtype;
   for (size_t i = 0; i < buf.params_.size(); ++i) {
-    Param& p = buf.params_[i];
-    const ParamSpec& spec = buf.specs_[i];
-    p.spec = &buf.specs_[i];
-    p.master = *buf.values_.View(p.offset, local_shapes[i]);
-    // Fill the shard with the global tensor's values at the matching indices.
-    float* v = p.master.data<float>();
-    const core::Shape& g = spec.global_shape;
-    const int64_t cols = g.rank() >= 2 ? g.numel() / g.dim(0) : 1;
-    const int64_t local_cols = local_shapes[i].rank() >= 2 ? local_shapes[i].numel() / local_shapes[i].dim(0) : 1;
-    const int64_t n = local_shapes[i].numel();
-    // Every element depends only on (seed, name, index): threads cannot change it.
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < n; ++k) {
-      int64_t row = k / local_cols, col = k % local_cols;
-      int64_t global = spec.split == TpSplit::kRows   ? (row + p.split_start) * cols + col
-                       : spec.split == TpSplit::kCols ? row * cols + col + p.split_start
-                                                      : k;
-      v[k] = InitialValue(spec, seed, global);
-    }
+    buf.params_[i].spec = &buf.specs_[i];
+    buf.params_[i].shape = local_shapes[i];
+  }
+  if (values) {
+    LOOM_ASSIGN_OR_RETURN(buf.values_, core::Tensor::Zeros(core::Shape{total}, core::DType::kF32));
+    LOOM_RETURN_IF_ERROR(buf.InitialValues(0, total, buf.values_.data<float>()));
   }
   // Initialised on the host; now place the buffers and make the views.
-  if (!device.is_cpu()) {
+  if (values && !device.is_cpu()) {
     LOOM_ASSIGN_OR_RETURN(buf.values_, buf.values_.To(device));
   }
   // Gradients start at zero where they live (no host buffer to copy over).
@@ -129,14 +118,15 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
                           core::Tensor::Empty(core::Shape{total}, core::DType::kF32, device));
     LOOM_RETURN_IF_ERROR(buf.ZeroGrads());
   }
-  if (compute_dtype != core::DType::kF32) {
+  if (values && compute_dtype != core::DType::kF32) {
     LOOM_ASSIGN_OR_RETURN(buf.compute_, core::Tensor::Empty(core::Shape{total}, compute_dtype, device));
     LOOM_RETURN_IF_ERROR(buf.SyncComputeCopy());
   }
   for (size_t i = 0; i < buf.params_.size(); ++i) {
     Param& p = buf.params_[i];
-    p.master = *buf.values_.View(p.offset, local_shapes[i]);
     if (gradients) p.grad = *buf.grads_.View(p.offset, local_shapes[i]);
+    if (!values) continue;
+    p.master = *buf.values_.View(p.offset, local_shapes[i]);
     p.value = buf.compute_.defined() && !device.is_cpu()
                   ? *buf.compute_.View(p.offset, local_shapes[i])
                   : p.master;
@@ -145,6 +135,72 @@ absl::StatusOr<ParamBuffer> ParamBuffer::Create(std::vector<ParamSpec> specs, in
     }
   }
   return buf;
+}
+
+absl::Status ParamBuffer::InitialValues(int64_t begin, int64_t end, float* out) const {
+  if (begin < 0 || end > padded_numel_ || begin > end) {
+    return absl::InvalidArgumentError(absl::StrCat("ParamBuffer::InitialValues: [", begin, ", ",
+                                                   end, ") outside ", padded_numel_, " elements"));
+  }
+  std::memset(out, 0, static_cast<size_t>(end - begin) * sizeof(float));
+  for (const Param& p : params_) {
+    const int64_t n = p.shape.numel();
+    const int64_t from = std::max(begin, p.offset), to = std::min(end, p.offset + n);
+    if (from >= to) continue;
+    // The shard's element k holds the global tensor's element at the
+    // matching index: a function of (seed, name, index) only.
+    const ParamSpec& spec = *p.spec;
+    const core::Shape& g = spec.global_shape;
+    const int64_t cols = g.rank() >= 2 ? g.numel() / g.dim(0) : 1;
+    const int64_t local_cols = p.shape.rank() >= 2 ? n / p.shape.dim(0) : 1;
+    float* v = out + (from - begin);
+    const int64_t k0 = from - p.offset, count = to - from;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t k = k0 + j;
+      const int64_t row = k / local_cols, col = k % local_cols;
+      const int64_t global = spec.split == TpSplit::kRows   ? (row + p.split_start) * cols + col
+                             : spec.split == TpSplit::kCols ? row * cols + col + p.split_start
+                                                            : k;
+      v[j] = InitialValue(spec, seed_, global);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParamBuffer::BindValues(int64_t begin, int64_t end, const core::Tensor& master,
+                                     const core::Tensor& compute) {
+  if (values_.defined()) {
+    return absl::FailedPreconditionError(
+        "ParamBuffer::BindValues: this buffer holds its values whole (built with values)");
+  }
+  if (master.defined() &&
+      (master.dtype() != core::DType::kF32 || master.numel() < end - begin ||
+       (compute_dtype_ != core::DType::kF32 &&
+        (!compute.defined() || compute.dtype() != compute_dtype_ || compute.numel() < end - begin)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ParamBuffer::BindValues: [", begin, ", ", end, ") does not fit f32 ",
+        master.DebugString(), (compute_dtype_ != core::DType::kF32 ? " and its compute copy " : ""),
+        compute_dtype_ != core::DType::kF32 ? compute.DebugString() : ""));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    if (p.offset < begin || SlotEnd({static_cast<int>(i)}) > end) continue;
+    if (!master.defined()) {
+      p.master = p.value = p.gemm_value = core::Tensor();
+      continue;
+    }
+    LOOM_ASSIGN_OR_RETURN(p.master, master.View(p.offset - begin, p.shape));
+    p.value = p.master;
+    if (compute_dtype_ == core::DType::kF32) continue;
+    LOOM_ASSIGN_OR_RETURN(core::Tensor copy, compute.View(p.offset - begin, p.shape));
+    if (device_.is_cpu()) {
+      p.gemm_value = copy;  // the CPU's GEMMs take bf16, its other kernels f32
+    } else {
+      p.value = copy;
+    }
+  }
+  return absl::OkStatus();
 }
 
 size_t ParamBuffer::IndexOf(const std::string& name) const {
@@ -175,14 +231,16 @@ absl::StatusOr<ParamBuffer> ParamBuffer::HostMirror() const {
   m.params_ = params_;
   m.index_ = index_;
   m.numel_ = numel_;
+  m.padded_numel_ = padded_numel_;
+  m.seed_ = seed_;
   const core::Shape flat{padded_numel()};
   LOOM_ASSIGN_OR_RETURN(m.values_, core::Tensor::Zeros(flat, core::DType::kF32));
   LOOM_ASSIGN_OR_RETURN(m.grads_, core::Tensor::Zeros(flat, core::DType::kF32));
   for (size_t i = 0; i < m.params_.size(); ++i) {
     Param& p = m.params_[i];
     p.spec = &m.specs_[i];
-    p.master = *m.values_.View(p.offset, p.master.shape());
-    p.grad = *m.grads_.View(p.offset, p.master.shape());
+    p.master = *m.values_.View(p.offset, p.shape);
+    p.grad = *m.grads_.View(p.offset, p.shape);
     p.value = p.master;
     p.gemm_value = core::Tensor();
   }
@@ -219,7 +277,7 @@ absl::Status ParamBuffer::BindGrads(int64_t begin, int64_t end, const core::Tens
       p.grad = core::Tensor();
       continue;
     }
-    LOOM_ASSIGN_OR_RETURN(p.grad, buffer.View(p.offset - begin, p.master.shape()));
+    LOOM_ASSIGN_OR_RETURN(p.grad, buffer.View(p.offset - begin, p.shape));
   }
   return absl::OkStatus();
 }

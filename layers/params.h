@@ -55,6 +55,7 @@ struct ParamHandle {
 // One parameter as a rank holds it: views into the rank's flat buffers.
 struct Param {
   const ParamSpec* spec = nullptr;
+  core::Shape shape;    // the local shard's shape (known even while value is unbound)
   core::Tensor value;   // local shard in the compute dtype: what the layers multiply with
   core::Tensor master;  // the same shard in f32 (== value unless computing in bf16)
   core::Tensor grad;    // same shape, f32, accumulated over micro-batches
@@ -90,11 +91,16 @@ class ParamBuffer {
   // GEMMs take bf16 there) and Param::value stays the f32 master.
   // `gradients`: false leaves every Param::grad undefined and allocates no
   // gradient buffer (its owner binds one later: BindGrads).
+  // `values`: false allocates no value buffers at all (ZeRO-3: //distributed
+  // keeps the owned shard, filled by InitialValues, and binds a unit's
+  // gathered values with BindValues before it runs); every Param::value,
+  // master and gemm_value stays undefined until bound (Param::shape holds
+  // the shape).
   static absl::StatusOr<ParamBuffer> Create(std::vector<ParamSpec> specs, int tp_rank,
                                             int tp_size, uint64_t seed, int64_t multiple = 1,
                                             core::Device device = core::Device::CPU(),
                                             core::DType compute_dtype = core::DType::kF32,
-                                            bool gradients = true);
+                                            bool gradients = true, bool values = true);
 
   ParamBuffer() = default;
   ParamBuffer(ParamBuffer&&) = default;
@@ -113,7 +119,10 @@ class ParamBuffer {
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
 
-  const core::Tensor& flat_values() const { return values_; }  // f32[padded numel] (master)
+  // f32[padded numel] (master); undefined under ZeRO-3 (Create's `values`).
+  const core::Tensor& flat_values() const { return values_; }
+  // Whether the values are held whole here (false: ZeRO-3, see BindValues).
+  bool holds_values() const { return values_.defined(); }
   // f32[padded numel] while the whole gradient buffer is bound (see
   // BindGrads); undefined under ZeRO-2, where //distributed keeps only a
   // shard.
@@ -121,11 +130,11 @@ class ParamBuffer {
   // The bf16 compute copy of flat_values(), same layout (Param::value on a
   // GPU, Param::gemm_value on the CPU); undefined when computing in f32.
   const core::Tensor& flat_compute() const { return compute_; }
-  core::Device device() const { return values_.device(); }
-  core::DType compute_dtype() const { return compute_.defined() ? compute_.dtype() : core::DType::kF32; }
+  core::Device device() const { return device_; }
+  core::DType compute_dtype() const { return compute_dtype_; }
   // Elements of the parameters (without padding) and of the flat buffers.
   int64_t numel() const { return numel_; }
-  int64_t padded_numel() const { return values_.defined() ? values_.numel() : 0; }
+  int64_t padded_numel() const { return padded_numel_; }
   absl::Status ZeroGrads();
   // Where the gradients live. Create binds a whole f32 buffer of the flat
   // layout (what a model computing alone needs). Data parallelism
@@ -139,6 +148,15 @@ class ParamBuffer {
   // `begin` at buffer[0]): ZeRO-2 binds a transient bucket buffer before
   // the bucket's backward. Undefined `buffer`: unbinds them.
   absl::Status BindGrads(int64_t begin, int64_t end, const core::Tensor& buffer);
+  // ZeRO-3. The initial values (Create's, from the seed) of the flat range
+  // [begin, end) into host f32 `out[0, end - begin)` (padding zero).
+  absl::Status InitialValues(int64_t begin, int64_t end, float* out) const;
+  // Points the values of the parameters whose slots lie in [begin, end) at
+  // `master` (f32, element `begin` at [0]) and, when computing in bf16, at
+  // `compute` (its bf16 copy: Param::value on a GPU, Param::gemm_value on
+  // the CPU); undefined `master` unbinds them. Only without value buffers.
+  absl::Status BindValues(int64_t begin, int64_t end, const core::Tensor& master,
+                          const core::Tensor& compute);
   // A host buffer with this one's parameters, layout and padding (values
   // zero, no compute copy): where device parameters are staged for
   // checkpoints. Copy flat_values() across with core::ops::Copy.
@@ -157,7 +175,10 @@ class ParamBuffer {
   std::map<std::string, size_t> index_;
   core::Tensor values_, grads_;
   core::Tensor compute_;  // bf16 copy of values_ (undefined when computing in f32)
-  int64_t numel_ = 0;
+  int64_t numel_ = 0, padded_numel_ = 0;
+  uint64_t seed_ = 0;
+  core::Device device_ = core::Device::CPU();
+  core::DType compute_dtype_ = core::DType::kF32;
 };
 
 // The initial value of global element `index` of parameter `spec`.

@@ -111,7 +111,9 @@ ABSL_FLAG(bool, use_distributed_optimizer, D().optimizer.distributed,
           "ZeRO-1: shard Adam state over DP (= --data-parallel-sharding-strategy=optim)");
 ABSL_FLAG(std::string, data_parallel_sharding_strategy, D().data_parallel_sharding_strategy,
           "What DP shards: no_shard | optim (ZeRO-1: Adam state) | optim_grads (ZeRO-2: Adam "
-          "state and gradients, reduce-scattered per bucket in every micro-batch's backward). "
+          "state and gradients, reduce-scattered per bucket in every micro-batch's backward) | "
+          "optim_grads_params (ZeRO-3: also the parameters, all-gathered per layer before its "
+          "forward and backward; prefetched with --overlap-param-gather; CPU). "
           "Default: optim with --use-distributed-optimizer, else no_shard");
 ABSL_FLAG(bool, overlap_grad_reduce, D().overlap_grad_reduce,
           "Overlap DP gradient reduction with backward");

@@ -31,7 +31,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(layers::ParamBuffer
                                                             const OptimizerConfig& config,
                                                             const OptimizerGroups& groups,
                                                             std::vector<FlatRange> owned,
-                                                            Tensor owned_grads) {
+                                                            Tensor owned_grads,
+                                                            Tensor owned_values) {
   std::unique_ptr<Optimizer> o(new Optimizer(params, config, groups));
   const int64_t n = params->padded_numel();
   if (owned.empty()) owned.push_back({0, n});
@@ -50,8 +51,14 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(layers::ParamBuffer
         "optimizer: no gradients for the ", len, " owned elements (ZeRO-2's owned_grads holds ",
         owned_grads.defined() ? owned_grads.numel() : 0, ")"));
   }
+  if (owned_values.defined() ? owned_values.numel() < len : !params->holds_values()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer: no values for the ", len, " owned elements (ZeRO-3's owned_values holds ",
+        owned_values.defined() ? owned_values.numel() : 0, ")"));
+  }
   o->owned_ = std::move(owned);
   o->owned_grads_ = std::move(owned_grads);
+  o->owned_values_ = std::move(owned_values);
   LOOM_ASSIGN_OR_RETURN(o->m_, ZerosOn(std::max<int64_t>(len, 1), params->device()));
   LOOM_ASSIGN_OR_RETURN(o->v_, ZerosOn(std::max<int64_t>(len, 1), params->device()));
   o->BuildRuns();
@@ -110,6 +117,11 @@ absl::StatusOr<Tensor> Optimizer::GradOf(const Run& run) const {
   return params_->flat_grads().Narrow(run.begin, run.end - run.begin);
 }
 
+absl::StatusOr<Tensor> Optimizer::ValueOf(const Run& run) const {
+  if (owned_values_.defined()) return owned_values_.Narrow(run.moment_begin, run.end - run.begin);
+  return params_->flat_values().Narrow(run.begin, run.end - run.begin);
+}
+
 bool Optimizer::Counted(const layers::Param& p) const {
   if (p.spec->split == layers::TpSplit::kReplicated && Rank(groups_.tp) != 0) return false;
   return !p.tied_copy;
@@ -153,7 +165,6 @@ absl::StatusOr<double> Optimizer::Step(float lr) {
   if (config_.clip_grad > 0 && norm > config_.clip_grad) {
     scale = static_cast<float>(config_.clip_grad / (norm + 1e-6));
   }
-  const Tensor& values = params_->flat_values();
   const Tensor& compute = params_->flat_compute();
   LOOM_ASSIGN_OR_RETURN(const core::ops::KernelChoice choice,
                         core::ops::ChooseKernel("adamw", params_->device().type));
@@ -172,7 +183,7 @@ absl::StatusOr<double> Optimizer::Step(float lr) {
     opts.eps = config_.eps;
     opts.weight_decay = run.weight_decay ? config_.weight_decay : 0.0f;
     opts.grad_scale = scale;
-    LOOM_ASSIGN_OR_RETURN(Tensor value, values.Narrow(run.begin, len));
+    LOOM_ASSIGN_OR_RETURN(Tensor value, ValueOf(run));
     LOOM_ASSIGN_OR_RETURN(Tensor grad, GradOf(run));
     LOOM_ASSIGN_OR_RETURN(Tensor m, m_.Narrow(run.moment_begin, len));
     LOOM_ASSIGN_OR_RETURN(Tensor v, v_.Narrow(run.moment_begin, len));
@@ -183,7 +194,7 @@ absl::StatusOr<double> Optimizer::Step(float lr) {
     }
     LOOM_RETURN_IF_ERROR(core::ops::AdamWStep(&value, grad, &m, &v, step_, opts));
   }
-  if (fused) return norm;
+  if (fused || owned_values_.defined()) return norm;
   // The bf16 weights the next step computes with (what this rank updated).
   for (const FlatRange& r : owned_) {
     LOOM_RETURN_IF_ERROR(params_->SyncComputeCopy(r.first, r.second));

@@ -43,12 +43,17 @@ class Optimizer {
   // `owned`: sorted, disjoint ranges within params->padded_numel() (empty:
   // the whole buffer). `owned_grads`: under ZeRO-2 the owned ranges'
   // gradients back to back (GradientSync::owned_grads()); undefined: they
-  // are in params->flat_grads() at their flat offsets.
+  // are in params->flat_grads() at their flat offsets. `owned_values`:
+  // under ZeRO-3 the owned ranges' f32 values back to back
+  // (GradientSync::owned_values()), updated in place (the model holds no
+  // values between units, so no compute copy is refreshed: each unit's is
+  // converted when it is gathered); undefined: params->flat_values().
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(layers::ParamBuffer* params,
                                                           const OptimizerConfig& config,
                                                           const OptimizerGroups& groups,
                                                           std::vector<FlatRange> owned = {},
-                                                          core::Tensor owned_grads = {});
+                                                          core::Tensor owned_grads = {},
+                                                          core::Tensor owned_values = {});
 
   // One AdamW step at learning rate `lr` over the owned ranges, clipped by
   // the global gradient norm, which it returns (before clipping). Refreshes
@@ -95,6 +100,10 @@ class Optimizer {
   OptimizerGroups groups_;
   std::vector<FlatRange> owned_;
   core::Tensor owned_grads_;  // ZeRO-2; see Create
+  core::Tensor owned_values_;  // ZeRO-3; see Create
+  // The values of `run`: in owned_values_ at its moment offset, else in the
+  // flat buffer at its flat offset.
+  absl::StatusOr<core::Tensor> ValueOf(const Run& run) const;
   // The gradients of `run`: in owned_grads_ at its moment offset, else in
   // the flat buffer at its flat offset.
   absl::StatusOr<core::Tensor> GradOf(const Run& run) const;

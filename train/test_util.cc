@@ -14,7 +14,11 @@ std::string Layout::Describe() const {
   return absl::StrCat("TP", tp, " PP", pp, cp > 1 ? absl::StrCat(" CP", cp) : "", " DP", dp,
                       ep > 1 ? absl::StrCat(" EP", ep) : "",
                       vp_layers ? " vp-layers 1" : "",
-                      sp ? " SP" : "", shard_grads ? " optim_grads" : distributed ? " dist-opt" : "",
+                      sp ? " SP" : "",
+                      shard_params  ? " optim_grads_params"
+                      : shard_grads ? " optim_grads"
+                      : distributed ? " dist-opt"
+                                    : "",
                       overlap ? " overlap" : "",
                       param_gather ? " param-gather" : "", " ",
                       schedule);
@@ -23,6 +27,12 @@ std::string Layout::Describe() const {
 Layout OptimGrads(Layout l) {
   l.distributed = true;
   l.shard_grads = true;
+  return l;
+}
+
+Layout OptimGradsParams(Layout l) {
+  l = OptimGrads(l);
+  l.shard_params = true;
   return l;
 }
 
@@ -61,6 +71,7 @@ train::TrainConfig TinyConfig(const Layout& l, int64_t train_iters) {
   c.expert_model_parallel_size = l.ep;
   c.optimizer.distributed = l.distributed;
   c.optimizer.shard_gradients = l.shard_grads;
+  c.optimizer.shard_params = l.shard_params;
   c.overlap_grad_reduce = l.overlap;
   c.overlap_param_gather = l.param_gather;
   c.optimizer.bucket_bytes = 16 << 10;  // a bucket a layer: the overlap has work to do

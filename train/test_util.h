@@ -27,11 +27,16 @@ struct Layout {
   // --data-parallel-sharding-strategy=optim_grads (ZeRO-2); with it
   // `distributed` is on as well (OptimGrads() sets both).
   bool shard_grads = false;
+  // --data-parallel-sharding-strategy=optim_grads_params (ZeRO-3; with
+  // shard_grads and distributed: OptimGradsParams() sets all three).
+  bool shard_params = false;
   int world() const { return tp * pp * cp * dp; }
   std::string Describe() const;
 };
 // `l` under ZeRO-2: the distributed optimizer with sharded gradients.
 Layout OptimGrads(Layout l);
+// `l` under ZeRO-3: parameters, gradients and optimizer state sharded.
+Layout OptimGradsParams(Layout l);
 
 // A small learnable corpus under TEST_TMPDIR (built once per process).
 std::string Dataset();

@@ -142,6 +142,8 @@ absl::Status Trainer::Setup() {
     layers::GptConfig model_config = config_.model;
     // ZeRO-2: GradientSync owns the gradient storage (no full-size buffer).
     model_config.allocate_gradients = !config_.optimizer.shard_gradients;
+    // ZeRO-3: GradientSync owns the parameter storage too (the owned shard).
+    model_config.allocate_parameters = !config_.optimizer.shard_params;
     LOOM_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(
                                       model_config, tp, cp, chunks,
                                       /*buffer_multiple=*/GradientGroup()->size(),
@@ -187,6 +189,7 @@ absl::Status Trainer::Setup() {
   go.overlap_grad_reduce = config_.overlap_grad_reduce;
   go.distributed_optimizer = config_.optimizer.distributed;
   go.shard_gradients = config_.optimizer.shard_gradients;
+  go.shard_params = config_.optimizer.shard_params;
   go.overlap_param_gather = config_.overlap_param_gather;
   {
     core::MemoryScope tag(core::MemoryCategory::kGradients);
@@ -207,7 +210,8 @@ absl::Status Trainer::Setup() {
     core::MemoryScope tag(core::MemoryCategory::kOptimizer);
     LOOM_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(&model_->params(), config_.optimizer, og,
                                                         gradients_->owned(),
-                                                        gradients_->owned_grads()));
+                                                        gradients_->owned_grads(),
+                                                        gradients_->owned_values()));
   }
 
   Beat(iteration_, Phase::kSetup);
@@ -306,7 +310,11 @@ absl::Status Trainer::Setup() {
     Log(absl::StrFormat(
         "loom: data-parallel gradients in %d buckets of <= %d parameters (--ddp-bucket-size): %s%s%s",
         gradients_->buckets().size(), config_.optimizer.bucket_bytes / 4,
-        config_.optimizer.shard_gradients
+        config_.optimizer.shard_params
+            ? "ZeRO-3 reduce-scatter in every micro-batch's backward (only the owned gradient "
+              "and parameter shards kept; each unit's parameters all-gathered before its forward "
+              "and backward)"
+        : config_.optimizer.shard_gradients
             ? "ZeRO-2 reduce-scatter in every micro-batch's backward (only the owned gradient "
               "shard kept)"
         : config_.optimizer.distributed ? "ZeRO-1 reduce-scatter"
@@ -314,7 +322,10 @@ absl::Status Trainer::Setup() {
         config_.overlap_grad_reduce         ? " overlapped with the backward"
         : config_.optimizer.shard_gradients ? " waited for as each bucket completes"
                                             : " after the backward",
-        !config_.optimizer.distributed  ? ""
+        !config_.optimizer.distributed ? ""
+        : config_.optimizer.shard_params
+            ? (config_.overlap_param_gather ? ", the next unit's gather prefetched behind each unit"
+                                            : ", each unit's gather waited for when it starts")
         : config_.overlap_param_gather ? ", parameter all-gather overlapped with the next forward"
                                        : ", parameter all-gather after the step"));
   }
@@ -722,6 +733,14 @@ absl::Status Trainer::ReportMemory() {
   if (world > 1) {
     Log(FormatMemory(absl::StrFormat(" memory (largest over %d ranks, peak)", world), max));
   }
+  if (config_.optimizer.shard_params) {
+    // ZeRO-3's gathered units are transient communication memory: their share of it.
+    Log(absl::StrFormat(
+        " memory communication/gather (ZeRO-3, this step's peak on rank 0): %.2f MiB of whole "
+        "parameters gathered at once (a unit's buckets%s); parameters at rest: the owned shard",
+        static_cast<double>(gradients_->peak_gathered_bytes()) / (1 << 20),
+        config_.overlap_param_gather ? " and the prefetched neighbour's" : ""));
+  }
   if (!device.is_cpu()) {
     // The allocator's own view of rank 0's device: block bytes, every user.
     const core::Allocator* a = core::GetAllocator(device.type);
@@ -770,6 +789,7 @@ checkpoint::RankView Trainer::CheckpointView() {
   v.exp_avg = host_params_ ? &host_exp_avg_ : &optimizer_->mutable_exp_avg();
   v.exp_avg_sq = host_params_ ? &host_exp_avg_sq_ : &optimizer_->mutable_exp_avg_sq();
   v.moment_ranges = optimizer_->owned();
+  v.values = gradients_->mutable_owned_values();  // ZeRO-3; null otherwise
   v.tp_rank = coord_.tp_rank;
   v.dp_rank = GradientGroup()->rank();  // CP ranks hold the same parameters: DP x CP rank
   v.expert_dp_rank = expert_dp_ ? expert_dp_->rank() : v.dp_rank;

@@ -1,0 +1,185 @@
+// ZeRO-3 (--data-parallel-sharding-strategy=optim_grads_params): parameters,
+// gradients and optimizer state sharded over DP, each unit's parameters
+// all-gathered before its forward and its backward. Every layout trains the
+// single rank's loss curve and ends with its gradient norm (the ZeRO-2
+// tests' 1e-6), GPT-2 (tied embedding, at PP 1 read by the first and the
+// last unit) and Llama-style; checkpoints cross strategies and layouts; the
+// combinations not supported are refused naming the flags.
+
+#include <string>
+#include <vector>
+
+#include "checkpoint/file_util.h"
+#include "gtest/gtest.h"
+#include "train/test_util.h"
+
+namespace loom::train {
+namespace {
+
+constexpr double kTolerance = 1e-6;  // as trainer_equivalence_test's ZeRO-2 layouts
+constexpr int kIters = 20;
+
+using testing::Layout;
+using testing::OptimGradsParams;
+
+TrainConfig Config(const Layout& l, bool llama, int iters = kIters) {
+  return llama ? testing::TinyLlamaConfig(l, iters) : testing::TinyConfig(l, iters);
+}
+
+std::vector<double> Train(const TrainConfig& c, const Layout& l) {
+  testing::RunResult r = testing::Run(c, l, nullptr, [](int, Trainer& t) {
+    // Sharded at rest: no rank holds a whole parameter between steps.
+    EXPECT_FALSE(t.model().params().holds_values());
+    for (const layers::Param& p : t.model().params().params()) {
+      EXPECT_FALSE(p.value.defined()) << p.spec->name << " is still bound after the step";
+    }
+  });
+  EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
+  return r.losses;
+}
+
+void ExpectLayoutsMatch(bool llama) {
+  const Layout one{1, 1, 1};
+  testing::RunResult ref = testing::Run(Config(one, llama), one);
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kIters));
+  EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.5) << "the reference run must learn";
+  const std::vector<Layout> layouts = {
+      OptimGradsParams({1, 1, 2}),
+      OptimGradsParams({1, 1, 2, 0, false, false, "1f1b", true, true}),  // both overlaps
+      OptimGradsParams({1, 1, 4, 0, false, false, "1f1b", false, true}),
+      OptimGradsParams({2, 1, 2, 0, true}),                               // TP + SP
+      OptimGradsParams({2, 1, 2, 0, true, false, "1f1b", true, true}),
+      OptimGradsParams({1, 2, 2, 0, false, false, "1f1b", true, true}),  // PP: tied over stages
+      OptimGradsParams({1, 2, 2, 1, false, false, "interleaved", true, true}),
+      OptimGradsParams({2, 2, 2, 0, true}),
+  };
+  for (const Layout& l : layouts) {
+    testing::ExpectSameCurve(Train(Config(l, llama), l), ref.losses, 0, kTolerance,
+                             (llama ? "Llama-style " : "") + l.Describe());
+  }
+  // Recomputation: the recomputed forward gathers the units again (full,
+  // uniform by 1 and by 2 layers, and block), with and without the prefetch.
+  for (auto [method, layers, prefetch] :
+       std::vector<std::tuple<layers::RecomputeMethod, int, bool>>{
+           {layers::RecomputeMethod::kUniform, 1, false},
+           {layers::RecomputeMethod::kUniform, 2, true},
+           {layers::RecomputeMethod::kBlock, 1, true}}) {
+    const Layout l = OptimGradsParams({1, 1, 2, 0, false, false, "1f1b", prefetch, prefetch});
+    TrainConfig c = Config(l, llama);
+    c.model.recompute_granularity = layers::RecomputeGranularity::kFull;
+    c.model.recompute_method = method;
+    c.model.recompute_num_layers = layers;
+    testing::ExpectSameCurve(Train(c, l), ref.losses, 0, kTolerance,
+                             absl::StrCat(llama ? "Llama-style " : "", l.Describe(),
+                                          " recompute full ", core::EnumName(method), " ",
+                                          layers));
+  }
+}
+
+TEST(Zero3Test, EveryLayoutGivesTheSingleRankLossCurve) { ExpectLayoutsMatch(false); }
+TEST(Zero3Test, EveryLayoutGivesTheSingleRankLossCurveLlamaStyle) { ExpectLayoutsMatch(true); }
+
+TEST(Zero3Test, EndsWithTheSingleRankGradientNorm) {
+  auto final_norm = [](const Layout& l) {
+    double norm = 0;
+    testing::RunResult r =
+        testing::Run(testing::TinyConfig(l, 6), l, nullptr, [&norm](int rank, Trainer& t) {
+          absl::StatusOr<double> n = t.optimizer().GradNorm();
+          EXPECT_TRUE(n.ok()) << n.status();
+          if (rank == 0 && n.ok()) norm = *n;
+        });
+    EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
+    return norm;
+  };
+  const double ref = final_norm({1, 1, 1});
+  ASSERT_GT(ref, 0);
+  for (const Layout& l : {OptimGradsParams({1, 1, 2}),
+                          OptimGradsParams({1, 1, 4, 0, false, false, "1f1b", true, true}),
+                          OptimGradsParams({2, 2, 2, 0, true, false, "1f1b", true, true})}) {
+    EXPECT_NEAR(final_norm(l), ref, kTolerance * ref) << l.Describe();
+  }
+}
+
+// A checkpoint saved under optim_grads_params holds whole tensors assembled
+// from every rank's owned ranges (parameters and moments), so it loads under
+// any strategy and layout, and any checkpoint loads under it.
+constexpr double kCheckpointTolerance = 1e-5;  // as checkpoint_reshard_test
+
+std::string Dir(const std::string& name) {
+  const std::string d = std::string(getenv("TEST_TMPDIR")) + "/" + name;
+  EXPECT_TRUE(checkpoint::RemoveTree(d).ok());
+  return d;
+}
+
+void Continue(const std::vector<double>& ref, const Layout& l, const std::string& load_dir,
+              int from, const std::string& save_dir) {
+  TrainConfig c = testing::TinyConfig(l, 40);
+  c.load = load_dir;
+  c.save = save_dir;
+  c.save_interval = 10;
+  c.checkpoint.load_iteration = from;
+  testing::RunResult r = testing::Run(c, l);
+  ASSERT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
+  ASSERT_EQ(r.losses.size(), static_cast<size_t>(40 - from));
+  for (int i = 0; i < 40 - from; ++i) {
+    EXPECT_NEAR(r.losses[i], ref[from + i], kCheckpointTolerance * ref[from + i])
+        << l.Describe() << " resumed at " << from << ", iteration " << from + i + 1;
+  }
+}
+
+TEST(Zero3Test, CheckpointsCrossShardingStrategiesAndLayouts) {
+  const Layout a{1, 1, 2};
+  const std::string f = Dir("f"), g = Dir("g"), h = Dir("h"), i = Dir("i"), j = Dir("j"),
+                    k = Dir("k"), m = Dir("m");
+  TrainConfig c = testing::TinyConfig(a, 40);
+  c.save = f;
+  c.save_interval = 10;
+  testing::RunResult ref = testing::Run(c, a);
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+  ASSERT_EQ(ref.losses.size(), 40u);
+  // no_shard -> optim_grads_params (DP 2) -> no_shard (DP 1), optim (DP 4),
+  // optim_grads (TP 2 + SP x DP 2), optim_grads_params (PP 2 x DP 2);
+  // optim (DP 4) -> optim_grads_params (TP 2 x DP 2).
+  Continue(ref.losses, OptimGradsParams({1, 1, 2}), f, 10, g);
+  Continue(ref.losses, Layout{1, 1, 1}, g, 20, h);
+  Continue(ref.losses, Layout{1, 1, 4, 0, false, true}, g, 20, i);
+  Continue(ref.losses, testing::OptimGrads({2, 1, 2, 0, true}), g, 20, j);
+  Continue(ref.losses, OptimGradsParams({1, 2, 2}), g, 20, k);
+  Continue(ref.losses, OptimGradsParams({2, 1, 2}), i, 30, m);
+}
+
+// What is not supported is refused before any work, naming the flags.
+TEST(Zero3Test, RefusesWhatItDoesNotSupport) {
+  auto finalize = [](TrainConfig* c, int world) {
+    c->data_parallel_sharding_strategy = "optim_grads_params";
+    return Finalize(c, world);
+  };
+  TrainConfig zb = testing::TinyConfig(Layout{1, 2, 2}, 2);
+  zb.pipeline_schedule = pipeline::ScheduleKind::kZBH1;
+  absl::Status s = finalize(&zb, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("--data-parallel-sharding-strategy=optim_grads_params"),
+            std::string::npos) << s;
+  EXPECT_NE(s.message().find("--pipeline-schedule=zb-h1"), std::string::npos) << s;
+
+  TrainConfig ep = testing::TinyConfig(Layout{1, 1, 2}, 2);
+  ep.model.num_experts = 2;
+  ep.model.add_bias_linear = false;
+  ep.expert_model_parallel_size = 2;
+  s = finalize(&ep, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("--expert-model-parallel-size=2"), std::string::npos) << s;
+
+  TrainConfig ok = testing::TinyConfig(Layout{1, 1, 2}, 2);
+  EXPECT_TRUE(finalize(&ok, 2).ok());
+  EXPECT_TRUE(ok.optimizer.shard_params);
+  EXPECT_TRUE(ok.optimizer.distributed);
+  TrainConfig bad = testing::TinyConfig(Layout{1, 1, 2}, 2);
+  bad.data_parallel_sharding_strategy = "zero3";
+  s = Finalize(&bad, 2);
+  EXPECT_NE(s.message().find("optim_grads_params (ZeRO-3)"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace loom::train
