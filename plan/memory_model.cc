@@ -159,25 +159,29 @@ StageLayers LayersOfStage(const train::TrainConfig& c, int pp_rank) {
   return n;
 }
 
-// ZeRO-2's bucket buffers at their peak, in elements: GradientSync's layout
-// (distributed/gradient_sync.cc) on this stage's units in buffer order (a
-// bucket is whole segments from the back up to --ddp-bucket-size, a bigger
-// segment a bucket of its own, a word embedding tied across stages a bucket
-// alone), then one micro-batch's backward: a bucket is bound from the first
-// unit that writes it (the head writes the tied table at PP 1, which the
-// embedding completes) to the last, and with --overlap-grad-reduce the bucket
-// flushed last is still being reduce-scattered while the next runs.
-int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
+// GradientSync's buckets (distributed/gradient_sync.cc) on stage `pp_rank`'s
+// units in buffer order: whole segments from the back up to
+// --ddp-bucket-size, a bigger segment a bucket of its own, a word embedding
+// tied across stages a bucket alone. Units are numbered in forward order
+// (the backward runs them in reverse); each bucket lists the units that read
+// and write it (the head reads the table the embedding owns at PP 1).
+struct StageBucket {
+  int64_t len;
+  bool alone;
+  std::vector<int> units;  // sorted
+  int first_unit() const { return units.front(); }
+  int last_unit() const { return units.back(); }
+};
+std::vector<StageBucket> StageBuckets(const train::TrainConfig& c, int pp_rank, int* num_units) {
   const layers::GptConfig& m = c.model;
   const int tp = c.tensor_model_parallel_size, pp = c.pipeline_model_parallel_size;
   const int64_t multiple = static_cast<int64_t>(c.data_parallel_size) * c.context_parallel_size;
   const bool first = pp_rank == 0, last = pp_rank == pp - 1;
   const bool tied_across = m.tied_output_layer() && pp > 1;
-  // Units are numbered in forward order; the backward runs them in reverse.
   struct Segment {
     int64_t len;
     bool alone;
-    int first_unit, last_unit;  // the units that write it
+    std::vector<int> units;
   };
   std::vector<Segment> segments;
   int unit = 0;
@@ -185,14 +189,14 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
   int word_segment = -1;
   if (first) {
     if (tied_across) {
-      segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, unit, unit});
+      segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, {unit}});
       if (embedding.size() > 1) {
         segments.push_back({LocalPadded({embedding.begin() + 1, embedding.end()}, tp, multiple),
-                            false, unit, unit});
+                            false, {unit}});
       }
     } else {
       word_segment = static_cast<int>(segments.size());
-      segments.push_back({LocalPadded(embedding, tp, multiple), false, unit, unit});
+      segments.push_back({LocalPadded(embedding, tp, multiple), false, {unit}});
     }
     ++unit;
   }
@@ -203,7 +207,7 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
     for (int l = range->first; l < range->end(); ++l, ++unit) {
       const layers::ExpertShard shard{0, m.moe_layer(l) ? c.expert_model_parallel_size : 1};
       segments.push_back(
-          {LocalPadded(layers::BlockParamSpecs(m, l, shard), tp, multiple), false, unit, unit});
+          {LocalPadded(layers::BlockParamSpecs(m, l, shard), tp, multiple), false, {unit}});
     }
   }
   if (last) {
@@ -211,48 +215,79 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
     if (!m.tied_output_layer()) {
       for (const layers::ParamSpec& s : layers::OutputLayerParamSpecs(m, tp)) head.push_back(s);
     }
-    segments.push_back({LocalPadded(head, tp, multiple), false, unit, unit});
-    if (tied_across) segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, unit, unit});
+    segments.push_back({LocalPadded(head, tp, multiple), false, {unit}});
+    if (tied_across) segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, {unit}});
     // At PP 1 the output layer reads the table the embedding owns.
-    if (word_segment >= 0 && m.tied_output_layer()) segments[word_segment].last_unit = unit;
+    if (word_segment >= 0 && m.tied_output_layer()) segments[word_segment].units.push_back(unit);
     ++unit;
   }
-  struct Bucket {
-    int64_t len;
-    bool alone;
-    int first_unit, last_unit;
-  };
-  std::vector<Bucket> buckets;  // from the back of the buffer
+  std::vector<StageBucket> buckets;  // from the back of the buffer
   const int64_t cap = std::max<int64_t>(1, c.optimizer.bucket_bytes / 4);
   for (size_t k = segments.size(); k-- > 0;) {
     const Segment& s = segments[k];
     if (!buckets.empty() && !buckets.back().alone && !s.alone &&
         buckets.back().len + s.len <= cap) {
-      Bucket& b = buckets.back();
+      StageBucket& b = buckets.back();
       b.len += s.len;
-      b.first_unit = std::min(b.first_unit, s.first_unit);
-      b.last_unit = std::max(b.last_unit, s.last_unit);
+      b.units.insert(b.units.end(), s.units.begin(), s.units.end());
+      std::sort(b.units.begin(), b.units.end());
     } else {
-      buckets.push_back({s.len, s.alone, s.first_unit, s.last_unit});
+      buckets.push_back({s.len, s.alone, s.units});
     }
   }
+  *num_units = unit;
+  return buckets;
+}
+
+// ZeRO-2's bucket buffers at their peak, in elements: one micro-batch's
+// backward over StageBuckets, a bucket bound from the first unit that writes
+// it (the head writes the tied table at PP 1, which the embedding completes)
+// to the last, and with --overlap-grad-reduce the bucket flushed last still
+// being reduce-scattered while the next runs.
+int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
+  int units = 0;
+  const std::vector<StageBucket> buckets = StageBuckets(c, pp_rank, &units);
   // The backward: unit u (from the last) runs with every bucket it or a
   // later-run unit has started and an earlier-run one has not finished bound.
   int64_t peak = 0, flushed = 0;
-  for (int u = unit - 1; u >= 0; --u) {
+  for (int u = units - 1; u >= 0; --u) {
     int64_t bound = 0;
-    for (const Bucket& b : buckets) {
-      if (b.last_unit >= u && b.first_unit <= u) bound += b.len;
+    for (const StageBucket& b : buckets) {
+      if (b.last_unit() >= u && b.first_unit() <= u) bound += b.len;
     }
     peak = std::max(peak, bound + (c.overlap_grad_reduce ? flushed : 0));
-    for (const Bucket& b : buckets) {
-      if (b.first_unit == u) flushed = b.len;  // complete after u's backward
+    for (const StageBucket& b : buckets) {
+      if (b.first_unit() == u) flushed = b.len;  // complete after u's backward
     }
   }
   return peak;
 }
 
 }  // namespace
+
+int64_t GatheredParamPeak(const train::TrainConfig& c, int pp_rank) {
+  int units = 0;
+  const std::vector<StageBucket> buckets = StageBuckets(c, pp_rank, &units);
+  // The units held at once: one (a recomputed run of --recompute-num-layers
+  // layers under full uniform recomputation: its BeforeBackward events all
+  // come first), and with --overlap-param-gather the neighbour prefetched.
+  int window = 1;
+  if (c.model.recompute_full() && c.model.recompute_method == layers::RecomputeMethod::kUniform) {
+    window = static_cast<int>(std::max<int64_t>(1, c.model.recompute_num_layers));
+  }
+  if (c.overlap_param_gather) ++window;
+  int64_t peak = 0;
+  for (int u = 0; u + 1 <= units; ++u) {
+    int64_t held = 0;
+    for (const StageBucket& b : buckets) {
+      bool read = false;
+      for (int v : b.units) read |= v >= u && v < u + window;
+      if (read) held += b.len;
+    }
+    peak = std::max(peak, held);
+  }
+  return peak;
+}
 
 int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank) {
   const layers::GptConfig& m = c.model;
@@ -328,6 +363,13 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
       m.gradients = 4 * owned + 4.0 * static_cast<double>(ShardedBucketPeak(c, r));
     }
     m.optimizer = adam + (split_norm ? 8 : 0);
+    // ZeRO-3 keeps the owned f32 values only; the gathered units' whole
+    // buckets (f32, and their bf16 copy) are transient communication.
+    double gathered = 0;
+    if (c.optimizer.shard_params) {
+      m.parameters = 4 * owned;
+      gathered = (c.bf16 ? 6.0 : 4.0) * static_cast<double>(GatheredParamPeak(c, r));
+    }
     // Activations: the average chunk's kept bytes times the chunks in flight.
     double kept_sum = 0, rerun = 0;
     for (int chunk = 0; chunk < vp; ++chunk) {
@@ -373,7 +415,7 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
       comm += c.optimizer.distributed ? bucket : bucket * (group - 1) / group;
     }
     if (t > 1) comm += a.x_full;
-    m.communication = comm;
+    m.communication = comm + gathered;
   }
   return stages;
 }
@@ -400,7 +442,11 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       "  parameters    = 4 n_pad%s = %.3f GiB\n"
       "  gradients     = 4 n_pad%s = %.3f GiB\n"
       "  optimizer     = 8 n_pad%s = %.3f GiB\n",
-      st.pp_rank, n, c.data_parallel_size * c.context_parallel_size, c.bf16 ? " + 2 n_pad" : "",
+      st.pp_rank, n, c.data_parallel_size * c.context_parallel_size,
+      c.optimizer.shard_params ? " / (DP x CP) (optim_grads_params: the owned f32 shard; the "
+                                 "gathered units are communication)"
+      : c.bf16                 ? " + 2 n_pad"
+                               : "",
       st.bytes.parameters / gib,
       c.optimizer.shard_gradients
           ? " / (DP x CP) + the bucket buffers bound at once (optim_grads: the buckets a unit's "
@@ -424,11 +470,17 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       "  K_layer = %s = %.0f B\n"
       "  activations   = a K_chunk + K_head + W + R, a = %d chunk activations in flight "
       "(pipeline simulator) = %.3f GiB\n"
-      "  communication = one DP bucket + one hidden state for TP = %.3f GiB\n"
+      "  communication = one DP bucket + one hidden state for TP%s = %.3f GiB\n"
       "  total         = %.3f GiB\n",
       a.x_full, a.x_seq, a.lse,
       c.sequence_parallel ? "16 X/TP + N/TP + P" : "(4 + 12/TP) X + N + P (GPT-2 shape)",
-      a.layer, st.in_flight, st.bytes.activations / gib, st.bytes.communication / gib,
+      a.layer, st.in_flight, st.bytes.activations / gib,
+      c.optimizer.shard_params
+          ? absl::StrFormat(" + the gathered parameters (%d elements at once: a unit's buckets%s)",
+                            GatheredParamPeak(c, st.pp_rank),
+                            c.overlap_param_gather ? " and the prefetched neighbour's" : "")
+          : "",
+      st.bytes.communication / gib,
       st.bytes.total() / gib);
   return s;
 }

@@ -8,6 +8,10 @@
 //   parameters   4·n_pad (+ 2·n_pad with --bf16: the compute copy)
 //   gradients    4·n_pad                           (f32 always)
 //   optimizer    8·n_pad / g with ZeRO-1, else 8·n_pad  (Adam m, v)
+//   ZeRO-2 (optim_grads): gradients 4·n_pad / g + the bucket buffers bound
+//   ZeRO-3 (optim_grads_params): also parameters 4·n_pad / g, and the
+//     gathered buckets (4 B, + 2 with --bf16, per element; GatheredParamPeak)
+//     under communication
 //     n_pad: the stage's local parameters, each slot padded to a multiple of
 //     the gradient group g = DP·CP (ParamBuffer); local = global/TP for split ones.
 //   activations  a·K_chunk + K_head + W + R
@@ -51,6 +55,12 @@ int64_t StageParameters(const train::TrainConfig& c, int pp_rank);
 // The MoE experts' among them (ParamSpec::expert): under EP, ZeRO-1 shards
 // those over the expert-data-parallel ranks (DP / EP), the rest over DP x CP.
 int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank);
+
+// ZeRO-3 (optim_grads_params): the most parameter elements gathered at once
+// on stage `pp_rank` (GradientSync's buckets of the units held together: one
+// unit, a recomputed run, plus the prefetched neighbour with
+// --overlap-param-gather).
+int64_t GatheredParamPeak(const train::TrainConfig& c, int pp_rank);
 
 // Every stage's peak (`in_flight[r]`: chunk activations held by stage r;
 // empty: pipeline::PeakInFlightActivations(r), i.e. min(WarmupForwards(r) + 1, M·v) but for

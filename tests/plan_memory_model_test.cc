@@ -100,6 +100,14 @@ TEST(MemoryModelTest, PredictsLoomsPeakPerRankWithinTenPercent) {
   overlapped.overlap = true;
   cases.push_back({llama, overlapped, ""});
   cases.push_back({gpt, train::testing::OptimGrads(Layout{1, 2, 2}), ""});
+  // ZeRO-3: the owned parameter shard too, and the gathered units' buckets
+  // (communication), one unit at a time or with the prefetched neighbour.
+  cases.push_back({gpt, train::testing::OptimGradsParams(Layout{1, 1, 2}), ""});
+  cases.push_back({llama,
+                   train::testing::OptimGradsParams(
+                       Layout{1, 1, 2, 0, false, false, "1f1b", true, /*param_gather=*/true}),
+                   ""});
+  cases.push_back({gpt, train::testing::OptimGradsParams(Layout{1, 2, 2}), "full"});
 
   std::printf("| shape | layout | rank | params | grads | optim | activations (pred) | comm (pred) "
               "| total measured | total predicted | error |\n|---|---|---|---|---|---|---|---|---|---|---|\n");

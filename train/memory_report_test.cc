@@ -154,6 +154,57 @@ TEST(MemoryReportTest, OptimGradsShardsTheGradientsOverDp) {
   }
 }
 
+// ZeRO-3: the parameters fall to the owned f32 shard (1/DP of no_shard's),
+// never more, not even at setup; the whole values exist only while a unit
+// holds them: the buckets of one unit, with --overlap-param-gather those of
+// the neighbour being prefetched too, in the communication category.
+TEST(MemoryReportTest, OptimGradsParamsShardsTheParametersOverDp) {
+  for (const int dp : {2, 4}) {
+    for (const bool prefetch : {false, true}) {
+      const Layout plain{1, 1, dp};
+      const Layout zero3 =
+          testing::OptimGradsParams({1, 1, dp, 0, false, false, "1f1b", prefetch, prefetch});
+      Result a = Train(testing::TinyConfig(plain, 2), plain);
+      std::vector<int64_t> gathered(dp), expected(dp), held_after(dp);
+      std::mutex mu;
+      Result b = Train(testing::TinyConfig(zero3, 2), zero3, [&](int rank, Trainer& t) {
+        // Units run one after the other (no recomputation): a unit's buckets,
+        // with the prefetch those of the next unit in forward order too.
+        const distributed::GradientSync& g = t.gradients();
+        const std::vector<std::vector<size_t>>& of = g.unit_buckets();
+        int64_t most = 0;
+        for (size_t u = 0; u < of.size(); ++u) {
+          std::vector<size_t> held = of[u];
+          if (prefetch && u + 1 < of.size()) held.insert(held.end(), of[u + 1].begin(), of[u + 1].end());
+          std::sort(held.begin(), held.end());
+          held.erase(std::unique(held.begin(), held.end()), held.end());
+          int64_t bytes = 0;
+          for (size_t k : held) bytes += 4 * (g.buckets()[k].range.second - g.buckets()[k].range.first);
+          most = std::max(most, bytes);
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        gathered[rank] = g.peak_gathered_bytes();
+        expected[rank] = most;
+        held_after[rank] = g.gathered_bytes();
+      });
+      for (int rank = 0; rank < dp; ++rank) {
+        SCOPED_TRACE(zero3.Describe() + ", rank " + std::to_string(rank));
+        const RankMemory& m = b.ranks[rank];
+        EXPECT_EQ(dp * m.owned_numel, m.padded_numel);
+        const int64_t no_shard = Current(a.ranks[rank], MemoryCategory::kParameters);
+        EXPECT_EQ(no_shard, 4 * m.padded_numel);
+        EXPECT_EQ(Current(m, MemoryCategory::kParameters), no_shard / dp);
+        EXPECT_EQ(Peak(m, MemoryCategory::kParameters), no_shard / dp);
+        EXPECT_EQ(Current(m, MemoryCategory::kOptimizer), 2 * 4 * m.owned_numel);
+        EXPECT_EQ(gathered[rank], expected[rank]);
+        EXPECT_GT(gathered[rank], 0);
+        EXPECT_EQ(held_after[rank], 0);
+        EXPECT_GE(Peak(m, MemoryCategory::kCommunication), gathered[rank]);
+      }
+    }
+  }
+}
+
 // TP splits the attention and MLP activations; SP the rest.
 TEST(MemoryReportTest, ActivationsFallWithTpAndSp) {
   const Layout tp1{1, 1, 1}, tp2{2, 1, 1}, sp{2, 1, 1, 0, /*sp=*/true};
