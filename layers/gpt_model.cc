@@ -304,29 +304,41 @@ absl::Status GptModel::WeighLoss(const PackedDocuments* documents, Saved* saved)
 
 namespace {
 
-// dlogits [s, b, V/p] with row r (of the s·b) times weight[r]: in place on
-// the CPU (f32); on a device through the combine of one "expert" per row
+// dlogits [s, b, V/p] with row r (of the s·b) times weight[r], in place: on
+// the CPU in f32; on a device through the combine of one "expert" per row
 // (MoeCombineForward: y_r = weight_r · dlogits_r, the product in f32 rounded
-// once to dlogits' dtype) into a new tensor of dlogits' shape.
-absl::StatusOr<Tensor> WeighRows(const Tensor& dlogits, const Tensor& weight) {
-  const int64_t rows = weight.numel(), v = dlogits.numel() / rows;
-  if (dlogits.device().is_cpu()) {
-    float* g = dlogits.data<float>();
+// once to dlogits' dtype), kWeighRows rows at a time into a scratch copied
+// back, so the weighing holds those rows more, not a second dlogits.
+constexpr int64_t kWeighRows = 1024;
+
+absl::Status WeighRows(const Tensor& weight, Tensor* dlogits) {
+  const int64_t rows = weight.numel(), v = dlogits->numel() / rows;
+  if (dlogits->device().is_cpu()) {
+    float* g = dlogits->data<float>();
     for (int64_t r = 0; r < rows; ++r) {
       const float w = weight.data<float>()[r];
       for (int64_t j = 0; j < v; ++j) g[r * v + j] *= w;
     }
-    return dlogits;
+    return absl::OkStatus();
   }
-  const core::Device device = dlogits.device();
-  LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{rows, 1}, core::DType::kI32));
-  for (int64_t r = 0; r < rows; ++r) ids.data<int32_t>()[r] = static_cast<int32_t>(r);
-  LOOM_ASSIGN_OR_RETURN(Tensor row, ids.To(device));
-  LOOM_ASSIGN_OR_RETURN(Tensor prob, weight.Reshape(Shape{rows, 1}));
-  LOOM_ASSIGN_OR_RETURN(Tensor in, dlogits.Reshape(Shape{rows, v}));
-  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(Shape{rows, v}, dlogits.dtype(), device));
-  LOOM_RETURN_IF_ERROR(core::ops::MoeCombineForward(in, prob, row, &out));
-  return out.Reshape(dlogits.shape());
+  const core::Device device = dlogits->device();
+  const int64_t chunk = std::min(rows, kWeighRows);
+  LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty(Shape{chunk, 1}, core::DType::kI32));
+  for (int64_t r = 0; r < chunk; ++r) ids.data<int32_t>()[r] = static_cast<int32_t>(r);
+  LOOM_ASSIGN_OR_RETURN(ids, ids.To(device));
+  LOOM_ASSIGN_OR_RETURN(const Tensor g, dlogits->Reshape(Shape{rows, v}));
+  LOOM_ASSIGN_OR_RETURN(const Tensor w, weight.Reshape(Shape{rows, 1}));
+  LOOM_ASSIGN_OR_RETURN(const Tensor scratch, Tensor::Empty(Shape{chunk, v}, g.dtype(), device));
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    LOOM_ASSIGN_OR_RETURN(Tensor part, g.Narrow(r0, n));
+    LOOM_ASSIGN_OR_RETURN(const Tensor prob, w.Narrow(r0, n));
+    LOOM_ASSIGN_OR_RETURN(const Tensor row, ids.Narrow(0, n));
+    LOOM_ASSIGN_OR_RETURN(Tensor weighed, scratch.Narrow(0, n));
+    LOOM_RETURN_IF_ERROR(core::ops::MoeCombineForward(part, prob, row, &weighed));
+    LOOM_RETURN_IF_ERROR(core::ops::Copy(weighed, &part));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -404,7 +416,7 @@ absl::StatusOr<Tensor> GptModel::BackwardChunk(int c, const Tensor& dy, float dl
     LOOM_RETURN_IF_ERROR(Notify(UnitEvent::kBeforeBackward, head_unit()));
     LOOM_ASSIGN_OR_RETURN(Tensor dlogits, loss_.Backward(saved.loss, dloss));
     if (saved.loss_weight.defined()) {  // each row's share of the mean
-      LOOM_ASSIGN_OR_RETURN(dlogits, WeighRows(dlogits, saved.loss_weight));
+      LOOM_RETURN_IF_ERROR(WeighRows(saved.loss_weight, &dlogits));
     }
     LOOM_ASSIGN_OR_RETURN(d, output_layer_->Backward(dlogits, saved.output));
     LOOM_ASSIGN_OR_RETURN(d, final_norm_->Backward(d, saved.final_norm));

@@ -31,18 +31,27 @@ namespace {
 
 using core::Tensor;
 
-constexpr int64_t kS = 16, kB = 2;
-// Each row's document lengths: a 1-token document in row 0, and documents
-// of 9 and 7 in row 1.
-const std::vector<std::vector<int>> kDocs = {{5, 1, 10}, {9, 7}};
+constexpr int64_t kB = 2;
+using Docs = std::vector<std::vector<int>>;  // each batch row's document lengths
+// 16 positions: a 1-token document in row 0, documents of 9 and 7 in row 1.
+const Docs kShort = {{5, 1, 10}, {9, 7}};
+// 640 positions: 1280 loss rows, more than the device loss weighing's
+// 1024-row chunk (layers/gpt_model.cc), the last chunk partial.
+const Docs kLong = {{37, 1, 100, 502}, {640}};
 
-GptConfig Gpt2() {
+int64_t SeqLen(const Docs& docs) {
+  int64_t s = 0;
+  for (int n : docs[0]) s += n;
+  return s;
+}
+
+GptConfig Gpt2(int64_t s = 16) {
   GptConfig c;
   c.num_layers = 2;
   c.hidden_size = 32;
   c.num_attention_heads = 4;
-  c.seq_length = kS;
-  c.max_position_embeddings = kS;
+  c.seq_length = s;
+  c.max_position_embeddings = s;
   c.seed = 5;
   return c;
 }
@@ -61,12 +70,13 @@ GptConfig Llama() {
 
 // Position ids, document starts and (with `loss_mask`) the masked mean's
 // weights: no loss at each document's last token.
-std::shared_ptr<const PackedDocuments> Documents(bool loss_mask) {
+std::shared_ptr<const PackedDocuments> Documents(const Docs& docs, bool loss_mask) {
+  const int64_t s = SeqLen(docs);
   auto d = std::make_shared<PackedDocuments>();
-  d->seq_len = kS;
+  d->seq_len = s;
   d->batch = kB;
   int kept = 0;
-  for (const std::vector<int>& row : kDocs) {
+  for (const std::vector<int>& row : docs) {
     int first = 0;
     for (int n : row) {
       for (int k = 0; k < n; ++k) {
@@ -79,7 +89,7 @@ std::shared_ptr<const PackedDocuments> Documents(bool loss_mask) {
       first += n;
     }
   }
-  for (float& w : d->loss_weight) w *= static_cast<float>(kS * kB) / kept;
+  for (float& w : d->loss_weight) w *= static_cast<float>(s * kB) / kept;
   return d;
 }
 
@@ -91,16 +101,17 @@ std::vector<float> Host(const Tensor& t) {
 }
 
 // The loss (and its f32 rounding's remainder) and every gradient of one step.
-absl::Status Step(GptConfig config, core::Device device, bool loss_mask,
+absl::Status Step(GptConfig config, core::Device device, const Docs& docs, bool loss_mask,
                   std::vector<std::vector<float>>* out) {
+  const int64_t s = SeqLen(docs);
   config.device = device;
   config.compute_dtype = core::DType::kF32;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, TpGroup{}));
   LOOM_RETURN_IF_ERROR(model->params().ZeroGrads());
-  const Tensor ids = testing::RandomIds(kS, kB, config.vocab_size, 100);
-  const Tensor targets = testing::RandomIds(kS, kB, config.vocab_size, 200);
+  const Tensor ids = testing::RandomIds(s, kB, config.vocab_size, 100);
+  const Tensor targets = testing::RandomIds(s, kB, config.vocab_size, 200);
   DropoutStream dropout = testing::StepDropout(0);
-  dropout.documents = Documents(loss_mask);
+  dropout.documents = Documents(docs, loss_mask);
   GptModel::Saved saved;
   double loss = 0;
   LOOM_RETURN_IF_ERROR(model->Forward(0, ids, targets, dropout, &saved, &loss).status());
@@ -124,38 +135,45 @@ class PackedDocumentsDeviceTest : public ::testing::Test {
   }
 };
 
-TEST_F(PackedDocumentsDeviceTest, FakeDeviceGivesTheCpuRunBitwise) {
-  for (const GptConfig& config : {Gpt2(), Llama()}) {
-    for (bool loss_mask : {false, true}) {
-      const std::string what = absl::StrCat(config.swiglu ? "llama" : "gpt2",
-                                            loss_mask ? " with loss mask" : "");
-      std::vector<std::vector<float>> want, got;
-      absl::Status s = Step(config, core::Device::CPU(), loss_mask, &want);
-      ASSERT_TRUE(s.ok()) << what << ": " << s;
-      {
-        core::ops::testing::ScopedFakeDevice fake;
-        const long calls = core::ops::testing::ScopedFakeDevice::kernel_calls();
-        s = Step(config, core::Device::CUDA(0), loss_mask, &got);
-        ASSERT_TRUE(s.ok()) << what << ": " << s;
-        EXPECT_GT(core::ops::testing::ScopedFakeDevice::kernel_calls(), calls + 20) << what;
-      }
-      ASSERT_EQ(got.size(), want.size()) << what;
-      for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_EQ(got[i].size(), want[i].size()) << what << " tensor " << i;
-        for (size_t k = 0; k < got[i].size(); ++k) {
-          ASSERT_EQ(got[i][k], want[i][k]) << what << " tensor " << i << " element " << k;
-        }
-      }
+// Both devices' loss, every gradient, bit for bit.
+void ExpectFakeDeviceBitwise(const GptConfig& config, const Docs& docs, bool loss_mask) {
+  const std::string what = absl::StrCat(config.swiglu ? "llama" : "gpt2", " s ", SeqLen(docs),
+                                        loss_mask ? " with loss mask" : "");
+  std::vector<std::vector<float>> want, got;
+  absl::Status s = Step(config, core::Device::CPU(), docs, loss_mask, &want);
+  ASSERT_TRUE(s.ok()) << what << ": " << s;
+  {
+    core::ops::testing::ScopedFakeDevice fake;
+    const long calls = core::ops::testing::ScopedFakeDevice::kernel_calls();
+    s = Step(config, core::Device::CUDA(0), docs, loss_mask, &got);
+    ASSERT_TRUE(s.ok()) << what << ": " << s;
+    EXPECT_GT(core::ops::testing::ScopedFakeDevice::kernel_calls(), calls + 20) << what;
+  }
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size()) << what << " tensor " << i;
+    for (size_t k = 0; k < got[i].size(); ++k) {
+      ASSERT_EQ(got[i][k], want[i][k]) << what << " tensor " << i << " element " << k;
     }
   }
+}
+
+TEST_F(PackedDocumentsDeviceTest, FakeDeviceGivesTheCpuRunBitwise) {
+  for (const GptConfig& config : {Gpt2(), Llama()}) {
+    for (bool loss_mask : {false, true}) ExpectFakeDeviceBitwise(config, kShort, loss_mask);
+  }
+}
+
+TEST_F(PackedDocumentsDeviceTest, LongRowsWeighTheLossInChunksBitwise) {
+  ExpectFakeDeviceBitwise(Gpt2(SeqLen(kLong)), kLong, true);
 }
 
 // The loss mask and the documents change the run: without them the loss
 // differs (so the comparison above sees them at work on both devices).
 TEST_F(PackedDocumentsDeviceTest, TheDocumentsAndTheMaskChangeTheLoss) {
   std::vector<std::vector<float>> masked, unmasked;
-  ASSERT_TRUE(Step(Llama(), core::Device::CPU(), true, &masked).ok());
-  ASSERT_TRUE(Step(Llama(), core::Device::CPU(), false, &unmasked).ok());
+  ASSERT_TRUE(Step(Llama(), core::Device::CPU(), kShort, true, &masked).ok());
+  ASSERT_TRUE(Step(Llama(), core::Device::CPU(), kShort, false, &unmasked).ok());
   EXPECT_NE(masked[0][0], unmasked[0][0]);
 }
 
