@@ -5,8 +5,8 @@
 // threads and real p2p messages, so each stage waits exactly as the executor's action order and
 // data dependencies make it wait; nothing reads the wall clock, so the 2 cores (or a loaded
 // machine) play no part. Idle = the stage's last end - its busy time. The simulator (eager
-// sends, no communication cost) must give the same idle per stage, for 1F1B and ZB-H1 with
-// equal and unequal F / I / W.
+// sends, no communication cost) must give the same idle per stage, for 1F1B, ZB-H1, ZBV and
+// DualPipeV with equal and unequal F / I / W.
 
 #include <algorithm>
 #include <memory>
@@ -146,9 +146,15 @@ absl::StatusOr<std::vector<double>> ExecutorIdle(const ScheduleOptions& so, Cost
       so.pp, [&](int rank, comm::Communicator* world) -> absl::Status {
         LOOM_ASSIGN_OR_RETURN(comm::Grid grid, comm::Grid::Make(so.pp, 1, so.pp));
         LOOM_ASSIGN_OR_RETURN(comm::ParallelGroups groups, comm::MakeParallelGroups(*world, grid));
-        std::vector<ChunkSpec> chunks = {{rank, 1, rank == 0, rank == so.pp - 1}};
+        // One layer a chunk, where the schedule places its virtual stage (the V's stage 0
+        // holds the first and the last).
+        std::vector<ChunkSpec> chunks;
+        for (int c = 0; c < so.vp; ++c) {
+          const int vs = VirtualStageOf(so, rank, c);
+          chunks.push_back({vs, 1, vs == 0, vs == so.pp * so.vp - 1});
+        }
         LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ClockModel> model,
-                              ClockModel::Create(chunks, costs, so.kind == ScheduleKind::kZBH1));
+                              ClockModel::Create(chunks, costs, SplitsBackward(so.kind)));
         LOOM_ASSIGN_OR_RETURN(Schedule schedule, BuildSchedule(so));
         ExecutorOptions options;
         options.micro_batch_size = 1;
@@ -163,11 +169,15 @@ absl::StatusOr<std::vector<double>> ExecutorIdle(const ScheduleOptions& so, Cost
 }
 
 TEST(ExecutorTimingTest, IdleTimePerStageMatchesTheSimulator) {
-  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZBH1}) {
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZBH1, ScheduleKind::kZBV,
+                            ScheduleKind::kDualPipeV}) {
     for (const Costs costs : {Costs{1, 1, 1}, Costs{1, 1.5, 0.5}, Costs{2, 1, 1.5}}) {
       for (int pp : {2, 4}) {
-        for (int m : {pp, 2 * pp + 1}) {
-          const ScheduleOptions so{kind, pp, 1, m, 0};
+        // The V: two chunks a stage over buffered links (the simulator's eager, tagged sends);
+        // dualpipev needs M >= 2P.
+        const bool v = IsVShape(kind);
+        for (int m : {v ? 2 * pp : pp, 2 * pp + 1}) {
+          const ScheduleOptions so{kind, pp, v ? 2 : 1, m, 0};
           const std::string what =
               absl::StrCat(ScheduleKindName(kind), " P=", pp, " M=", m, " F/I/W=", costs.f, "/",
                            costs.i, "/", costs.w);
@@ -180,6 +190,7 @@ TEST(ExecutorTimingTest, IdleTimePerStageMatchesTheSimulator) {
           sim.backward_cost = costs.i + costs.w;
           sim.backward_input_cost = costs.i;
           sim.backward_weight_cost = costs.w;
+          sim.tagged_channels = v;
           absl::StatusOr<SimResult> r = Simulate(*schedule, sim);
           ASSERT_TRUE(r.ok()) << r.status();
           double total = 0;

@@ -251,14 +251,16 @@ std::vector<Action> ZBVOrder(const ScheduleOptions& o, int r) {
   return kept;
 }
 
-// DualPipeV on stage r, as steps: torch's ScheduleDualPipeV._calculate_single_rank_operations
-// (torch 2.11, torch/distributed/pipelining/schedules.py) step for step. Its OVERLAP_F_B
-// compound action (a forward of one chunk with the full backward of the other, for different
-// micro-batches) is one two-action step; every other action is a step of its own. Each chunk's
-// micro-batches run in order for every action kind, so counters stand in for torch's.
-std::vector<std::vector<Action>> DualPipeVSteps(const ScheduleOptions& o, int r) {
+// DualPipeV on stage r: torch's ScheduleDualPipeV._calculate_single_rank_operations
+// (torch/distributed/pipelining/schedules.py) action for action. Its OVERLAP_F_B compound
+// action (a forward of one chunk with the full backward of the other, for different
+// micro-batches) is the forward then the backward; each is a step of its own, so the forward's
+// send goes out (non-blocking, over buffered links) before the backward runs and its transfer
+// hides behind the backward's compute. Each chunk's micro-batches run in order for every action
+// kind, so counters stand in for torch's.
+std::vector<Action> DualPipeVOrder(const ScheduleOptions& o, int r) {
   const int p = o.pp, n = o.micro_batches;
-  std::vector<std::vector<Action>> steps;
+  std::vector<Action> order;
   int f[2] = {0, 0}, b[2] = {0, 0};           // next micro-batch per chunk
 
   std::vector<std::pair<int, int>> pending_w;  // (chunk, micro-batch) of each I, oldest first
@@ -268,11 +270,10 @@ std::vector<std::vector<Action>> DualPipeVSteps(const ScheduleOptions& o, int r)
     pending_w.emplace_back(c, b[c]);
     return BackwardInput(b[c]++, c);
   };
-  auto single = [&](Action a) { steps.push_back({a}); };
-  auto overlap = [&](int forward_chunk, int backward_chunk) {
-    // torch runs the pair's forward first; the two are one step (one communication batch).
-    Action fa = forward(forward_chunk);
-    steps.push_back({fa, full_backward(backward_chunk)});
+  auto single = [&](Action a) { order.push_back(a); };
+  auto overlap = [&](int forward_chunk, int backward_chunk) {  // torch runs the forward first
+    single(forward(forward_chunk));
+    single(full_backward(backward_chunk));
   };
   auto weight_if_pending = [&] {
     if (pending_w.empty()) return;
@@ -316,7 +317,7 @@ std::vector<std::vector<Action>> DualPipeVSteps(const ScheduleOptions& o, int r)
     single(zero_bubble ? input_backward(0) : full_backward(0));
   }
   for (int i = 0; i < r + 1; ++i) weight_if_pending();  // 8: W0
-  return steps;
+  return order;
 }
 
 }  // namespace
@@ -324,13 +325,7 @@ std::vector<std::vector<Action>> DualPipeVSteps(const ScheduleOptions& o, int r)
 std::vector<Action> ComputeOrder(const ScheduleOptions& o, int r) {
   if (o.kind == ScheduleKind::kZBH1) return ZBH1Order(o, r);
   if (o.kind == ScheduleKind::kZBV) return ZBVOrder(o, r);
-  if (o.kind == ScheduleKind::kDualPipeV) {
-    std::vector<Action> order;
-    for (const std::vector<Action>& step : DualPipeVSteps(o, r)) {
-      order.insert(order.end(), step.begin(), step.end());
-    }
-    return order;
-  }
+  if (o.kind == ScheduleKind::kDualPipeV) return DualPipeVOrder(o, r);
   const int total = o.micro_batches * o.vp;
   const int warmup = WarmupForwards(o, r);
   auto fwd = [&](int k) {
@@ -409,7 +404,6 @@ void AppendSends(const ScheduleOptions& o, int r, const std::vector<Action>& ste
 // sends block until received.
 std::vector<std::vector<Action>> Steps(const ScheduleOptions& o, int r,
                                        const std::vector<Action>& compute) {
-  if (o.kind == ScheduleKind::kDualPipeV) return DualPipeVSteps(o, r);  // its own F&B pairs
   std::vector<std::vector<Action>> steps;
   const int total = o.micro_batches * o.vp;
   const int warmup = WarmupForwards(o, r);

@@ -31,10 +31,10 @@ enum class ScheduleKind {
   kZBV,   // ZB-V: two chunks per stage in a V (virtual stages r and 2P − 1 − r), torch's
           // ScheduleZBVZeroBubble order (v = 2)
   // DualPipeV (DeepSeek's DualPipe cut in half, deepseek-ai/DualPipe): zbv's V placement;
-  // in the steady state each step runs the forward of one chunk together with the full
-  // backward of the other chunk for another micro-batch (F&B, one step, their communication
-  // batched), the first and last phases split backwards to fill the bubble. torch's
-  // ScheduleDualPipeV order (v = 2, M >= 2P).
+  // in the steady state the forward of one chunk is paired with the full backward of the
+  // other chunk for an older micro-batch (F&B: the forward's send goes out before the backward
+  // runs, so its transfer hides behind the backward), the first and last phases split
+  // backwards to fill the bubble. torch's ScheduleDualPipeV order (v = 2, M >= 2P).
   kDualPipeV,
 };
 
@@ -136,13 +136,13 @@ ChunkStep NthStep(const ScheduleOptions& options, int k, bool forward);
 //     (torch/distributed/pipelining/schedules.py), generated for max(M, 2P − 1) micro-batches and
 //     filtered to micro-batch < M as torch does.
 //   dualpipev: torch's ScheduleDualPipeV._calculate_single_rank_operations (same file; its
-//     OVERLAP_F_B compound action becomes Forward then Backward, one step).
+//     OVERLAP_F_B compound action becomes Forward then Backward).
 std::vector<Action> ComputeOrder(const ScheduleOptions& options, int pp_rank);
 
 // The full schedule: each stage's compute order with the implied communication inserted in
 // Megatron's batches (zb-h1 and zbv as 1F1B: every compute action a step; BackwardWeight moves
 // no tensor). The compute order is cut into steps (one compute action; in the
-// interleaved steady state the Forward + Backward pair, in dualpipev's the overlapped F&B pair);
+// interleaved steady state the Forward + Backward pair);
 // after each step comes one batch with
 // the step's sends and the next step's receives. So 1F1B's steady state has the batches
 // "SendActivation, RecvGrad" and "SendGrad, RecvActivation", and interleaved's steady state

@@ -610,9 +610,11 @@ TEST(ZeroBubbleSimulatorTest, PeakActivationsMatchTheScheduleForEveryKind) {
 //                lower bound, (p − 1)·T_F / (2m(T_F + T_B + T_W)) = (p − 1)/(6m), for m >= 2p − 1
 //                (torch's ScheduleZBVZeroBubble pads to 2p − 1 micro-batches); below that only
 //                zbv <= zb-h1.
-//   dualpipev    (p − 1)(F&B + B − 3W) [deepseek-ai/DualPipe's table, PP = 2p virtual stages, B a
-//                full backward, W a weight backward, F&B = F + B with no overlap gain] over
-//                2m(F + B) = (p − 1)/(3m) at F = I = W, for m >= 2p (torch's requirement).
+//   dualpipev    the fill's lower bound as zbv, (p − 1)/(6m), for m >= 2p (torch's
+//                requirement): each forward's send leaves before its paired backward runs.
+//                (DualPipe's table, (PP/2 − 1)(F&B + B − 3W) with PP = 2p, = (p − 1)/(3m) at
+//                F = I = W and F&B = F + B, is what the lists give when a pair's transfers wait
+//                for its end, as one batch.)
 TEST(ZeroBubbleSimulatorTest, BubbleTableAgainstThePublishedFormulas) {
   std::printf("%-3s %-3s %-12s %10s %10s %10s\n", "p", "m", "schedule", "simulated", "formula",
               "idle/mksp");
@@ -629,7 +631,7 @@ TEST(ZeroBubbleSimulatorTest, BubbleTableAgainstThePublishedFormulas) {
           {ScheduleKind::kInterleaved, 2, double(p - 1) / (2.0 * m)},
           {ScheduleKind::kZBH1, 1, double(p - 1) / (3.0 * m)},
           {ScheduleKind::kZBV, 2, full_v ? double(p - 1) / (6.0 * m) : -1},
-          {ScheduleKind::kDualPipeV, 2, double(p - 1) / (3.0 * m)},
+          {ScheduleKind::kDualPipeV, 2, double(p - 1) / (6.0 * m)},
       };
       double zbh1 = 0;
       for (const Row& row : rows) {

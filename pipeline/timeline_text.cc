@@ -46,11 +46,10 @@ double TheoreticalBubble(const ScheduleOptions& o) {
   switch (o.kind) {
     case ScheduleKind::kZBH1: return p1 / (3 * m);
     case ScheduleKind::kZBV: return p1 / (6 * m);
-    // DualPipe's table (deepseek-ai/DualPipe): (PP/2 − 1)(F&B + B − 3W) with PP = 2P virtual
-    // stages, B a full backward (I + W), F&B = F + B (the simulator models no overlap gain),
-    // over a stage's 2M·(F + B) of work. Exact at F = I = W only: torch's order is fixed,
-    // not tuned to the costs.
-    case ScheduleKind::kDualPipeV: return p1 / (3 * m);
+    // Only the pipeline fill (P − 1)·F, as zbv: every forward's send leaves before the paired
+    // backward runs (below DualPipe's table's (PP/2 − 1)(F&B + B − 3W), PP = 2P, which keeps
+    // the pair's transfers for its end).
+    case ScheduleKind::kDualPipeV: return p1 / (6 * m);
     default: return p1 / (static_cast<double>(o.vp) * m);
   }
 }
@@ -62,7 +61,7 @@ std::string BubbleFormula(const ScheduleOptions& o) {
     case ScheduleKind::kZBV:
       return o.micro_batches >= 2 * o.pp - 1 ? "(P-1)/(6M) at F=I=W"
                                              : "(P-1)/(6M) at F=I=W, needs M>=2P-1";
-    case ScheduleKind::kDualPipeV: return "(P-1)(F&B+B-3W)/(6M) = (P-1)/(3M) at F=I=W";
+    case ScheduleKind::kDualPipeV: return "(P-1)/(6M) at F=I=W (the fill)";
     default: return "(P-1)/M";
   }
 }
