@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "checkpoint/file_util.h"
+#include "core/cpu/cpu_features.h"
 #include "gtest/gtest.h"
 #include "train/test_util.h"
 
@@ -79,6 +80,32 @@ void ExpectLayoutsMatch(bool llama) {
 
 TEST(Zero3Test, EveryLayoutGivesTheSingleRankLossCurve) { ExpectLayoutsMatch(false); }
 TEST(Zero3Test, EveryLayoutGivesTheSingleRankLossCurveLlamaStyle) { ExpectLayoutsMatch(true); }
+
+// ZeRO-3 changes where the values live, not what is computed: the same
+// layout under optim_grads (values whole, the f32 shards all-gathered after
+// the step, the bf16 copy refreshed from them) gives the same losses bit for
+// bit, in f32 and with --bf16 (the CPU's bf16 GEMMs read the copy each
+// unit's gather converts).
+TEST(Zero3Test, BitForBitOptimGradsInF32AndBf16) {
+  const bool bf16_ok = core::cpu::CheckBf16GemmSupport("--bf16").ok();
+  for (const bool bf16 : {false, true}) {
+    if (bf16 && !bf16_ok) continue;  // no bf16 GEMMs on this CPU: the f32 half still runs
+    for (const Layout& base : {Layout{1, 1, 2, 0, false, false, "1f1b", true, true},
+                               Layout{2, 1, 2, 0, true}, Layout{1, 2, 2}}) {
+      const Layout zero2 = testing::OptimGrads(base), zero3 = OptimGradsParams(base);
+      TrainConfig c2 = testing::TinyConfig(zero2, 6), c3 = testing::TinyConfig(zero3, 6);
+      c2.bf16 = c3.bf16 = bf16;
+      testing::RunResult a = testing::Run(c2, zero2);
+      ASSERT_TRUE(a.status.ok()) << zero2.Describe() << ": " << a.status;
+      const std::vector<double> b = Train(c3, zero3);
+      ASSERT_EQ(b.size(), a.losses.size()) << zero3.Describe();
+      for (size_t i = 0; i < b.size(); ++i) {
+        EXPECT_EQ(b[i], a.losses[i]) << (bf16 ? "bf16 " : "f32 ") << zero3.Describe()
+                                     << ", iteration " << i + 1;
+      }
+    }
+  }
+}
 
 TEST(Zero3Test, EndsWithTheSingleRankGradientNorm) {
   auto final_norm = [](const Layout& l) {
