@@ -72,9 +72,14 @@ struct TrainConfig {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
-  // --pipeline-schedule (gpipe | 1f1b | interleaved | zb-h1; zbv and dualpipev are refused).
+  // --pipeline-schedule (gpipe | 1f1b | interleaved | zb-h1 | zbv | dualpipev; the last two
+  // place two chunks per stage in a V, CPU only until a device run).
   pipeline::ScheduleKind pipeline_schedule = pipeline::ScheduleKind::k1F1B;
   bool sequence_parallel = false;
+  // --tp-comm-overlap (Megatron's name; needs --sequence-parallel): the TP linear layers'
+  // sequence all-gather and reduce-scatter as a ring, each block's GEMM while the next block
+  // travels (layers/tp_overlap.h).
+  bool tp_comm_overlap = false;
   // Context parallelism: the sequence split over CP ranks, ring attention
   // (layers/context_parallel.h); CP ranks share DP's gradient reduction.
   int context_parallel_size = 1;

@@ -162,6 +162,18 @@ absl::Status Layout(TrainConfig* c) {
     }
   }
   if (c->sequence_parallel && tp == 1) c->sequence_parallel = false;  // nothing to split
+  if (c->tp_comm_overlap && tp > 1 && !c->sequence_parallel) {
+    return absl::InvalidArgumentError(
+        "--tp-comm-overlap needs --sequence-parallel: tensor-parallel communication/GEMM "
+        "overlap can happen only when sequence parallelism is enabled (as in Megatron)");
+  }
+  if (tp == 1) c->tp_comm_overlap = false;  // no TP communication to hide
+  if (c->model.moe_a2a_overlap_chunks > 1 && c->expert_model_parallel_size < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--moe-a2a-overlap-chunks=", c->model.moe_a2a_overlap_chunks,
+        " pipelines the expert-parallel all-to-alls and needs --expert-model-parallel-size > 1 "
+        "(got ", c->expert_model_parallel_size, "): drop it or set EP"));
+  }
   // Also --seq-length against TP (SP) and CP, and the --recompute-* flags
   // (Megatron's rules), N against the layers of one chunk: --num-layers /
   // (PP x virtual stages).

@@ -112,8 +112,10 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
       absl::StrCat("--auto-layout", fixed.empty() ? "" : " ", FixedFlags(config, fixed));
   int rejected = 0;
   std::string first_error;
+  TimeOptions time;
+  time.tp_comm_overlap = config.tp_comm_overlap;  // as //train:plan with the same flags
   absl::StatusOr<std::vector<Planned>> plans =
-      PlanAll(config, hw, search, TimeOptions{}, &rejected, &first_error);
+      PlanAll(config, hw, search, time, &rejected, &first_error);
   if (!plans.ok()) {
     return absl::Status(plans.status().code(), absl::StrCat(typed, ": ", plans.status().message()));
   }

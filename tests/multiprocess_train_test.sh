@@ -159,6 +159,12 @@ run mixtral_ucx_ep2_tp2 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
 compare mixtral_ucx_ep2_tp2 mixtral_reference
 grep -q "expert parallel: each MoE layer's 8 experts split over EP 2" mixtral_ucx_ep2_tp2.log ||
   { echo "FAILED: no expert-parallel line"; cat mixtral_ucx_ep2_tp2.log; exit 1; }
+# The overlaps (#39): the MoE all-to-alls pipelined over 2 token chunks and
+# the TP all-gathers/reduce-scatters as a ring, over UCX.
+run mixtral_ucx_ep2_tp2_overlap "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --tensor-model-parallel-size=2 --sequence-parallel --tp-comm-overlap \
+  --expert-model-parallel-size=2 --moe-a2a-overlap-chunks=2 "${MIXTRAL[@]}"
+compare mixtral_ucx_ep2_tp2_overlap mixtral_reference
 
 if [ -n "$MPIRUN" ]; then
   export TMPDIR="$TEST_TMPDIR" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -20,7 +20,8 @@ std::vector<const char*> ModelFlags() {
   }
   for (const char* f : {"layernorm_epsilon", "init_method_std", "moe_router_load_balancing_type",
                         "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_expert_capacity_factor",
-                        "moe_pad_expert_input_to_capacity", "moe_grouped_gemm"}) {
+                        "moe_pad_expert_input_to_capacity", "moe_grouped_gemm",
+                        "moe_a2a_overlap_chunks"}) {
     flags.push_back(f);
   }
   return flags;
@@ -33,7 +34,8 @@ const std::vector<FlagGroup>& GptFlagGroups() {
       {"Model", ModelFlags()},
       // Megatron's "distributed" arguments, and where the ranks compute.
       {"Parallelism and placement",
-       {"tensor_model_parallel_size", "sequence_parallel", "pipeline_model_parallel_size",
+       {"tensor_model_parallel_size", "sequence_parallel", "tp_comm_overlap",
+        "pipeline_model_parallel_size",
         "num_layers_per_virtual_pipeline_stage", "pipeline_schedule", "context_parallel_size",
         "expert_model_parallel_size", "use_distributed_optimizer",
         "data_parallel_sharding_strategy", "overlap_grad_reduce",

@@ -63,6 +63,10 @@ ABSL_FLAG(bool, moe_pad_expert_input_to_capacity, D().model.moe_pad_expert_input
 ABSL_FLAG(bool, moe_grouped_gemm, D().model.moe_grouped_gemm,
           "Run the experts' GEMMs side by side (an expert per thread) instead of one after "
           "the other");
+ABSL_FLAG(int64_t, moe_a2a_overlap_chunks, D().model.moe_a2a_overlap_chunks,
+          "Under EP (--expert-model-parallel-size > 1), split each micro-batch's tokens into N "
+          "chunks and pipeline the MoE dispatch/combine all-to-alls with the experts' compute "
+          "(1: off)");
 ABSL_FLAG(float, hidden_dropout, D().hidden_dropout, "Dropout after attention/MLP and on embeddings");
 ABSL_FLAG(float, attention_dropout, D().attention_dropout, "Dropout on attention probabilities");
 ABSL_FLAG(int64_t, seed, static_cast<int64_t>(D().model.seed),
@@ -74,8 +78,13 @@ ABSL_FLAG(int, num_layers_per_virtual_pipeline_stage, D().num_layers_per_virtual
           "Layers per model chunk for interleaved 1F1B (0: no interleaving)");
 ABSL_FLAG(loom::pipeline::ScheduleKind, pipeline_schedule, D().pipeline_schedule,
           "gpipe | 1f1b | interleaved | zb-h1 (zero bubble: 1F1B with each weight gradient "
-          "deferred into the bubble; one chunk per stage)");
+          "deferred into the bubble; one chunk per stage) | zbv | dualpipev (two chunks per "
+          "stage in a V, torch's ScheduleZBVZeroBubble and ScheduleDualPipeV orders)");
 ABSL_FLAG(bool, sequence_parallel, D().sequence_parallel, "Sequence parallelism (needs TP > 1)");
+ABSL_FLAG(bool, tp_comm_overlap, D().tp_comm_overlap,
+          "Overlap TP communication with the GEMMs: the sequence all-gather and reduce-scatter "
+          "of the TP linear layers as a ring, each block's GEMM while the next block travels "
+          "(needs --sequence-parallel)");
 ABSL_FLAG(int, expert_model_parallel_size, D().expert_model_parallel_size,
           "EP degree: each MoE layer's experts split over EP ranks carved out of DP, tokens "
           "moved by all-to-all-v");
@@ -270,6 +279,7 @@ TrainConfig ConfigFromFlags() {
   c.model.moe_expert_capacity_factor = absl::GetFlag(FLAGS_moe_expert_capacity_factor);
   c.model.moe_pad_expert_input_to_capacity = absl::GetFlag(FLAGS_moe_pad_expert_input_to_capacity);
   c.model.moe_grouped_gemm = absl::GetFlag(FLAGS_moe_grouped_gemm);
+  c.model.moe_a2a_overlap_chunks = absl::GetFlag(FLAGS_moe_a2a_overlap_chunks);
   c.model.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   c.model.recompute_granularity = absl::GetFlag(FLAGS_recompute_granularity);
   c.model.recompute_method = absl::GetFlag(FLAGS_recompute_method);
@@ -283,6 +293,7 @@ TrainConfig ConfigFromFlags() {
   c.num_layers_per_virtual_pipeline_stage = absl::GetFlag(FLAGS_num_layers_per_virtual_pipeline_stage);
   c.pipeline_schedule = absl::GetFlag(FLAGS_pipeline_schedule);
   c.sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel);
+  c.tp_comm_overlap = absl::GetFlag(FLAGS_tp_comm_overlap);
   c.context_parallel_size = absl::GetFlag(FLAGS_context_parallel_size);
   c.expert_model_parallel_size = absl::GetFlag(FLAGS_expert_model_parallel_size);
   c.distributed_backend = absl::GetFlag(FLAGS_distributed_backend);

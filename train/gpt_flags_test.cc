@@ -51,6 +51,8 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   SAME(num_layers_per_virtual_pipeline_stage);
   SAME(pipeline_schedule);
   SAME(sequence_parallel);
+  SAME(tp_comm_overlap);
+  SAME(model.moe_a2a_overlap_chunks);
   SAME(distributed_backend);
   SAME(distributed_backend_flag);
   SAME(distributed_timeout_s);

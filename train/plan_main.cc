@@ -30,8 +30,6 @@ ABSL_FLAG(int, top, 25, "Rows to print (0: all)");
 ABSL_FLAG(int, max_context_parallel_size, 1, "Try context parallelism up to this size");
 ABSL_FLAG(int, max_tensor_parallel_size, 0, "Try TP up to this size (0: devices per node)");
 ABSL_FLAG(int64_t, max_micro_batch_size, 8, "Try micro-batch sizes 1, 2, 4, ... up to this");
-ABSL_FLAG(bool, tp_comm_overlap, false,
-          "Assume Megatron's --tp-comm-overlap (forward TP communication hidden behind GEMMs)");
 ABSL_FLAG(bool, calibrate, false,
           "Measure this machine (GEMM sizes, memcpy, the local backend's collectives) and print "
           "a hardware file; with --device=cuda [--bf16] --hardware=BASE: BASE with the GEMM "
@@ -129,7 +127,9 @@ int main(int argc, char** argv) {
   search.max_micro_batch = absl::GetFlag(FLAGS_max_micro_batch_size);
   search.fixed = fixed;
   loom::plan::TimeOptions time;
-  time.tp_comm_overlap = absl::GetFlag(FLAGS_tp_comm_overlap);
+  // //train:gpt's --tp-comm-overlap: the time model hides the forward's TP communication
+  // behind the GEMMs, and TP layouts without --sequence-parallel are refused as gpt would.
+  time.tp_comm_overlap = config.tp_comm_overlap;
   int rejected = 0;
   std::string first_error;
   absl::StatusOr<std::vector<loom::plan::Planned>> plans =

@@ -133,6 +133,7 @@ absl::Status Trainer::Setup() {
     chunks.push_back(layers::ChunkSpec{r.first, r.count, vs == 0, vs == pp * vp - 1});
   }
   layers::TpGroup tp{groups_.tp.get(), config_.sequence_parallel};
+  tp.comm_overlap = config_.tp_comm_overlap;  // --tp-comm-overlap: the ring (layers/tp_overlap.h)
   layers::CpGroup cp{groups_.cp.get()};
   {
     // The GPT family's factory. The executor, the gradient sync and the
