@@ -51,10 +51,22 @@ LayerCost Layer(const Ctx& x, bool moe) {
   const double qkv_n = (heads + 2 * groups) * d / t, proj_k = heads * d / t;
   double attn_gemm = Gemm(x, T, qkv_n, h) + Gemm(x, T, h, proj_k);
   double mlp_gemm;
+  double experts_gemm = 0, chunking_cost = 0;  // the local experts' forward GEMMs
+  const double a2a_chunks =
+      moe && x.c.expert_model_parallel_size > 1 ? std::max<int64_t>(1, m.moe_a2a_overlap_chunks) : 1;
   if (moe) {
     const double E = m.num_experts, ep = x.c.expert_model_parallel_size, k = m.moe_router_topk;
     const double rows = T * k * ep / E;  // rows per local expert (balanced routing)
-    mlp_gemm = (E / ep) * (Gemm(x, rows, up / t, h) + Gemm(x, rows, h, ffn / t)) + Gemm(x, T, E, h);
+    experts_gemm = (E / ep) * (Gemm(x, rows, up / t, h) + Gemm(x, rows, h, ffn / t));
+    mlp_gemm = experts_gemm + Gemm(x, T, E, h);
+    if (a2a_chunks > 1) {
+      // --moe-a2a-overlap-chunks: the forward and the dX GEMMs run per chunk of rows (smaller,
+      // at the curve's efficiency for their FLOPs); the weight gradients once over all rows.
+      const double r = rows / a2a_chunks;
+      const double chunked =
+          a2a_chunks * (E / ep) * (Gemm(x, r, up / t, h) + Gemm(x, r, h, ffn / t));
+      chunking_cost = chunked - experts_gemm;
+    }
   } else {
     mlp_gemm = Gemm(x, T, up / t, h) + Gemm(x, T, h, ffn / t);
   }
@@ -99,8 +111,8 @@ LayerCost Layer(const Ctx& x, bool moe) {
   const double xs = x.c.sequence_parallel ? xf / t : xf;
   const double elementwise = MemorySeconds(x.hw, 12 * xs + (2 * up / h + 4) * xf / t, x.ranks_on_node);
   const double gemm = attn_gemm + mlp_gemm;
-  l.fwd_compute = fwd_gemm + attention + elementwise;
-  l.bwd_compute = bwd_gemm + 2.5 * attention + 2 * elementwise;
+  l.fwd_compute = fwd_gemm + attention + elementwise + chunking_cost;
+  l.bwd_compute = bwd_gemm + 2.5 * attention + 2 * elementwise + chunking_cost;
   l.attention_fwd = attention;
   // TP: two all-reduces (or all-gather + reduce-scatter pairs under SP, the
   // same bus time) of the hidden state forward, two backward.
@@ -123,13 +135,20 @@ LayerCost Layer(const Ctx& x, bool moe) {
     l.fwd_comm += std::max(0.0, ring - attention);
     l.bwd_comm += std::max(0.0, 2 * ring - 2.5 * attention);
   }
-  // EP: dispatch and combine all-to-alls, forward and backward, not hidden.
+  // EP: dispatch and combine all-to-alls, forward and backward; not hidden, or with
+  // --moe-a2a-overlap-chunks N pipelined with the experts: the first chunk's dispatch and the
+  // last one's combine stay exposed (comm / N), and each of the N - 1 steps between hides its
+  // chunk's two exchanges behind a chunk's expert GEMMs (forward: experts / N; backward: their
+  // dX GEMMs, the same FLOPs).
   if (moe && x.c.expert_model_parallel_size > 1) {
     const double bytes = T * m.moe_router_topk * h * x.e;
     const double a2a = 2 * CollectiveSeconds(x.hw, CollectiveKind::kAllToAll, bytes,
                                              x.c.expert_model_parallel_size, x.ep_inter);
-    l.fwd_comm += a2a;
-    l.bwd_comm += a2a;
+    const double n = a2a_chunks;
+    const double chunk_compute = (experts_gemm + chunking_cost) / n;
+    const double exposed = n > 1 ? a2a / n + (n - 1) * std::max(0.0, a2a / n - chunk_compute) : a2a;
+    l.fwd_comm += exposed;
+    l.bwd_comm += exposed;
   }
   return l;
 }

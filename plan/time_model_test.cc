@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "layers/gpt_config.h"
 #include "plan/layout.h"
@@ -198,6 +199,52 @@ TEST(TimeModelTest, TpCommOverlapCostsTheSmsItTakes) {
   const double slowed = proj + fc2 + 2 * qkv + 2 * fc1;
   EXPECT_NEAR(ub->tp_overlap_cost_per_layer, slowed / 1e12 * (100.0 / 84 - 1), 1e-12);
   EXPECT_GT(ub->compute, plain->compute);
+}
+
+// --moe-a2a-overlap-chunks N: the expert-parallel all-to-alls pipelined with the experts. On
+// one efficiency (chunking costs nothing) and links slower than the experts' GEMMs per chunk,
+// exposed = a2a / N + (N - 1)(a2a - experts) / N per direction and layer; with the experts
+// slower than the links, only a2a / N stays exposed.
+TEST(TimeModelTest, MoeAllToAllOverlapHidesAllButAChunk) {
+  auto hardware = [](double bandwidth) {
+    absl::StatusOr<Hardware> hw = ParseHardware(absl::StrCat(R"(
+      name: "ep" device_memory_bytes: 1e12 peak_flops: 1e12 memory_bandwidth: 1e15
+      devices_per_node: 64 compute_dtype_bytes: 4
+      intra_node { all_reduce { bus_bandwidth: 1e18 } all_to_all { bus_bandwidth: )",
+                                                             bandwidth, R"( } }
+      inter_node { all_reduce { bus_bandwidth: 1e18 } }
+    )"), "ep");
+    EXPECT_TRUE(hw.ok()) << hw.status();
+    return *hw;
+  };
+  train::TrainConfig c = Model();
+  c.model.num_layers = 2;
+  c.model.num_experts = 4;
+  c.model.moe_router_topk = 2;
+  c.model.moe_layer_freq = 1;
+  c.model.add_bias_linear = false;
+  c.expert_model_parallel_size = 2;
+  c.global_batch_size = 2;
+  ASSERT_TRUE(train::Finalize(&c, 2).ok()) << train::Finalize(&c, 2);
+  for (double bandwidth : {1e8, 1e12}) {  // links slower, then faster, than the experts
+    const Hardware hw = hardware(bandwidth);
+    absl::StatusOr<StepTime> plain = PredictStepTime(c, hw);
+    train::TrainConfig chunked = c;
+    chunked.model.moe_a2a_overlap_chunks = 4;
+    absl::StatusOr<StepTime> overlap = PredictStepTime(chunked, hw);
+    ASSERT_TRUE(plain.ok() && overlap.ok());
+    EXPECT_DOUBLE_EQ(overlap->compute, plain->compute);  // one efficiency: chunks cost nothing
+    EXPECT_LT(overlap->exposed_comm, plain->exposed_comm) << bandwidth;
+    // Per direction and layer: two layers, two directions, M micro-batches (DP's exposed
+    // reduction, the same in both, set aside).
+    const double T = 128, h = 256, E = 4, k = 2, ep = 2, ffn = 4 * h;
+    const double experts = (E / ep) * 2 * (2 * (T * k * ep / E) * ffn * h) / 1e12;
+    const double per = 2.0 * 2 * c.num_micro_batches;
+    const double a2a = (plain->exposed_comm - plain->dp_exposed) / per;
+    const double want = a2a / 4 + 3 * std::max(0.0, (a2a - experts) / 4);
+    EXPECT_NEAR((overlap->exposed_comm - overlap->dp_exposed) / per, want, 1e-9 * a2a)
+        << bandwidth;
+  }
 }
 
 TEST(TimeModelTest, WhyTheRestLoseNamesEachRowsLargestExcess) {
