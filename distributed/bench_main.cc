@@ -15,6 +15,12 @@
 //                          only the owned gradient shard kept; the same three
 //                          overlap settings. Last: it takes the model's
 //                          gradient buffer away.
+//   ZeRO-3                 (optim_grads_params, on a second model built
+//                          without parameter or gradient buffers) each
+//                          unit's parameters all-gathered before its forward
+//                          and its backward; then with --overlap-grad-reduce,
+//                          then also --overlap-param-gather (the next unit's
+//                          gather prefetched behind the current one's compute).
 //
 // Per mode: ms per step, and the DP communication left exposed (the wait for
 // the gradients after the last backward, the waits for gathered
@@ -26,6 +32,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +66,7 @@ struct Mode {
   const char* name;
   bool zero1, overlap_grad, overlap_gather;
   bool zero2 = false;
+  bool zero3 = false;
 };
 constexpr Mode kModes[] = {
     {"all-reduce", false, false, false},
@@ -69,7 +77,11 @@ constexpr Mode kModes[] = {
     {"ZeRO-2", true, false, false, true},
     {"ZeRO-2 + --overlap-grad-reduce", true, true, false, true},
     {"ZeRO-2 + both overlaps", true, true, true, true},
+    {"ZeRO-3", true, false, false, true, true},
+    {"ZeRO-3 + --overlap-grad-reduce", true, true, false, true, true},
+    {"ZeRO-3 + both overlaps (prefetch)", true, true, true, true, true},
 };
+constexpr size_t kFirstZero3 = 8;
 
 struct Timing {
   double step_ms = 0, grad_ms = 0, gather_ms = 0;  // means over the timed steps
@@ -101,6 +113,7 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
   options.overlap_grad_reduce = mode.overlap_grad;
   options.overlap_param_gather = mode.overlap_gather;
   options.shard_gradients = mode.zero2;
+  options.shard_params = mode.zero3;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                         GradientSync::Create(model, groups, options));
   const layers::GptConfig& c = model->config();
@@ -120,11 +133,15 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
           model->Backward(0, Tensor(), 1.0f / options.micro_batches, {}, saved).status());
     }
     LOOM_RETURN_IF_ERROR(sync->FinishGradients());
+    // ZeRO-3: the waits for each unit's gather during this step's forwards
+    // and backwards (StartParamGather gathers nothing and resets the figure).
+    const double zero3_gather_s = sync->exposed_gather_seconds();
     // This step's forwards waited for the gathers the last step started
     // (overlapped); without overlap, StartParamGather below waits itself.
     double gather_s = mode.overlap_gather ? sync->exposed_gather_seconds() : 0;
     LOOM_RETURN_IF_ERROR(sync->StartParamGather());
     if (!mode.overlap_gather) gather_s = sync->exposed_gather_seconds();
+    if (mode.zero3) gather_s = zero3_gather_s;
     const double step_s = Seconds(start);
     if (step < 0) continue;
     t.step_ms += 1e3 * step_s / steps;
@@ -158,13 +175,24 @@ absl::Status RunRank(comm::Communicator& world) {
                         layers::GptModel::Create(c, layers::TpGroup{}, {{0, c.num_layers, true, true}},
                                                  /*buffer_multiple=*/world.size()));
   std::vector<Timing> timings;
-  for (const Mode& mode : kModes) {
-    LOOM_ASSIGN_OR_RETURN(Timing t, RunMode(world, model.get(), mode));
+  for (size_t i = 0; i < kFirstZero3; ++i) {
+    LOOM_ASSIGN_OR_RETURN(Timing t, RunMode(world, model.get(), kModes[i]));
+    timings.push_back(t);
+  }
+  // ZeRO-3 takes a model with no parameter (or gradient) buffer.
+  model.reset();
+  layers::GptConfig c3 = c;
+  c3.allocate_gradients = c3.allocate_parameters = false;
+  LOOM_ASSIGN_OR_RETURN(model,
+                        layers::GptModel::Create(c3, layers::TpGroup{}, {{0, c.num_layers, true, true}},
+                                                 /*buffer_multiple=*/world.size()));
+  for (size_t i = kFirstZero3; i < std::size(kModes); ++i) {
+    LOOM_ASSIGN_OR_RETURN(Timing t, RunMode(world, model.get(), kModes[i]));
     timings.push_back(t);
   }
   if (world.rank() != 0) return absl::OkStatus();
   std::printf("DP %d over %s; GPT %lld layers, hidden %lld, vocab %lld, seq %lld, %lld x %lld "
-              "samples a step per rank; %.1fM parameters, buckets of <= %lld parameters\n",
+              "samples a step per rank; %.1fM parameters (padded), buckets of <= %lld parameters\n",
               world.size(), world.backend_name(), static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size),
               static_cast<long long>(c.seq_length),
@@ -179,7 +207,7 @@ absl::Status RunRank(comm::Communicator& world) {
     const Timing& t = timings[i];
     const Mode& m = kModes[i];
     // The baseline of a mode: the same reduction without any overlap.
-    const Timing& base = timings[m.zero2 ? 5 : m.zero1 ? 2 : 0];
+    const Timing& base = timings[m.zero3 ? kFirstZero3 : m.zero2 ? 5 : m.zero1 ? 2 : 0];
     std::printf("| %s | %zu (%d early) | %.1f | %.1f | %.1f | %s | %s | %.1f |\n", m.name,
                 t.buckets, t.early / std::max(steps, 1), t.step_ms, t.grad_ms, t.gather_ms,
                 m.overlap_grad ? Hidden(t.grad_ms, base.grad_ms).c_str() : "-",

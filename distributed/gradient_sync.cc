@@ -228,6 +228,19 @@ absl::Status GradientSync::LayoutShard() {
   }
   contributed_.assign(buckets_.size(), {});
   for (size_t b = 0; b < buckets_.size(); ++b) contributed_[b].assign(readers_[b].size(), 0);
+  // ZeRO-3: a bucket whose writers are not neighbours (the word embedding
+  // at PP 1: the head's output layer and the embedding) is reduce-scattered
+  // after each writer's backward instead of bound from the first to the
+  // last, so no gradient buffer outlives its unit's backward: the pool
+  // holds one unit's buckets, as the gathers do (twice the traffic for that
+  // bucket; the shard sums both halves, linear: only rounding differs).
+  flush_each_reader_.assign(buckets_.size(), false);
+  for (size_t b = 0; b < buckets_.size() && options_.shard_params; ++b) {
+    const std::vector<int>& r = readers_[b];
+    if (r.empty()) continue;
+    const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
+    flush_each_reader_[b] = *hi - *lo + 1 != static_cast<int>(r.size());
+  }
   bound_.assign(buckets_.size(), -1);
   last_buffer_.assign(buckets_.size(), -1);
   int64_t largest = 0;
@@ -452,7 +465,8 @@ absl::Status GradientSync::AfterBackward(int64_t unit) {
       std::vector<int>& done = contributed_[b];
       const auto at = std::find(readers_[b].begin(), readers_[b].end(), u) - readers_[b].begin();
       ++done[at];
-      if (bound_[b] >= 0 && std::find(done.begin(), done.end(), 0) == done.end()) {
+      if (bound_[b] >= 0 &&
+          (flush_each_reader_[b] || std::find(done.begin(), done.end(), 0) == done.end())) {
         ++started_early_;
         LOOM_RETURN_IF_ERROR(FlushBucket(b));
       }

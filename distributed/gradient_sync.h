@@ -68,8 +68,10 @@
 // as the current unit's are bound, behind its computation; a guess the
 // schedule does not take is dropped at the next unit. The tied word
 // embedding (the embedding's and the head's, at PP 1) is gathered by each
-// of the two units that read it, each time; at PP > 1 each end stage holds
-// its own copy, sharded alike, updated alike from the summed gradient.
+// of the two units that read it, each time, and its gradient bucket is
+// reduce-scattered after each of their backwards (not bound from the head's
+// to the embedding's: no buffer outlives its unit); at PP > 1 each end stage
+// holds its own copy, sharded alike, updated alike from the summed gradient.
 // Gather buffers are transient communication memory in the ledger.
 //
 // Every DP rank (and TP rank) holds the same layout and runs the same
@@ -260,6 +262,7 @@ class GradientSync : private layers::UnitObserver {
   std::vector<std::vector<int>> readers_;      // per bucket: units() indices that write it
   std::vector<std::vector<int>> contributed_;  // per bucket, per reader: backwards since bound
   std::vector<int> bound_;                     // per bucket: its pool buffer, or -1
+  std::vector<bool> flush_each_reader_;        // per bucket (ZeRO-3; see LayoutShard)
   std::vector<int> last_buffer_;               // per bucket: the buffer it had last, or -1
   struct Flush {
     size_t bucket;

@@ -250,14 +250,24 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
   // The backward: unit u (from the last) runs with every bucket it or a
   // later-run unit has started and an earlier-run one has not finished bound.
   int64_t peak = 0, flushed = 0;
+  // ZeRO-3 reduce-scatters a bucket whose writers are not neighbours (the
+  // tied table at PP 1) after each writer's backward instead.
+  auto each = [&](const StageBucket& b) {
+    return c.optimizer.shard_params && b.last_unit() - b.first_unit() + 1 !=
+                                           static_cast<int>(b.units.size());
+  };
+  auto writes = [](const StageBucket& b, int u) {
+    return std::find(b.units.begin(), b.units.end(), u) != b.units.end();
+  };
   for (int u = units - 1; u >= 0; --u) {
     int64_t bound = 0;
     for (const StageBucket& b : buckets) {
-      if (b.last_unit() >= u && b.first_unit() <= u) bound += b.len;
+      if (each(b) ? writes(b, u) : b.last_unit() >= u && b.first_unit() <= u) bound += b.len;
     }
     peak = std::max(peak, bound + (c.overlap_grad_reduce ? flushed : 0));
     for (const StageBucket& b : buckets) {
-      if (b.first_unit() == u) flushed = b.len;  // complete after u's backward
+      // Complete after u's backward.
+      if (each(b) ? writes(b, u) : b.first_unit() == u) flushed = b.len;
     }
   }
   return peak;
