@@ -36,6 +36,25 @@ using core::Tensor;
 
 namespace {
 
+// "loom: data: --data-path=0.3 data/a 0.7 data/b: 1200 training and 40 validation samples of
+// 128 tokens (blend indices read from the cache)": what the run reads, before it reads it.
+std::string DescribeData(const DataSplitsOptions& o, bool default_corpus,
+                         const BlendedDataset* train, const BlendedDataset* valid) {
+  std::string from = default_corpus ? "the default corpus"
+                     : !o.data_path.empty()
+                         ? absl::StrCat("--data-path=", o.data_path)
+                         : absl::StrCat("--train-data-path=", o.train_data_path,
+                                        " --valid-data-path=", o.valid_data_path);
+  const bool blend = train != nullptr && train->num_datasets() > 1;
+  return absl::StrCat("loom: data: ", from, ": ", train ? train->num_samples() : 0,
+                      " training and ", valid ? valid->num_samples() : 0, " validation samples of ",
+                      o.seq_length, " tokens",
+                      blend ? (train->indices_loaded_from_cache()
+                                   ? " (blend indices read from the cache)"
+                                   : " (blend indices built)")
+                            : "");
+}
+
 // Megatron's packed-document switches with the tokenizer's EOD id.
 PackingOptions PackingOf(const TrainConfig& c, int32_t eod) {
   return {eod, c.reset_position_ids, c.reset_attention_mask, c.eod_mask_loss};
@@ -394,6 +413,7 @@ absl::Status Trainer::SetupData() {
       corpora_ = std::move(data.corpora);
       train_data_ = std::move(data.train);
       valid_data_ = std::move(data.valid);
+      Log(DescribeData(o, default_corpus, train_data_.get(), valid_data_.get()));
       if (train_data_ == nullptr && o.train_samples > 0) {
         return absl::InvalidArgumentError("no training data: give --data-path or --train-data-path");
       }
