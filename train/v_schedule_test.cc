@@ -4,7 +4,7 @@
 // backward for their I/W actions, dualpipev's full backwards in its F&B
 // steps. Both train to the single rank's loss curve and final gradient norm,
 // and evaluate to its validation loss (the V's forward-only schedule), at
-// PP 2 and 4, with TP 2 + SP, DP 2 with the reductions overlapped, the
+// PP 2 and 4, with TP 2 + SP, CP 2, DP 2 with the reductions overlapped, the
 // distributed optimizer with both overlaps, recomputation, GPT-2 and the
 // Llama-style model. Ranks are threads.
 
@@ -73,6 +73,7 @@ void ExpectSingleRankCurve(const std::string& schedule, bool llama) {
          schedule),
        4, ""},
       {V(Layout{2, 2, 1, 0, /*sp=*/true}, schedule), 4, "full"},
+      {V(Layout{1, 2, 1, 0, false, false, "", false, false, /*cp=*/2}, schedule), 4, ""},
       {V(Layout{1, 4, 1}, schedule), 8, ""},
   };
   for (int layers : {4, 8}) {
