@@ -143,16 +143,28 @@ void ChunkKept(const train::TrainConfig& c, const ActTerms& a, int first, int co
   }
 }
 
+// Whether stage `pp_rank` holds the first virtual stage (the embedding) or the
+// last (the head and the loss): stages 0 and P - 1, or stage 0 both in the V
+// of zbv and dualpipev.
+bool HoldsFirst(const train::TrainConfig& c, int pp_rank) {
+  return pipeline::PlacementOf(ScheduleOf(c), 0).pp_rank == pp_rank;
+}
+bool HoldsLast(const train::TrainConfig& c, int pp_rank) {
+  const pipeline::ScheduleOptions o = ScheduleOf(c);
+  return pipeline::PlacementOf(o, o.pp * o.vp - 1).pp_rank == pp_rank;
+}
+
 // How many of pipeline stage `pp_rank`'s layers (over all its chunks) are MoE
 // layers and how many dense.
 struct StageLayers {
   int64_t moe = 0, dense = 0;
 };
 StageLayers LayersOfStage(const train::TrainConfig& c, int pp_rank) {
-  const int pp = c.pipeline_model_parallel_size, vp = c.virtual_pipeline_size;
+  const int vp = c.virtual_pipeline_size;
   StageLayers n;
   for (int chunk = 0; chunk < vp; ++chunk) {
-    auto range = pipeline::LayersOf(static_cast<int>(c.model.num_layers), pp, vp, pp_rank, chunk);
+    auto range = pipeline::ChunkLayers(ScheduleOf(c), static_cast<int>(c.model.num_layers),
+                                       pp_rank, chunk);
     if (!range.ok()) continue;
     for (int l = range->first; l < range->end(); ++l) ++(c.model.moe_layer(l) ? n.moe : n.dense);
   }
@@ -174,10 +186,11 @@ struct StageBucket {
 };
 std::vector<StageBucket> StageBuckets(const train::TrainConfig& c, int pp_rank, int* num_units) {
   const layers::GptConfig& m = c.model;
-  const int tp = c.tensor_model_parallel_size, pp = c.pipeline_model_parallel_size;
+  const int tp = c.tensor_model_parallel_size;
   const int64_t multiple = static_cast<int64_t>(c.data_parallel_size) * c.context_parallel_size;
-  const bool first = pp_rank == 0, last = pp_rank == pp - 1;
-  const bool tied_across = m.tied_output_layer() && pp > 1;
+  const bool first = HoldsFirst(c, pp_rank), last = HoldsLast(c, pp_rank);
+  // A tied table on two stages (not at PP 1, nor in the V, whose stage 0 holds both ends).
+  const bool tied_across = m.tied_output_layer() && !(first && last);
   struct Segment {
     int64_t len;
     bool alone;
@@ -201,8 +214,8 @@ std::vector<StageBucket> StageBuckets(const train::TrainConfig& c, int pp_rank, 
     ++unit;
   }
   for (int chunk = 0; chunk < c.virtual_pipeline_size; ++chunk) {
-    auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, c.virtual_pipeline_size,
-                                    pp_rank, chunk);
+    auto range =
+        pipeline::ChunkLayers(ScheduleOf(c), static_cast<int>(m.num_layers), pp_rank, chunk);
     if (!range.ok()) continue;
     for (int l = range->first; l < range->end(); ++l, ++unit) {
       const layers::ExpertShard shard{0, m.moe_layer(l) ? c.expert_model_parallel_size : 1};
@@ -314,7 +327,7 @@ int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank) {
 
 int64_t StageParameters(const train::TrainConfig& c, int pp_rank) {
   const layers::GptConfig& m = c.model;
-  const int tp = c.tensor_model_parallel_size, pp = c.pipeline_model_parallel_size;
+  const int tp = c.tensor_model_parallel_size;
   const int64_t multiple = static_cast<int64_t>(c.data_parallel_size) * c.context_parallel_size;
   const int ep = c.expert_model_parallel_size;
   const int64_t dense = LocalPadded(layers::BlockParamSpecs(m, 0), tp, multiple);
@@ -324,7 +337,7 @@ int64_t StageParameters(const train::TrainConfig& c, int pp_rank) {
   }
   const StageLayers stage = LayersOfStage(c, pp_rank);
   int64_t total = stage.moe * moe + stage.dense * dense;
-  const bool first = pp_rank == 0, last = pp_rank == pp - 1;
+  const bool first = HoldsFirst(c, pp_rank), last = HoldsLast(c, pp_rank);
   const std::vector<layers::ParamSpec> embedding = layers::EmbeddingParamSpecs(m, tp);
   if (first) total += LocalPadded(embedding, tp, multiple);
   if (last) {
@@ -383,7 +396,7 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     // Activations: the average chunk's kept bytes times the chunks in flight.
     double kept_sum = 0, rerun = 0;
     for (int chunk = 0; chunk < vp; ++chunk) {
-      auto range = pipeline::LayersOf(static_cast<int>(c.model.num_layers), pp, vp, r, chunk);
+      auto range = pipeline::ChunkLayers(schedule, static_cast<int>(c.model.num_layers), r, chunk);
       if (!range.ok()) continue;
       double k = 0, rr = 0;
       ChunkKept(c, a, range->first, range->count, &k, &rr);
@@ -404,7 +417,7 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
       if (r == pp - 1) stash_chunk += a.logits;  // the output layer's dY
       stash_chunk *= std::min<double>(r + 1, static_cast<double>(c.num_micro_batches));
     }
-    const bool last = r == pp - 1;
+    const bool last = HoldsLast(c, r);
     const double head_kept = a.x_seq + 2 * a.stats / (c.sequence_parallel ? t : 1) + a.logits +
                              3 * a.stats;
     // zb-h1's last stage keeps its records (their logits) until their W.

@@ -82,6 +82,9 @@ TEST(MemoryModelTest, PredictsLoomsPeakPerRankWithinTenPercent) {
   // zb-h1: records wait for their W with the deferred weight-gradient operands.
   cases.push_back({gpt, Layout{1, 2, 1, 0, false, false, "zb-h1"}, ""});
   cases.push_back({llama, Layout{2, 2, 1, 0, true, false, "zb-h1"}, ""});
+  // The V (zbv, dualpipev): stage 0 holds the embedding, the head and the loss.
+  cases.push_back({gpt, Layout{1, 2, 1, 0, false, false, "zbv"}, ""});
+  cases.push_back({llama, Layout{1, 2, 1, 0, false, false, "dualpipev"}, ""});
   cases.push_back({gpt, Layout{1, 1, 2}, "", 1});
   Layout cp2{1, 1, 1};
   cp2.cp = 2;
