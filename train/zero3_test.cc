@@ -54,6 +54,8 @@ void ExpectLayoutsMatch(bool llama) {
       OptimGradsParams({1, 2, 2, 0, false, false, "1f1b", true, true}),  // PP: tied over stages
       OptimGradsParams({1, 2, 2, 1, false, false, "interleaved", true, true}),
       OptimGradsParams({2, 2, 2, 0, true}),
+      // CP 2 x DP 2: the parameters sharded over the gradient group DP x CP.
+      OptimGradsParams({1, 1, 2, 0, false, false, "1f1b", true, true, /*cp=*/2}),
   };
   for (const Layout& l : layouts) {
     testing::ExpectSameCurve(Train(Config(l, llama), l), ref.losses, 0, kTolerance,
