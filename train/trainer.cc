@@ -632,7 +632,16 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
   };
   std::vector<Hint> hints;
   hints.push_back({s.peak_of(C::kParameters) + s.peak_of(C::kGradients), "parameters + gradients",
-                   c.optimizer.shard_gradients
+                   c.optimizer.shard_params
+                       ? absl::StrFormat("--data-parallel-sharding-strategy=optim_grads_params "
+                                         "keeps 1/%d of the f32 parameters and gradients plus "
+                                         "the bucket buffers of the unit running (its gathered "
+                                         "parameters are communication); "
+                                         "--tensor-model-parallel-size and "
+                                         "--pipeline-model-parallel-size divide them (now TP %d "
+                                         "x PP %d)",
+                                         g.dp() * g.cp(), g.tp(), g.pp())
+                   : c.optimizer.shard_gradients
                        ? absl::StrFormat("%d B per parameter of this rank (f32 master%s), and "
                                          "--data-parallel-sharding-strategy=optim_grads keeps "
                                          "1/%d of the f32 gradients plus bucket buffers; "
