@@ -43,11 +43,20 @@ int main(int argc, char** argv) {
   struct Case {
     Layout layout;
     std::string recompute;
+    bool tp_comm_overlap = false;
+  };
+  auto schedule = [](const char* kind) {
+    Layout l{1, 2, 1};
+    l.schedule = kind;
+    return l;
   };
   std::vector<Case> cases = {{Layout{1, 1, 1}, ""},         {Layout{2, 1, 1}, ""},
                              {Layout{2, 1, 1, 0, true}, ""}, {Layout{1, 2, 1}, ""},
                              {Layout{1, 1, 2}, ""},          {Layout{1, 1, 2, 0, false, true}, ""},
-                             {Layout{1, 1, 1}, "full"}};
+                             {Layout{1, 1, 1}, "full"},
+                             // #39: the zero-bubble schedules and the TP ring.
+                             {schedule("zb-h1"), ""},        {schedule("zbv"), ""},
+                             {schedule("dualpipev"), ""},    {Layout{2, 1, 1, 0, true}, "", true}};
   std::printf("| layout | measured s/step | predicted s/step (compute, comm, bubble) | error |\n"
               "|---|---|---|---|\n");
   for (const Case& k : cases) {
@@ -67,6 +76,7 @@ int main(int argc, char** argv) {
       c.model.recompute_method = loom::layers::RecomputeMethod::kUniform;
       c.model.recompute_num_layers = 1;
     }
+    c.tp_comm_overlap = k.tp_comm_overlap;
     c.metrics_file = std::string(std::getenv("TEST_TMPDIR")) + "/plan_bench.jsonl";
     std::remove(c.metrics_file.c_str());
     loom::train::TrainConfig finalized;
@@ -92,13 +102,18 @@ int main(int argc, char** argv) {
       steps.push_back(tokens / std::atof(line.c_str() + at + 16));
     }
     const double measured = loom::core::bench::Median(steps);
-    absl::StatusOr<loom::plan::StepTime> p = loom::plan::PredictStepTime(finalized, *hw);
+    loom::plan::TimeOptions time;
+    time.tp_comm_overlap = finalized.tp_comm_overlap;
+    absl::StatusOr<loom::plan::StepTime> p = loom::plan::PredictStepTime(finalized, *hw, time);
     if (!p.ok()) {
       std::fprintf(stderr, "bench: %s\n", std::string(p.status().message()).c_str());
       return 1;
     }
-    std::printf("| %s | %.4f | %.4f (%.4f, %.4f, %.4f) | %+.0f%% |\n",
-                loom::plan::DescribeLayout(finalized).c_str(), measured, p->step, p->compute,
+    std::printf("| %s%s | %.4f | %.4f (%.4f, %.4f, %.4f) | %+.0f%% |\n",
+                (loom::plan::DescribeLayout(finalized) + " " +
+                 std::string(loom::core::EnumName(finalized.pipeline_schedule)))
+                    .c_str(),
+                finalized.tp_comm_overlap ? " --tp-comm-overlap" : "", measured, p->step, p->compute,
                 p->exposed_comm, p->bubble, 100 * (p->step / measured - 1));
     std::fflush(stdout);
   }
