@@ -78,6 +78,47 @@ TEST(ParamBufferTest, WithoutGradientsNoBufferUntilOneIsBound) {
   EXPECT_EQ(without->at("b").grad.data<float>(), flat->data<float>() + without->at("b").offset);
 }
 
+// Without values (ZeRO-3's model): no value buffer, every value undefined
+// with its shape known; InitialValues gives any flat range of what a buffer
+// with values holds (padding zero, TP shards included), and BindValues
+// points a range's parameters at a gathered buffer and back to nothing.
+TEST(ParamBufferTest, WithoutValuesInitialValuesAndBindValues) {
+  const std::vector<ParamSpec> specs = {Spec("rows", {6, 4}, TpSplit::kRows),
+                                        Spec("cols", {4, 6}, TpSplit::kCols),
+                                        Spec("rep", {5}, TpSplit::kReplicated)};
+  for (const int r : {0, 1}) {
+    auto with = ParamBuffer::Create(specs, r, 2, 9, /*multiple=*/4);
+    auto without = ParamBuffer::Create(specs, r, 2, 9, 4, core::Device::CPU(), core::DType::kF32,
+                                       /*gradients=*/false, /*values=*/false);
+    ASSERT_TRUE(with.ok() && without.ok());
+    EXPECT_FALSE(without->holds_values());
+    EXPECT_FALSE(without->at("cols").value.defined());
+    EXPECT_EQ(without->at("cols").shape, with->at("cols").value.shape());
+    EXPECT_EQ(without->padded_numel(), with->padded_numel());
+    const int64_t n = without->padded_numel();
+    std::vector<float> all(n);
+    ASSERT_TRUE(without->InitialValues(0, n, all.data()).ok());
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(all[i], with->flat_values().data<float>()[i]) << i;
+    std::vector<float> part(5);  // a range cutting through a parameter
+    ASSERT_TRUE(without->InitialValues(10, 15, part.data()).ok());
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(part[i], all[10 + i]);
+    EXPECT_FALSE(without->InitialValues(0, n + 1, all.data()).ok());
+
+    const Param& cols = without->at("cols");
+    const int64_t begin = cols.offset, end = without->SlotEnd(without->Find("cols"));
+    auto gathered = core::Tensor::Zeros(core::Shape{end - begin}, core::DType::kF32);
+    ASSERT_TRUE(gathered.ok());
+    ASSERT_TRUE(without->BindValues(begin, end, *gathered, core::Tensor()).ok());
+    EXPECT_EQ(cols.value.data<float>(), gathered->data<float>());
+    EXPECT_EQ(cols.master.data<float>(), gathered->data<float>());
+    EXPECT_FALSE(without->at("rows").value.defined()) << "outside the range";
+    ASSERT_TRUE(without->BindValues(begin, end, core::Tensor(), core::Tensor()).ok());
+    EXPECT_FALSE(cols.value.defined());
+    EXPECT_EQ(with->BindValues(begin, end, *gathered, core::Tensor()).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
 TEST(ParamBufferTest, PaddingToAMultipleIsZero) {
   auto buf = ParamBuffer::Create({Spec("a", {7}, TpSplit::kReplicated)}, 0, 1, 1, /*multiple=*/4);
   ASSERT_TRUE(buf.ok());
