@@ -165,6 +165,12 @@ run mixtral_ucx_ep2_tp2_overlap "$GPT" --distributed-backend=ucx --nproc-per-nod
   --tensor-model-parallel-size=2 --sequence-parallel --tp-comm-overlap \
   --expert-model-parallel-size=2 --moe-a2a-overlap-chunks=2 "${MIXTRAL[@]}"
 compare mixtral_ucx_ep2_tp2_overlap mixtral_reference
+# ZeRO-3 (#37): parameters sharded at rest, each unit all-gathered before its
+# forward and backward (the next one prefetched), over UCX.
+run ucx_dp2_zero3 "$GPT" --distributed-backend=ucx --nproc-per-node=2 \
+  --data-parallel-sharding-strategy=optim_grads_params --overlap-grad-reduce \
+  --overlap-param-gather "${BUCKET[@]}"
+compare ucx_dp2_zero3
 
 if [ -n "$MPIRUN" ]; then
   export TMPDIR="$TEST_TMPDIR" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
