@@ -52,7 +52,9 @@ std::string Describe(const train::TrainConfig& c, const std::set<std::string>& f
   } else if (recompute_typed) {
     absl::StrAppend(&s, ", no recompute (typed)");
   }
-  if (c.optimizer.shard_gradients) {
+  if (c.optimizer.shard_params) {
+    absl::StrAppend(&s, ", ZeRO-3", Mark(fixed, "data_parallel_sharding_strategy"));
+  } else if (c.optimizer.shard_gradients) {
     absl::StrAppend(&s, ", ZeRO-2", Mark(fixed, "data_parallel_sharding_strategy"));
   } else if (c.optimizer.distributed) {
     absl::StrAppend(&s, ", ZeRO-1", Mark(fixed, "use_distributed_optimizer"));
@@ -165,6 +167,7 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
   t.model.recompute_num_layers = c.model.recompute_num_layers;
   t.optimizer.distributed = c.optimizer.distributed;
   t.optimizer.shard_gradients = c.optimizer.shard_gradients;
+  t.optimizer.shard_params = c.optimizer.shard_params;
   if (!t.optimizer.distributed) t.overlap_param_gather = false;
 
   out.flags = {
@@ -182,7 +185,8 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
       absl::StrCat("--recompute_num_layers=", t.model.recompute_num_layers),
       absl::StrCat("--use_distributed_optimizer=", Bool(t.optimizer.distributed)),
       absl::StrCat("--data_parallel_sharding_strategy=",
-                   t.optimizer.shard_gradients ? "optim_grads"
+                   t.optimizer.shard_params      ? "optim_grads_params"
+                   : t.optimizer.shard_gradients ? "optim_grads"
                    : t.optimizer.distributed   ? "optim"
                                                : "no_shard"),
       absl::StrCat("--overlap_param_gather=", Bool(t.overlap_param_gather)),

@@ -199,5 +199,35 @@ TEST(AutoLayout, OptimGradsShardsTheGradientsAndIsSearched) {
             a->flags.end());
 }
 
+// ZeRO-3 is searched (where Finalize lets it run), its flags name it, and a
+// typed optim_grads_params is kept and reported.
+TEST(AutoLayout, OptimGradsParamsIsSearchedAndKept) {
+  train::TrainConfig base = Tiny();
+  base.model.num_layers = 8;
+  base.micro_batch_size = 2;
+  SearchOptions search;
+  search.gpus = 4;
+  int zero3 = 0;
+  for (const train::TrainConfig& c : EnumerateLayouts(base, search)) {
+    if (!c.optimizer.shard_params) continue;
+    ++zero3;
+    EXPECT_TRUE(c.optimizer.distributed && c.optimizer.shard_gradients);
+    EXPECT_TRUE(absl::StrContains(LayoutFlags(c),
+                                  "--data-parallel-sharding-strategy=optim_grads_params"));
+    EXPECT_TRUE(absl::StrContains(DescribeLayout(c), " optim_grads_params"));
+  }
+  EXPECT_GT(zero3, 0);
+  train::TrainConfig typed = base;
+  typed.data_parallel_sharding_strategy = "optim_grads_params";
+  absl::StatusOr<AutoLayout> a =
+      ChooseLayout(typed, 4, Cpu(), "cpu", {"data_parallel_sharding_strategy"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->config.optimizer.shard_params);
+  EXPECT_TRUE(absl::StrContains(a->log_line, ", ZeRO-3 (typed)")) << a->log_line;
+  EXPECT_NE(std::find(a->flags.begin(), a->flags.end(),
+                      "--data_parallel_sharding_strategy=optim_grads_params"),
+            a->flags.end());
+}
+
 }  // namespace
 }  // namespace loom::plan

@@ -41,24 +41,28 @@ std::vector<T> Tried(const SearchOptions& o, const char* flag, T typed, std::vec
   return values;
 }
 
-enum class Sharding { kNoShard, kOptim, kOptimGrads };
+enum class Sharding { kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
 
 // `c`'s strategy, typed (--data-parallel-sharding-strategy) or finalized.
 Sharding ShardingOf(const train::TrainConfig& c) {
   const std::string& typed = c.data_parallel_sharding_strategy;
+  if (typed == "optim_grads_params") return Sharding::kOptimGradsParams;
   if (typed == "optim_grads") return Sharding::kOptimGrads;
   if (typed == "optim") return Sharding::kOptim;
   if (typed == "no_shard") return Sharding::kNoShard;
-  return c.optimizer.shard_gradients ? Sharding::kOptimGrads
+  return c.optimizer.shard_params      ? Sharding::kOptimGradsParams
+         : c.optimizer.shard_gradients ? Sharding::kOptimGrads
          : c.optimizer.distributed   ? Sharding::kOptim
                                      : Sharding::kNoShard;
 }
 
 void SetSharding(Sharding s, train::TrainConfig* c) {
   c->optimizer.distributed = s != Sharding::kNoShard;
-  c->optimizer.shard_gradients = s == Sharding::kOptimGrads;
+  c->optimizer.shard_gradients = s == Sharding::kOptimGrads || s == Sharding::kOptimGradsParams;
+  c->optimizer.shard_params = s == Sharding::kOptimGradsParams;
   // Finalize reads the strategy from here.
-  c->data_parallel_sharding_strategy = s == Sharding::kOptimGrads ? "optim_grads"
+  c->data_parallel_sharding_strategy = s == Sharding::kOptimGradsParams ? "optim_grads_params"
+                                       : s == Sharding::kOptimGrads     ? "optim_grads"
                                        : s == Sharding::kOptim    ? "optim"
                                                                   : "no_shard";
   if (s == Sharding::kNoShard) c->overlap_param_gather = false;
@@ -207,11 +211,13 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
         }
         std::vector<bool> sps = {false};
         if (tp > 1 && o.try_sequence_parallel) sps.push_back(true);
-        // The sharding strategy: no_shard, optim (ZeRO-1), optim_grads (ZeRO-2).
+        // The sharding strategy: no_shard, optim (ZeRO-1), optim_grads (ZeRO-2),
+        // optim_grads_params (ZeRO-3; Finalize refuses it where it does not run).
         std::vector<Sharding> shardings = {Sharding::kNoShard};
         if (dp * cp > 1 && o.try_distributed_optimizer) {
           shardings.push_back(Sharding::kOptim);
           shardings.push_back(Sharding::kOptimGrads);
+          shardings.push_back(Sharding::kOptimGradsParams);
         }
         if (Fixed(o, "data_parallel_sharding_strategy")) shardings = {ShardingOf(base)};
         for (int per : Tried(o, "num_layers_per_virtual_pipeline_stage",
@@ -279,7 +285,9 @@ std::string DescribeLayout(const train::TrainConfig& c) {
   if (c.model.recompute_granularity != layers::RecomputeGranularity::kNone) {
     absl::StrAppend(&s, " rc ", core::EnumName(c.model.recompute_granularity));
   }
-  if (c.optimizer.shard_gradients) {
+  if (c.optimizer.shard_params) {
+    absl::StrAppend(&s, " optim_grads_params");
+  } else if (c.optimizer.shard_gradients) {
     absl::StrAppend(&s, " optim_grads");
   } else if (c.optimizer.distributed) {
     absl::StrAppend(&s, " dist-opt");
@@ -309,7 +317,9 @@ std::string LayoutFlags(const train::TrainConfig& c) {
                       " --recompute-num-layers=", c.model.recompute_num_layers);
     }
   }
-  if (c.optimizer.shard_gradients) {
+  if (c.optimizer.shard_params) {
+    absl::StrAppend(&s, " --data-parallel-sharding-strategy=optim_grads_params");
+  } else if (c.optimizer.shard_gradients) {
     absl::StrAppend(&s, " --data-parallel-sharding-strategy=optim_grads");
   } else if (c.optimizer.distributed) {
     absl::StrAppend(&s, " --use-distributed-optimizer");

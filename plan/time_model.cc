@@ -315,7 +315,10 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   std::vector<Span> last_backward(vp), first_forward(vp);
   for (const pipeline::TimedAction& a : result->stages[busiest].actions) {
     const int ch = a.action.chunk;
-    if (a.action.kind == pipeline::ActionKind::kBackward && a.end >= last_backward[ch].end) {
+    // The weight gradients land at a full backward, or at W under a split one (zb-h1, the V).
+    const bool writes_grads = a.action.kind == pipeline::ActionKind::kBackward ||
+                              a.action.kind == pipeline::ActionKind::kBackwardWeight;
+    if (writes_grads && a.end >= last_backward[ch].end) {
       last_backward[ch] = {a.start, a.end};
     } else if (a.action.kind == pipeline::ActionKind::kForward &&
                a.start < first_forward[ch].start) {
@@ -364,7 +367,22 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     reduce += earlier;
     if (!c.overlap_grad_reduce) dp_exposed += earlier;
   }
-  if (c.overlap_param_gather) {
+  if (c.optimizer.shard_params && group > 1) {
+    // ZeRO-3 (optim_grads_params): no gather after the step; every layer's parameters are
+    // all-gathered before its forward and again before its backward, in each of the M
+    // micro-batches (and for a recomputed forward too). With --overlap-param-gather the next
+    // layer's gather runs behind the current layer's compute: per layer max(0, g − compute)
+    // exposed, plus the first layer's gather of each pass; without it, all of it.
+    const double m = static_cast<double>(c.num_micro_batches);
+    const double layers = std::max(1.0, static_cast<double>(gathers.size()));
+    const double g = gather / layers;  // one layer's gather (its share of the stage)
+    const double f = fwd[busiest][0] * vp / layers, b = bwd[busiest][0] * vp / layers;
+    const double passes = m * (c.model.recompute_full() ? 3 : 2);
+    gather = passes * gather;
+    dp_exposed += c.overlap_param_gather
+                      ? m * (layers * (std::max(0.0, g - f) + std::max(0.0, g - b)) + 2 * g)
+                      : gather;
+  } else if (c.overlap_param_gather) {
     std::stable_sort(gathers.begin(), gathers.end(), by_time);
     double done = 0, late = 0;
     for (const Piece& g : gathers) {
@@ -376,6 +394,7 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     dp_exposed += gather;
   }
   out.dp_comm = reduce + gather;
+  out.dp_gather = gather;
   out.dp_exposed = dp_exposed;
   // Adam: read master, grad, m, v; write master, m, v, and the compute copy.
   const double owned = c.optimizer.distributed ? params / group : params;

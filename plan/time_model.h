@@ -78,6 +78,7 @@ struct StepTime {
   // forward + backward on the busiest stage, seconds (0 without it).
   double tp_overlap_cost_per_layer = 0;
   double dp_latency = 0;  // of dp_comm: the per-bucket latencies (ring steps)
+  double dp_gather = 0;   // of dp_comm: the parameter all-gathers (ZeRO-1's, ZeRO-3's per unit)
 };
 
 // Model FLOPs of one step (spec: 6N + 12·L·h·s per token, N active params).

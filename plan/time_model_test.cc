@@ -247,6 +247,43 @@ TEST(TimeModelTest, MoeAllToAllOverlapHidesAllButAChunk) {
   }
 }
 
+// ZeRO-3 gathers every layer before its forward and before its backward in each micro-batch:
+// 2M times ZeRO-1's one gather after the step, all of it exposed without
+// --overlap-param-gather; with it, on links fast enough for a layer's gather to hide behind a
+// layer's compute, only the first layer's gather of each pass.
+TEST(TimeModelTest, ZeroThreeGathersEveryLayerTwiceAMicroBatch) {
+  absl::StatusOr<Hardware> hw = ParseHardware(R"(
+    name: "dp" device_memory_bytes: 1e12 peak_flops: 1e12 memory_bandwidth: 1e15
+    devices_per_node: 64 compute_dtype_bytes: 4
+    intra_node { all_reduce { bus_bandwidth: 1e12 } all_gather { bus_bandwidth: 1e12 }
+                 reduce_scatter { bus_bandwidth: 1e12 } }
+    inter_node { all_reduce { bus_bandwidth: 1e12 } }
+  )", "dp");
+  ASSERT_TRUE(hw.ok()) << hw.status();
+  train::TrainConfig c = Model();
+  c.global_batch_size = 8;  // DP 2 x micro-batch 1: M = 4
+  c.data_parallel_sharding_strategy = "optim";
+  train::TrainConfig z3 = c;
+  z3.data_parallel_sharding_strategy = "optim_grads_params";
+  ASSERT_TRUE(train::Finalize(&c, 2).ok());
+  ASSERT_TRUE(train::Finalize(&z3, 2).ok());
+  absl::StatusOr<StepTime> one = PredictStepTime(c, *hw), three = PredictStepTime(z3, *hw);
+  ASSERT_TRUE(one.ok() && three.ok());
+  const double m = z3.num_micro_batches;
+  EXPECT_EQ(m, 4);
+  // Gathers: 2M passes of ZeRO-1's one; the reduce-scatters: M rounds (ZeRO-2's).
+  ASSERT_GT(one->dp_gather, 0);
+  EXPECT_NEAR(three->dp_gather, 2 * m * one->dp_gather, 1e-9 * one->dp_gather);
+  const double reduce = one->dp_comm - one->dp_gather;
+  EXPECT_NEAR(three->dp_comm - three->dp_gather, m * reduce, 1e-9 * reduce);
+  EXPECT_NEAR(three->dp_exposed, three->dp_comm, 1e-9 * three->dp_comm);  // no overlap asked
+  train::TrainConfig hidden = z3;
+  hidden.overlap_param_gather = true;
+  absl::StatusOr<StepTime> prefetched = PredictStepTime(hidden, *hw);
+  ASSERT_TRUE(prefetched.ok());
+  EXPECT_LT(prefetched->dp_exposed, three->dp_exposed);
+}
+
 TEST(TimeModelTest, WhyTheRestLoseNamesEachRowsLargestExcess) {
   const Hardware hw = Ideal();
   SearchOptions search;
