@@ -26,10 +26,7 @@ constexpr int kIters = 10;
 
 using testing::Layout;
 
-struct Curve {
-  std::vector<double> losses;
-  double grad_norm = 0;
-};
+using testing::Curve;
 
 struct Job {
   Layout layout;
@@ -51,20 +48,11 @@ Curve Train(const Job& run, bool llama, bool moe, bool capacity = false) {
     if (capacity) c.model.moe_expert_capacity_factor = 1.0f;
     c.model.moe_a2a_overlap_chunks = run.a2a_chunks;
   }
-  Curve curve;
-  testing::RunResult r = testing::Run(c, run.layout, nullptr, [&curve](int rank, Trainer& t) {
-    absl::StatusOr<double> norm = t.optimizer().GradNorm();
-    EXPECT_TRUE(norm.ok()) << norm.status();
-    if (rank == 0 && norm.ok()) curve.grad_norm = *norm;
-  });
-  EXPECT_TRUE(r.status.ok()) << run.layout.Describe() << ": " << r.status;
-  curve.losses = r.losses;
-  return curve;
+  return testing::TrainCurve(c, run.layout);
 }
 
 void ExpectSame(const Curve& got, const Curve& want, const std::string& what) {
-  testing::ExpectSameCurve(got.losses, want.losses, 0, kTolerance, what);
-  EXPECT_NEAR(got.grad_norm, want.grad_norm, kTolerance * want.grad_norm) << what;
+  testing::ExpectSameCurveAndNorm(got, want, kTolerance, what);
 }
 
 Layout Sp(Layout l) {

@@ -51,22 +51,10 @@ Layout Cp(int cp, Layout l) {
   return l;
 }
 
-struct Curve {
-  std::vector<double> losses;
-  double grad_norm = 0;  // the last step's, recomputed from the final gradients
-};
+using testing::Curve;
 
 Curve TrainCurve(const Layout& l, bool capacity) {
-  Curve c;
-  testing::RunResult r =
-      testing::Run(MoeConfig(l, kIters, capacity), l, nullptr, [&c](int rank, Trainer& t) {
-        absl::StatusOr<double> norm = t.optimizer().GradNorm();
-        EXPECT_TRUE(norm.ok()) << norm.status();
-        if (rank == 0 && norm.ok()) c.grad_norm = *norm;
-      });
-  EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
-  c.losses = r.losses;
-  return c;
+  return testing::TrainCurve(MoeConfig(l, kIters, capacity), l);
 }
 
 void ExpectEveryLayoutMatches(bool capacity) {

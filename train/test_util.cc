@@ -141,4 +141,23 @@ void ExpectSameCurve(const std::vector<double>& got, const std::vector<double>& 
   }
 }
 
+Curve TrainCurve(const train::TrainConfig& config, const Layout& layout) {
+  Curve curve;
+  RunResult r = Run(config, layout, nullptr, [&curve](int rank, train::Trainer& t) {
+    absl::StatusOr<double> norm = t.optimizer().GradNorm();
+    EXPECT_TRUE(norm.ok()) << norm.status();
+    if (rank == 0 && norm.ok()) curve.grad_norm = *norm;
+  });
+  EXPECT_TRUE(r.status.ok()) << layout.Describe() << ": " << r.status;
+  curve.losses = r.losses;
+  curve.eval_loss = r.eval_loss;
+  return curve;
+}
+
+void ExpectSameCurveAndNorm(const Curve& got, const Curve& want, double relative_tolerance,
+                            const std::string& what) {
+  ExpectSameCurve(got.losses, want.losses, 0, relative_tolerance, what);
+  EXPECT_NEAR(got.grad_norm, want.grad_norm, relative_tolerance * want.grad_norm) << what;
+}
+
 }  // namespace loom::train::testing

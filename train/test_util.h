@@ -70,6 +70,21 @@ RunResult Run(const train::TrainConfig& config, const Layout& layout,
 void ExpectSameCurve(const std::vector<double>& got, const std::vector<double>& ref, size_t first,
                      double relative_tolerance, const std::string& what);
 
+// A run's loss curve, its last step's global gradient norm (rank 0's,
+// recomputed from the final gradients: clipping's input) and its last
+// validation loss: what the layout-equivalence tests compare with one rank's.
+struct Curve {
+  std::vector<double> losses;
+  double grad_norm = 0;
+  double eval_loss = 0;
+};
+// Run() collecting a Curve; expects the run to succeed (naming the layout).
+Curve TrainCurve(const train::TrainConfig& config, const Layout& layout);
+// ExpectSameCurve from the first step, and the gradient norm, both within
+// `relative_tolerance`.
+void ExpectSameCurveAndNorm(const Curve& got, const Curve& want, double relative_tolerance,
+                            const std::string& what);
+
 }  // namespace loom::train::testing
 
 #endif  // LOOM_TRAIN_TEST_UTIL_H_

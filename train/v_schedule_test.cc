@@ -25,11 +25,7 @@ constexpr int kIters = 10;
 
 using testing::Layout;
 
-struct Curve {
-  std::vector<double> losses;
-  double grad_norm = 0;  // the last step's, from the final gradients
-  double eval_loss = 0;
-};
+using testing::Curve;
 
 struct Case {
   Layout layout;
@@ -47,16 +43,7 @@ Curve Train(const Case& k, bool llama) {
   if (k.recompute == "full") {
     c.model = layers::testing::Recompute{"full", "uniform", 1}.Apply(c.model);
   }
-  Curve curve;
-  testing::RunResult r = testing::Run(c, k.layout, nullptr, [&curve](int rank, Trainer& t) {
-    absl::StatusOr<double> norm = t.optimizer().GradNorm();
-    EXPECT_TRUE(norm.ok()) << norm.status();
-    if (rank == 0 && norm.ok()) curve.grad_norm = *norm;
-  });
-  EXPECT_TRUE(r.status.ok()) << k.layout.Describe() << ": " << r.status;
-  curve.losses = r.losses;
-  curve.eval_loss = r.eval_loss;
-  return curve;
+  return testing::TrainCurve(c, k.layout);
 }
 
 Layout V(Layout l, const std::string& schedule) {
@@ -85,8 +72,7 @@ void ExpectSingleRankCurve(const std::string& schedule, bool llama) {
       const std::string what = (llama ? "Llama-style " : "") + k.layout.Describe() +
                                (k.recompute.empty() ? "" : ", recompute " + k.recompute);
       const Curve got = Train(k, llama);
-      testing::ExpectSameCurve(got.losses, ref.losses, 0, kTolerance, what);
-      EXPECT_NEAR(got.grad_norm, ref.grad_norm, kTolerance * ref.grad_norm) << what;
+      testing::ExpectSameCurveAndNorm(got, ref, kTolerance, what);
       EXPECT_NEAR(got.eval_loss, ref.eval_loss, kTolerance * ref.eval_loss) << what;
     }
   }

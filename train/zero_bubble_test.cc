@@ -28,10 +28,7 @@ constexpr int kIters = 12;
 
 using testing::Layout;
 
-struct Curve {
-  std::vector<double> losses;
-  double grad_norm = 0;  // the last step's, from the final gradients
-};
+using testing::Curve;
 
 TrainConfig Config(const Layout& l, bool llama, const std::string& recompute) {
   TrainConfig c = llama ? testing::TinyLlamaConfig(l, kIters) : testing::TinyConfig(l, kIters);
@@ -42,16 +39,7 @@ TrainConfig Config(const Layout& l, bool llama, const std::string& recompute) {
 }
 
 Curve Train(const Layout& l, bool llama, const std::string& recompute = "") {
-  Curve c;
-  testing::RunResult r =
-      testing::Run(Config(l, llama, recompute), l, nullptr, [&c](int rank, Trainer& t) {
-        absl::StatusOr<double> norm = t.optimizer().GradNorm();
-        EXPECT_TRUE(norm.ok()) << norm.status();
-        if (rank == 0 && norm.ok()) c.grad_norm = *norm;
-      });
-  EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
-  c.losses = r.losses;
-  return c;
+  return testing::TrainCurve(Config(l, llama, recompute), l);
 }
 
 Layout ZbH1(Layout l) {
@@ -82,8 +70,7 @@ void ExpectSingleRankCurve(bool llama) {
     const std::string what = (llama ? "Llama-style " : "") + k.layout.Describe() +
                              (k.recompute.empty() ? "" : ", recompute " + k.recompute);
     const Curve got = Train(k.layout, llama, k.recompute);
-    testing::ExpectSameCurve(got.losses, ref.losses, 0, kTolerance, what);
-    EXPECT_NEAR(got.grad_norm, ref.grad_norm, kTolerance * ref.grad_norm) << what;
+    testing::ExpectSameCurveAndNorm(got, ref, kTolerance, what);
   }
 }
 
