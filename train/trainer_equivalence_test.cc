@@ -98,15 +98,7 @@ TEST(TrainerEquivalenceTest, OverlappedParamGatherHasLandedWhenTrainReturns) {
 // ZeRO-1 and no_shard do, at DP 2 and 4, with TP + SP and PP.
 TEST(TrainerEquivalenceTest, OptimGradsEndsWithTheSingleRankGradientNorm) {
   auto final_norm = [](const Layout& l) {
-    double norm = 0;
-    testing::RunResult r =
-        testing::Run(testing::TinyConfig(l, 6), l, nullptr, [&norm](int rank, Trainer& t) {
-          absl::StatusOr<double> n = t.optimizer().GradNorm();
-          EXPECT_TRUE(n.ok()) << n.status();
-          if (rank == 0 && n.ok()) norm = *n;
-        });
-    EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
-    return norm;
+    return testing::TrainCurve(testing::TinyConfig(l, 6), l).grad_norm;
   };
   const double ref = final_norm({1, 1, 1});
   ASSERT_GT(ref, 0);

@@ -118,15 +118,7 @@ TEST(Zero3Test, BitForBitOptimGradsInF32AndBf16) {
 
 TEST(Zero3Test, EndsWithTheSingleRankGradientNorm) {
   auto final_norm = [](const Layout& l) {
-    double norm = 0;
-    testing::RunResult r =
-        testing::Run(testing::TinyConfig(l, 6), l, nullptr, [&norm](int rank, Trainer& t) {
-          absl::StatusOr<double> n = t.optimizer().GradNorm();
-          EXPECT_TRUE(n.ok()) << n.status();
-          if (rank == 0 && n.ok()) norm = *n;
-        });
-    EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
-    return norm;
+    return testing::TrainCurve(testing::TinyConfig(l, 6), l).grad_norm;
   };
   const double ref = final_norm({1, 1, 1});
   ASSERT_GT(ref, 0);
