@@ -26,7 +26,7 @@
 #include "checkpoint/file_util.h"
 #include "comm/local/communicator.h"
 #include "core/cli.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 
 ABSL_FLAG(int64_t, num_layers, 12, "Layers (GPT-2 small: 12)");
 ABSL_FLAG(int64_t, hidden_size, 768, "Hidden size (GPT-2 small: 768)");

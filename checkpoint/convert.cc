@@ -8,7 +8,7 @@
 #include "checkpoint/rank_state.h"
 #include "checkpoint/writer.h"
 #include "core/status_macros.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 #include "pipeline/layer_assignment.h"
 
 namespace loom::checkpoint {

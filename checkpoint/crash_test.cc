@@ -16,7 +16,7 @@
 #include "checkpoint/reader.h"
 #include "comm/local/communicator.h"
 #include "gtest/gtest.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 
 namespace loom::checkpoint {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/hf/safetensors.h"
-#include "checkpoint/hf/tensor_map.h"
+#include "models/gpt/hf_tensor_map.h"
 #include "checkpoint/rank_state.h"
 #include "checkpoint/reader.h"
 #include "core/status_macros.h"
@@ -19,7 +19,7 @@ namespace {
 // 9.999999747378752e-06), for config.json.
 double Decimal(float x) { return std::stod(absl::StrCat(x)); }
 
-// The Hugging Face tensors of `family` (checkpoint/hf/tensor_map.h), each
+// The Hugging Face tensors of `family` (models/gpt/hf_tensor_map.h), each
 // made from its Loom tensor in `reader`.
 absl::StatusOr<std::vector<hf::NamedTensor>> HfTensors(CheckpointReader& reader,
                                                        hf::HfFamily family,

@@ -3,7 +3,7 @@
 
 // Export to Hugging Face safetensors + config.json, so transformers'
 // from_pretrained(out) loads the model, through the one tensor map that
-// import also uses (checkpoint/hf/tensor_map.h: names, shapes, layouts):
+// import also uses (models/gpt/hf_tensor_map.h: names, shapes, layouts):
 //
 // GPT-2 checkpoints (LayerNorm, learned_absolute, GELU, biases, tied) export
 // as GPT2LMHeadModel ("transformer." prefix; lm_head is tied to wte).

@@ -2,7 +2,7 @@
 #define LOOM_CHECKPOINT_MODEL_CONFIG_H_
 
 // The model a checkpoint describes: its manifest's ModelConfig. The
-// architecture fields are those of layers/gpt_architecture.h, stored under
+// architecture fields are those of models/gpt/gpt_architecture.h, stored under
 // their flag's name (ModelConfig's field of the same name, found through
 // protobuf reflection), so a new field is one line there and one field here
 // in checkpoint.proto. A field that does not apply to the model (RoPE's base
@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "checkpoint/checkpoint.pb.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 
 namespace loom::checkpoint {
 

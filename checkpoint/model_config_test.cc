@@ -1,7 +1,7 @@
 #include "checkpoint/model_config.h"
 
 #include "gtest/gtest.h"
-#include "layers/gpt_architecture.h"
+#include "models/gpt/gpt_architecture.h"
 
 namespace loom::checkpoint {
 namespace {

@@ -23,7 +23,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "core/tensor.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 #include "layers/params.h"
 
 namespace loom::checkpoint {

@@ -8,8 +8,10 @@
 #include "absl/status/status.h"
 #include "config/lr_schedule.h"
 #include "config/optimizer_config.h"
-#include "layers/gpt_config.h"
+#include "core/enum_names.h"
+#include "models/gpt/gpt_config.h"
 #include "pipeline/schedule.h"
+#include "train/data/tokenizer_type.h"
 
 namespace loom::train {
 
@@ -65,7 +67,7 @@ inline OptimizerConfig DefaultOptimizer() {
 // filled by Finalize().
 struct TrainConfig {
   // The model flags, activation recomputation (--recompute-granularity,
-  // --recompute-method, --recompute-num-layers) included: layers/gpt_config.h.
+  // --recompute-method, --recompute-num-layers) included: models/gpt/gpt_config.h.
   layers::GptConfig model = DefaultModel();
 
   // Parallelism.
@@ -143,7 +145,7 @@ struct TrainConfig {
   // (docs/DEVICE_CHECK.md); refused without this flag.
   bool allow_unproven_gpu_packing = false;
   std::string split = "969,30,1";
-  std::string tokenizer_type = "ByteLevelTokenizer";
+  TokenizerType tokenizer_type = TokenizerType::kByteLevel;
   std::string vocab_file, merge_file;
   std::string tokenizer_model;  // HuggingFaceTokenizer (tokenizer.json or its folder), SentencePieceTokenizer
   // --data-cache-path (Megatron's name; --data-cache-dir too): where the

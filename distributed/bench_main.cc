@@ -44,7 +44,7 @@
 #include "comm/launch/run_ranks.h"
 #include "core/status_macros.h"
 #include "distributed/gradient_sync.h"
-#include "layers/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "layers/test_util.h"
 
 ABSL_FLAG(int64_t, num_layers, 12, "Layers");

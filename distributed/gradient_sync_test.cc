@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "layers/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "layers/test_util.h"
 
 namespace loom::distributed {

@@ -47,7 +47,6 @@
 #include "comm/comm.h"
 #include "core/tensor.h"
 #include "layers/context_parallel.h"
-#include "layers/gpt_config.h"
 #include "layers/params.h"
 #include "layers/tp_group.h"
 
@@ -65,7 +64,6 @@ struct MoeOptions {
   bool grouped_gemm = false;     // --moe-grouped-gemm: the experts' GEMMs side by side
   int64_t a2a_overlap_chunks = 1;  // --moe-a2a-overlap-chunks (1: off; only under EP)
 };
-MoeOptions MoeOptionsOf(const GptConfig& config);
 
 // What the router decided for T tokens, and where each assignment sits in
 // the dispatched buffer.
@@ -216,11 +214,6 @@ class MoeMlp {
         tp_(tp),
         ep_(ep),
         cp_(cp) {}
-
-  // The MoE MLP of block `layer` over `params` (BlockParamSpecs' names: the
-  // router and this EP rank's experts, ep.shard() of c.num_experts).
-  static MoeMlp ForLayer(ParamBuffer* params, const GptConfig& c, int64_t layer, TpGroup tp,
-                         EpGroup ep, CpGroup cp = {});
 
   // Accumulates the all-to-alls' wall times into `stats` from now on (null:
   // stop). Must outlive the calls it measures.

@@ -25,6 +25,15 @@ enum class TpSplit {
   kCols,        // dim 1 split: row-parallel weight [out, in/p]
 };
 
+// Which of an MoE layer's experts a rank holds under expert parallelism:
+// experts [rank·E/size, (rank+1)·E/size) (all of them with size 1).
+struct ExpertShard {
+  int rank = 0;
+  int size = 1;
+  int64_t first(int64_t experts) const { return rank * (experts / size); }
+  int64_t count(int64_t experts) const { return experts / size; }
+};
+
 struct ParamSpec {
   std::string name;       // global, layout-independent: "layers.3.attention.qkv.weight"
   core::Shape global_shape;

@@ -1,7 +1,6 @@
 #include "layers/params.h"
 
 #include "gtest/gtest.h"
-#include "layers/gpt_config.h"
 
 namespace loom::layers {
 namespace {

@@ -3,9 +3,7 @@
 #include <cmath>
 #include <random>
 
-#include "absl/strings/str_cat.h"
 #include "comm/testing/ranks_as_threads.h"
-#include "core/enum_names.h"
 #include "layers/mappings.h"
 
 namespace loom::layers::testing {
@@ -59,19 +57,6 @@ double MaxRelativeError(const std::vector<float>& a, const std::vector<float>& b
   }
   if (a.size() != b.size()) return INFINITY;
   return max_diff / max_ref;
-}
-
-std::string Recompute::Name() const {
-  if (granularity.empty()) return "none";
-  if (method.empty()) return granularity;
-  return absl::StrCat(granularity, "_", method, n);
-}
-
-GptConfig Recompute::Apply(GptConfig c) const {
-  c.recompute_granularity = core::FindEnum<RecomputeGranularity>(granularity).value();
-  c.recompute_method = core::FindEnum<RecomputeMethod>(method).value();
-  c.recompute_num_layers = n;
-  return c;
 }
 
 DropoutStream StepDropout(int step) {

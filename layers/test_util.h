@@ -13,7 +13,6 @@
 #include "comm/comm.h"
 #include "core/tensor.h"
 #include "layers/attention.h"
-#include "layers/gpt_config.h"
 #include "layers/params.h"
 #include "layers/tp_group.h"
 
@@ -38,15 +37,6 @@ double MaxRelativeError(const std::vector<float>& a, const std::vector<float>& b
                         double floor = 1e-6);
 
 std::vector<float> ToVector(const core::Tensor& t);
-
-// An activation-recomputation setting (--recompute-granularity,
-// --recompute-method, --recompute-num-layers); empty granularity: none.
-struct Recompute {
-  std::string granularity, method;
-  int64_t n = 0;
-  std::string Name() const;  // "none", "selective", "full_uniform2": a test-parameter name
-  GptConfig Apply(GptConfig c) const;
-};
 
 // Hidden and attention dropout 0.1 (seed 7) with a stream of its own per step.
 DropoutStream StepDropout(int step);

@@ -10,7 +10,7 @@ namespace loom::layers {
 // skipped, which makes the single-rank model the reference path.
 // Host time a rank spent blocked waiting on TP communication (every wait
 // through layers/mappings.h's WaitTp: the SP gathers and scatters, the
-// all-reduces, the --tp-comm-overlap ring's steps). For //layers:bench.
+// all-reduces, the --tp-comm-overlap ring's steps). For //models/gpt:bench.
 struct TpCommStats {
   double blocked_ms = 0;
 };

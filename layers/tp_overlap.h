@@ -17,7 +17,7 @@
 // A GEMM over a block gives the whole GEMM's rows only within rounding:
 // oneDNN's sgemm picks kernel and blocking by the row count (up to 5e-7
 // relative measured), so the layers with overlap match those without
-// within 1e-6 (layers/tp_overlap_test.cc), not bit for bit.
+// within 1e-6 (models/gpt/tp_overlap_test.cc), not bit for bit.
 
 #include <functional>
 

@@ -24,7 +24,7 @@
 #include "comm/testing/ranks_as_threads.h"
 #include "distributed/gradient_sync.h"
 #include "gtest/gtest.h"
-#include "layers/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "layers/test_util.h"
 #include "pipeline/layer_assignment.h"
 #include "pipeline/p2p.h"

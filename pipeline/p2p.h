@@ -31,7 +31,7 @@
 #include "comm/comm.h"
 #include "core/shape.h"
 #include "core/tensor.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 #include "layers/tp_group.h"
 #include "pipeline/action.h"
 #include "pipeline/layer_assignment.h"

@@ -2,7 +2,7 @@
 // that is not GPT (written here, a few dense layers over a tied embedding,
 // a squared-error loss) runs through the real Executor over 2 pipeline
 // stages as threads, its tied embedding summed by the real GradientSync, and
-// reproduces the same model on one rank. Nothing here links //layers:gpt_model.
+// reproduces the same model on one rank. Nothing here links //models/gpt:gpt_model.
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/ops/kernel_choice.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 #include "pipeline/layer_assignment.h"
 #include "pipeline/schedule.h"
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 #include "pipeline/layer_assignment.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulator.h"

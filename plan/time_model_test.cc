@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 #include "plan/layout.h"
 #include "plan/report.h"
 

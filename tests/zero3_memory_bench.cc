@@ -67,7 +67,7 @@ int Main() {
   c.model.num_attention_heads = 16;
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
   WriteVocabulary(dir);
-  c.tokenizer_type = "GPT2BPETokenizer";
+  c.tokenizer_type = loom::train::TokenizerType::kGpt2Bpe;
   c.vocab_file = dir + "/vocab.json";
   c.merge_file = dir + "/merges.txt";
   c.model.make_vocab_size_divisible_by = 128;

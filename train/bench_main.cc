@@ -25,7 +25,7 @@
 #include "core/ops/kernel_timer.h"
 #include "core/ops/ops.h"
 #include "core/storage.h"
-#include "layers/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "layers/test_util.h"
 #include "train/device_setup.h"
 #include "train/metrics.h"

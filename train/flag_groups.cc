@@ -6,12 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/cli.h"
-#include "layers/gpt_architecture.h"
+#include "models/gpt/gpt_architecture.h"
 
 namespace loom::train {
 namespace {
 
-// The model's flags: the architecture's, as layers/gpt_architecture.h lists
+// The model's flags: the architecture's, as models/gpt/gpt_architecture.h lists
 // them, then the initialisation and how MoE layers run.
 std::vector<const char*> ModelFlags() {
   std::vector<const char*> flags;

@@ -19,7 +19,7 @@
 #include "config/fault_spec.h"
 #include "core/cli.h"
 #include "core/status_macros.h"
-#include "layers/gpt_architecture.h"
+#include "models/gpt/gpt_architecture.h"
 
 namespace {
 const loom::train::TrainConfig& D() {
@@ -28,7 +28,7 @@ const loom::train::TrainConfig& D() {
 }
 }  // namespace
 
-// Model: the architecture's flags, one per row of layers/gpt_architecture.h.
+// Model: the architecture's flags, one per row of models/gpt/gpt_architecture.h.
 // (Its enum types, named unqualified in the table; Abseil's flags live at global scope.)
 using loom::layers::Normalization;
 using loom::layers::PositionEmbedding;
@@ -39,7 +39,7 @@ LOOM_GPT_ARCHITECTURE_FIELDS(LOOM_ARCHITECTURE_FLAG)
 ABSL_FLAG(float, layernorm_epsilon, D().model.layernorm_epsilon,
           "Megatron's older name of --norm-epsilon (--norm-epsilon wins when both are set)");
 ABSL_FLAG(float, init_method_std, D().model.init_method_std, "Std of the normal weight init");
-// Activation recomputation (Megatron's flags; layers/gpt_config.h).
+// Activation recomputation (Megatron's flags; models/gpt/gpt_config.h).
 ABSL_FLAG(loom::layers::RecomputeGranularity, recompute_granularity, D().model.recompute_granularity,
           "Activation recomputation: full (rerun whole layers in the backward, with "
           "--recompute-method) | selective (rerun only the attention core); empty: none");
@@ -156,7 +156,7 @@ ABSL_FLAG(bool, allow_unproven_gpu_packing, D().allow_unproven_gpu_packing,
           "Run --reset-position-ids, --reset-attention-mask, --eod-mask-loss and --sft with "
           "--device=cuda although no device run has proven their GPU kernels yet");
 ABSL_FLAG(std::string, split, D().split, "Train/valid/test document split weights");
-ABSL_FLAG(std::string, tokenizer_type, D().tokenizer_type,
+ABSL_FLAG(loom::train::TokenizerType, tokenizer_type, D().tokenizer_type,
           "ByteLevelTokenizer | GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer");
 ABSL_FLAG(std::string, vocab_file, D().vocab_file, "GPT-2 vocab.json (GPT2BPETokenizer)");
 ABSL_FLAG(std::string, merge_file, D().merge_file, "GPT-2 merges.txt (GPT2BPETokenizer)");

@@ -26,7 +26,7 @@
 #include "checkpoint/reader.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "layers/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "layers/test_util.h"
 #include "nlohmann/json.hpp"
 

@@ -9,7 +9,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/memory_stats.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 
 namespace loom::train {
 

@@ -3,7 +3,7 @@
 // the tokenizer's EOD: every layout (TP 2 with SP, CP 2, PP 2, DP 2) trains
 // the single rank's loss curve, the flags change it, and bad combinations
 // are refused naming the flag. That each document of a packed sequence gets
-// exactly what it gets alone is //layers:packed_documents_test's proof.
+// exactly what it gets alone is //models/gpt:packed_documents_test's proof.
 
 #include <cstdio>
 #include <fstream>
@@ -111,7 +111,7 @@ TEST(PackedDocumentsTrainTest, ATokenizerWithoutEodIsRefused) {
   std::ofstream(vocab_file) << vocab.dump();
   TrainConfig c = Packed({}, false);
   c.reset_position_ids = c.eod_mask_loss = false;  // --reset-attention-mask alone
-  c.tokenizer_type = "GPT2BPETokenizer";
+  c.tokenizer_type = TokenizerType::kGpt2Bpe;
   c.vocab_file = vocab_file;
   c.merge_file = dir + "merges.txt";
   const testing::RunResult r = testing::Run(c, {});

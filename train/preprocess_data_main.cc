@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "core/cli.h"
@@ -26,8 +25,8 @@
 
 ABSL_FLAG(std::string, input, "", "Comma-separated input files (text, or JSON lines)");
 ABSL_FLAG(std::string, output_prefix, "", "Output path prefix: writes <prefix>.bin and <prefix>.idx");
-ABSL_FLAG(std::string, tokenizer_type, "GPT2BPETokenizer",
-          "ByteLevelTokenizer (256 byte ids), GPT2BPETokenizer, HuggingFaceTokenizer or "
+ABSL_FLAG(loom::train::TokenizerType, tokenizer_type, loom::train::TokenizerType::kGpt2Bpe,
+          "ByteLevelTokenizer (256 byte ids) | GPT2BPETokenizer | HuggingFaceTokenizer | "
           "SentencePieceTokenizer");
 ABSL_FLAG(std::string, vocab_file, "", "GPT-2 vocab.json (GPT2BPETokenizer)");
 ABSL_FLAG(std::string, merge_file, "", "GPT-2 merges.txt (GPT2BPETokenizer)");
@@ -73,10 +72,12 @@ int Fail(const std::string& message, int code) {
 }
 
 int RunSft(const loom::train::PreprocessOptions& options) {
-  const std::string type = absl::GetFlag(FLAGS_tokenizer_type);
-  if (type != "HuggingFaceTokenizer") {
+  const loom::train::TokenizerType type = absl::GetFlag(FLAGS_tokenizer_type);
+  if (type != loom::train::TokenizerType::kHuggingFace) {
     return Fail("--sft: needs --tokenizer-type=HuggingFaceTokenizer (the chat template comes from "
-                "its --tokenizer-model folder), got --tokenizer-type=" + type, 2);
+                "its --tokenizer-model folder), got --tokenizer-type=" +
+                    std::string(loom::core::EnumName(type)),
+                2);
   }
   const std::string folder = ResolveUserPath(absl::GetFlag(FLAGS_tokenizer_model));
   if (folder.empty()) return Fail("--sft: needs --tokenizer-model=FOLDER (tokenizer.json and its chat template)", 2);
@@ -105,8 +106,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Tokenizes text or JSON-lines files into a Megatron indexed dataset.\n"
       "  preprocess_data --input=FILES --output-prefix=PREFIX --tokenizer-type=TYPE");
-  loom::core::NormalizedArgv args(argc, argv);
-  absl::ParseCommandLine(args.argc(), args.argv());
+  // A misspelt flag or value (--tokenizer-type=HuggingFace) exits 2 naming it.
+  loom::core::ParseCommandLine(argc, argv);
   loom::train::PreprocessOptions options;
   for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_input), ',', absl::SkipEmpty())) {
     options.inputs.push_back(ResolveUserPath(std::string(f)));

@@ -17,9 +17,9 @@
 #include "core/ops/testing/fake_device.h"
 #include "gtest/gtest.h"
 #include "layers/attention.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 #include "layers/test_util.h"
-#include "layers/transformer_block.h"
+#include "models/gpt/transformer_block.h"
 #include "train/test_util.h"
 
 namespace loom::layers {

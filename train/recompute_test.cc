@@ -56,7 +56,7 @@ Curve Train(const Layout& l, const Recompute& r) {
   absl::Mutex mu;
   testing::RunResult result = testing::Run(
       c, l,
-      [&](int, Trainer& t) {  // the model runs the setting (what it does: //layers:recompute_test)
+      [&](int, Trainer& t) {  // the model runs the setting (what it does: //models/gpt:recompute_test)
         const layers::GptConfig& m = t.model().config();
         EXPECT_EQ(core::EnumName(m.recompute_granularity), r.granularity);
         EXPECT_EQ(core::EnumName(m.recompute_method), r.method);

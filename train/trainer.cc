@@ -366,7 +366,8 @@ absl::Status Trainer::SetupData() {
         : config_.reset_position_ids ? "--reset-position-ids"
                                      : "--eod-mask-loss",
         " finds documents by the end-of-document token, and --tokenizer-type=",
-        config_.tokenizer_type, " here has none (GPT-2: <|endoftext|>; Hugging Face: eos_token)"));
+        core::EnumName(config_.tokenizer_type),
+        " here has none (GPT-2: <|endoftext|>; Hugging Face: eos_token)"));
   }
   const std::string cache = config_.data_cache_dir.empty()
                                 ? absl::StrCat(getenv("HOME") ? getenv("HOME") : "/tmp",
@@ -399,8 +400,8 @@ absl::Status Trainer::SetupData() {
         if (config_.mock_data) {
           LOOM_ASSIGN_OR_RETURN(o.data_path, PrepareMockData(cache, config_.model.vocab_size));
         } else {
-          LOOM_ASSIGN_OR_RETURN(o.data_path,
-                                PrepareDefaultData(cache, *tokenizer_, config_.tokenizer_type));
+          const std::string name(core::EnumName(config_.tokenizer_type));
+          LOOM_ASSIGN_OR_RETURN(o.data_path, PrepareDefaultData(cache, *tokenizer_, name));
         }
       }
       LOOM_ASSIGN_OR_RETURN(DataSplits data, BuildDataSplits(o));

@@ -17,7 +17,7 @@
 #include "config/config.h"
 #include "core/memory_stats.h"
 #include "distributed/gradient_sync.h"
-#include "layers/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "profile/profiler.h"

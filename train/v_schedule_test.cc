@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "layers/test_util.h"
+#include "models/gpt/test_util.h"
 #include "train/test_util.h"
 
 namespace loom::train {

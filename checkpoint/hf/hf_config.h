@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "layers/gpt_architecture.h"
+#include "models/gpt/gpt_architecture.h"
 
 namespace loom::checkpoint::hf {
 
-// The architecture (layers/gpt_architecture.h's fields: what the model
+// The architecture (models/gpt/gpt_architecture.h's fields: what the model
 // computes) plus what the file says about itself. seq_length and
 // make_vocab_size_divisible_by are no part of a config.json: they keep
 // GptArchitecture's defaults (the import chooses the sequence length).
@@ -52,7 +52,7 @@ absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& text, const std::
 absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& path);
 
 // The model flags of //train:gpt (Megatron's spelling): every architecture
-// flag (layers/gpt_architecture.h) that applies to the model, booleans only
+// flag (models/gpt/gpt_architecture.h) that applies to the model, booleans only
 // when on, numbers unless 0 (--num-experts=0), in the table's order; e.g. for the tiny Llama:
 //   --num-layers=2 --hidden-size=32 --num-attention-heads=4 --ffn-hidden-size=64
 //   --max-position-embeddings=32 --normalization=RMSNorm --norm-epsilon=1e-05

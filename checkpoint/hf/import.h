@@ -7,7 +7,7 @@
 //
 // Supported: GPT2LMHeadModel, LlamaForCausalLM / MistralForCausalLM and
 // MixtralForCausalLM (as hf_config.h reads them), through the one Hugging
-// Face tensor map that export also uses (checkpoint/hf/tensor_map.h: names,
+// Face tensor map that export also uses (models/gpt/hf_tensor_map.h: names,
 // shapes and layouts). A tied model's lm_head.weight, when stored, must
 // equal the word embedding.
 // Anything else in the safetensors (apart from GPT-2's attention-mask
@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/hf/hf_config.h"
 #include "checkpoint/hf/safetensors.h"
-#include "layers/gpt_config.h"
+#include "models/gpt/gpt_config.h"
 
 namespace loom::checkpoint::hf {
 

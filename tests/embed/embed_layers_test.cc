@@ -1,8 +1,8 @@
-// Uses //layers from another workspace: a small GPT's forward and backward.
+// Uses //models/gpt from another workspace: a small GPT's forward and backward.
 #include <cmath>
 
 #include "gtest/gtest.h"
-#include "layers/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 
 TEST(EmbedTest, GptModelTrainsAStepFromAnotherWorkspace) {
   loom::layers::GptConfig c;

@@ -97,7 +97,7 @@ TEST(HuggingFaceTokenizerTest, AddPrefixSpaceMatchesReference) {
 TEST(HuggingFaceTokenizerTest, ThroughTheFactory) {
   TokenizerFiles files;
   files.tokenizer_model = TestData("gpt2_style");
-  auto t = MakeTokenizer("HuggingFaceTokenizer", files);
+  auto t = MakeTokenizer(TokenizerType::kHuggingFace, files);
   ASSERT_TRUE(t.ok()) << t.status();
   ExpectMatchesReference(**t, "gpt2_style");
 }
@@ -106,7 +106,7 @@ TEST(Gpt2BpeTokenizerTest, VocabMergesMatchReference) {
   TokenizerFiles files;
   files.vocab_file = TestData("gpt2_style/vocab.json");
   files.merge_file = TestData("gpt2_style/merges.txt");
-  auto t = MakeTokenizer("GPT2BPETokenizer", files);
+  auto t = MakeTokenizer(TokenizerType::kGpt2Bpe, files);
   ASSERT_TRUE(t.ok()) << t.status();
   ExpectMatchesReference(**t, "gpt2_style_vocab_merges");
 }

@@ -56,7 +56,8 @@ expect_fail "--tokenizer-type=HuggingFaceTokenizer needs --tokenizer-model" \
   --tokenizer-type=HuggingFaceTokenizer
 expect_fail "--tokenizer-type=SentencePieceTokenizer needs --tokenizer-model" \
   --tokenizer-type=SentencePieceTokenizer
-expect_fail "expected ByteLevelTokenizer, GPT2BPETokenizer" --tokenizer-type=HuggingFace
+expect_fail "--tokenizer-type=HuggingFace: Illegal value 'HuggingFace': expected one of ByteLevelTokenizer | GPT2BPETokenizer" \
+  --tokenizer-type=HuggingFace
 expect_fail "--tokenizer-model=$PWD/nowhere" \
   --tokenizer-type=HuggingFaceTokenizer --tokenizer-model="$PWD/nowhere"
 head -c 300 "$data/gpt2_style/tokenizer.json" > truncated.json

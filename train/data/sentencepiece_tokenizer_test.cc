@@ -51,7 +51,7 @@ TEST(SentencePieceTokenizerTest, MatchesReference) {
   GOOGLE_PROTOBUF_VERIFY_VERSION;
   TokenizerFiles files;
   files.tokenizer_model = TestData("spm_bpe.model");
-  auto t = MakeTokenizer("SentencePieceTokenizer", files);
+  auto t = MakeTokenizer(TokenizerType::kSentencePiece, files);
   SKIP_IF_SANITIZER_BUILD(t.status());
   ASSERT_TRUE(t.ok()) << t.status();
   const Json expected = Expected();

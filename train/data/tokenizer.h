@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "train/data/tokenizer_type.h"
 
 namespace loom::train {
 
@@ -34,13 +35,10 @@ struct TokenizerFiles {
                                 // tokenizer.json, or the file), SentencePieceTokenizer (.model)
 };
 
-// The one place that maps --tokenizer-type (Megatron's names) to a tokenizer:
-//   ByteLevelTokenizer (alias "byte")  256 byte ids, no files
-//   GPT2BPETokenizer                   --vocab-file and --merge-file
-//   HuggingFaceTokenizer               --tokenizer-model (tokenizer.json, byte-level BPE)
-//   SentencePieceTokenizer             --tokenizer-model (a SentencePiece .model)
-// Errors name the flag as typed and what was expected.
-absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::string& type,
+// The one place that maps --tokenizer-type (tokenizer_type.h) to a tokenizer
+// and checks that the files it needs were given. Errors name the flags as
+// typed and what was expected.
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(TokenizerType type,
                                                          const TokenizerFiles& files);
 
 }  // namespace loom::train

@@ -1,7 +1,9 @@
 #include "train/data/tokenizer.h"
 
 #include <fstream>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "train/data/byte_tokenizer.h"
@@ -112,23 +114,35 @@ TEST(Gpt2BpeTokenizerTest, BadFilesAreClearErrors) {
   EXPECT_NE(unknown_result.status().message().find("\"qz\""), std::string::npos);
 }
 
+// --tokenizer-type is parsed at the flag boundary: Megatron's names (and
+// "byte"), exactly; anything else is refused with the choices.
+TEST(TokenizerTypeTest, ParsesMegatronNames) {
+  EXPECT_EQ(core::FindEnum<TokenizerType>("ByteLevelTokenizer"), TokenizerType::kByteLevel);
+  EXPECT_EQ(core::FindEnum<TokenizerType>("byte"), TokenizerType::kByteLevel);
+  EXPECT_EQ(core::FindEnum<TokenizerType>("GPT2BPETokenizer"), TokenizerType::kGpt2Bpe);
+  EXPECT_EQ(core::FindEnum<TokenizerType>("HuggingFaceTokenizer"), TokenizerType::kHuggingFace);
+  EXPECT_EQ(core::FindEnum<TokenizerType>("SentencePieceTokenizer"),
+            TokenizerType::kSentencePiece);
+  EXPECT_EQ(core::EnumName(TokenizerType::kByteLevel), "ByteLevelTokenizer");
+  TokenizerType parsed;
+  std::string error;
+  EXPECT_FALSE(AbslParseFlag("Sentencepiece", &parsed, &error));
+  EXPECT_NE(error.find("expected one of ByteLevelTokenizer | GPT2BPETokenizer | "
+                       "HuggingFaceTokenizer | SentencePieceTokenizer"),
+            std::string::npos)
+      << error;
+}
+
 TEST(MakeTokenizerTest, NamesTheFlag) {
-  EXPECT_TRUE(MakeTokenizer("ByteLevelTokenizer", {}).ok());
-  EXPECT_TRUE(MakeTokenizer("byte", {}).ok());
-  auto unknown = MakeTokenizer("Sentencepiece", {});
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("--tokenizer-type=Sentencepiece"), std::string::npos);
-  for (const char* expected : {"ByteLevelTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer",
-                               "SentencePieceTokenizer"}) {
-    EXPECT_NE(unknown.status().message().find(expected), std::string::npos) << expected;
-  }
-  auto no_files = MakeTokenizer("GPT2BPETokenizer", {});
+  EXPECT_TRUE(MakeTokenizer(TokenizerType::kByteLevel, {}).ok());
+  auto no_files = MakeTokenizer(TokenizerType::kGpt2Bpe, {});
   ASSERT_FALSE(no_files.ok());
   EXPECT_NE(no_files.status().message().find("--vocab-file"), std::string::npos);
-  for (const char* type : {"HuggingFaceTokenizer", "SentencePieceTokenizer"}) {
+  for (TokenizerType type : {TokenizerType::kHuggingFace, TokenizerType::kSentencePiece}) {
     auto no_model = MakeTokenizer(type, {});
-    ASSERT_FALSE(no_model.ok()) << type;
-    EXPECT_NE(no_model.status().message().find(std::string("--tokenizer-type=") + type),
+    ASSERT_FALSE(no_model.ok()) << core::EnumName(type);
+    EXPECT_NE(no_model.status().message().find(
+                  absl::StrCat("--tokenizer-type=", core::EnumName(type))),
               std::string::npos)
         << no_model.status();
     EXPECT_NE(no_model.status().message().find("needs --tokenizer-model"), std::string::npos)
@@ -136,7 +150,7 @@ TEST(MakeTokenizerTest, NamesTheFlag) {
   }
   TokenizerFiles missing;
   missing.tokenizer_model = TmpPath("no_such_tokenizer");
-  auto not_there = MakeTokenizer("HuggingFaceTokenizer", missing);
+  auto not_there = MakeTokenizer(TokenizerType::kHuggingFace, missing);
   ASSERT_FALSE(not_there.ok());
   EXPECT_NE(not_there.status().message().find("--tokenizer-model=" + missing.tokenizer_model),
             std::string::npos)

@@ -117,7 +117,7 @@ struct RopeOptions {
 
 // ---- qkv_split
 // Attention's fused QKV projection [S, B, groups * (n + 2) * d], rows ordered
-// [group, {q x n, k, v}, d] with n = heads / groups (layers/gpt_config.h),
+// [group, {q x n, k, v}, d] with n = heads / groups (models/gpt/gpt_config.h),
 // rearranged into the attention kernels' [S, B, heads, {q, k, v}, d] (each
 // query head gets its group's k and v), q and k rotated when `rope`.
 struct QkvSplitOptions {
