@@ -60,6 +60,15 @@ inline OptimizerConfig DefaultOptimizer() {
   return o;
 }
 
+// Megatron's --data-parallel-sharding-strategy: what data parallelism shards
+// (optim = ZeRO-1, optim_grads = ZeRO-2, optim_grads_params = ZeRO-3/FSDP).
+// "" (unset): --use-distributed-optimizer decides (optim with it, else no_shard).
+enum class ShardingStrategy { kUnset, kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
+LOOM_ENUM_NAMES(ShardingStrategy, {ShardingStrategy::kUnset, ""},
+                {ShardingStrategy::kNoShard, "no_shard"}, {ShardingStrategy::kOptim, "optim"},
+                {ShardingStrategy::kOptimGrads, "optim_grads"},
+                {ShardingStrategy::kOptimGradsParams, "optim_grads_params"})
+
 // Everything a training run is configured by, named after Megatron's flags.
 // train/gpt_flags.cc maps //train:gpt's --flag-names to these fields, and
 // every flag's default is the field's default here: `TrainConfig{}` is the
@@ -115,10 +124,15 @@ struct TrainConfig {
   float attention_dropout = 0.0f;
   bool overlap_grad_reduce = false;   // --overlap-grad-reduce
   bool overlap_param_gather = false;  // --overlap-param-gather
-  // --data-parallel-sharding-strategy as typed ("": from
-  // --use-distributed-optimizer); Finalize sets optimizer.distributed and
-  // optimizer.shard_gradients from it.
-  std::string data_parallel_sharding_strategy;
+  // --data-parallel-sharding-strategy as typed (kUnset: from
+  // --use-distributed-optimizer); Finalize sets optimizer.distributed,
+  // shard_gradients and shard_params from it.
+  ShardingStrategy data_parallel_sharding_strategy = ShardingStrategy::kUnset;
+  // --num-distributed-optimizer-instances (Megatron's hybrid sharding): the
+  // DP x CP gradient group splits into N instances of consecutive ranks; what
+  // the strategy shards is sharded within an instance and replicated across
+  // them (distributed/gradient_sync.h). 1: sharded over the whole group.
+  int num_distributed_optimizer_instances = 1;
 
   // Data.
   // --data-path: a prefix of .bin/.idx, or Megatron's blend "W1 PREFIX1 W2

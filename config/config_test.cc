@@ -151,7 +151,7 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   c = Base();  // zb-h1 x ZeRO-2: refused until GradientSync's buffers follow the split
   c.pipeline_model_parallel_size = 2;
   c.pipeline_schedule = pipeline::ScheduleKind::kZBH1;
-  c.data_parallel_sharding_strategy = "optim_grads";
+  c.data_parallel_sharding_strategy = ShardingStrategy::kOptimGrads;
   ExpectError(c, 4, {"--pipeline-schedule=zb-h1", "--data-parallel-sharding-strategy=optim_grads",
                      "not supported yet"});
   c = Base();
@@ -342,35 +342,49 @@ TEST(ConfigTest, ExitFlagsAndFaultInjection) {
 }
 
 // Megatron's --data-parallel-sharding-strategy; --use-distributed-optimizer
-// is `optim`. DP 1 is accepted as in Megatron (nothing to shard).
+// is `optim`. DP 1 is accepted as in Megatron (nothing to shard). A misspelt
+// strategy never reaches Finalize: its flag's parser refuses it (the
+// message below; gpt_flags_test: as the command line reports it, exit 2).
 TEST(ShardingStrategyTest, ParsesMegatronsNamesAndRefusesTheRest) {
+  using S = ShardingStrategy;
   struct Case {
-    std::string strategy;
+    S strategy;
     bool use_distributed_optimizer, distributed, shard_gradients;
   };
-  for (const Case& k : {Case{"", false, false, false}, Case{"", true, true, false},
-                        Case{"no_shard", false, false, false}, Case{"optim", false, true, false},
-                        Case{"optim", true, true, false}, Case{"optim_grads", false, true, true},
-                        Case{"optim_grads", true, true, true}}) {
+  for (const Case& k : {Case{S::kUnset, false, false, false}, Case{S::kUnset, true, true, false},
+                        Case{S::kNoShard, false, false, false}, Case{S::kOptim, false, true, false},
+                        Case{S::kOptim, true, true, false}, Case{S::kOptimGrads, false, true, true},
+                        Case{S::kOptimGrads, true, true, true}}) {
     for (const int world : {1, 2}) {
       TrainConfig c = Base();
       c.data_parallel_sharding_strategy = k.strategy;
       c.optimizer.distributed = k.use_distributed_optimizer;
       absl::Status s = Finalize(&c, world);
-      ASSERT_TRUE(s.ok()) << k.strategy << ": " << s;
-      EXPECT_EQ(c.optimizer.distributed, k.distributed) << k.strategy;
-      EXPECT_EQ(c.optimizer.shard_gradients, k.shard_gradients) << k.strategy;
+      ASSERT_TRUE(s.ok()) << core::EnumName(k.strategy) << ": " << s;
+      EXPECT_EQ(c.optimizer.distributed, k.distributed) << core::EnumName(k.strategy);
+      EXPECT_EQ(c.optimizer.shard_gradients, k.shard_gradients) << core::EnumName(k.strategy);
     }
   }
+  // The flag's parser: Megatron's four spellings, exactly (case included).
+  for (const char* name : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+    S parsed = S::kUnset;
+    std::string error;
+    EXPECT_TRUE(AbslParseFlag(name, &parsed, &error)) << name;
+    EXPECT_EQ(core::EnumName(parsed), name);
+  }
+  for (const char* bad : {"foo", "Optim", "zero3"}) {
+    S parsed = S::kOptim;
+    std::string error;
+    EXPECT_FALSE(AbslParseFlag(bad, &parsed, &error)) << bad;
+    EXPECT_EQ(error, "expected one of \"\" | no_shard | optim | optim_grads | optim_grads_params");
+    EXPECT_EQ(parsed, S::kOptim) << bad;  // untouched
+  }
   TrainConfig c = Base();
-  c.data_parallel_sharding_strategy = "foo";
-  ExpectError(c, 2, {"--data-parallel-sharding-strategy=foo", "no_shard", "optim_grads"});
-  c = Base();
-  c.data_parallel_sharding_strategy = "no_shard";
+  c.data_parallel_sharding_strategy = S::kNoShard;
   c.optimizer.distributed = true;
   ExpectError(c, 2, {"--use-distributed-optimizer", "--data-parallel-sharding-strategy=no_shard"});
   c = Base();
-  c.data_parallel_sharding_strategy = "optim_grads_params";  // ZeRO-3: all three sharded
+  c.data_parallel_sharding_strategy = S::kOptimGradsParams;  // ZeRO-3: all three sharded
   ASSERT_TRUE(Finalize(&c, 2).ok());
   EXPECT_TRUE(c.optimizer.distributed && c.optimizer.shard_gradients && c.optimizer.shard_params);
 }

@@ -9,43 +9,46 @@
 namespace loom::train::finalize {
 namespace {
 
-// Megatron's --data-parallel-sharding-strategy into the optimizer's two
-// switches; --use-distributed-optimizer stays an alias of `optim`.
+// Megatron's --data-parallel-sharding-strategy (parsed by its flag) into the
+// optimizer's three switches; --use-distributed-optimizer stays an alias of `optim`.
 absl::Status ShardingStrategy(TrainConfig* c) {
-  const std::string& s = c->data_parallel_sharding_strategy;
+  using S = train::ShardingStrategy;
+  const S s = c->data_parallel_sharding_strategy;
   OptimizerConfig& o = c->optimizer;
-  if (s.empty()) return absl::OkStatus();  // --use-distributed-optimizer alone decides
+  if (s == S::kUnset) return absl::OkStatus();  // --use-distributed-optimizer alone decides
   o.shard_params = false;
-  if (s == "no_shard") {
-    if (o.distributed) {
-      return absl::InvalidArgumentError(
-          "--use-distributed-optimizer shards the optimizer state, "
-          "--data-parallel-sharding-strategy=no_shard shards nothing: give one of them (optim "
-          "is --use-distributed-optimizer's strategy)");
-    }
-    o.shard_gradients = false;
-  } else if (s == "optim") {
-    o.distributed = true;
-    o.shard_gradients = false;
-  } else if (s == "optim_grads" || s == "optim_grads_params") {
-    o.distributed = true;
-    o.shard_gradients = true;
-    o.shard_params = s == "optim_grads_params";
-    if (pipeline::SplitsBackward(c->pipeline_schedule)) {
-      // GradientSync binds a bucket's ZeRO-2 buffer from a unit's BeforeBackward to its
-      // AfterBackward per micro-batch; the split backward defers the weight gradients (and so
-      // the AfterBackward) past the next micro-batches' backward.
-      return absl::UnimplementedError(absl::StrCat(
-          "--data-parallel-sharding-strategy=", s, " with --pipeline-schedule=",
-          core::EnumName(c->pipeline_schedule),
-          " is not supported yet: use optim (--use-distributed-optimizer), or a schedule "
-          "without a split backward (1f1b, interleaved, gpipe)"));
-    }
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--data-parallel-sharding-strategy=", s,
-        ": expected no_shard, optim (ZeRO-1, as --use-distributed-optimizer), optim_grads "
-        "(ZeRO-2) or optim_grads_params (ZeRO-3)"));
+  switch (s) {
+    case S::kUnset:
+      break;
+    case S::kNoShard:
+      if (o.distributed) {
+        return absl::InvalidArgumentError(
+            "--use-distributed-optimizer shards the optimizer state, "
+            "--data-parallel-sharding-strategy=no_shard shards nothing: give one of them (optim "
+            "is --use-distributed-optimizer's strategy)");
+      }
+      o.shard_gradients = false;
+      break;
+    case S::kOptim:
+      o.distributed = true;
+      o.shard_gradients = false;
+      break;
+    case S::kOptimGrads:
+    case S::kOptimGradsParams:
+      o.distributed = true;
+      o.shard_gradients = true;
+      o.shard_params = s == S::kOptimGradsParams;
+      if (pipeline::SplitsBackward(c->pipeline_schedule)) {
+        // GradientSync binds a bucket's ZeRO-2 buffer from a unit's BeforeBackward to its
+        // AfterBackward per micro-batch; the split backward defers the weight gradients (and so
+        // the AfterBackward) past the next micro-batches' backward.
+        return absl::UnimplementedError(absl::StrCat(
+            "--data-parallel-sharding-strategy=", core::EnumName(s), " with --pipeline-schedule=",
+            core::EnumName(c->pipeline_schedule),
+            " is not supported yet: use optim (--use-distributed-optimizer), or a schedule "
+            "without a split backward (1f1b, interleaved, gpipe)"));
+      }
+      break;
   }
   if (o.shard_params) {
     // ZeRO-3 is proven on the CPU without expert parallelism; the rest is refused before any
@@ -67,6 +70,37 @@ absl::Status ShardingStrategy(TrainConfig* c) {
   return absl::OkStatus();
 }
 
+// Megatron's --num-distributed-optimizer-instances (hybrid sharding): the DP
+// group splits into N instances; the strategy shards within each.
+absl::Status DistributedOptimizerInstances(const TrainConfig& c) {
+  const int n = c.num_distributed_optimizer_instances;
+  if (n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num-distributed-optimizer-instances (", n, ") must be >= 1"));
+  }
+  if (n == 1) return absl::OkStatus();
+  if (!c.optimizer.distributed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-distributed-optimizer-instances=", n,
+        " shards within instances, but --data-parallel-sharding-strategy=no_shard shards "
+        "nothing: give optim, optim_grads or optim_grads_params (or --use-distributed-optimizer)"));
+  }
+  if (c.data_parallel_size % n != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-distributed-optimizer-instances (", n, ") does not divide the data-parallel size (",
+        c.data_parallel_size, " = world ", c.world_size, " / (--tensor-model-parallel-size ",
+        c.tensor_model_parallel_size, " x --pipeline-model-parallel-size ",
+        c.pipeline_model_parallel_size, " x --context-parallel-size ", c.context_parallel_size,
+        ")): each instance holds DP / N ranks"));
+  }
+  if (c.expert_model_parallel_size > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--num-distributed-optimizer-instances=", n, " with --expert-model-parallel-size=",
+        c.expert_model_parallel_size, " is not supported yet"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Optimizer(TrainConfig* c) {
@@ -77,6 +111,7 @@ absl::Status Optimizer(TrainConfig* c) {
                      c->skip_train ? "" : " (0 only with --skip-train)"));
   }
   if (absl::Status s = ShardingStrategy(c); !s.ok()) return s;
+  if (absl::Status s = DistributedOptimizerInstances(*c); !s.ok()) return s;
   if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
   if (c->lr.warmup_iters < 0) c->lr.warmup_iters = std::min<int64_t>(20, c->train_iters / 10);
   absl::Status lr = c->lr.Validate();

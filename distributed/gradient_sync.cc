@@ -61,7 +61,12 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
         "GradientSync: ZeRO-3 keeps the parameters' owned shard itself: build the model without "
         "value buffers (GptConfig::allocate_parameters = false)");
   }
+  if (options.instances < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--num-distributed-optimizer-instances (",
+                                                   options.instances, ") must be >= 1"));
+  }
   std::unique_ptr<GradientSync> s(new GradientSync(model, groups, options));
+  LOOM_RETURN_IF_ERROR(s->SplitInstances());
   LOOM_RETURN_IF_ERROR(s->Layout());
   if (options.shard_gradients) LOOM_RETURN_IF_ERROR(s->LayoutShard());
   if (options.shard_params) {
@@ -76,6 +81,36 @@ absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(
 GradientSync::~GradientSync() {
   if (zero3()) DropAllGathered().IgnoreError();
   model_->RemoveObserver(this);
+}
+
+absl::Status GradientSync::SplitInstances() {
+  const int n = options_.instances;
+  if (n == 1) return absl::OkStatus();
+  const int g = groups_.dp != nullptr ? groups_.dp->size() : 1;
+  if (!options_.distributed_optimizer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-distributed-optimizer-instances=", n,
+        " shards within instances: it needs a --data-parallel-sharding-strategy other than "
+        "no_shard (or --use-distributed-optimizer)"));
+  }
+  if (g % n != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num-distributed-optimizer-instances (", n,
+                     ") does not divide the data-parallel group (", g, " ranks)"));
+  }
+  if (expert_parallel()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--num-distributed-optimizer-instances=", n, " with --expert-model-parallel-size=",
+        groups_.expert_parallel, " is not supported yet"));
+  }
+  // Instance i: the group's ranks [i g/N, (i+1) g/N); replicas: one rank of
+  // each instance, the same rank within it. Split is collective over the group.
+  const int per = g / n, rank = groups_.dp->rank();
+  instance_index_ = rank / per;
+  LOOM_ASSIGN_OR_RETURN(instance_group_, groups_.dp->Split(instance_index_, rank, "dp_instance"));
+  LOOM_ASSIGN_OR_RETURN(replicas_, groups_.dp->Split(rank % per, rank, "dp_replicas"));
+  shard_dp_ = instance_group_.get();
+  return absl::OkStatus();
 }
 
 absl::Status GradientSync::Layout() {
@@ -211,7 +246,7 @@ std::vector<BucketPart> GradientSync::Parts(const FlatRange& bucket) const {
 }
 
 comm::Communicator* GradientSync::GroupOf(const BucketPart& part) const {
-  comm::Communicator* group = part.expert ? groups_.expert_dp : groups_.dp;
+  comm::Communicator* group = part.expert ? groups_.expert_dp : shard_dp_;
   return group != nullptr && group->size() > 1 ? group : nullptr;
 }
 
@@ -367,6 +402,7 @@ absl::Status GradientSync::FinishShardedGradients() {
   while (!in_flight_.empty()) LOOM_RETURN_IF_ERROR(CompleteOldestFlush());
   // ZeRO-3: a prefetch the backward left (nothing holds a unit now).
   if (zero3()) LOOM_RETURN_IF_ERROR(DropAllGathered());
+  LOOM_RETURN_IF_ERROR(ReduceAcrossInstances());
   // The tied word embedding: rank r of both stages owns the same slice of
   // it, so the DP averages' slices are summed over the embedding group.
   std::vector<comm::WorkPtr> works;
@@ -548,6 +584,7 @@ absl::Status GradientSync::FinishGradients() {
     status.Update(absl::Status(waited.code(), absl::StrCat("data-parallel gradient reduction: ",
                                                            waited.message())));
   }
+  if (status.ok()) status.Update(ReduceAcrossInstances());
   if (status.ok() && expert_parallel()) {
     // Each expert's gradient sums every EP rank's tokens: 1 / EP more makes
     // it the mean over all DP ranks' losses, as the dense gradients are.
@@ -571,6 +608,34 @@ absl::Status GradientSync::FinishGradients() {
   std::fill(backwards_.begin(), backwards_.end(), 0);
   exposed_grad_s_ = SecondsSince(start);
   return status;
+}
+
+absl::Status GradientSync::ReduceAcrossInstances() {
+  if (replicas_ == nullptr) return absl::OkStatus();
+  // Each instance averaged its own ranks' gradients into this rank's shard;
+  // the mean of the N instances' means is the mean over the whole group.
+  // Bucket by bucket, from the back of the buffer, so that a collective
+  // stages at most one bucket's shard.
+  std::vector<comm::WorkPtr> works;
+  for (size_t b = buckets_.size(); b-- > 0;) {
+    for (const BucketPart& part : buckets_[b].parts) {
+      if (part.owned.second <= part.owned.first) continue;
+      Tensor mine;
+      if (zero2()) {
+        LOOM_ASSIGN_OR_RETURN(mine, shard_->Slice(part.owned.first, part.owned.second));
+      } else {
+        LOOM_ASSIGN_OR_RETURN(mine, Slice(model_->params().flat_grads(), part.owned));
+      }
+      works.push_back(replicas_->AllReduce(mine, comm::ReduceOp::kAvg));
+    }
+  }
+  if (absl::Status st = comm::WaitAllOnStream(works); !st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("all-reduce of the gradient shard across the "
+                                     "--num-distributed-optimizer-instances replicas: ",
+                                     st.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GradientSync::StartParamGather() {

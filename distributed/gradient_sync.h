@@ -74,6 +74,23 @@
 // holds its own copy, sharded alike, updated alike from the summed gradient.
 // Gather buffers are transient communication memory in the ledger.
 //
+// Hybrid sharding (--num-distributed-optimizer-instances N, Megatron's
+// name; options.instances): the gradient group (DP x CP, g ranks) splits into
+// N instances of g / N consecutive ranks (instance i: ranks i g/N ... (i+1)
+// g/N - 1 of the group, each DP rank with all its CP ranks). Everything the
+// strategy shards is sharded within an instance (shard_group(): ownership,
+// reduce-scatters, ZeRO-1's and ZeRO-3's all-gathers), and the instances
+// hold replicas: rank r of every instance owns the same ranges (replicas():
+// the N ranks with the same rank in their instance). A step's gradients are
+// reduce-scattered within the instance (averaged over its g / N ranks, every
+// micro-batch under ZeRO-2/3), then in FinishGradients each owned shard is
+// all-reduced across the instances (averaged over N: the mean over all g),
+// once per step, after the instance's reductions (not hidden behind the
+// backward). The replicas then apply the same update to the same values.
+// N = 1 is the plain layout; N = g leaves one rank per instance (nothing
+// sharded, the replicas all-reduce everything). Needs a sharding strategy
+// and no EP (refused in Create).
+//
 // Every DP rank (and TP rank) holds the same layout and runs the same
 // schedule, so buckets start in the same order everywhere: the collectives
 // match. All reductions are linear, so their order does not change the
@@ -110,10 +127,15 @@ struct GradientSyncOptions {
   // --data-parallel-sharding-strategy=optim_grads_params (ZeRO-3; needs
   // shard_gradients): the parameters' values are sharded as well.
   bool shard_params = false;
+  // --num-distributed-optimizer-instances (hybrid sharding; see above): >= 1,
+  // divides the gradient group; > 1 needs distributed_optimizer.
+  int instances = 1;
 };
 
 struct GradientSyncGroups {
-  comm::Communicator* dp = nullptr;  // null or size 1: no data parallelism
+  // The gradient group (DP x CP); null or size 1: no data parallelism. With
+  // options.instances > 1, Create splits it into instances and replicas.
+  comm::Communicator* dp = nullptr;
   // The first and last pipeline stage (PP > 1, on those stages): the tied word
   // embedding's two copies are summed over it (unused when the model's output
   // layer is untied). Null otherwise.
@@ -201,6 +223,15 @@ class GradientSync : private layers::UnitObserver {
   // ZeRO-3: the buckets each unit gathers (per units() index).
   const std::vector<std::vector<size_t>>& unit_buckets() const { return unit_buckets_; }
 
+  // The group owned() is a shard of (what the optimizer's gradient norm sums
+  // over): the gradient group, or this rank's instance under hybrid
+  // sharding; null without data parallelism.
+  comm::Communicator* shard_group() const { return shard_dp_; }
+  // Hybrid sharding: this rank's instance (0 .. instances - 1) and the group
+  // of its replicas (null when instances == 1).
+  int instance() const { return instance_index_; }
+  comm::Communicator* replicas() const { return replicas_.get(); }
+
   // What was not hidden behind computation in the last step, in seconds:
   // the wait in FinishGradients, and the waits for parameter gathers (in
   // StartParamGather, the forward's BeforeForward and FinishParamGather).
@@ -212,7 +243,8 @@ class GradientSync : private layers::UnitObserver {
 
  private:
   GradientSync(layers::StageModel* model, GradientSyncGroups groups, GradientSyncOptions options)
-      : model_(model), groups_(groups), options_(options) {}
+      : model_(model), groups_(groups), options_(options), shard_dp_(groups.dp) {}
+  absl::Status SplitInstances();
   absl::Status Layout();
   absl::Status AfterBackward(int64_t unit) override;
   absl::Status BeforeForward(int64_t unit) override;
@@ -235,9 +267,12 @@ class GradientSync : private layers::UnitObserver {
   absl::Status BindGathered(size_t b);
   absl::Status DropGathered(size_t b);  // waits for its gather, frees it
   absl::Status DropAllGathered();
+  // Hybrid sharding: the owned gradients averaged over the replicas.
+  absl::Status ReduceAcrossInstances();
   bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }
+  bool sharded_over(const comm::Communicator* c) const { return c != nullptr && c->size() > 1; }
   bool expert_parallel() const { return groups_.expert_parallel > 1; }
-  bool sharded() const { return options_.distributed_optimizer && data_parallel(); }
+  bool sharded() const { return options_.distributed_optimizer && sharded_over(shard_dp_); }
   bool zero2() const { return options_.shard_gradients; }
   // The group a part is averaged (and sharded) over; null when it has no
   // replicas to average with.
@@ -248,6 +283,11 @@ class GradientSync : private layers::UnitObserver {
   layers::StageModel* model_;
   GradientSyncGroups groups_;
   GradientSyncOptions options_;
+  // Hybrid sharding's groups (null with one instance); shard_dp_ is the
+  // instance, or groups_.dp.
+  std::unique_ptr<comm::Communicator> instance_group_, replicas_;
+  comm::Communicator* shard_dp_ = nullptr;
+  int instance_index_ = 0;
   std::vector<GradBucket> buckets_;
   std::vector<FlatRange> owned_;
   std::vector<std::vector<size_t>> unit_buckets_;  // per units() index: buckets it reads

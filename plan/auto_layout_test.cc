@@ -160,10 +160,11 @@ TEST(AutoLayout, OptimGradsShardsTheGradientsAndIsSearched) {
   base.optimizer.bucket_bytes = 1 << 20;
   base.micro_batch_size = 2;  // x DP 4 = the global batch of 8
   std::vector<MemoryBreakdown> bytes;
-  for (const char* strategy : {"no_shard", "optim", "optim_grads"}) {
+  using S = train::ShardingStrategy;
+  for (const S strategy : {S::kNoShard, S::kOptim, S::kOptimGrads}) {
     train::TrainConfig c = base;
     c.data_parallel_sharding_strategy = strategy;
-    ASSERT_TRUE(train::Finalize(&c, 4).ok()) << strategy;
+    ASSERT_TRUE(train::Finalize(&c, 4).ok()) << core::EnumName(strategy);
     bytes.push_back(PeakMemory(PredictMemory(c)).bytes);
   }
   const double no_shard = bytes[0].gradients;
@@ -188,7 +189,7 @@ TEST(AutoLayout, OptimGradsShardsTheGradientsAndIsSearched) {
   EXPECT_GT(zero2, 0);
   // Typed, it is kept, and the ranks are told.
   train::TrainConfig typed = base;
-  typed.data_parallel_sharding_strategy = "optim_grads";
+  typed.data_parallel_sharding_strategy = train::ShardingStrategy::kOptimGrads;
   absl::StatusOr<AutoLayout> a =
       ChooseLayout(typed, 4, Cpu(), "cpu", {"data_parallel_sharding_strategy"});
   ASSERT_TRUE(a.ok()) << a.status();
@@ -218,7 +219,7 @@ TEST(AutoLayout, OptimGradsParamsIsSearchedAndKept) {
   }
   EXPECT_GT(zero3, 0);
   train::TrainConfig typed = base;
-  typed.data_parallel_sharding_strategy = "optim_grads_params";
+  typed.data_parallel_sharding_strategy = train::ShardingStrategy::kOptimGradsParams;
   absl::StatusOr<AutoLayout> a =
       ChooseLayout(typed, 4, Cpu(), "cpu", {"data_parallel_sharding_strategy"});
   ASSERT_TRUE(a.ok()) << a.status();

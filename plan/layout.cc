@@ -41,15 +41,13 @@ std::vector<T> Tried(const SearchOptions& o, const char* flag, T typed, std::vec
   return values;
 }
 
-enum class Sharding { kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
+using Sharding = train::ShardingStrategy;
 
 // `c`'s strategy, typed (--data-parallel-sharding-strategy) or finalized.
 Sharding ShardingOf(const train::TrainConfig& c) {
-  const std::string& typed = c.data_parallel_sharding_strategy;
-  if (typed == "optim_grads_params") return Sharding::kOptimGradsParams;
-  if (typed == "optim_grads") return Sharding::kOptimGrads;
-  if (typed == "optim") return Sharding::kOptim;
-  if (typed == "no_shard") return Sharding::kNoShard;
+  if (c.data_parallel_sharding_strategy != Sharding::kUnset) {
+    return c.data_parallel_sharding_strategy;
+  }
   return c.optimizer.shard_params      ? Sharding::kOptimGradsParams
          : c.optimizer.shard_gradients ? Sharding::kOptimGrads
          : c.optimizer.distributed   ? Sharding::kOptim
@@ -61,10 +59,7 @@ void SetSharding(Sharding s, train::TrainConfig* c) {
   c->optimizer.shard_gradients = s == Sharding::kOptimGrads || s == Sharding::kOptimGradsParams;
   c->optimizer.shard_params = s == Sharding::kOptimGradsParams;
   // Finalize reads the strategy from here.
-  c->data_parallel_sharding_strategy = s == Sharding::kOptimGradsParams ? "optim_grads_params"
-                                       : s == Sharding::kOptimGrads     ? "optim_grads"
-                                       : s == Sharding::kOptim    ? "optim"
-                                                                  : "no_shard";
+  c->data_parallel_sharding_strategy = s;
   if (s == Sharding::kNoShard) c->overlap_param_gather = false;
 }
 
@@ -151,7 +146,8 @@ std::string FixedFlags(const train::TrainConfig& c, const std::set<std::string>&
       {"recompute_granularity", std::string(core::EnumName(c.model.recompute_granularity))},
       {"recompute_method", std::string(core::EnumName(c.model.recompute_method))},
       {"recompute_num_layers", absl::StrCat(c.model.recompute_num_layers)},
-      {"data_parallel_sharding_strategy", c.data_parallel_sharding_strategy},
+      {"data_parallel_sharding_strategy",
+       std::string(core::EnumName(c.data_parallel_sharding_strategy))},
   };
   const std::map<std::string, bool> switches = {
       {"sequence_parallel", c.sequence_parallel},

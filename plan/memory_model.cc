@@ -358,6 +358,9 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
   const ActTerms a = Terms(c);
   const double t = c.tensor_model_parallel_size;
   const double group = static_cast<double>(c.data_parallel_size) * c.context_parallel_size;
+  // What the strategy shards is sharded over an instance of the group
+  // (--num-distributed-optimizer-instances: DP x CP / N ranks; N = 1: all).
+  const double shard = group / c.num_distributed_optimizer_instances;
   std::vector<StageMemory> stages(pp);
   for (int r = 0; r < pp; ++r) {
     StageMemory& st = stages[r];
@@ -372,10 +375,10 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     // Adam's m and v; when the gradient norm is split over ranks (TP, PP or
     // ZeRO-1 shards, experts over EP), the f64 scalar it is all-reduced in.
     const bool split_norm = t * pp > 1 || c.expert_model_parallel_size > 1 ||
-                            (c.optimizer.distributed && group > 1);
+                            (c.optimizer.distributed && shard > 1);
     // ZeRO-1 shards the experts over DP / EP (their replicas), the rest over DP x CP.
     const double experts = static_cast<double>(StageExpertParameters(c, r));
-    const double owned = (n - experts) / group + experts / (group / c.expert_model_parallel_size);
+    const double owned = (n - experts) / shard + experts / (group / c.expert_model_parallel_size);
     const double adam = c.optimizer.distributed ? 8 * owned : 8 * n;
     // ZeRO-2 keeps the owned shard and transient bucket buffers: the bucket
     // being written (and with --overlap-grad-reduce one reduce-scattering
@@ -461,18 +464,20 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
   const double gib = 1024.0 * 1024 * 1024;
   std::string s = absl::StrFormat(
       "memory of pipeline stage %d (the largest), bytes:\n"
-      "  n_pad = %.0f local parameter elements (slots padded to DP x CP = %d)\n"
+      "  n_pad = %.0f local parameter elements (slots padded to DP x CP = %d; sharded over "
+      "DP x CP / N, N = --num-distributed-optimizer-instances = %d)\n"
       "  parameters    = 4 n_pad%s = %.3f GiB\n"
       "  gradients     = 4 n_pad%s = %.3f GiB\n"
       "  optimizer     = 8 n_pad%s = %.3f GiB\n",
       st.pp_rank, n, c.data_parallel_size * c.context_parallel_size,
-      c.optimizer.shard_params ? " / (DP x CP) (optim_grads_params: the owned f32 shard; the "
+      c.num_distributed_optimizer_instances,
+      c.optimizer.shard_params ? " / (DP x CP / N) (optim_grads_params: the owned f32 shard; the "
                                  "gathered units are communication)"
       : c.bf16                 ? " + 2 n_pad"
                                : "",
       st.bytes.parameters / gib,
       c.optimizer.shard_gradients
-          ? " / (DP x CP) + the bucket buffers bound at once (optim_grads: the buckets a unit's "
+          ? " / (DP x CP / N) + the bucket buffers bound at once (optim_grads: the buckets a unit's "
             "backward writes, the tied table's from the head to the embedding at PP 1, + the one "
             "reduce-scattering with --overlap-grad-reduce)"
           : "",
@@ -484,7 +489,8 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
                 c.data_parallel_size * c.context_parallel_size,
                 StageExpertParameters(c, st.pp_rank),
                 c.data_parallel_size * c.context_parallel_size / c.expert_model_parallel_size)
-          : absl::StrCat(" / ", c.data_parallel_size * c.context_parallel_size),
+          : absl::StrCat(" / ", c.data_parallel_size * c.context_parallel_size /
+                                     c.num_distributed_optimizer_instances),
       st.bytes.optimizer / gib);
   absl::StrAppendFormat(
       &s,

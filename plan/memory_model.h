@@ -8,6 +8,8 @@
 //   parameters   4·n_pad (+ 2·n_pad with --bf16: the compute copy)
 //   gradients    4·n_pad                           (f32 always)
 //   optimizer    8·n_pad / g with ZeRO-1, else 8·n_pad  (Adam m, v)
+//     (g here: the ranks the strategy shards over, DP·CP / N with
+//     --num-distributed-optimizer-instances N; the padding stays DP·CP's)
 //   ZeRO-2 (optim_grads): gradients 4·n_pad / g + the bucket buffers bound
 //   ZeRO-3 (optim_grads_params): also parameters 4·n_pad / g, and the
 //     gathered buckets (4 B, + 2 with --bf16, per element; GatheredParamPeak)

@@ -275,8 +275,11 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   }
   for (int ch = 0; ch < vp; ++ch) busiest_compute += pure[busiest][ch] * c.num_micro_batches;
 
-  // Data parallelism over the gradient group DP·CP, f32 gradients.
-  const double group = static_cast<double>(dp) * cp;
+  // Data parallelism over the gradient group DP·CP, f32 gradients; with
+  // --num-distributed-optimizer-instances N the strategy's collectives run
+  // within an instance of DP·CP / N ranks (and the replicas' all-reduce below).
+  const double instances = c.optimizer.distributed ? c.num_distributed_optimizer_instances : 1;
+  const double group = static_cast<double>(dp) * cp / instances;
   // The largest stage's local parameters: what it reduces and updates.
   double params = 0;
   for (int r = 0; r < pp; ++r) params = std::max(params, static_cast<double>(StageParameters(c, r)));
@@ -392,6 +395,18 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     dp_exposed += late;
   } else {
     dp_exposed += gather;
+  }
+  if (instances > 1) {
+    // Hybrid sharding: each rank's gradient shard all-reduced over the N instances once the
+    // instance's reductions are done (GradientSync::FinishGradients): exposed. Instances are
+    // consecutive ranks, so the replicas share a node only when an instance is smaller than one.
+    const int on_node = std::min(dp * cp, dpn / std::max(1, tp));  // the group's ranks on a node
+    const int per_node = std::max(1, on_node / static_cast<int>(group));
+    const double ar = CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes * params / group,
+                                        static_cast<int>(instances),
+                                        dp_inter && instances > per_node, per_node);
+    reduce += ar;
+    dp_exposed += ar;
   }
   out.dp_comm = reduce + gather;
   out.dp_gather = gather;

@@ -262,9 +262,9 @@ TEST(TimeModelTest, ZeroThreeGathersEveryLayerTwiceAMicroBatch) {
   ASSERT_TRUE(hw.ok()) << hw.status();
   train::TrainConfig c = Model();
   c.global_batch_size = 8;  // DP 2 x micro-batch 1: M = 4
-  c.data_parallel_sharding_strategy = "optim";
+  c.data_parallel_sharding_strategy = train::ShardingStrategy::kOptim;
   train::TrainConfig z3 = c;
-  z3.data_parallel_sharding_strategy = "optim_grads_params";
+  z3.data_parallel_sharding_strategy = train::ShardingStrategy::kOptimGradsParams;
   ASSERT_TRUE(train::Finalize(&c, 2).ok());
   ASSERT_TRUE(train::Finalize(&z3, 2).ok());
   absl::StatusOr<StepTime> one = PredictStepTime(c, *hw), three = PredictStepTime(z3, *hw);

@@ -118,12 +118,18 @@ ABSL_FLAG(float, adam_beta2, D().optimizer.beta2, "Adam beta2");
 ABSL_FLAG(float, adam_eps, D().optimizer.eps, "Adam epsilon");
 ABSL_FLAG(bool, use_distributed_optimizer, D().optimizer.distributed,
           "ZeRO-1: shard Adam state over DP (= --data-parallel-sharding-strategy=optim)");
-ABSL_FLAG(std::string, data_parallel_sharding_strategy, D().data_parallel_sharding_strategy,
+ABSL_FLAG(loom::train::ShardingStrategy, data_parallel_sharding_strategy,
+          D().data_parallel_sharding_strategy,
           "What DP shards: no_shard | optim (ZeRO-1: Adam state) | optim_grads (ZeRO-2: Adam "
           "state and gradients, reduce-scattered per bucket in every micro-batch's backward) | "
           "optim_grads_params (ZeRO-3: also the parameters, all-gathered per layer before its "
           "forward and backward; prefetched with --overlap-param-gather; CPU). "
           "Default: optim with --use-distributed-optimizer, else no_shard");
+ABSL_FLAG(int, num_distributed_optimizer_instances, D().num_distributed_optimizer_instances,
+          "Hybrid sharding: the data-parallel ranks split into N instances of consecutive ranks; "
+          "what --data-parallel-sharding-strategy shards is sharded within an instance and "
+          "replicated across instances (gradients reduce-scattered within, then all-reduced "
+          "across). Divides DP; 1: shard over all of DP");
 ABSL_FLAG(bool, overlap_grad_reduce, D().overlap_grad_reduce,
           "Overlap DP gradient reduction with backward");
 ABSL_FLAG(bool, overlap_param_gather, D().overlap_param_gather,
@@ -318,6 +324,7 @@ TrainConfig ConfigFromFlags() {
   c.optimizer.eps = absl::GetFlag(FLAGS_adam_eps);
   c.optimizer.distributed = absl::GetFlag(FLAGS_use_distributed_optimizer);
   c.data_parallel_sharding_strategy = absl::GetFlag(FLAGS_data_parallel_sharding_strategy);
+  c.num_distributed_optimizer_instances = absl::GetFlag(FLAGS_num_distributed_optimizer_instances);
   c.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
   c.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);
   c.optimizer.bucket_bytes = absl::GetFlag(FLAGS_ddp_bucket_size) * 4;  // f32 gradients

@@ -70,6 +70,8 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   SAME(optimizer.weight_decay);
   SAME(optimizer.clip_grad);
   SAME(optimizer.distributed);
+  SAME(data_parallel_sharding_strategy);
+  SAME(num_distributed_optimizer_instances);
   SAME(optimizer.bucket_bytes);
   SAME(hidden_dropout);
   SAME(attention_dropout);
@@ -287,6 +289,17 @@ TEST(GptFlagsTest, LlamaStyleModelFlags) {
         << s;
     EXPECT_TRUE(core::CheckFlagArgs({"gpt", core::NormalizeFlagName("--pipeline-schedule=zbh1")})
                     .ok());
+    // Megatron's sharding strategies, exactly ("" is unset: --use-distributed-optimizer decides).
+    s = core::CheckFlagArgs(
+        {"gpt", core::NormalizeFlagName("--data-parallel-sharding-strategy=zero3")});
+    EXPECT_EQ(s.message(),
+              "--data-parallel-sharding-strategy=zero3: Illegal value 'zero3': expected one of "
+              "\"\" | no_shard | optim | optim_grads | optim_grads_params");
+    Parse({"--data-parallel-sharding-strategy=optim_grads_params",
+           "--num-distributed-optimizer-instances=2"});
+    EXPECT_EQ(ConfigFromFlags().data_parallel_sharding_strategy,
+              ShardingStrategy::kOptimGradsParams);
+    EXPECT_EQ(ConfigFromFlags().num_distributed_optimizer_instances, 2);
   }
   {
     absl::FlagSaver saver;

@@ -211,6 +211,7 @@ absl::Status Trainer::Setup() {
   go.shard_gradients = config_.optimizer.shard_gradients;
   go.shard_params = config_.optimizer.shard_params;
   go.overlap_param_gather = config_.overlap_param_gather;
+  go.instances = config_.num_distributed_optimizer_instances;  // hybrid sharding
   {
     core::MemoryScope tag(core::MemoryCategory::kGradients);
     LOOM_ASSIGN_OR_RETURN(gradients_, distributed::GradientSync::Create(model_.get(), gg, go));
@@ -224,7 +225,7 @@ absl::Status Trainer::Setup() {
   OptimizerGroups og;
   og.tp = groups_.tp.get();
   og.pp = groups_.pp.get();
-  og.shards = config_.optimizer.distributed ? GradientGroup() : nullptr;
+  og.shards = config_.optimizer.distributed ? gradients_->shard_group() : nullptr;
   og.experts = ep_.get();
   {
     core::MemoryScope tag(core::MemoryCategory::kOptimizer);
@@ -348,6 +349,16 @@ absl::Status Trainer::Setup() {
                                             : ", each unit's gather waited for when it starts")
         : config_.overlap_param_gather ? ", parameter all-gather overlapped with the next forward"
                                        : ", parameter all-gather after the step"));
+  }
+  if (const int n = config_.num_distributed_optimizer_instances; n > 1) {
+    const int per = GradientGroup()->size() / n;
+    Log(absl::StrFormat(
+        "loom: hybrid sharding (--num-distributed-optimizer-instances %d): the %d data-parallel "
+        "ranks%s in %d instances of %d consecutive ones (instance i: ranks i x %d .. i x %d + %d); "
+        "sharded within an instance, each shard's gradients all-reduced across the %d instances "
+        "after the backward",
+        n, GradientGroup()->size(), grid_.cp() > 1 ? " (DP x CP)" : "", n, per, per, per,
+        per - 1, n));
   }
   // From here on the peaks are the training's, not the setup's transients
   // (the GEMM measurement, a checkpoint read).
@@ -641,7 +652,8 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
                                          "--tensor-model-parallel-size and "
                                          "--pipeline-model-parallel-size divide them (now TP %d "
                                          "x PP %d)",
-                                         g.dp() * g.cp(), g.tp(), g.pp())
+                                         g.dp() * g.cp() / c.num_distributed_optimizer_instances,
+                                         g.tp(), g.pp())
                    : c.optimizer.shard_gradients
                        ? absl::StrFormat("%d B per parameter of this rank (f32 master%s), and "
                                          "--data-parallel-sharding-strategy=optim_grads keeps "
@@ -650,17 +662,24 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
                                          "--pipeline-model-parallel-size divide them (now TP %d "
                                          "x PP %d)",
                                          c.bf16 ? 6 : 4, c.bf16 ? ", bf16 compute copy" : "",
-                                         g.dp() * g.cp(), g.tp(), g.pp())
+                                         g.dp() * g.cp() / c.num_distributed_optimizer_instances,
+                                         g.tp(), g.pp())
                        : absl::StrFormat("%d B per parameter of this rank (f32 master and "
                                          "gradient%s); --tensor-model-parallel-size and "
                                          "--pipeline-model-parallel-size divide them (now TP %d "
                                          "x PP %d)",
                                          c.bf16 ? 10 : 8, c.bf16 ? ", bf16 compute copy" : "",
                                          g.tp(), g.pp())});
-  // ZeRO-1 shards over the ranks that share the gradients: DP (x CP).
-  const int shards = g.dp() * g.cp();
-  const std::string over = g.cp() > 1 ? absl::StrFormat("DP x CP %d", shards)
-                                      : absl::StrFormat("DP %d", shards);
+  // ZeRO-1 shards over the ranks that share the gradients: DP (x CP), or
+  // one of --num-distributed-optimizer-instances' instances of them.
+  const int instances = c.num_distributed_optimizer_instances;
+  const int shards = g.dp() * g.cp() / instances;
+  std::string over = g.cp() > 1 ? absl::StrFormat("DP x CP %d", g.dp() * g.cp())
+                                : absl::StrFormat("DP %d", g.dp());
+  if (instances > 1) {
+    over = absl::StrFormat("the %d ranks of an instance (%s / --num-distributed-optimizer-instances "
+                           "%d)", shards, over, instances);
+  }
   hints.push_back(
       {s.peak_of(C::kOptimizer), "optimizer",
        c.optimizer.distributed
@@ -860,7 +879,13 @@ absl::Status Trainer::SaveCheckpoint() {
   LOOM_RETURN_IF_ERROR(gradients_->FinishParamGather());  // --overlap-param-gather
   LOOM_RETURN_IF_ERROR(StageToHost());
   faults_.BeforeSave(iteration_);  // LOOM_FAULT kind=save (tests only)
-  LOOM_RETURN_IF_ERROR(checkpointer_->Save(CheckpointView(), h));
+  checkpoint::RankView view = CheckpointView();
+  if (gradients_->instance() > 0) {
+    // Hybrid sharding: instance 0's ranks write the sharded values and
+    // moments, each element once; the other instances hold replicas of them.
+    view.exp_avg = view.exp_avg_sq = view.values = nullptr;
+  }
+  LOOM_RETURN_IF_ERROR(checkpointer_->Save(view, h));
   timers_.Stop(TimerId::kSaveCheckpoint,
                timers_.profiling() ? absl::StrCat("{\"iteration\":", iteration_, "}") : "");
   // Megatron logs save-checkpoint (level 0) after every save: with the

@@ -180,7 +180,7 @@ TEST(Zero3Test, CheckpointsCrossShardingStrategiesAndLayouts) {
 // What is not supported is refused before any work, naming the flags.
 TEST(Zero3Test, RefusesWhatItDoesNotSupport) {
   auto finalize = [](TrainConfig* c, int world) {
-    c->data_parallel_sharding_strategy = "optim_grads_params";
+    c->data_parallel_sharding_strategy = ShardingStrategy::kOptimGradsParams;
     return Finalize(c, world);
   };
   TrainConfig zb = testing::TinyConfig(Layout{1, 2, 2}, 2);
@@ -203,10 +203,7 @@ TEST(Zero3Test, RefusesWhatItDoesNotSupport) {
   EXPECT_TRUE(finalize(&ok, 2).ok());
   EXPECT_TRUE(ok.optimizer.shard_params);
   EXPECT_TRUE(ok.optimizer.distributed);
-  TrainConfig bad = testing::TinyConfig(Layout{1, 1, 2}, 2);
-  bad.data_parallel_sharding_strategy = "zero3";
-  s = Finalize(&bad, 2);
-  EXPECT_NE(s.message().find("optim_grads_params (ZeRO-3)"), std::string::npos) << s;
+  // A misspelt strategy ("zero3") is the flag parser's to refuse (config_test).
 }
 
 }  // namespace
