@@ -17,6 +17,10 @@ absl::Status UnitObserver::AfterBackward(int64_t) { return absl::OkStatus(); }
 
 void StageModel::AddObserver(UnitObserver* observer) { observers_.push_back(observer); }
 
+absl::StatusOr<Tensor> StageModel::GatherLogits(const Activations&) const {
+  return absl::UnimplementedError("GatherLogits: this model family has no vocabulary logits");
+}
+
 void StageModel::RemoveObserver(UnitObserver* observer) {
   observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
 }

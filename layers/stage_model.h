@@ -178,6 +178,12 @@ class StageModel {
   // Invalid where this rank holds none.
   virtual ParamHandle word_embedding() const = 0;
   virtual bool tied_word_embedding() const = 0;
+  // A post_process forward's logits over the whole vocabulary, [s, b, V]
+  // (unpadded) as f32 on the host, from the Activations that forward filled:
+  // what text generation samples from. Unimplemented for a family that is no
+  // language model.
+  virtual absl::StatusOr<core::Tensor> GatherLogits(const Activations& saved) const;
+
   // The tensor-parallel group: under sequence parallelism GradientSync sums
   // the gradients of the ParamSpec::sequence_parallel_grad parameters over it
   // (AllReduceSequenceParallelGrads).

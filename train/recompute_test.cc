@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "core/enum_names.h"
 #include "gtest/gtest.h"
+#include "models/gpt/gpt_model.h"
 #include "train/gpt_flags.h"
 #include "train/test_util.h"
 
@@ -57,7 +58,7 @@ Curve Train(const Layout& l, const Recompute& r) {
   testing::RunResult result = testing::Run(
       c, l,
       [&](int, Trainer& t) {  // the model runs the setting (what it does: //models/gpt:recompute_test)
-        const layers::GptConfig& m = t.model().config();
+        const layers::GptConfig& m = dynamic_cast<layers::GptModel&>(t.model()).config();
         EXPECT_EQ(core::EnumName(m.recompute_granularity), r.granularity);
         EXPECT_EQ(core::EnumName(m.recompute_method), r.method);
         EXPECT_EQ(m.recompute_num_layers, r.n);

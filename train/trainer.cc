@@ -21,6 +21,8 @@
 #include "core/ops/ops.h"
 #include "core/status_macros.h"
 #include "layers/context_parallel.h"
+#include "layers/vocab_parallel.h"
+#include "models/gpt/gpt_model.h"  // the GPT family's StageModel, created in Setup
 #include "pipeline/layer_assignment.h"
 #include "train/data/packing.h"
 #include "train/data/sft_data.h"
@@ -305,7 +307,8 @@ absl::Status Trainer::Setup() {
       "loom: GPT with %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d)%s: %.2fM "
       "parameters",
       m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
-      model_->padded_vocab_size(), variant, layers::ParameterCount(m) / 1e6));
+      layers::PaddedVocabSize(m.vocab_size, m.make_vocab_size_divisible_by, grid_.tp()), variant,
+      layers::ParameterCount(m) / 1e6));
   Log(absl::StrFormat(
       "loom: %d ranks = TP %d x PP %d x%s DP %d%s, schedule %s (vp %d), %d micro-batches of %d "
       "per step, global batch %d, backend %s, peak %.1f GFLOP/s per rank (%s)",
@@ -443,8 +446,9 @@ absl::StatusOr<pipeline::MicroBatch> Trainer::MakeMicroBatch(const BlendedDatase
   // This rank's rows of the sequence: all of it, or under context
   // parallelism its two chunks, read alone (layers/context_parallel.h).
   const int64_t s = model_->local_seq_length(), b = config_.micro_batch_size;
+  const layers::CpGroup cp{groups_.cp.get()};
   const std::vector<layers::RowRun> runs =
-      layers::GlobalRowRuns(model_->cp().Layout(config_.model.seq_length), 0, s);
+      layers::GlobalRowRuns(cp.Layout(config_.model.seq_length), 0, s);
   pipeline::MicroBatch mb;
   LOOM_ASSIGN_OR_RETURN(mb.ids, Tensor::Empty(Shape{s, b}, core::DType::kI32));
   LOOM_ASSIGN_OR_RETURN(mb.targets, Tensor::Empty(Shape{s, b}, core::DType::kI32));
@@ -1284,6 +1288,7 @@ absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t
   std::mt19937_64 rng(config_.model.seed);  // the same draws on every TP rank
   layers::DropoutStream no_dropout;
   no_dropout.training = false;
+  const layers::CpGroup cp{groups_.cp.get()};
   std::vector<int32_t> out;
   for (int64_t n = 0; n < tokens; ++n) {
     Beat(iteration_, Phase::kExiting);  // after training: still alive
@@ -1294,20 +1299,21 @@ absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t
     const int64_t local = model_->local_seq_length();
     LOOM_ASSIGN_OR_RETURN(Tensor window, Tensor::Zeros(Shape{local, 1}, core::DType::kI32));
     int64_t last_row = -1;  // this rank's row of position len - 1, if it has it
-    for (const layers::RowRun& run : layers::GlobalRowRuns(model_->cp().Layout(s), 0, local)) {
+    for (const layers::RowRun& run : layers::GlobalRowRuns(cp.Layout(s), 0, local)) {
       for (int64_t i = 0; i < run.count; ++i) {
         const int64_t pos = run.global_first + i;
         if (pos < len) window.data<int32_t>()[run.local_first + i] = ids[ids.size() - len + pos];
         if (pos == len - 1) last_row = run.local_first + i;
       }
     }
-    layers::GptModel::Saved saved;
+    const std::unique_ptr<layers::StageModel::Activations> saved = model_->NewActivations();
     double unused = 0;
     if (!config_.model.device.is_cpu()) {
       LOOM_ASSIGN_OR_RETURN(window, window.To(config_.model.device));
     }
-    LOOM_RETURN_IF_ERROR(model_->Forward(0, window, window, no_dropout, &saved, &unused).status());
-    LOOM_ASSIGN_OR_RETURN(Tensor logits, model_->GatherLogits(saved));  // [local, 1, V]
+    LOOM_RETURN_IF_ERROR(
+        model_->Forward(0, window, window, no_dropout, saved.get(), &unused).status());
+    LOOM_ASSIGN_OR_RETURN(Tensor logits, model_->GatherLogits(*saved));  // [local, 1, V]
     const double u01 = std::uniform_real_distribution<double>(0, 1)(rng);  // every rank draws
     double next_id = 0;
     if (last_row >= 0) {
@@ -1322,7 +1328,7 @@ absl::StatusOr<std::string> Trainer::Generate(const std::string& prompt, int64_t
       while (next + 1 < v && u > p[next]) u -= p[next++];
       next_id = static_cast<double>(next);
     }
-    if (model_->cp().parallel()) {  // the owner's id; the others add 0
+    if (cp.parallel()) {  // the owner's id; the others add 0
       LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(groups_.cp.get(), comm::ReduceOp::kSum, &next_id));
     }
     const int32_t next = static_cast<int32_t>(next_id);

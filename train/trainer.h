@@ -17,7 +17,7 @@
 #include "config/config.h"
 #include "core/memory_stats.h"
 #include "distributed/gradient_sync.h"
-#include "models/gpt/gpt_model.h"
+#include "layers/stage_model.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "profile/profiler.h"
@@ -98,7 +98,7 @@ class Trainer {
     iteration_ = iteration;
     consumed_samples_ = consumed_samples;
   }
-  layers::GptModel& model() { return *model_; }
+  layers::StageModel& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
   // The gradients between the backward and the optimizer (buckets, owned
   // ranges; under ZeRO-2 their storage).
@@ -187,7 +187,7 @@ class Trainer {
   // holding different experts) and the expert-data-parallel group (dp % EP
   // alike, holding the same experts). Null otherwise.
   std::unique_ptr<comm::Communicator> ep_, expert_dp_;
-  std::unique_ptr<layers::GptModel> model_;
+  std::unique_ptr<layers::StageModel> model_;
   std::optional<pipeline::Executor> executor_, eval_executor_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<distributed::GradientSync> gradients_;

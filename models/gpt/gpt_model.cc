@@ -483,7 +483,8 @@ absl::StatusOr<Tensor> GptModel::BackwardChunk(int c, const Tensor& dy, float dl
   return Tensor();
 }
 
-absl::StatusOr<Tensor> GptModel::GatherLogits(const Saved& saved) const {
+absl::StatusOr<Tensor> GptModel::GatherLogits(const Activations& activations) const {
+  const Saved& saved = static_cast<const Saved&>(activations);  // NewActivations() made it
   if (!saved.loss.logits.defined()) {
     return absl::FailedPreconditionError("GatherLogits: no post-process forward was saved");
   }

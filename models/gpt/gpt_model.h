@@ -148,9 +148,10 @@ class GptModel : public StageModel {
                                              Activations& saved) override;
   absl::Status BackwardWeight(int c, const DropoutStream& dropout, Activations& saved) override;
 
-  // Full logits [s, b, V] (unpadded) of a post_process chunk's last forward,
-  // gathered over TP, as f32 on the host: for tests and text generation.
-  absl::StatusOr<core::Tensor> GatherLogits(const Saved& saved) const;
+  // Full logits [s, b, V] (unpadded) of a post_process chunk's forward into
+  // `saved` (a Saved), gathered over TP, as f32 on the host: for tests and
+  // text generation.
+  absl::StatusOr<core::Tensor> GatherLogits(const Activations& saved) const override;
 
   // This rank's parameter units, in forward order.
   const std::vector<ParamUnit>& units() const override { return units_; }
