@@ -37,6 +37,11 @@ refused "--nproc-per-node=2 .*RANK=1, WORLD_SIZE=2" env RANK=1 WORLD_SIZE=2 "$GP
 refused "RANK=1 is set but WORLD_SIZE is not" env RANK=1 "$GPT"
 refused "--pipeline-schedule=dualpipev needs at least 2 x --pipeline-model-parallel-size = 4" \
   "$GPT" --pipeline-model-parallel-size=2 --pipeline-schedule=dualpipev
+refused "--num-distributed-optimizer-instances (3) does not divide the data-parallel size (4" \
+  "$GPT" --nproc-per-node=4 --micro-batch-size=2 --use-distributed-optimizer \
+  --num-distributed-optimizer-instances=3
+refused "--data-parallel-sharding-strategy=zero3: Illegal value 'zero3'" \
+  "$GPT" --data-parallel-sharding-strategy=zero3
 # torchrun's variables and no master: this process is rank 1 and waits for
 # rank 0 (here up to 3 s), never starting ranks of its own. Ranks started
 # without our launcher bring the job's secret (LOOM_RENDEZVOUS_SECRET).
@@ -171,6 +176,14 @@ run ucx_dp2_zero3 "$GPT" --distributed-backend=ucx --nproc-per-node=2 \
   --data-parallel-sharding-strategy=optim_grads_params --overlap-grad-reduce \
   --overlap-param-gather "${BUCKET[@]}"
 compare ucx_dp2_zero3
+# Hybrid sharding (#37): DP 4 as 2 instances of 2 consecutive ranks, ZeRO-3
+# within each, each shard's gradients all-reduced across the instances.
+run ucx_dp4_zero3_hybrid "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --data-parallel-sharding-strategy=optim_grads_params --num-distributed-optimizer-instances=2 \
+  --overlap-grad-reduce --overlap-param-gather "${BUCKET[@]}"
+compare ucx_dp4_zero3_hybrid
+grep -q "hybrid sharding (--num-distributed-optimizer-instances 2): the 4 data-parallel ranks in 2 instances" \
+  ucx_dp4_zero3_hybrid.log || { echo "FAILED: no hybrid sharding line"; cat ucx_dp4_zero3_hybrid.log; exit 1; }
 
 if [ -n "$MPIRUN" ]; then
   export TMPDIR="$TEST_TMPDIR" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
