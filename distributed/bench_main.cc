@@ -20,7 +20,9 @@
 //                          unit's parameters all-gathered before its forward
 //                          and its backward; then with --overlap-grad-reduce,
 //                          then also --overlap-param-gather (the next unit's
-//                          gather prefetched behind the current one's compute).
+//                          gather prefetched behind the current one's compute),
+//                          first within a pass only (as before #37's
+//                          prefetch across passes), then across passes too.
 //
 // Per mode: ms per step, and the DP communication left exposed (the wait for
 // the gradients after the last backward, the waits for gathered
@@ -67,6 +69,7 @@ struct Mode {
   bool zero1, overlap_grad, overlap_gather;
   bool zero2 = false;
   bool zero3 = false;
+  bool across_passes = true;  // GradientSyncOptions::prefetch_across_passes
 };
 constexpr Mode kModes[] = {
     {"all-reduce", false, false, false},
@@ -79,7 +82,8 @@ constexpr Mode kModes[] = {
     {"ZeRO-2 + both overlaps", true, true, true, true},
     {"ZeRO-3", true, false, false, true, true},
     {"ZeRO-3 + --overlap-grad-reduce", true, true, false, true, true},
-    {"ZeRO-3 + both overlaps (prefetch)", true, true, true, true, true},
+    {"ZeRO-3 + both overlaps, prefetch within a pass", true, true, true, true, true, false},
+    {"ZeRO-3 + both overlaps, prefetch across passes", true, true, true, true, true},
 };
 constexpr size_t kFirstZero3 = 8;
 
@@ -88,6 +92,7 @@ struct Timing {
   int early = 0;                                    // buckets started during the backward
   size_t buckets = 0;
   double grad_mib = 0;  // gradient storage
+  int cold = 0;         // ZeRO-3: units gathered without a prefetch, per step
 };
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -114,6 +119,7 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
   options.overlap_param_gather = mode.overlap_gather;
   options.shard_gradients = mode.zero2;
   options.shard_params = mode.zero3;
+  options.prefetch_across_passes = mode.across_passes;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                         GradientSync::Create(model, groups, options));
   const layers::GptConfig& c = model->config();
@@ -136,6 +142,7 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
     // ZeRO-3: the waits for each unit's gather during this step's forwards
     // and backwards (StartParamGather gathers nothing and resets the figure).
     const double zero3_gather_s = sync->exposed_gather_seconds();
+    t.cold = sync->cold_gathers();
     // This step's forwards waited for the gathers the last step started
     // (overlapped); without overlap, StartParamGather below waits itself.
     double gather_s = mode.overlap_gather ? sync->exposed_gather_seconds() : 0;
@@ -201,17 +208,19 @@ absl::Status RunRank(comm::Communicator& world) {
               model->params().padded_numel() / 1e6,
               static_cast<long long>(absl::GetFlag(FLAGS_ddp_bucket_size)));
   std::printf("| mode | buckets | ms/step | exposed grad ms | exposed gather ms | grad hidden | "
-              "gather hidden | gradient MiB |\n|---|---|---|---|---|---|---|---|\n");
+              "gather hidden | gradient MiB | cold gathers/step |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
   const int steps = absl::GetFlag(FLAGS_steps);
   for (size_t i = 0; i < timings.size(); ++i) {
     const Timing& t = timings[i];
     const Mode& m = kModes[i];
     // The baseline of a mode: the same reduction without any overlap.
     const Timing& base = timings[m.zero3 ? kFirstZero3 : m.zero2 ? 5 : m.zero1 ? 2 : 0];
-    std::printf("| %s | %zu (%d early) | %.1f | %.1f | %.1f | %s | %s | %.1f |\n", m.name,
+    std::printf("| %s | %zu (%d early) | %.1f | %.1f | %.1f | %s | %s | %.1f | %s |\n", m.name,
                 t.buckets, t.early / std::max(steps, 1), t.step_ms, t.grad_ms, t.gather_ms,
                 m.overlap_grad ? Hidden(t.grad_ms, base.grad_ms).c_str() : "-",
-                m.overlap_gather ? Hidden(t.gather_ms, base.gather_ms).c_str() : "-", t.grad_mib);
+                m.overlap_gather ? Hidden(t.gather_ms, base.gather_ms).c_str() : "-", t.grad_mib,
+                m.zero3 ? absl::StrFormat("%d", t.cold).c_str() : "-");
   }
   return absl::OkStatus();
 }

@@ -460,6 +460,7 @@ absl::Status GradientSync::StartStep() {
     // interrupted step still held.
     LOOM_RETURN_IF_ERROR(DropAllGathered());
     peak_gathered_bytes_ = 0;
+    cold_gathers_ = 0;
   }
   if (zero2()) {
     // Whatever an interrupted step left bound goes back to the pool.
@@ -707,7 +708,12 @@ absl::Status GradientSync::AfterForward(int64_t unit) {
 absl::Status GradientSync::AcquireUnit(int u, int prefetch) {
   // Start every bucket the unit reads that is not gathered or on its way
   // (all before the first wait, so they run together), then wait and bind.
-  for (size_t b : unit_buckets_[u]) LOOM_RETURN_IF_ERROR(StartValueGather(b));
+  bool cold = false;
+  for (size_t b : unit_buckets_[u]) {
+    cold |= !gathered_[b].master.defined();
+    LOOM_RETURN_IF_ERROR(StartValueGather(b));
+  }
+  if (cold) ++cold_gathers_;
   for (size_t b : unit_buckets_[u]) {
     LOOM_RETURN_IF_ERROR(BindGathered(b));
     ++gathered_[b].holds;
@@ -736,7 +742,12 @@ absl::Status GradientSync::ReleaseUnit(int u) {
       return absl::InternalError(absl::StrCat("GradientSync: unit ", model_->units()[u].id,
                                               " released parameters it did not gather"));
     }
-    if (--g.holds == 0 && !g.prefetched) LOOM_RETURN_IF_ERROR(DropGathered(b));
+    if (--g.holds > 0 || g.prefetched) continue;
+    if (options_.overlap_param_gather && options_.prefetch_across_passes) {
+      g.prefetched = true;  // kept: the next pass may start with this unit
+    } else {
+      LOOM_RETURN_IF_ERROR(DropGathered(b));
+    }
   }
   return absl::OkStatus();
 }

@@ -66,7 +66,13 @@
 // --overlap-param-gather the next unit's buckets (the next in forward order
 // during a forward, the previous during a backward) start gathering as soon
 // as the current unit's are bound, behind its computation; a guess the
-// schedule does not take is dropped at the next unit. The tied word
+// schedule does not take is dropped at the next unit. Across passes
+// (prefetch_across_passes): a unit's gather is kept when the unit ends, as
+// the guess that the next pass starts with it: the forward ends with the
+// unit the backward starts with (the head), the backward with the one the
+// next micro-batch's forward starts with (the embedding), so a pass's first
+// unit is no longer gathered cold; a wrong guess (the next unit in a pass,
+// another chunk under PP) is dropped at the next unit as any prefetch. The tied word
 // embedding (the embedding's and the head's, at PP 1) is gathered by each
 // of the two units that read it, each time, and its gradient bucket is
 // reduce-scattered after each of their backwards (not bound from the head's
@@ -127,6 +133,10 @@ struct GradientSyncOptions {
   // --data-parallel-sharding-strategy=optim_grads_params (ZeRO-3; needs
   // shard_gradients): the parameters' values are sharded as well.
   bool shard_params = false;
+  // ZeRO-3 with overlap_param_gather: prefetch across passes too (see above;
+  // false: only the next unit within a pass, as before; //distributed:bench
+  // compares both).
+  bool prefetch_across_passes = true;
   // --num-distributed-optimizer-instances (hybrid sharding; see above): >= 1,
   // divides the gradient group; > 1 needs distributed_optimizer.
   int instances = 1;
@@ -220,6 +230,9 @@ class GradientSync : private layers::UnitObserver {
   // and the most held at once since StartStep.
   int64_t gathered_bytes() const { return gathered_bytes_; }
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
+  // ZeRO-3: the units of the last step (since StartStep) whose gather was
+  // started when the unit began, not prefetched: a wait nothing hid.
+  int cold_gathers() const { return cold_gathers_; }
   // ZeRO-3: the buckets each unit gathers (per units() index).
   const std::vector<std::vector<size_t>>& unit_buckets() const { return unit_buckets_; }
 
@@ -321,6 +334,7 @@ class GradientSync : private layers::UnitObserver {
   };
   std::vector<Gathered> gathered_;  // per bucket
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+  int cold_gathers_ = 0;
   double waited_s_ = 0;  // this step's waits for reduce-scatters during the backward
   double exposed_grad_s_ = 0, exposed_gather_s_ = 0;
   int started_early_ = 0;

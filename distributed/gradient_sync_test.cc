@@ -388,6 +388,50 @@ TEST(GradientSyncExpertTest, OptimGradsMatchesZeroOne) {
   ASSERT_TRUE(s.ok()) << s;
 }
 
+// ZeRO-3 with --overlap-param-gather prefetches across passes: a unit's
+// gather is kept when it ends, so the backward starts with the head the
+// forward ended with and the next forward with the embedding the backward
+// ended with. Per step only the first forward's first unit is gathered cold
+// (within a pass only: every pass's first unit, 2 per micro-batch), and the
+// owned gradients are the same bits.
+TEST(GradientSyncTest, ZeroThreePrefetchesAcrossPassesWithTheSameGradients) {
+  constexpr int kDp = 2;
+  std::vector<float> grads[2][kDp];
+  int cold[2][kDp] = {};
+  for (const bool across : {false, true}) {
+    absl::Status s =
+        layers::testing::RunRanks(kDp, [&](int r, comm::Communicator* comm) -> absl::Status {
+          layers::GptConfig c = TinyModel();
+          c.allocate_gradients = c.allocate_parameters = false;
+          auto model = GptModel::Create(c, layers::TpGroup{}, {{0, 3, true, true}}, kDp);
+          if (!model.ok()) return model.status();
+          GradientSyncOptions o;
+          o.micro_batches = kMicroBatches;
+          o.bucket_bytes = 64;  // one unit a bucket
+          o.distributed_optimizer = o.shard_gradients = o.shard_params = true;
+          o.overlap_grad_reduce = o.overlap_param_gather = true;
+          o.prefetch_across_passes = across;
+          LOOM_ASSIGN_OR_RETURN(auto sync, GradientSync::Create(model->get(), {comm, nullptr}, o));
+          for (int step = 0; step < 2; ++step) {
+            LOOM_RETURN_IF_ERROR(sync->StartStep());
+            LOOM_RETURN_IF_ERROR(RunBackward(model->get(), r));
+            LOOM_RETURN_IF_ERROR(sync->FinishGradients());
+            EXPECT_EQ(sync->gathered_bytes(), 0) << "a gather outlived the step";
+          }
+          cold[across][r] = sync->cold_gathers();
+          grads[across][r] = ToVector(sync->owned_grads());
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  for (int r = 0; r < kDp; ++r) {
+    EXPECT_EQ(cold[false][r], 2 * kMicroBatches) << "rank " << r;
+    EXPECT_EQ(cold[true][r], 1) << "rank " << r;
+    EXPECT_EQ(grads[true][r], grads[false][r]) << "rank " << r;
+    EXPECT_FALSE(grads[true][r].empty());
+  }
+}
+
 TEST(GradientSyncTest, OptimGradsNeedsTheDistributedOptimizer) {
   auto model = GptModel::Create(TinyModel(), layers::TpGroup{});
   ASSERT_TRUE(model.ok());
