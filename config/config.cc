@@ -7,7 +7,7 @@ namespace loom::train {
 
 std::string BackendOf(const TrainConfig& c) {
   if (!c.distributed_backend.empty()) return c.distributed_backend;
-  return c.device == "cuda" ? "nccl" : "ucx";
+  return c.device == DeviceKind::kCuda ? "nccl" : "ucx";
 }
 
 // Each step's checks come before the next step's, as one function had them:

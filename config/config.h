@@ -60,6 +60,10 @@ inline OptimizerConfig DefaultOptimizer() {
   return o;
 }
 
+// --device: where a rank computes (cuda: GPU local_rank mod the node's GPUs).
+enum class DeviceKind { kCpu, kCuda };
+LOOM_ENUM_NAMES(DeviceKind, {DeviceKind::kCpu, "cpu"}, {DeviceKind::kCuda, "cuda"})
+
 // Megatron's --data-parallel-sharding-strategy: what data parallelism shards
 // (optim = ZeRO-1, optim_grads = ZeRO-2, optim_grads_params = ZeRO-3/FSDP).
 // "" (unset): --use-distributed-optimizer decides (optim with it, else no_shard).
@@ -232,10 +236,9 @@ struct TrainConfig {
   int virtual_pipeline_size = 1;
   int64_t num_micro_batches = 1;  // per DP rank per step
 
-  // Placement: --device (cpu | cuda) and --bf16. Finalize sets
-  // model.device (CUDA device index chosen later, per rank) and
-  // model.compute_dtype from them.
-  std::string device = "cpu";
+  // Placement: --device and --bf16. Finalize sets model.device (CUDA
+  // device index chosen later, per rank) and model.compute_dtype from them.
+  DeviceKind device = DeviceKind::kCpu;
   bool bf16 = false;
 };
 

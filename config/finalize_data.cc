@@ -69,9 +69,9 @@ absl::Status Data(const TrainConfig& c) {
       {"--eod-mask-loss", c.eod_mask_loss},
       {"--sft", c.sft}};
   for (const auto& [flag, on] : packing) {
-    if (on && c.device != "cpu" && !c.allow_unproven_gpu_packing) {
+    if (on && c.device != DeviceKind::kCpu && !c.allow_unproven_gpu_packing) {
       return absl::UnimplementedError(absl::StrCat(
-          flag, " is not supported with --device=", c.device,
+          flag, " is not supported with --device=", core::EnumName(c.device),
           " yet: its GPU kernels have not been proven by a device run (docs/DEVICE_CHECK.md); "
           "use --device=cpu, or --allow-unproven-gpu-packing to run them anyway"));
     }

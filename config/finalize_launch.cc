@@ -39,23 +39,19 @@ absl::Status Device(TrainConfig* c) {
   // Launch checked the name: the registry knows it.
   const std::string& backend = c->distributed_backend;
   const comm::BackendInfo* info = comm::FindBackend(backend);
-  if (c->device != "cpu" && c->device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device=", c->device, ": expected cpu or cuda"));
-  }
-  if (info->device == comm::BackendDevice::kCuda && c->device != "cuda") {
+  if (info->device == comm::BackendDevice::kCuda && c->device != DeviceKind::kCuda) {
     return absl::InvalidArgumentError(absl::StrCat(
         c->distributed_backend_flag, "=", backend, " needs --device=cuda (it moves GPU memory; "
-        "with --device=", c->device, " use ",
+        "with --device=", core::EnumName(c->device), " use ",
         absl::StrJoin(comm::BackendsOn(comm::BackendDevice::kHost), ", "), ")"));
   }
-  if (c->bf16 && c->device == "cpu") {
+  if (c->bf16 && c->device == DeviceKind::kCpu) {
     // The CPU's --bf16 runs the GEMMs on AVX512_BF16 or AMX-BF16 (checked
     // here, before any work starts, by cpuid).
     const absl::Status bf16 = core::cpu::CheckBf16GemmSupport("--bf16 on --device=cpu");
     if (!bf16.ok()) return bf16;
   }
-  c->model.device = c->device == "cuda" ? core::Device::CUDA(0) : core::Device::CPU();
+  c->model.device = c->device == DeviceKind::kCuda ? core::Device::CUDA(0) : core::Device::CPU();
   c->model.compute_dtype = c->bf16 ? core::DType::kBF16 : core::DType::kF32;
   return absl::OkStatus();
 }

@@ -32,9 +32,9 @@ absl::Status VirtualStages(TrainConfig* c) {
           " layers each; --num-layers-per-virtual-pipeline-stage=", per,
           " disagrees (drop it)"));
     }
-    if (c->device != "cpu") {
+    if (c->device != DeviceKind::kCpu) {
       return absl::UnimplementedError(absl::StrCat(
-          "--pipeline-schedule=", name, " has not run on --device=", c->device,
+          "--pipeline-schedule=", name, " has not run on --device=", core::EnumName(c->device),
           " yet (its buffered point-to-point links are untested on NCCL): use "
           "--pipeline-schedule=zb-h1 or 1f1b there"));
     }
@@ -86,7 +86,7 @@ absl::Status Parallelism(TrainConfig* c, int world_size) {
         cp > 1 ? absl::StrCat(" x --context-parallel-size (", cp, ")") : "", " = ", tp * pp * cp,
         " (the world: --nproc-per-node, or the launcher's WORLD_SIZE)"));
   }
-  if (cp > 1 && c->device != "cpu") {
+  if (cp > 1 && c->device != DeviceKind::kCpu) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--context-parallel-size=", cp, " runs on --device=cpu only (the ring attention uses the "
         "CPU flash blocks; a device ring is not built yet)"));

@@ -66,7 +66,7 @@ double BestMfu(const Claim& claim, std::string* layout) {
   c.model.seq_length = claim.seq;
   c.model.vocab_size = claim.vocab;
   c.global_batch_size = claim.batch;
-  c.device = "cuda";
+  c.device = train::DeviceKind::kCuda;
   c.bf16 = true;
   c.optimizer.distributed = true;
   c.overlap_grad_reduce = true;

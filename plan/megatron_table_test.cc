@@ -126,7 +126,7 @@ train::TrainConfig Base(const Table& t, const Row& r) {
   c.model.max_position_embeddings = c.model.seq_length;
   c.model.vocab_size = std::stoll(t.settings.at("vocab_size"));
   c.global_batch_size = r.batch;
-  c.device = "cuda";
+  c.device = train::DeviceKind::kCuda;
   c.bf16 = t.settings.at("bf16") == "true";
   c.optimizer.distributed = true;
   c.overlap_grad_reduce = t.settings.at("overlap_grad_reduce") == "true";

@@ -56,7 +56,8 @@ struct ActTerms {
 // kernel_manifest.textproto), its probabilities [b, heads/t, s, s] in the
 // compute dtype. The CP ring always keeps the lse.
 double AttentionKept(const train::TrainConfig& c, double b, double heads, double s, double e) {
-  const core::DeviceType device = c.device == "cuda" ? core::DeviceType::kCUDA : core::DeviceType::kCPU;
+  const core::DeviceType device =
+      c.device == train::DeviceKind::kCuda ? core::DeviceType::kCUDA : core::DeviceType::kCPU;
   const absl::StatusOr<core::ops::KernelChoice> choice = core::ops::ChooseKernel("attention", device);
   const bool probs = c.context_parallel_size == 1 && choice.ok() && choice->implementation == "sxs";
   return probs ? b * heads * s * s * e : b * heads * s * 4;

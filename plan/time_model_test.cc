@@ -127,7 +127,7 @@ TEST(ReportTest, FittingLayoutsFirstFastestFirst) {
   absl::StatusOr<Hardware> hw = LoadHardware("plan/testdata/h100_dgx.textproto");
   ASSERT_TRUE(hw.ok()) << hw.status();
   train::TrainConfig base = Model();
-  base.device = "cuda";
+  base.device = train::DeviceKind::kCuda;
   base.bf16 = true;
   SearchOptions o;
   o.gpus = 8;

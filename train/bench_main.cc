@@ -49,7 +49,7 @@ ABSL_FLAG(bool, swiglu, false, "SwiGLU MLP (silu(gate) * up)");
 ABSL_FLAG(bool, disable_bias_linear, false, "no biases in the linear layers");
 ABSL_FLAG(bool, untie_embeddings_and_output_weights, false, "an output layer of its own");
 ABSL_FLAG(int, iters, 5, "Timed steps (after one warm-up step)");
-ABSL_FLAG(std::string, device, "cpu", "cpu | cuda");
+ABSL_FLAG(loom::train::DeviceKind, device, loom::train::DeviceKind::kCpu, "cpu | cuda");
 ABSL_FLAG(bool, bf16, false, "bf16 weights and activations (--device=cuda)");
 ABSL_FLAG(bool, reuse_large_blocks, true,
           "serve every allocation from glibc's heap (M_MMAP_MAX 0, no trimming), so a step "

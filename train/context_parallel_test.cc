@@ -125,7 +125,7 @@ TEST(ContextParallelTest, BadLayoutsNameTheFlags) {
       << s;
 
   c = testing::TinyConfig(Cp(2), 4);
-  c.device = "cuda";
+  c.device = DeviceKind::kCuda;
   s = Finalize(&c, 2);
   EXPECT_NE(s.message().find("--device=cpu only"), std::string::npos) << s;
 }

@@ -39,7 +39,7 @@ void ExpectDeviceRunReproducesCpuRun(bool llama) {
 
   core::ops::testing::ScopedFakeDevice device;
   TrainConfig config = make();
-  config.device = "cuda";
+  config.device = DeviceKind::kCuda;
   const long calls = core::ops::testing::ScopedFakeDevice::kernel_calls();
   testing::RunResult gpu = testing::Run(config, one);
   ASSERT_TRUE(gpu.status.ok()) << gpu.status;
@@ -72,7 +72,7 @@ TEST(DevicePlumbingTest, DeviceDefaultAttentionIsTheManifestsAndMatchesTheCpu) {
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
   core::ops::testing::ScopedFakeDevice device;
   TrainConfig config = testing::TinyConfig(one, kIters);
-  config.device = "cuda";
+  config.device = DeviceKind::kCuda;
   testing::RunResult gpu = testing::Run(config, one);
   setenv("LOOM_KERNEL_IMPL", "attention=flash", 1);
   core::ops::ForgetKernelChoicesForTesting();
@@ -114,7 +114,7 @@ TEST(DevicePlumbingTest, CheckpointsMoveBetweenDeviceAndCpu) {
     second.load = dir;
     second.checkpoint.load_iteration = 3;
     core::ops::testing::ScopedFakeDevice device;
-    (save_on_device ? first : second).device = "cuda";
+    (save_on_device ? first : second).device = DeviceKind::kCuda;
     testing::RunResult a = testing::Run(first, one);
     ASSERT_TRUE(a.status.ok()) << a.status;
     testing::RunResult b = testing::Run(second, one);

@@ -17,7 +17,7 @@ bool BuiltWithCuda() {
 }
 
 absl::Status CheckDevice(const TrainConfig& config, int ranks_on_this_node) {
-  if (config.device != "cuda") return absl::OkStatus();
+  if (config.device != DeviceKind::kCuda) return absl::OkStatus();
 #ifdef LOOM_HAVE_CUDA
   absl::StatusOr<int> count = core::cuda::VisibleDeviceCount();
   if (!count.ok()) {
@@ -41,7 +41,7 @@ absl::Status CheckDevice(const TrainConfig& config, int ranks_on_this_node) {
 
 absl::Status SelectDevice(TrainConfig* config, int local_rank, int local_world_size,
                           core::Device comm_device) {
-  if (config->device != "cuda") return absl::OkStatus();
+  if (config->device != DeviceKind::kCuda) return absl::OkStatus();
   absl::Status checked = CheckDevice(*config, local_world_size);
   if (!checked.ok()) return checked;
 #ifdef LOOM_HAVE_CUDA

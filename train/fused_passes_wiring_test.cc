@@ -102,7 +102,8 @@ struct Counted {
 
 Counted RunWith(const std::string& impl, const TrainConfig& config, const Layout& layout) {
   ScopedImpl forced(impl);
-  ScopedCounting counting(config.device == "cuda" ? core::Device::CUDA(0) : core::Device::CPU());
+  ScopedCounting counting(config.device == DeviceKind::kCuda ? core::Device::CUDA(0)
+                                                             : core::Device::CPU());
   testing::RunResult r = testing::Run(config, layout);
   return Counted{r, g_fused_adamw.load(), g_online_ce.load()};
 }
@@ -144,7 +145,7 @@ TEST(FusedPassesWiringTest, F32Tp1RunsGiveTheUnfusedLossesBitwiseOnCpuAndFakeDev
       std::unique_ptr<core::ops::testing::ScopedFakeDevice> fake;
       if (device) fake = std::make_unique<core::ops::testing::ScopedFakeDevice>();
       TrainConfig c = llama ? testing::TinyLlamaConfig(one, kIters) : testing::TinyConfig(one, kIters);
-      if (device) c.device = "cuda";
+      if (device) c.device = DeviceKind::kCuda;
       const std::string what = std::string(device ? "fake cuda" : "cpu") + (llama ? " llama" : " gpt");
       const Counted unfused = RunWith("", c, one);
       ASSERT_TRUE(unfused.run.status.ok()) << what << ": " << unfused.run.status;

@@ -96,7 +96,7 @@ ABSL_FLAG(std::string, distributed_backend, D().distributed_backend,
           "given, else ucx (nccl with --device=cuda)");
 ABSL_FLAG(double, distributed_timeout_minutes, 0,
           "Collective timeout in minutes (0: --comm-timeout-s)");
-ABSL_FLAG(std::string, device, D().device,
+ABSL_FLAG(loom::train::DeviceKind, device, D().device,
           "cpu | cuda (rank r uses GPU r mod the node's GPU count)");
 ABSL_FLAG(bool, bf16, D().bf16, "bf16 GEMMs, f32 master weights and gradients; cuda: bf16 "
           "weights and activations; cpu: bf16 GEMM operands only (needs AVX512_BF16 or AMX-BF16)");

@@ -137,7 +137,7 @@ TEST(GptFlagsTest, DefaultsAreTheStructsDefaults) {
   // Backend and timeout: ucx (nccl on GPUs) and --comm-timeout-s's default.
   EXPECT_EQ(BackendOf(d), "ucx");
   TrainConfig gpu;
-  gpu.device = "cuda";
+  gpu.device = DeviceKind::kCuda;
   EXPECT_EQ(BackendOf(gpu), "nccl");
   EXPECT_EQ(d.distributed_timeout_s, comm::launch::CommFlags{}.timeout_s);
   const comm::launch::CommFlags comm = CommFlagsFor(ConfigFromFlags());

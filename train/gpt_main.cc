@@ -154,7 +154,8 @@ absl::StatusOr<loom::plan::AutoLayout> AutoLayout(const TrainConfig& config, int
                                                   const std::vector<std::string>& names) {
   std::string hardware_name;
   absl::StatusOr<loom::plan::Hardware> hw = loom::plan::AutoLayoutHardware(
-      loom::core::ResolveUserPath(absl::GetFlag(FLAGS_hardware)), config.device, &hardware_name);
+      loom::core::ResolveUserPath(absl::GetFlag(FLAGS_hardware)),
+      std::string(loom::core::EnumName(config.device)), &hardware_name);
   if (!hw.ok()) return hw.status();
   // The planner sizes the embedding and logits with the tokenizer's vocabulary.
   absl::StatusOr<std::unique_ptr<loom::train::Tokenizer>> tokenizer = loom::train::MakeTokenizer(

@@ -293,7 +293,7 @@ TEST(MemoryReportTest, DeviceRunsCountDeviceMemory) {
   const Layout one{1, 1, 1};
   core::ops::testing::ScopedFakeDevice device;
   TrainConfig config = testing::TinyConfig(one, 2);
-  config.device = "cuda";
+  config.device = DeviceKind::kCuda;
   Result r;
   r.ranks.resize(1);
   core::MemoryStats host;

@@ -88,7 +88,7 @@ TEST(PackedDocumentsTrainTest, TheGpuIsRefusedNamingTheFlag) {
     c.reset_position_ids = f == "--reset-position-ids";
     c.reset_attention_mask = f == "--reset-attention-mask";
     c.eod_mask_loss = f == "--eod-mask-loss";
-    c.device = "cuda";
+    c.device = DeviceKind::kCuda;
     c.distributed_backend = "local";
     const absl::Status s = Finalize(&c, 1);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;

@@ -12,7 +12,7 @@
 namespace loom::train {
 namespace {
 
-TrainConfig WithFlag(const std::string& flag, const std::string& device) {
+TrainConfig WithFlag(const std::string& flag, DeviceKind device) {
   TrainConfig c = testing::TinyConfig({}, 8);
   c.mock_data = true;
   c.data_path.clear();
@@ -29,14 +29,14 @@ TEST(PackingGpuGateTest, RefusedOnTheGpuNamingTheFlagThatLiftsIt) {
   for (const char* f : {"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss",
                         "--sft"}) {
     const std::string flag = f;
-    TrainConfig c = WithFlag(flag, "cuda");
+    TrainConfig c = WithFlag(flag, DeviceKind::kCuda);
     absl::Status s = Finalize(&c, 1);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
     EXPECT_NE(s.message().find(flag + " is not supported with --device=cuda"), std::string::npos)
         << s;
     EXPECT_NE(s.message().find("--allow-unproven-gpu-packing"), std::string::npos) << s;
     // With the flag the gate opens: whatever Finalize says next is not it.
-    c = WithFlag(flag, "cuda");
+    c = WithFlag(flag, DeviceKind::kCuda);
     c.allow_unproven_gpu_packing = true;
     s = Finalize(&c, 1);
     EXPECT_EQ(s.message().find("is not supported with --device"), std::string::npos) << s;
@@ -45,7 +45,7 @@ TEST(PackingGpuGateTest, RefusedOnTheGpuNamingTheFlagThatLiftsIt) {
 
 TEST(PackingGpuGateTest, TheCpuNeedsNoFlag) {
   for (const char* flag : {"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"}) {
-    TrainConfig c = WithFlag(flag, "cpu");
+    TrainConfig c = WithFlag(flag, DeviceKind::kCpu);
     const absl::Status s = Finalize(&c, 1);
     EXPECT_TRUE(s.ok()) << flag << ": " << s;
   }

@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
   const std::set<std::string> fixed = loom::plan::TypedLayoutFlags(
       loom::core::FlagNamesIn(std::vector<std::string>(argv, argv + argc)));
   loom::comm::launch::ParseFlags(argc, argv, kUsage);
-  if (absl::GetFlag(FLAGS_calibrate) && loom::train::ConfigFromFlags().device == "cuda") {
+  if (absl::GetFlag(FLAGS_calibrate) &&
+      loom::train::ConfigFromFlags().device == loom::train::DeviceKind::kCuda) {
     return CalibrateDevice();
   }
   if (absl::GetFlag(FLAGS_calibrate)) {

@@ -181,7 +181,7 @@ TEST(QkvSplitWiringTest, DeviceTrainingLossesAreTheUnfusedOnes) {
   const Layout one{1, 1, 1};
   core::ops::testing::ScopedFakeDevice device;
   TrainConfig c = testing::TinyLlamaConfig(one, kIters);
-  c.device = "cuda";
+  c.device = train::DeviceKind::kCuda;
   const std::vector<double> unfused = Losses(c, one, "unfused");
   const std::vector<double> fused = Losses(c, one, "fused");
   ASSERT_EQ(unfused.size(), static_cast<size_t>(kIters));

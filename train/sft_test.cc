@@ -136,7 +136,7 @@ TEST(SftTrainTest, BadInputIsRefusedBeforeAnyWork) {
       << s;
 
   TrainConfig gpu = Sft({}, Mask::kRandom);
-  gpu.device = "cuda";
+  gpu.device = DeviceKind::kCuda;
   gpu.distributed_backend = "local";
   s = Finalize(&gpu, 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
