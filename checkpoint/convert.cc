@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_util.h"
-#include "checkpoint/reader.h"
 #include "checkpoint/rank_state.h"
+#include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "core/status_macros.h"
 #include "models/gpt/gpt_config.h"

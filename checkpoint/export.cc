@@ -6,10 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/hf/safetensors.h"
-#include "models/gpt/hf_tensor_map.h"
 #include "checkpoint/rank_state.h"
 #include "checkpoint/reader.h"
 #include "core/status_macros.h"
+#include "models/gpt/hf_tensor_map.h"
 #include "nlohmann/json.hpp"
 
 namespace loom::checkpoint {

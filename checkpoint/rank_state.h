@@ -23,8 +23,8 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "core/tensor.h"
-#include "models/gpt/gpt_config.h"
 #include "layers/params.h"
+#include "models/gpt/gpt_config.h"
 
 namespace loom::checkpoint {
 

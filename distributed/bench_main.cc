@@ -46,8 +46,8 @@
 #include "comm/launch/run_ranks.h"
 #include "core/status_macros.h"
 #include "distributed/gradient_sync.h"
-#include "models/gpt/gpt_model.h"
 #include "layers/test_util.h"
+#include "models/gpt/gpt_model.h"
 
 ABSL_FLAG(int64_t, num_layers, 12, "Layers");
 ABSL_FLAG(int64_t, hidden_size, 768, "Hidden size");

@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "models/gpt/gpt_model.h"
 #include "layers/test_util.h"
+#include "models/gpt/gpt_model.h"
 
 namespace loom::distributed {
 namespace {

@@ -31,8 +31,8 @@
 #include "comm/comm.h"
 #include "core/shape.h"
 #include "core/tensor.h"
-#include "models/gpt/gpt_config.h"
 #include "layers/tp_group.h"
+#include "models/gpt/gpt_config.h"
 #include "pipeline/action.h"
 #include "pipeline/layer_assignment.h"
 

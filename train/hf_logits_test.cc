@@ -26,8 +26,8 @@
 #include "checkpoint/reader.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "models/gpt/gpt_model.h"
 #include "layers/test_util.h"
+#include "models/gpt/gpt_model.h"
 #include "nlohmann/json.hpp"
 
 namespace loom::train {

@@ -17,8 +17,8 @@
 #include "core/ops/testing/fake_device.h"
 #include "gtest/gtest.h"
 #include "layers/attention.h"
-#include "models/gpt/gpt_config.h"
 #include "layers/test_util.h"
+#include "models/gpt/gpt_config.h"
 #include "models/gpt/transformer_block.h"
 #include "train/test_util.h"
 

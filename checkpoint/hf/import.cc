@@ -9,10 +9,10 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/file_util.h"
-#include "models/gpt/hf_tensor_map.h"
 #include "checkpoint/rank_state.h"
 #include "checkpoint/writer.h"
 #include "core/status_macros.h"
+#include "models/gpt/hf_tensor_map.h"
 
 namespace loom::checkpoint::hf {
 namespace {

@@ -40,10 +40,10 @@
 #include "core/bench_util/bench_util.h"
 #include "core/cpu/matmul.h"
 #include "core/status_macros.h"
+#include "layers/tp_overlap.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/moe_block.h"
 #include "models/gpt/test_util.h"
-#include "layers/tp_overlap.h"
 #include "models/gpt/transformer_block.h"
 
 ABSL_DECLARE_FLAG(int, nproc_per_node);

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "models/gpt/gpt_architecture.h"
 #include "layers/params.h"
+#include "models/gpt/gpt_architecture.h"
 
 namespace loom::layers {
 

@@ -11,15 +11,15 @@
 #include "core/tensor.h"
 #include "layers/attention.h"
 #include "layers/context_parallel.h"
-#include "models/gpt/gpt_config.h"
 #include "layers/layer_norm.h"
 #include "layers/linear.h"
 #include "layers/params.h"
 #include "layers/stage_model.h"
 #include "layers/tp_group.h"
-#include "models/gpt/transformer_block.h"
 #include "layers/vocab_parallel.h"
 #include "layers/weight_grad_store.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/transformer_block.h"
 
 namespace loom::layers {
 

@@ -54,8 +54,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "models/gpt/gpt_config.h"
 #include "layers/params.h"
+#include "models/gpt/gpt_config.h"
 
 namespace loom::checkpoint::hf {
 

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "gtest/gtest.h"
-#include "models/gpt/gpt_config.h"
 #include "layers/params.h"
+#include "models/gpt/gpt_config.h"
 
 namespace loom::checkpoint::hf {
 namespace {

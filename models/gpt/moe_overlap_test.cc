@@ -16,9 +16,9 @@
 
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "layers/weight_grad_store.h"
 #include "models/gpt/moe_block.h"
 #include "models/gpt/test_util.h"
-#include "layers/weight_grad_store.h"
 
 namespace loom::layers {
 namespace {

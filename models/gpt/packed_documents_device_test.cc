@@ -20,10 +20,10 @@
 #include "core/ops/testing/fake_device.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "models/gpt/gpt_config.h"
-#include "models/gpt/gpt_model.h"
 #include "layers/packed_documents.h"
 #include "layers/params.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_model.h"
 #include "models/gpt/test_util.h"
 
 namespace loom::layers {

@@ -16,8 +16,8 @@
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "layers/context_parallel.h"
-#include "models/gpt/gpt_model.h"
 #include "layers/packed_documents.h"
+#include "models/gpt/gpt_model.h"
 #include "models/gpt/test_util.h"
 
 namespace loom::layers {

@@ -23,9 +23,9 @@
 #include "core/ops/testing/fake_device.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "layers/params.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_model.h"
-#include "layers/params.h"
 #include "models/gpt/test_util.h"
 #include "models/gpt/transformer_block.h"
 

@@ -14,13 +14,13 @@
 #include "core/cpu/cpu_features.h"
 #include "core/ops/ops.h"
 #include "gtest/gtest.h"
-#include "models/gpt/gpt_model.h"
 #include "layers/linear.h"
 #include "layers/mappings.h"
 #include "layers/params.h"
 #include "layers/stage_model.h"
-#include "models/gpt/test_util.h"
 #include "layers/tp_overlap.h"
+#include "models/gpt/gpt_model.h"
+#include "models/gpt/test_util.h"
 
 namespace loom::layers {
 namespace {

@@ -7,11 +7,11 @@
 #include "core/tensor.h"
 #include "layers/attention.h"
 #include "layers/context_parallel.h"
-#include "models/gpt/gpt_config.h"
 #include "layers/layer_norm.h"
 #include "layers/moe.h"
 #include "layers/params.h"
 #include "layers/tp_group.h"
+#include "models/gpt/gpt_config.h"
 
 namespace loom::layers {
 

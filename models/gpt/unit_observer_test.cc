@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_model.h"
-#include "core/status_macros.h"
 #include "models/gpt/test_util.h"
 
 namespace loom::layers {
