@@ -375,7 +375,8 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     // all-gathered before its forward and again before its backward, in each of the M
     // micro-batches (and for a recomputed forward too). With --overlap-param-gather the next
     // layer's gather runs behind the current layer's compute: per layer max(0, g − compute)
-    // exposed, plus the first layer's gather of each pass; without it, all of it.
+    // exposed, plus the step's first layer's gather (each later pass starts with the unit the
+    // one before ended with, kept: GradientSync's prefetch across passes); without it, all.
     const double m = static_cast<double>(c.num_micro_batches);
     const double layers = std::max(1.0, static_cast<double>(gathers.size()));
     const double g = gather / layers;  // one layer's gather (its share of the stage)
@@ -383,7 +384,7 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     const double passes = m * (c.model.recompute_full() ? 3 : 2);
     gather = passes * gather;
     dp_exposed += c.overlap_param_gather
-                      ? m * (layers * (std::max(0.0, g - f) + std::max(0.0, g - b)) + 2 * g)
+                      ? m * layers * (std::max(0.0, g - f) + std::max(0.0, g - b)) + g
                       : gather;
   } else if (c.overlap_param_gather) {
     std::stable_sort(gathers.begin(), gathers.end(), by_time);
