@@ -403,7 +403,7 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     // consecutive ranks, so the replicas share a node only when an instance is smaller than one.
     const int on_node = std::min(dp * cp, dpn / std::max(1, tp));  // the group's ranks on a node
     const int per_node = std::max(1, on_node / static_cast<int>(group));
-    const double ar = CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes * params / group,
+    const double ar = CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes / group,
                                         static_cast<int>(instances),
                                         dp_inter && instances > per_node, per_node);
     reduce += ar;

@@ -1,0 +1,62 @@
+// The time model under hybrid sharding (--num-distributed-optimizer-instances
+// N, #37): the strategy's collectives run within an instance of DP / N ranks,
+// and each rank's gradient shard is all-reduced over the N instances after the
+// backward (GradientSync::FinishGradients), exposed.
+#include "gtest/gtest.h"
+#include "plan/hardware.h"
+#include "plan/memory_model.h"
+#include "plan/time_model.h"
+
+namespace loom::plan {
+namespace {
+
+train::TrainConfig Model(int instances) {
+  train::TrainConfig c;
+  c.model.num_layers = 4;
+  c.model.hidden_size = 256;
+  c.model.num_attention_heads = 8;
+  c.model.seq_length = 128;
+  c.model.vocab_size = 512;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 8;
+  c.data_parallel_sharding_strategy = train::ShardingStrategy::kOptim;
+  c.num_distributed_optimizer_instances = instances;
+  return c;
+}
+
+TEST(HybridTimeModelTest, ReplicasAllReduceTheShardAfterTheBackward) {
+  absl::StatusOr<Hardware> hw = ParseHardware(R"(
+    name: "dp" device_memory_bytes: 1e12 peak_flops: 1e12 memory_bandwidth: 1e15
+    devices_per_node: 64 compute_dtype_bytes: 4
+    intra_node { all_reduce { bus_bandwidth: 1e9 } all_gather { bus_bandwidth: 1e9 }
+                 reduce_scatter { bus_bandwidth: 1e9 } }
+    inter_node { all_reduce { bus_bandwidth: 1e9 } }
+  )", "dp");
+  ASSERT_TRUE(hw.ok()) << hw.status();
+  // DP 4 as 2 instances of 2 against DP 2 alone: the same ZeRO-1 traffic
+  // within 2 ranks, plus the all-reduce of the 1/2 shard over 2 instances.
+  train::TrainConfig hybrid = Model(2), dp2 = Model(1);
+  ASSERT_TRUE(train::Finalize(&hybrid, 4).ok());
+  ASSERT_TRUE(train::Finalize(&dp2, 2).ok());
+  absl::StatusOr<StepTime> h = PredictStepTime(hybrid, *hw), d = PredictStepTime(dp2, *hw);
+  ASSERT_TRUE(h.ok() && d.ok());
+  const double shard_bytes = 4.0 * static_cast<double>(StageParameters(hybrid, 0)) / 2;
+  const double all_reduce = CollectiveSeconds(*hw, CollectiveKind::kAllReduce, shard_bytes, 2,
+                                              /*inter_node=*/false, /*ranks_per_node=*/2);
+  ASSERT_GT(all_reduce, 0);
+  // (The slots are padded to 4 ranks instead of 2: a few elements more.)
+  EXPECT_NEAR(h->dp_comm - d->dp_comm, all_reduce, 0.01 * all_reduce);
+  EXPECT_NEAR(h->dp_exposed - d->dp_exposed, all_reduce, 0.01 * all_reduce);
+  // N = 1 at DP 4 on the same links moves as many bytes per rank (ring
+  // reduce-scatter + all-gather over 4: 2 x 3/4 of the gradients; over 2
+  // plus the half shard's all-reduce over 2: 1/2 + 1/2 + 1/2): hybrid pays
+  // off where the instance's links are faster than those between instances.
+  train::TrainConfig flat = Model(1);
+  ASSERT_TRUE(train::Finalize(&flat, 4).ok());
+  absl::StatusOr<StepTime> f = PredictStepTime(flat, *hw);
+  ASSERT_TRUE(f.ok());
+  EXPECT_NEAR(f->dp_comm, h->dp_comm, 0.01 * h->dp_comm);
+}
+
+}  // namespace
+}  // namespace loom::plan
