@@ -99,6 +99,23 @@ pack_targets() {
   printf '%s\n' "${FIXED_TARGETS[@]}"
 }
 
+# cpu_reference_curve NAME STEPS WHAT FLAG...: the CPU run a device loss curve
+# is compared with, into $stage/ref/NAME_flags, NAME_cpu.jsonl and
+# NAME_cpu.log (nothing when STEPS is 0); sets curve_s to its seconds.
+cpu_reference_curve() {
+  local name="$1" steps="$2" what="$3"
+  shift 3
+  curve_s=0
+  (( steps > 0 )) || return 0
+  printf '%s\n' "$@" "--train-iters=$steps" >"$stage/ref/${name}_flags"
+  local t0=$SECONDS
+  "$stage/bin/train_gpt" "$@" --train-iters="$steps" --data-cache-dir="$stage/data" \
+    --metrics-file="$stage/ref/${name}_cpu.jsonl" >"$stage/ref/${name}_cpu.log" 2>&1 ||
+    { tail "$stage/ref/${name}_cpu.log"; return 1; }
+  curve_s=$((SECONDS - t0))
+  echo "pack: CPU $what, $steps steps in $curve_s s"
+}
+
 pack() {
   cd "$ROOT" || return 1
   local stage
@@ -144,7 +161,7 @@ EOF
     ldd "$b" | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}'
   done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
-      libcuda.so*|libnvidia*|libcublas*|libcublasLt*|libnccl*|libcudnn*|libnvrtc*) ;;
+      libcuda.so*|libnvidia*|libcublas*|libnccl*|libcudnn*|libnvrtc*) ;;
       # glibc apart: used only where the GPU machine's own is older (its
       # libnccl may need a newer glibc than ours; ours runs on a newer one).
       ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*) cp -L "$lib" "$stage/glibc/" ;;
@@ -156,27 +173,13 @@ EOF
   "$stage/bin/train_gpt" --distributed-backend=local --nproc-per-node=1 --train-iters=1 \
     --global-batch-size=4 --micro-batch-size=4 --eval-interval=0 --sample-tokens=0 \
     --data-cache-dir="$stage/data" --log-interval=1 >/dev/null || return 1
-  # The CPU side of the loss-curve check, here: the device runs only the GPU side.
-  local loss_s=0
-  if (( LOSS_STEPS > 0 )); then
-    printf '%s\n' "${LOSS_FLAGS[@]}" "--train-iters=$LOSS_STEPS" >"$stage/ref/loss_flags"
-    local t0=$SECONDS
-    "$stage/bin/train_gpt" "${LOSS_FLAGS[@]}" --train-iters="$LOSS_STEPS" \
-      --data-cache-dir="$stage/data" --metrics-file="$stage/ref/loss_cpu.jsonl" \
-      >"$stage/ref/loss_cpu.log" 2>&1 || { tail "$stage/ref/loss_cpu.log"; return 1; }
-    loss_s=$((SECONDS - t0))
-    echo "pack: CPU loss curve, $LOSS_STEPS steps in $loss_s s"
-  fi
-  local packed_s=0
-  if (( PACKED_LOSS_STEPS > 0 )); then
-    printf '%s\n' "${PACKED_LOSS_FLAGS[@]}" "--train-iters=$PACKED_LOSS_STEPS" >"$stage/ref/packed_loss_flags"
-    local t0=$SECONDS
-    "$stage/bin/train_gpt" "${PACKED_LOSS_FLAGS[@]}" --train-iters="$PACKED_LOSS_STEPS" \
-      --data-cache-dir="$stage/data" --metrics-file="$stage/ref/packed_loss_cpu.jsonl" \
-      >"$stage/ref/packed_loss_cpu.log" 2>&1 || { tail "$stage/ref/packed_loss_cpu.log"; return 1; }
-    packed_s=$((SECONDS - t0))
-    echo "pack: CPU packed-documents loss curve, $PACKED_LOSS_STEPS steps in $packed_s s"
-  fi
+  # The CPU side of the loss-curve checks, here: the device runs only the GPU side.
+  local loss_s packed_s
+  cpu_reference_curve loss "$LOSS_STEPS" "loss curve" "${LOSS_FLAGS[@]}" || return 1
+  loss_s=$curve_s
+  cpu_reference_curve packed_loss "$PACKED_LOSS_STEPS" "packed-documents loss curve" \
+    "${PACKED_LOSS_FLAGS[@]}" || return 1
+  packed_s=$curve_s
   cp tools/pytorch_reference/gpu_bench.py tools/pytorch_reference/gpt_bench.py "$stage/pytorch/"
   {
     echo "packed: $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname)"
@@ -418,7 +421,7 @@ llama_route() {
   local help f
   help="$(timeout 10 "$LOOM_B/x" train_bench --helpfull 2>&1)"
   for f in "${LLAMA_BENCH_FLAGS[@]}"; do
-    grep -q -- "--$f[ (]" <<<"$help" || { echo "gpt"; return; }
+    grep -q -- "--${f}[ (]" <<<"$help" || { echo "gpt"; return; }
   done
   echo "bench"
 }
