@@ -67,6 +67,10 @@ inline bool IsSend(ActionKind k) {
 inline bool IsRecv(ActionKind k) {
   return k == ActionKind::kRecvActivation || k == ActionKind::kRecvGrad;
 }
+// A send or receive of an activation's gradient (the backward's direction).
+inline bool CarriesGrad(ActionKind k) {
+  return k == ActionKind::kSendGrad || k == ActionKind::kRecvGrad;
+}
 
 inline Action Forward(int micro_batch, int chunk) {
   return {ActionKind::kForward, micro_batch, chunk, -1};

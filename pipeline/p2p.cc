@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<BufferedLinks>> BufferedLinks::Create(comm::Commu
   std::set<std::tuple<int, int, bool>> used;  // (sender, receiver, is_grad), the same everywhere
   for (int src = 0; src < static_cast<int>(schedule.stages.size()); ++src) {
     for (const Action& a : schedule.stages[src]) {
-      if (IsSend(a.kind)) used.insert({src, a.peer, a.kind == ActionKind::kSendGrad});
+      if (IsSend(a.kind)) used.insert({src, a.peer, CarriesGrad(a.kind)});
     }
   }
   const int me = pp->rank();
@@ -128,12 +128,11 @@ absl::Status StageP2P::Exchange(const std::vector<Leg>& legs) {
           "--hidden-size]")));
     }
     const int consumer = ConsumerVirtualStage(a, P, me, v_shape_);
-    const bool is_grad = a.kind == ActionKind::kSendGrad || a.kind == ActionKind::kRecvGrad;
     comm::P2POp op;
     op.kind = IsSend(a.kind) ? comm::P2POp::Kind::kSend : comm::P2POp::Kind::kRecv;
     op.tensor = leg.tensor;
     op.peer = a.peer;
-    op.tag = MessageTag(is_grad, a.micro_batch, consumer, P * vp_);
+    op.tag = MessageTag(CarriesGrad(a.kind), a.micro_batch, consumer, P * vp_);
     if (op.tag < 0 || op.tag >= comm::kMaxTag) {
       return fail(absl::InvalidArgumentError(
           absl::StrCat("message tag ", op.tag, " outside [0, ", comm::kMaxTag, ")")));
@@ -151,9 +150,8 @@ absl::Status StageP2P::Exchange(const std::vector<Leg>& legs) {
   for (size_t i = 0; i < legs.size(); ++i) {
     const Action& a = legs[i].action;
     const bool send = IsSend(a.kind);
-    const bool is_grad = a.kind == ActionKind::kSendGrad || a.kind == ActionKind::kRecvGrad;
-    comm::Communicator* link =
-        send ? links_->Link(me, a.peer, is_grad) : links_->Link(a.peer, me, is_grad);
+    comm::Communicator* link = send ? links_->Link(me, a.peer, CarriesGrad(a.kind))
+                                    : links_->Link(a.peer, me, CarriesGrad(a.kind));
     if (link == nullptr) {
       return fail(absl::InternalError(
           absl::StrCat(ToString(a), ": the schedule's links (BufferedLinks) have no such link")));
