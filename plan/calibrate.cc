@@ -27,6 +27,16 @@ double Now() {
       .count();
 }
 
+// An f32 tensor of `shape` with every element written (0.01): a fresh
+// allocation's pages are all the kernel's zero page until written, and a
+// kernel reading them would run from the cache.
+absl::StatusOr<core::Tensor> Filled(const core::Shape& shape) {
+  absl::StatusOr<core::Tensor> t = core::Tensor::Zeros(shape, core::DType::kF32);
+  if (!t.ok()) return t.status();
+  std::fill(t->data<float>(), t->data<float>() + t->numel(), 0.01f);
+  return t;
+}
+
 // Best of `reps` runs of fn, seconds.
 absl::StatusOr<double> Best(int reps, const std::function<absl::Status()>& fn) {
   double best = 1e30;
@@ -83,34 +93,223 @@ absl::StatusOr<double> TimeCollective(const char* kind, int64_t bytes) {
   return std::max(secs[0], secs[1]);
 }
 
+// Seconds per call of each of `kernels`, summed: each kernel called back to
+// back for a window of at least 25 ms (one call at least), the faster of two
+// windows, after one warm-up call. Sustained windows, not the best single
+// call: on a shared machine a short OpenMP kernel's best call is far from
+// what it averages inside a training step (its two threads must run at the
+// same time: under load each parallel region can wait a scheduler tick), and
+// a window sees the same share of the cores as the step measured after it.
+absl::StatusOr<double> SumOfSustained(const std::vector<std::function<absl::Status()>>& kernels,
+                                      std::vector<double>* per_call = nullptr) {
+  constexpr double kWindow = 0.025;
+  std::vector<double> b(kernels.size(), 1e30);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (absl::Status s = kernels[i](); !s.ok()) return s;
+    for (int w = 0; w < 2; ++w) {
+      const double t0 = Now();
+      int calls = 0;
+      do {
+        if (absl::Status s = kernels[i](); !s.ok()) return s;
+        ++calls;
+      } while (Now() - t0 < kWindow);
+      b[i] = std::min(b[i], (Now() - t0) / calls);
+    }
+  }
+  double sum = 0;
+  for (double t : b) sum += t;
+  if (per_call != nullptr) *per_call = b;
+  return sum;
+}
+
+// A GPT layer's linear GEMMs at hidden size h and T = max(256, h) tokens,
+// as layers/linear.cc runs them: forward y = x·wᵀ (NT), dX = dY·w (NN) and
+// dW += dYᵀ·x (TN, accumulating), for QKV (3h), the projection (h), MLP up
+// (4h) and down: seconds of the set (SumOfSustained). `peak` gets the fastest
+// GEMM's FLOP/s.
+absl::StatusOr<double> TimeLayerGemms(int64_t h, double* peak) {
+  const int64_t tokens = std::max<int64_t>(256, h);
+  struct Linear {
+    core::Tensor x, w, y, dw;
+  };
+  std::vector<Linear> linears;
+  for (auto [out, in] : std::vector<std::pair<int64_t, int64_t>>{
+           {3 * h, h}, {h, h}, {4 * h, h}, {h, 4 * h}}) {
+    auto x = Filled({tokens, in}), w = Filled({out, in}), y = Filled({tokens, out}),
+         dw = Filled({out, in});
+    if (!x.ok() || !w.ok() || !y.ok() || !dw.ok()) {
+      return absl::ResourceExhaustedError("calibrate: GEMM buffers");
+    }
+    linears.push_back({*x, *w, *y, *dw});
+  }
+  std::vector<std::function<absl::Status()>> gemms;
+  std::vector<double> flops;
+  for (Linear& l : linears) {
+    // y stands in for dY and x for dX: the same shapes.
+    gemms.push_back([&l] { return core::ops::Matmul(l.x, l.w, &l.y, {false, true}); });
+    gemms.push_back([&l] { return core::ops::Matmul(l.y, l.w, &l.x); });
+    gemms.push_back([&l] { return core::ops::Matmul(l.y, l.x, &l.dw, {true, false, 1.0f, 1.0f}); });
+    flops.insert(flops.end(), 3, 2.0 * l.x.dim(0) * l.w.dim(0) * l.w.dim(1));
+  }
+  std::vector<double> best;
+  absl::StatusOr<double> sum = SumOfSustained(gemms, &best);
+  if (!sum.ok()) return sum.status();
+  for (size_t i = 0; i < best.size(); ++i) *peak = std::max(*peak, flops[i] / best[i]);
+  return *sum;
+}
+
+// One GPT-2 layer's element-wise kernels (unfused, as the trainer runs them on
+// the CPU: LayerNorm, bias adds, GELU, residual adds), forward and backward,
+// on T tokens of hidden size h: SumOfSustained. Each call takes the next of 8
+// copies of the layer's tensors (together larger than a CPU's L2): in a step
+// an element-wise kernel reads activations another kernel wrote a while ago,
+// not the ones it has just read.
+absl::StatusOr<double> TimeLayerElementwise(int64_t tokens, int64_t h) {
+  struct Set {
+    core::Tensor x, y, z, qkv, up, up2, up3, gamma, beta, dgamma, dbeta, mean, rstd, b1, b3, b4;
+  };
+  std::vector<Set> sets;
+  for (int i = 0; i < 8; ++i) {
+    Set set;
+    for (auto [t, shape] : std::vector<std::pair<core::Tensor*, core::Shape>>{
+             {&set.x, {tokens, h}}, {&set.y, {tokens, h}}, {&set.z, {tokens, h}},
+             {&set.qkv, {tokens, 3 * h}}, {&set.up, {tokens, 4 * h}}, {&set.up2, {tokens, 4 * h}},
+             {&set.up3, {tokens, 4 * h}}, {&set.gamma, {h}}, {&set.beta, {h}}, {&set.dgamma, {h}},
+             {&set.dbeta, {h}}, {&set.mean, {tokens}}, {&set.rstd, {tokens}}, {&set.b1, {h}},
+             {&set.b3, {3 * h}}, {&set.b4, {4 * h}}}) {
+      absl::StatusOr<core::Tensor> filled = Filled(shape);
+      if (!filled.ok()) return filled.status();
+      *t = *std::move(filled);
+    }
+    sets.push_back(std::move(set));
+  }
+  // Each kernel: a function of one set, called on the sets in turn.
+  using Kernel = std::function<absl::Status(Set&)>;
+  namespace ops = core::ops;
+  const std::vector<Kernel> layer = {
+      // Forward: LN, QKV and projection biases, residual add, LN, up bias, GELU, down bias, add.
+      [](Set& s) { return ops::LayerNormForward(s.x, s.gamma, s.beta, 1e-5f, &s.y, &s.mean, &s.rstd); },
+      [](Set& s) { return ops::BiasAddForward(s.qkv, s.b3, &s.qkv); },
+      [](Set& s) { return ops::BiasAddForward(s.y, s.b1, &s.y); },
+      [](Set& s) { return ops::Add(s.x, s.y, &s.z); },
+      [](Set& s) { return ops::LayerNormForward(s.z, s.gamma, s.beta, 1e-5f, &s.y, &s.mean, &s.rstd); },
+      [](Set& s) { return ops::BiasAddForward(s.up, s.b4, &s.up); },
+      [](Set& s) { return ops::GeluForward(s.up, &s.up2); },
+      [](Set& s) { return ops::BiasAddForward(s.y, s.b1, &s.y); },
+      [](Set& s) { return ops::Add(s.z, s.y, &s.x); },
+      // Backward: the bias gradients, GELU's, both LayerNorms', the residual gradients' adds.
+      [](Set& s) { return ops::BiasAddBackward(s.y, &s.b1); },
+      [](Set& s) { return ops::GeluBackward(s.up, s.up2, &s.up3); },
+      [](Set& s) { return ops::BiasAddBackward(s.up3, &s.b4); },
+      [](Set& s) {
+        return ops::LayerNormBackward(s.y, s.z, s.gamma, s.mean, s.rstd, &s.x, &s.dgamma, &s.dbeta);
+      },
+      [](Set& s) { return ops::Add(s.x, s.y, &s.z); },
+      [](Set& s) { return ops::BiasAddBackward(s.y, &s.b1); },
+      [](Set& s) { return ops::BiasAddBackward(s.qkv, &s.b3); },
+      [](Set& s) {
+        return ops::LayerNormBackward(s.z, s.x, s.gamma, s.mean, s.rstd, &s.y, &s.dgamma, &s.dbeta);
+      },
+      [](Set& s) { return ops::Add(s.z, s.y, &s.x); },
+  };
+  std::vector<std::function<absl::Status()>> kernels;
+  size_t next = 0;
+  for (const Kernel& k : layer) {
+    kernels.push_back([&sets, &next, k] { return k(sets[next++ % sets.size()]); });
+  }
+  return SumOfSustained(kernels);
+}
+
+// Flash attention forward and backward (b = 1, 8 heads of 64, causal) at
+// sequence length s: SumOfSustained's seconds per call of each.
+absl::StatusOr<std::pair<double, double>> TimeAttention(int64_t s) {
+  const int64_t heads = 8, d = 64;
+  auto qkv = Filled({s, 1, heads * 3 * d}), dqkv = Filled({s, 1, heads * 3 * d});
+  auto out = Filled({s, 1, heads * d}), dout = Filled({s, 1, heads * d});
+  auto lse = Filled({1, heads, s});
+  if (!qkv.ok() || !dqkv.ok() || !out.ok() || !dout.ok() || !lse.ok()) {
+    return absl::ResourceExhaustedError("calibrate: attention buffers");
+  }
+  std::vector<double> per_call;
+  absl::StatusOr<double> sum = SumOfSustained(
+      {[&] { return core::ops::FlashAttentionForward(*qkv, heads, &*out, &*lse); },
+       [&] { return core::ops::FlashAttentionBackward(*dout, *qkv, *out, *lse, heads, &*dqkv); }},
+      &per_call);
+  if (!sum.ok()) return sum.status();
+  return std::make_pair(per_call[0], per_call[1]);
+}
+
+// Adam over n f32 elements as the trainer runs it: the squared gradient norm
+// (clipping), then the update: SumOfSustained, seconds.
+absl::StatusOr<double> TimeOptimizer(int64_t n) {
+  auto p = Filled({n}), g = Filled({n}), m = Filled({n}), v = Filled({n});
+  auto acc = core::Tensor::Zeros({1}, core::DType::kF64);
+  if (!p.ok() || !g.ok() || !m.ok() || !v.ok() || !acc.ok()) {
+    return absl::ResourceExhaustedError("calibrate: optimizer buffers");
+  }
+  int64_t step = 0;
+  return SumOfSustained({[&] { return core::ops::SumSquaresInto(*g, &*acc); },
+                       [&] { return core::ops::AdamWStep(&*p, *g, &*m, &*v, ++step, {}); }});
+}
+
 }  // namespace
 
-absl::StatusOr<std::string> Calibrate() {
-  std::string gemm;
-  double peak = 0;
-  std::vector<std::pair<double, double>> points;
-  for (int64_t n : {64, 128, 256, 512, 1024, 2048}) {
-    auto a = core::Tensor::Zeros({n, n}, core::DType::kF32);
-    auto b = core::Tensor::Zeros({n, n}, core::DType::kF32);
-    auto c = core::Tensor::Zeros({n, n}, core::DType::kF32);
-    if (!a.ok() || !b.ok() || !c.ok()) return absl::ResourceExhaustedError("calibrate: GEMM buffers");
-    auto run = [&] { return core::ops::Matmul(*a, *b, &*c); };
-    (void)run();
-    const int reps = n <= 256 ? 100 : n <= 1024 ? 12 : 4;
-    auto t = Best(reps, run);
-    if (!t.ok()) return t.status();
-    const double flops = 2.0 * n * n * n;
-    points.push_back({flops, flops / *t});
-    peak = std::max(peak, flops / *t);
+CpuRates CpuRatesFromTimes(const CpuTimes& t) {
+  auto point = [](double flops, double efficiency) {
+    GemmPoint p;
+    p.set_flops(flops);
+    p.set_efficiency(efficiency);
+    return p;
+  };
+  CpuRates r;
+  r.peak_flops = t.peak_flops;
+  for (const auto& [h, seconds] : t.layer_gemms) {
+    const double tokens = std::max(256.0, static_cast<double>(h));
+    const double flops = 2 * tokens * h * h * (3 + 1 + 4 + 4);  // the four GEMMs' forward
+    // Each point at the layer's mean GEMM size; three GEMMs of each size per set.
+    r.gemm_efficiency.push_back(point(flops / 4, std::min(1.0, 3 * flops / seconds / t.peak_flops)));
   }
-  // Load from other processes only slows a GEMM down, and a larger GEMM is
-  // never less efficient on this BLAS once measured quietly (BENCHMARKS.md):
-  // the curve keeps the best rate seen at or below each size.
-  double best = 0;
-  for (const auto& [flops, rate] : points) {
-    best = std::max(best, rate);
-    absl::StrAppendFormat(&gemm, "gemm_efficiency { flops: %.6g efficiency: %.3f }\n", flops,
-                          std::min(1.0, best / peak));
+  // The time model's element-wise bytes of one GPT-2 layer (TP 1, no SP, GELU MLP: forward
+  // 12·X + (2·4 + 4)·X, backward twice that, X = T·h·4; time_model.cc) over their time.
+  const double x = 4.0 * t.elementwise_tokens * t.elementwise_hidden;
+  r.elementwise_bandwidth = 3 * 24 * x / t.elementwise;
+  for (const CpuTimes::Attention& a : t.attention) {
+    const double flops = 2.0 * a.seq * a.seq * a.heads * a.head_dim;  // QKᵀ and PV, causal half
+    r.attention_efficiency.push_back(point(flops, std::min(1.0, flops / a.forward / t.peak_flops)));
+    r.attention_backward_ratio += a.backward / a.forward / t.attention.size();
+  }
+  // Adam's bytes per f32 element in the time model: 7·4 + 4.
+  r.optimizer_bandwidth = t.optimizer_elements * 32.0 / t.optimizer;
+  return r;
+}
+
+absl::StatusOr<std::string> Calibrate() {
+  CpuTimes times;
+  for (int64_t h : {64, 128, 256, 512, 1024}) {
+    auto t = TimeLayerGemms(h, &times.peak_flops);
+    if (!t.ok()) return t.status();
+    times.layer_gemms.push_back({h, *t});
+  }
+  auto elementwise = TimeLayerElementwise(times.elementwise_tokens, times.elementwise_hidden);
+  if (!elementwise.ok()) return elementwise.status();
+  times.elementwise = *elementwise;
+  for (int64_t s : {128, 512, 2048}) {
+    auto t = TimeAttention(s);
+    if (!t.ok()) return t.status();
+    times.attention.push_back({s, 8, 64, t->first, t->second});
+  }
+  auto optimizer = TimeOptimizer(times.optimizer_elements);
+  if (!optimizer.ok()) return optimizer.status();
+  times.optimizer = *optimizer;
+  const CpuRates rates = CpuRatesFromTimes(times);
+  std::string gemm, attention;
+  for (const GemmPoint& p : rates.gemm_efficiency) {
+    absl::StrAppendFormat(&gemm, "gemm_efficiency { flops: %.6g efficiency: %.3f }\n", p.flops(),
+                          p.efficiency());
+  }
+  for (const GemmPoint& p : rates.attention_efficiency) {
+    absl::StrAppendFormat(&attention, "attention_curve { flops: %.6g efficiency: %.3f }\n",
+                          p.flops(), p.efficiency());
   }
   // memcpy of 64 MiB: bytes read + written per second.
   const size_t bytes = 64 << 20;
@@ -137,17 +336,23 @@ absl::StatusOr<std::string> Calibrate() {
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return absl::StrCat(
-      "# Measured by `bazel run //train:plan -- --calibrate` (plan/calibrate.cc): f32 GEMMs\n"
-      "# through core/ops, a 64 MiB memcpy, the local backend's collectives between two\n"
-      "# threads (best of 5; bus bandwidth from 4 MiB minus the 8 B latency).\n",
+      "# Measured by `bazel run //train:plan -- --calibrate` (plan/calibrate.cc), each kernel\n"
+      "# back to back for 25 ms windows, through core/ops: a GPT layer's f32 GEMMs (forward NT,\n"
+      "# dX NN, dW TN) at h = 64 .. 1024, one GPT-2 layer's element-wise kernels (T = h = 512),\n"
+      "# flash attention (8 heads of 64, s = 128, 512, 2048), Adam over 4M elements; a 64 MiB\n"
+      "# memcpy; the local backend's collectives between two threads (bus bandwidth from 4 MiB\n"
+      "# minus the 8 B latency).\n",
       absl::StrFormat("name: \"cpu-%u-cores (calibrated)\"\n", cores),
       "source: \"//train:plan --calibrate\"\n",
       absl::StrFormat("device_memory_bytes: %.6g  # the host's RAM (ranks share it)\n",
                       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE)),
-      absl::StrFormat("peak_flops: %.6g\n", peak), gemm,
+      absl::StrFormat("peak_flops: %.6g\n", rates.peak_flops), gemm,
       absl::StrFormat("memory_bandwidth: %.6g\n", bandwidth),
-      "devices_per_node: 64\nranks_share_compute: true\ncompute_dtype_bytes: 4\n",
-      "attention_efficiency: 0.5\n", "intra_node {\n", link, "}\n", "inter_node {\n", link, "}\n");
+      absl::StrFormat("elementwise_bandwidth: %.6g\n", rates.elementwise_bandwidth),
+      absl::StrFormat("optimizer_bandwidth: %.6g\n", rates.optimizer_bandwidth),
+      "devices_per_node: 64\nranks_share_compute: true\ncompute_dtype_bytes: 4\n", attention,
+      absl::StrFormat("attention_backward_ratio: %.3f\n", rates.attention_backward_ratio),
+      "intra_node {\n", link, "}\n", "inter_node {\n", link, "}\n");
 }
 
 std::vector<GemmShape> DeviceGemmShapes() {

@@ -34,6 +34,19 @@ const Collective& Pick(const Link& link, CollectiveKind kind) {
   return *c;
 }
 
+// Linear in log(flops) between the points, clamped at both ends.
+double Interpolate(const google::protobuf::RepeatedPtrField<GemmPoint>& c, double flops) {
+  if (flops <= c[0].flops()) return c[0].efficiency();
+  for (int i = 1; i < c.size(); ++i) {
+    if (flops <= c[i].flops()) {
+      const double t = (std::log(flops) - std::log(c[i - 1].flops())) /
+                       (std::log(c[i].flops()) - std::log(c[i - 1].flops()));
+      return c[i - 1].efficiency() + t * (c[i].efficiency() - c[i - 1].efficiency());
+    }
+  }
+  return c[c.size() - 1].efficiency();
+}
+
 }  // namespace
 
 absl::StatusOr<Hardware> ParseHardware(const std::string& text, const std::string& what) {
@@ -61,15 +74,30 @@ absl::StatusOr<Hardware> ParseHardware(const std::string& text, const std::strin
        }) {
     if (absl::Status s = need(ok, field); !s.ok()) return s;
   }
-  for (const GemmPoint& p : hw.gemm_efficiency()) {
-    if (!(p.flops() > 0) || !(p.efficiency() > 0) || p.efficiency() > 1) {
+  for (const auto& [curve, name] :
+       {std::make_pair(hw.mutable_gemm_efficiency(), "gemm_efficiency"),
+        std::make_pair(hw.mutable_attention_curve(), "attention_curve")}) {
+    for (const GemmPoint& p : *curve) {
+      if (!(p.flops() > 0) || !(p.efficiency() > 0) || p.efficiency() > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--hardware=", what, ": every ", name, " needs flops > 0 and efficiency in (0, 1] "
+            "(got flops ", p.flops(), ", efficiency ", p.efficiency(), ")"));
+      }
+    }
+    std::sort(curve->begin(), curve->end(),
+              [](const GemmPoint& a, const GemmPoint& b) { return a.flops() < b.flops(); });
+  }
+  // Optional rates: absent (0) falls back; a negative one is a typo.
+  for (const auto& [value, field] : std::initializer_list<std::pair<double, const char*>>{
+           {hw.elementwise_bandwidth(), "elementwise_bandwidth"},
+           {hw.optimizer_bandwidth(), "optimizer_bandwidth"},
+           {hw.attention_backward_ratio(), "attention_backward_ratio"}}) {
+    if (value < 0 || std::isnan(value)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--hardware=", what, ": every gemm_efficiency needs flops > 0 and efficiency in (0, 1] "
-          "(got flops ", p.flops(), ", efficiency ", p.efficiency(), ")"));
+          "--hardware=", what, ": ", field, " must be > 0, or absent (got ", value,
+          "; see plan/hardware.proto)"));
     }
   }
-  std::sort(hw.mutable_gemm_efficiency()->begin(), hw.mutable_gemm_efficiency()->end(),
-            [](const GemmPoint& a, const GemmPoint& b) { return a.flops() < b.flops(); });
   if (hw.compute_dtype_bytes() == 0) hw.set_compute_dtype_bytes(2);
   return hw;
 }
@@ -87,18 +115,8 @@ absl::StatusOr<Hardware> LoadHardware(const std::string& path) {
 }
 
 double GemmEfficiency(const Hardware& hw, double flops) {
-  const auto& c = hw.gemm_efficiency();
-  if (c.empty()) return 1.0;
-  if (flops <= c[0].flops()) return c[0].efficiency();
-  if (flops >= c[c.size() - 1].flops()) return c[c.size() - 1].efficiency();
-  for (int i = 1; i < c.size(); ++i) {
-    if (flops <= c[i].flops()) {
-      const double t = (std::log(flops) - std::log(c[i - 1].flops())) /
-                       (std::log(c[i].flops()) - std::log(c[i - 1].flops()));
-      return c[i - 1].efficiency() + t * (c[i].efficiency() - c[i - 1].efficiency());
-    }
-  }
-  return c[c.size() - 1].efficiency();
+  if (hw.gemm_efficiency().empty()) return 1.0;
+  return Interpolate(hw.gemm_efficiency(), flops);
 }
 
 double GemmSeconds(const Hardware& hw, double m, double n, double k, int ranks_on_node) {
@@ -111,6 +129,32 @@ double GemmSeconds(const Hardware& hw, double m, double n, double k, int ranks_o
 double MemorySeconds(const Hardware& hw, double bytes, int ranks_on_node) {
   const double share = hw.ranks_share_compute() ? std::max(1, ranks_on_node) : 1;
   return bytes * share / hw.memory_bandwidth();
+}
+
+double ElementwiseSeconds(const Hardware& hw, double bytes, int ranks_on_node) {
+  if (!(hw.elementwise_bandwidth() > 0)) return MemorySeconds(hw, bytes, ranks_on_node);
+  const double share = hw.ranks_share_compute() ? std::max(1, ranks_on_node) : 1;
+  return bytes * share / hw.elementwise_bandwidth();
+}
+
+double OptimizerSeconds(const Hardware& hw, double bytes, int ranks_on_node) {
+  if (!(hw.optimizer_bandwidth() > 0)) return MemorySeconds(hw, bytes, ranks_on_node);
+  const double share = hw.ranks_share_compute() ? std::max(1, ranks_on_node) : 1;
+  return bytes * share / hw.optimizer_bandwidth();
+}
+
+double AttentionSeconds(const Hardware& hw, double flops, int ranks_on_node) {
+  if (flops <= 0) return 0;
+  const double share = hw.ranks_share_compute() ? std::max(1, ranks_on_node) : 1;
+  if (!hw.attention_curve().empty()) {
+    return flops * share / (hw.peak_flops() * Interpolate(hw.attention_curve(), flops));
+  }
+  const double factor = hw.attention_efficiency() > 0 ? hw.attention_efficiency() : 1.0;
+  return flops * share / (hw.peak_flops() * GemmEfficiency(hw, flops) * factor);
+}
+
+double AttentionBackwardRatio(const Hardware& hw) {
+  return hw.attention_backward_ratio() > 0 ? hw.attention_backward_ratio() : 2.5;
 }
 
 double CollectiveSeconds(const Hardware& hw, CollectiveKind kind, double bytes, int group,

@@ -5,7 +5,10 @@
 // primitive costs every model above it uses.
 //
 //   gemm time        t = flops / (peak · eff(flops))   (eff: the file's curve)
-//   memory-bound     t = bytes / memory_bandwidth
+//   memory-bound     t = bytes / memory_bandwidth   (element-wise kernels and the
+//                        optimizer at their own measured rates where the file has them)
+//   attention        t = flops / (peak · attention_curve(flops))
+//                        (no curve: peak · eff(flops) · attention_efficiency)
 //   all-reduce       t = latency + 2(n−1)/n · bytes / busbw
 //   all-gather, reduce-scatter, all-to-all
 //                    t = latency + (n−1)/n · bytes / busbw   (bytes: the whole gathered tensor)
@@ -41,6 +44,18 @@ double GemmSeconds(const Hardware& hw, double m, double n, double k, int ranks_o
 
 // Seconds to move `bytes` through memory once (read or write).
 double MemorySeconds(const Hardware& hw, double bytes, int ranks_on_node = 1);
+
+// The same at the element-wise kernels' rate (elementwise_bandwidth; 0:
+// memory_bandwidth), and at the optimizer's (optimizer_bandwidth).
+double ElementwiseSeconds(const Hardware& hw, double bytes, int ranks_on_node = 1);
+double OptimizerSeconds(const Hardware& hw, double bytes, int ranks_on_node = 1);
+
+// Seconds of causal attention of `flops` (QKᵀ and PV over the visible half):
+// the attention_curve's efficiency when the file has one, else
+// attention_efficiency (0: 1) × the GEMM curve's.
+double AttentionSeconds(const Hardware& hw, double flops, int ranks_on_node = 1);
+// Attention's backward over its forward (attention_backward_ratio; 0: 2.5).
+double AttentionBackwardRatio(const Hardware& hw);
 
 // Seconds of one collective over `group` ranks; inter_node picks the link;
 // ranks_per_node: how many of the group share a node (inter-node only).

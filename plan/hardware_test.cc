@@ -32,6 +32,47 @@ TEST(HardwareTest, ErrorsNameTheFileAndField) {
   EXPECT_NE(missing.status().message().find("device_memory_bytes"), std::string::npos);
 }
 
+TEST(HardwareTest, MeasuredRatesMustBePositiveWhenGiven) {
+  const std::string base =
+      "device_memory_bytes: 1e9 peak_flops: 1e12 memory_bandwidth: 1e11 devices_per_node: 1 "
+      "intra_node { all_reduce { bus_bandwidth: 1e10 } } "
+      "inter_node { all_reduce { bus_bandwidth: 1e10 } } ";
+  absl::StatusOr<Hardware> bad = ParseHardware(base + "elementwise_bandwidth: -1", "z.textproto");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--hardware=z.textproto: elementwise_bandwidth"),
+            std::string::npos)
+      << bad.status();
+  bad = ParseHardware(base + "attention_curve { flops: 1e6 efficiency: 1.5 }", "z.textproto");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("attention_curve"), std::string::npos) << bad.status();
+}
+
+TEST(HardwareTest, MeasuredRatesReplaceTheirFallbacks) {
+  const std::string base =
+      "device_memory_bytes: 1e9 peak_flops: 1e12 memory_bandwidth: 1e11 devices_per_node: 2 "
+      "ranks_share_compute: true attention_efficiency: 0.5 "
+      "gemm_efficiency { flops: 1 efficiency: 0.8 } "
+      "intra_node { all_reduce { bus_bandwidth: 1e10 } } "
+      "inter_node { all_reduce { bus_bandwidth: 1e10 } } ";
+  absl::StatusOr<Hardware> plain = ParseHardware(base, "plain");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_DOUBLE_EQ(ElementwiseSeconds(*plain, 1e9), 1e-2);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(*plain, 1e9, 2), 2e-2);  // two ranks share the socket
+  EXPECT_DOUBLE_EQ(AttentionSeconds(*plain, 1e9), 1e9 / (1e12 * 0.8 * 0.5));
+  EXPECT_DOUBLE_EQ(AttentionBackwardRatio(*plain), 2.5);
+  absl::StatusOr<Hardware> measured = ParseHardware(
+      base + "elementwise_bandwidth: 2e10 optimizer_bandwidth: 4e10 attention_backward_ratio: 2 "
+             "attention_curve { flops: 1e8 efficiency: 0.1 } "
+             "attention_curve { flops: 1e10 efficiency: 0.3 }",
+      "measured");
+  ASSERT_TRUE(measured.ok()) << measured.status();
+  EXPECT_DOUBLE_EQ(ElementwiseSeconds(*measured, 1e9), 5e-2);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(*measured, 1e9, 2), 5e-2);
+  EXPECT_NEAR(AttentionSeconds(*measured, 1e9), 1e9 / (1e12 * 0.2), 1e-15);  // log-midpoint
+  EXPECT_DOUBLE_EQ(AttentionSeconds(*measured, 1e6), 1e6 / (1e12 * 0.1));    // clamped
+  EXPECT_DOUBLE_EQ(AttentionBackwardRatio(*measured), 2);
+}
+
 Hardware Simple() {
   absl::StatusOr<Hardware> hw = ParseHardware(R"(
     device_memory_bytes: 1e9 peak_flops: 1e12 memory_bandwidth: 1e11 devices_per_node: 4

@@ -23,7 +23,28 @@ struct LayerCost {
   // A split backward (zb-h1): its W, the weight-gradient GEMMs (the forward's
   // sizes), and the TP reduction of dX they hid, exposed at I without them.
   double weight_grad = 0, dw_hidden_comm = 0;
+  ComputeTerms fwd_terms, bwd_terms;  // fwd_compute and bwd_compute by kind
 };
+
+ComputeTerms& operator+=(ComputeTerms& a, const ComputeTerms& b) {
+  a.gemm += b.gemm;
+  a.attention += b.attention;
+  a.elementwise += b.elementwise;
+  a.loss += b.loss;
+  a.embedding += b.embedding;
+  a.optimizer += b.optimizer;
+  return a;
+}
+
+ComputeTerms Scaled(ComputeTerms a, double k) {
+  a.gemm *= k;
+  a.attention *= k;
+  a.elementwise *= k;
+  a.loss *= k;
+  a.embedding *= k;
+  a.optimizer *= k;
+  return a;
+}
 
 struct Ctx {
   const train::TrainConfig& c;
@@ -101,18 +122,23 @@ LayerCost Layer(const Ctx& x, bool moe) {
   }
   // Causal flash attention: QKᵀ and PV over half of the s × s/CP blocks.
   const double attn_flops = 2 * 2 * T * (x.s_local * cp) * (heads / t) * d * 0.5;
-  const double attn_eff = x.hw.attention_efficiency() > 0 ? x.hw.attention_efficiency() : 1.0;
-  const double share = x.hw.ranks_share_compute() ? x.ranks_on_node : 1;
-  const double attention =
-      attn_flops * share / (x.hw.peak_flops() * GemmEfficiency(x.hw, attn_flops) * attn_eff);
+  const double attention = AttentionSeconds(x.hw, attn_flops, x.ranks_on_node);
+  const double attention_bwd = AttentionBackwardRatio(x.hw) * attention;
   // Element-wise (LayerNorm, dropout, residual on the hidden state; bias and
   // activation on the MLP's), bytes read + written.
   const double xf = T * h * x.e;
   const double xs = x.c.sequence_parallel ? xf / t : xf;
-  const double elementwise = MemorySeconds(x.hw, 12 * xs + (2 * up / h + 4) * xf / t, x.ranks_on_node);
+  const double elementwise =
+      ElementwiseSeconds(x.hw, 12 * xs + (2 * up / h + 4) * xf / t, x.ranks_on_node);
   const double gemm = attn_gemm + mlp_gemm;
   l.fwd_compute = fwd_gemm + attention + elementwise + chunking_cost;
-  l.bwd_compute = bwd_gemm + 2.5 * attention + 2 * elementwise + chunking_cost;
+  l.bwd_compute = bwd_gemm + attention_bwd + 2 * elementwise + chunking_cost;
+  l.fwd_terms.gemm = fwd_gemm + chunking_cost;
+  l.fwd_terms.attention = attention;
+  l.fwd_terms.elementwise = elementwise;
+  l.bwd_terms.gemm = bwd_gemm + chunking_cost;
+  l.bwd_terms.attention = attention_bwd;
+  l.bwd_terms.elementwise = 2 * elementwise;
   l.attention_fwd = attention;
   // TP: two all-reduces (or all-gather + reduce-scatter pairs under SP, the
   // same bus time) of the hidden state forward, two backward.
@@ -133,7 +159,7 @@ LayerCost Layer(const Ctx& x, bool moe) {
     const double kv = 2 * T * groups / t * d * x.e;
     const double ring = (cp - 1) * CollectiveSeconds(x.hw, CollectiveKind::kSendRecv, kv, 2, x.cp_inter);
     l.fwd_comm += std::max(0.0, ring - attention);
-    l.bwd_comm += std::max(0.0, 2 * ring - 2.5 * attention);
+    l.bwd_comm += std::max(0.0, 2 * ring - attention_bwd);
   }
   // EP: dispatch and combine all-to-alls, forward and backward; not hidden, or with
   // --moe-a2a-overlap-chunks N pipelined with the experts: the first chunk's dispatch and the
@@ -189,8 +215,8 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   const double xf = x.T * m.hidden_size * x.e;
   const double logits_gemm = GemmSeconds(hw, x.T, vocab / t, m.hidden_size, x.ranks_on_node);
   const double ce = MemorySeconds(hw, 6 * x.T * vocab / t * 4, x.ranks_on_node);
-  const double head_fwd = logits_gemm + ce + MemorySeconds(hw, 4 * xf, x.ranks_on_node);
-  const double head_bwd = 2 * logits_gemm + ce + MemorySeconds(hw, 8 * xf, x.ranks_on_node);
+  const double head_fwd = logits_gemm + ce + ElementwiseSeconds(hw, 4 * xf, x.ranks_on_node);
+  const double head_bwd = 2 * logits_gemm + ce + ElementwiseSeconds(hw, 8 * xf, x.ranks_on_node);
   const double embed_fwd = MemorySeconds(hw, 3 * xf, x.ranks_on_node) +
                            (tp > 1 ? CollectiveSeconds(hw, CollectiveKind::kAllReduce, xf, tp, x.tp_inter) : 0);
   const double embed_bwd = MemorySeconds(hw, 3 * xf, x.ranks_on_node);
@@ -201,22 +227,28 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   // zb-h1's split of bwd: W (weight-gradient GEMMs) and I (the rest, with the
   // dX reductions the dW GEMMs no longer hide).
   std::vector<std::vector<double>> bwd_w = fwd, bwd_i = fwd;
+  std::vector<std::vector<ComputeTerms>> pure_terms(pp, std::vector<ComputeTerms>(vp));
   for (int r = 0; r < pp; ++r) {
     for (int ch = 0; ch < vp; ++ch) {
       auto range = pipeline::LayersOf(static_cast<int>(m.num_layers), pp, vp, r, ch);
       if (!range.ok()) return range.status();
       double f = 0, b = 0, compute = 0, w = 0, exposed = 0;
+      ComputeTerms& terms = pure_terms[r][ch];
       for (int l = range->first; l < range->end(); ++l) {
         const LayerCost& lc = m.moe_layer(l) ? moe : dense;
         f += lc.fwd_compute + lc.fwd_comm;
         w += lc.weight_grad;
         exposed += lc.dw_hidden_comm;
         double bc = lc.bwd_compute, bm = lc.bwd_comm;
+        terms += lc.fwd_terms;
+        terms += lc.bwd_terms;
         if (m.recompute_full()) {
           bc += lc.fwd_compute;
           bm += lc.fwd_comm;
+          terms += lc.fwd_terms;
         } else if (m.recompute_selective()) {
           bc += lc.attention_fwd;
+          terms.attention += lc.attention_fwd;
         }
         b += bc + bm;
         compute += lc.fwd_compute + bc;
@@ -226,12 +258,16 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
         f += embed_fwd;
         b += embed_bwd;
         compute += embed_fwd + embed_bwd;
+        terms.embedding += embed_fwd + embed_bwd;  // (with its TP all-reduce)
       }
       if (virtual_stage == pp * vp - 1) {
         f += head_fwd;
         b += head_bwd;
         w += logits_gemm;
         compute += head_fwd + head_bwd;
+        terms.gemm += 3 * logits_gemm;
+        terms.loss += 2 * ce;
+        terms.elementwise += head_fwd + head_bwd - 3 * logits_gemm - 2 * ce;
       }
       fwd[r][ch] = f;
       bwd[r][ch] = b;
@@ -273,7 +309,10 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     out.in_flight.push_back(result->stages[r].peak_activations);
     if (result->stages[r].busy >= result->stages[busiest].busy) busiest = r;
   }
-  for (int ch = 0; ch < vp; ++ch) busiest_compute += pure[busiest][ch] * c.num_micro_batches;
+  for (int ch = 0; ch < vp; ++ch) {
+    busiest_compute += pure[busiest][ch] * c.num_micro_batches;
+    out.terms += Scaled(pure_terms[busiest][ch], static_cast<double>(c.num_micro_batches));
+  }
 
   // Data parallelism over the gradient group DP·CP, f32 gradients; with
   // --num-distributed-optimizer-instances N the strategy's collectives run
@@ -414,13 +453,14 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   out.dp_exposed = dp_exposed;
   // Adam: read master, grad, m, v; write master, m, v, and the compute copy.
   const double owned = c.optimizer.distributed ? params / group : params;
-  out.optimizer = MemorySeconds(hw, owned * (7 * 4 + x.e), x.ranks_on_node);
+  out.optimizer = OptimizerSeconds(hw, owned * (7 * 4 + x.e), x.ranks_on_node);
 
   out.forward_chunk = fwd[busiest][0];
   out.backward_chunk = bwd[busiest][0];
   out.tp_exposed_per_layer = dense.fwd_comm + dense.bwd_comm;
   out.tp_overlap_cost_per_layer = dense.tp_overlap_cost;
   out.compute = busiest_compute + out.optimizer;
+  out.terms.optimizer = out.optimizer;
   out.bubble = result->makespan - result->ideal;
   out.exposed_comm = (result->ideal - busiest_compute) + dp_exposed;
   out.step = out.compute + out.exposed_comm + out.bubble;
@@ -441,7 +481,7 @@ std::string ExplainTime(const train::TrainConfig& c, const Hardware& hw, const S
       "  pipeline::Simulate(%s, P = %d, v = %d, M = %lld, p2p %.6f per transfer):\n"
       "    makespan %.6f, ideal %.6f, bubble fraction %.4f\n"
       "  DP over DP x CP = %d: reduce%s %.6f (latencies %.6f, one per layer), exposed %.6f%s\n"
-      "  optimizer (Adam, 32 B per owned element at memory bandwidth) %.6f\n"
+      "  optimizer (Adam, 7 x 4 + e B per owned element at the optimizer's bandwidth) %.6f\n"
       "  step = compute %.6f + exposed communication %.6f + bubble %.6f = %.6f\n"
       "  model FLOPs per step (6N + 12 L h s per token) %.4g; tokens/s %.1f; MFU %.1f%%\n",
       hw.name(), hw.peak_flops(), hw.memory_bandwidth(), t.forward_chunk, t.backward_chunk,

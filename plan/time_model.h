@@ -8,7 +8,8 @@
 //                + exposed TP (and CP, EP) communication
 //                (--tp-comm-overlap: the GEMMs as Transformer Engine runs
 //                them, in chunks and on fewer SMs; TimeOptions)
-//   backward b = 2 × the GEMMs (dX and dW) + 2.5 × attention + 2 × element-wise
+//   backward b = 2 × the GEMMs (dX and dW) + r × attention (r: the hardware's
+//                attention_backward_ratio, 2.5 without) + 2 × element-wise
 //                + exposed communication (Loom overlaps the backward's TP
 //                reduction of dX with the dW GEMM: exposed = max(0, comm − dW))
 //                + the forward again under full recomputation (the attention
@@ -21,7 +22,9 @@
 // its latency, ring steps included) per layer (GradientSync's bucket); with
 // --overlap-grad-reduce (--overlap-param-gather) all but the last bucket hides
 // behind the last micro-batch's backward (the first's forward).
-// Optimizer: Adam is memory-bound, 32 bytes per owned element.
+// Optimizer: Adam is memory-bound, 7·4 + e bytes per owned element (at the
+// hardware's optimizer_bandwidth where measured). Element-wise kernels run at
+// its elementwise_bandwidth where measured (plan/hardware.h).
 //   step = makespan + exposed DP + optimizer
 //   MFU  = tokens/step · (6N + 12·L·h·s) / (step · GPUs · peak)
 
@@ -61,8 +64,22 @@ struct TimeOptions {
   int tp_overlap_pipeline_splits = 4;
 };
 
+// The busiest stage's compute in one step, by kind of kernel (seconds, all
+// micro-batches, forward + backward + recomputation): what //train:plan_bench
+// sets against the kernels it times (core/ops/kernel_timer.h).
+struct ComputeTerms {
+  double gemm = 0;         // the layers' and the logits' GEMMs (linear layers)
+  double attention = 0;    // the attention core (flash: QKᵀ, softmax, PV)
+  double elementwise = 0;  // norms, bias, activation, dropout, residual adds
+  double loss = 0;         // cross-entropy over the logits
+  double embedding = 0;    // the token and position lookups and their gradients
+  double optimizer = 0;    // Adam over the owned elements
+  double Total() const { return gemm + attention + elementwise + loss + embedding + optimizer; }
+};
+
 struct StepTime {
   double compute = 0;         // the busiest stage's compute + the optimizer
+  ComputeTerms terms;         // `compute`, by kind
   double exposed_comm = 0;    // TP/CP/EP inside the actions, and DP after them
   double bubble = 0;          // pipeline fill/drain and waits (makespan − ideal)
   double step = 0;            // compute + exposed_comm + bubble
