@@ -58,6 +58,7 @@ ABSL_FLAG(int64_t, micro_batch_size, 4, "Samples per micro-batch");
 ABSL_FLAG(int64_t, micro_batches, 2, "Micro-batches per step");
 ABSL_FLAG(int64_t, ddp_bucket_size, 4 << 20 >> 2, "Parameters per gradient bucket");
 ABSL_FLAG(int, steps, 3, "Timed steps per mode (after one warm-up step)");
+ABSL_FLAG(bool, zero3_only, false, "Only the ZeRO-3 modes");
 
 namespace loom::distributed {
 namespace {
@@ -181,8 +182,8 @@ absl::Status RunRank(comm::Communicator& world) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<layers::GptModel> model,
                         layers::GptModel::Create(c, layers::TpGroup{}, {{0, c.num_layers, true, true}},
                                                  /*buffer_multiple=*/world.size()));
-  std::vector<Timing> timings;
-  for (size_t i = 0; i < kFirstZero3; ++i) {
+  std::vector<Timing> timings(absl::GetFlag(FLAGS_zero3_only) ? kFirstZero3 : 0);
+  for (size_t i = timings.size(); i < kFirstZero3; ++i) {
     LOOM_ASSIGN_OR_RETURN(Timing t, RunMode(world, model.get(), kModes[i]));
     timings.push_back(t);
   }
@@ -211,7 +212,7 @@ absl::Status RunRank(comm::Communicator& world) {
               "gather hidden | gradient MiB | cold gathers/step |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   const int steps = absl::GetFlag(FLAGS_steps);
-  for (size_t i = 0; i < timings.size(); ++i) {
+  for (size_t i = absl::GetFlag(FLAGS_zero3_only) ? kFirstZero3 : 0; i < timings.size(); ++i) {
     const Timing& t = timings[i];
     const Mode& m = kModes[i];
     // The baseline of a mode: the same reduction without any overlap.
