@@ -9,11 +9,13 @@
 // predicts; bad combinations are refused before any work, naming the flags.
 
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "checkpoint/file_util.h"
+#include "checkpoint/format.h"
 #include "core/memory_stats.h"
 #include "gtest/gtest.h"
 #include "plan/memory_model.h"
@@ -236,6 +238,20 @@ TEST(HybridShardTest, CheckpointsCrossInstancesStrategiesAndLayouts) {
   testing::RunResult ref = testing::Run(c, a);
   ASSERT_TRUE(ref.status.ok()) << ref.status;
   ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kCheckpointIters));
+  // Instance 0 (ranks 0, 1) wrote the values and moments; instance 1's
+  // shard files (ranks 2, 3) hold none of them.
+  auto bytes = [&](int rank) -> uintmax_t {
+    std::error_code error;
+    const uintmax_t n = std::filesystem::file_size(
+        checkpoint::JoinPath(checkpoint::JoinPath(f, checkpoint::IterDirName(10)),
+                             checkpoint::ShardFileName(rank, 4)),
+        error);
+    return error ? 0 : n;
+  };
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_GT(bytes(rank), 0u) << rank;
+    EXPECT_LT(10 * bytes(rank + 2), bytes(rank)) << "rank " << rank + 2 << " wrote its replica";
+  }
   // N = 2 -> N = 1: ZeRO-3 DP 2, ZeRO-1 DP 4, no_shard on one rank.
   Continue(ref.losses, OptimGradsParams({1, 1, 2}), 1, f, 10, g);
   Continue(ref.losses, Optim({1, 1, 4}), 1, f, 20, "");
