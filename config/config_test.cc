@@ -151,12 +151,13 @@ TEST(ConfigTest, RejectsInconsistentFlags) {
   EXPECT_EQ(c.pipeline_schedule, pipeline::ScheduleKind::kDualPipeV);
   on_gpu.device = DeviceKind::kCuda;  // its links are untested on NCCL
   ExpectError(on_gpu, 2, {"--pipeline-schedule=dualpipev has not run on --device=cuda yet"});
-  c = Base();  // zb-h1 x ZeRO-2: refused until GradientSync's buffers follow the split
+  c = Base();  // zb-h1 x ZeRO-2 and ZeRO-3: GradientSync's buffers follow the split backward
   c.pipeline_model_parallel_size = 2;
   c.pipeline_schedule = pipeline::ScheduleKind::kZBH1;
-  c.data_parallel_sharding_strategy = ShardingStrategy::kOptimGrads;
-  ExpectError(c, 4, {"--pipeline-schedule=zb-h1", "--data-parallel-sharding-strategy=optim_grads",
-                     "not supported yet"});
+  for (ShardingStrategy s : {ShardingStrategy::kOptimGrads, ShardingStrategy::kOptimGradsParams}) {
+    c.data_parallel_sharding_strategy = s;
+    EXPECT_TRUE(Finalize(&c, 4).ok()) << core::EnumName(s);
+  }
   c = Base();
   c.tensor_model_parallel_size = 2;
   c.model.num_attention_heads = 3;

@@ -38,16 +38,6 @@ absl::Status ShardingStrategy(TrainConfig* c) {
       o.distributed = true;
       o.shard_gradients = true;
       o.shard_params = s == S::kOptimGradsParams;
-      if (pipeline::SplitsBackward(c->pipeline_schedule)) {
-        // GradientSync binds a bucket's ZeRO-2 buffer from a unit's BeforeBackward to its
-        // AfterBackward per micro-batch; the split backward defers the weight gradients (and so
-        // the AfterBackward) past the next micro-batches' backward.
-        return absl::UnimplementedError(absl::StrCat(
-            "--data-parallel-sharding-strategy=", core::EnumName(s), " with --pipeline-schedule=",
-            core::EnumName(c->pipeline_schedule),
-            " is not supported yet: use optim (--use-distributed-optimizer), or a schedule "
-            "without a split backward (1f1b, interleaved, gpipe)"));
-      }
       break;
   }
   if (o.shard_params) {

@@ -263,6 +263,7 @@ absl::Status GradientSync::LayoutShard() {
   }
   contributed_.assign(buckets_.size(), {});
   for (size_t b = 0; b < buckets_.size(); ++b) contributed_[b].assign(readers_[b].size(), 0);
+  open_backwards_.assign(unit_buckets_.size(), 0);
   // ZeRO-3: a bucket whose writers are not neighbours (the word embedding
   // at PP 1: the head's output layer and the embedding) is reduce-scattered
   // after each writer's backward instead of bound from the first to the
@@ -302,6 +303,7 @@ absl::Status GradientSync::BeforeBackward(int64_t unit) {
   if (u < 0) {
     return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
   }
+  ++open_backwards_[u];
   // ZeRO-3: the unit's values first (its backward, or its recomputed
   // forward, reads them), then the previous unit's in the background.
   if (zero3()) LOOM_RETURN_IF_ERROR(AcquireUnit(u, u - 1));
@@ -474,6 +476,7 @@ absl::Status GradientSync::StartStep() {
       bound_[b] = -1;
       std::fill(contributed_[b].begin(), contributed_[b].end(), 0);
     }
+    std::fill(open_backwards_.begin(), open_backwards_.end(), 0);
     LOOM_RETURN_IF_ERROR(model_->params().BindGrads(Tensor()));
     started_early_ = 0;
     waited_s_ = 0;
@@ -498,11 +501,19 @@ absl::Status GradientSync::AfterBackward(int64_t unit) {
       return absl::InternalError(
           absl::StrCat("GradientSync: the model reported unknown unit ", unit));
     }
+    if (open_backwards_[u] <= 0) {
+      return absl::InternalError(absl::StrCat("GradientSync: unit ", unit,
+                                              " ended a backward it did not begin"));
+    }
+    --open_backwards_[u];
     for (size_t b : unit_buckets_[u]) {
       std::vector<int>& done = contributed_[b];
       const auto at = std::find(readers_[b].begin(), readers_[b].end(), u) - readers_[b].begin();
       ++done[at];
-      if (bound_[b] >= 0 &&
+      // Not while a writer's deferred weight gradients are still to come.
+      const bool open = std::any_of(readers_[b].begin(), readers_[b].end(),
+                                    [&](int r) { return open_backwards_[r] > 0; });
+      if (bound_[b] >= 0 && !open &&
           (flush_each_reader_[b] || std::find(done.begin(), done.end(), 0) == done.end())) {
         ++started_early_;
         LOOM_RETURN_IF_ERROR(FlushBucket(b));

@@ -315,6 +315,11 @@ class GradientSync : private layers::UnitObserver {
   std::vector<std::vector<int>> readers_;      // per bucket: units() indices that write it
   std::vector<std::vector<int>> contributed_;  // per bucket, per reader: backwards since bound
   std::vector<int> bound_;                     // per bucket: its pool buffer, or -1
+  // Per units() index: BeforeBackwards not yet closed by their AfterBackward.
+  // A split backward (zb-h1, zbv, dualpipev) opens a unit at I and closes it
+  // at its deferred W, and other micro-batches' I may come in between: a
+  // bucket stays bound while any of its writers is open.
+  std::vector<int> open_backwards_;
   std::vector<bool> flush_each_reader_;        // per bucket (ZeRO-3; see LayoutShard)
   std::vector<int> last_buffer_;               // per bucket: the buffer it had last, or -1
   struct Flush {

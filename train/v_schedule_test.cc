@@ -62,6 +62,10 @@ void ExpectSingleRankCurve(const std::string& schedule, bool llama) {
       {V(Layout{2, 2, 1, 0, /*sp=*/true}, schedule), 4, "full"},
       {V(Layout{1, 2, 1, 0, false, false, "", false, false, /*cp=*/2}, schedule), 4, ""},
       {V(Layout{1, 4, 1}, schedule), 8, ""},
+      // ZeRO-2 and ZeRO-3 under the V's split backward.
+      {V(testing::OptimGrads(Layout{1, 2, 2, 0, false, false, "", true, true}), schedule), 4, ""},
+      {V(testing::OptimGradsParams(Layout{1, 2, 2, 0, false, false, "", true, true}), schedule), 4,
+       ""},
   };
   for (int layers : {4, 8}) {
     const Curve ref = Train(Case{Layout{1, 1, 1}, layers, ""}, llama);

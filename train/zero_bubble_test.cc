@@ -66,6 +66,11 @@ void ExpectSingleRankCurve(bool llama) {
             ""},
            {ZbH1(Layout{2, 2, 2, 0, /*sp=*/true, false, "", /*overlap=*/true}), "full"},
            {ZbH1(Layout{1, 4, 1}), "selective"},
+           // ZeRO-2 and ZeRO-3: a bucket stays bound until its writers' deferred Ws ran.
+           {ZbH1(testing::OptimGrads(Layout{1, 2, 2, 0, false, false, "", true, true})), ""},
+           {ZbH1(testing::OptimGradsParams(Layout{1, 2, 2, 0, false, false, "", true, true})), ""},
+           {ZbH1(testing::OptimGradsParams(Layout{2, 2, 2, 0, /*sp=*/true, false, "", true, true})),
+            "full"},
        }) {
     const std::string what = (llama ? "Llama-style " : "") + k.layout.Describe() +
                              (k.recompute.empty() ? "" : ", recompute " + k.recompute);
