@@ -176,6 +176,12 @@ run ucx_dp2_zero3 "$GPT" --distributed-backend=ucx --nproc-per-node=2 \
   --data-parallel-sharding-strategy=optim_grads_params --overlap-grad-reduce \
   --overlap-param-gather "${BUCKET[@]}"
 compare ucx_dp2_zero3
+# ZeRO-3 under zb-h1's split backward: buckets bound until the deferred Ws ran.
+run ucx_pp2_dp2_zbh1_zero3 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
+  --pipeline-model-parallel-size=2 --pipeline-schedule=zb-h1 \
+  --data-parallel-sharding-strategy=optim_grads_params --overlap-grad-reduce \
+  --overlap-param-gather "${BUCKET[@]}"
+compare ucx_pp2_dp2_zbh1_zero3
 # Hybrid sharding (#37): DP 4 as 2 instances of 2 consecutive ranks, ZeRO-3
 # within each, each shard's gradients all-reduced across the instances.
 run ucx_dp4_zero3_hybrid "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
