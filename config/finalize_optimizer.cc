@@ -41,20 +41,13 @@ absl::Status ShardingStrategy(TrainConfig* c) {
       break;
   }
   if (o.shard_params) {
-    // ZeRO-3 is proven on the CPU without expert parallelism; the rest is refused before any
-    // work rather than run unproven.
+    // ZeRO-3 is proven on the CPU; a device is refused before any work rather than run
+    // unproven.
     if (!c->model.device.is_cpu()) {
       return absl::UnimplementedError(absl::StrCat(
           "--data-parallel-sharding-strategy=optim_grads_params with --device=",
           c->model.device.ToString(),
           " is not supported yet (ZeRO-3 runs on --device=cpu): use optim_grads (ZeRO-2)"));
-    }
-    if (c->expert_model_parallel_size > 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "--data-parallel-sharding-strategy=optim_grads_params with "
-          "--expert-model-parallel-size=",
-          c->expert_model_parallel_size,
-          " is not supported yet: use optim_grads (ZeRO-2) with expert parallelism"));
     }
   }
   return absl::OkStatus();

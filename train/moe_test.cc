@@ -82,6 +82,11 @@ void ExpectEveryLayoutMatches(bool capacity) {
            // ZeRO-2: the expert gradients' shards over their replicas, per micro-batch
            testing::OptimGrads(Ep(2, Layout{1, 1, 4, 0, false, false, "1f1b", /*overlap=*/true})),
            testing::OptimGrads(Ep(2, Layout{2, 1, 2, 0, /*sp=*/true})),  // EP x TP + SP
+           // ZeRO-3: each part of a bucket gathered over its own group (experts over
+           // their replicas, the rest over DP), the next unit prefetched.
+           testing::OptimGradsParams(
+               Ep(2, Layout{1, 1, 4, 0, false, false, "1f1b", true, /*param_gather=*/true})),
+           testing::OptimGradsParams(Ep(2, Layout{2, 1, 2, 0, /*sp=*/true})),
        }) {
     const std::string what = (capacity ? "capacity 1, " : "dropless, ") + l.Describe();
     const Curve got = TrainCurve(l, capacity);
@@ -143,8 +148,11 @@ TEST(MoeTrainingTest, CheckpointReshardsExperts) {
   const Layout ep_zero1 = Ep(2, Layout{1, 1, 4, 0, false, /*distributed=*/true});
   // EP x CP with ZeRO-1: each expert written once though every CP rank holds it.
   const Layout ep_cp = Cp(2, Ep(2, Layout{1, 1, 2, 0, false, /*distributed=*/true}));
+  // EP with ZeRO-3: each expert's values, too, in shards over its 2 replicas.
+  const Layout ep_zero3 = testing::OptimGradsParams(Ep(2, Layout{1, 1, 4}));
   int n = 0;
-  for (const Layout& saved : {Layout{2, 2, 1}, Ep(2, Layout{1, 1, 2}), ep_zero1, ep_cp}) {
+  for (const Layout& saved :
+       {Layout{2, 2, 1}, Ep(2, Layout{1, 1, 2}), ep_zero1, ep_cp, ep_zero3}) {
     const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/moe_ckpt" + std::to_string(n++);
     TrainConfig save = MoeConfig(saved, kTotal, false);
     save.save = dir;
@@ -152,7 +160,7 @@ TEST(MoeTrainingTest, CheckpointReshardsExperts) {
     testing::RunResult first = testing::Run(save, saved);
     ASSERT_TRUE(first.status.ok()) << first.status;
     for (const Layout& l : {Layout{1, 1, 1}, Layout{1, 1, 2, 0, false, true},
-                            Ep(2, Layout{1, 1, 2}), ep_zero1, ep_cp}) {
+                            Ep(2, Layout{1, 1, 2}), ep_zero1, ep_cp, ep_zero3}) {
       TrainConfig load = MoeConfig(l, kTotal, false);
       load.load = dir;
       testing::RunResult second = testing::Run(load, l);
