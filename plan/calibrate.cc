@@ -129,26 +129,27 @@ absl::StatusOr<double> SumOfSustained(const std::vector<std::function<absl::Stat
 // GEMM's FLOP/s.
 absl::StatusOr<double> TimeLayerGemms(int64_t h, double* peak) {
   const int64_t tokens = std::max<int64_t>(256, h);
+  // Every output is computed from inputs no kernel writes (dw accumulates
+  // linearly): no value grows from call to call into inf, NaN or denormals.
   struct Linear {
-    core::Tensor x, w, y, dw;
+    core::Tensor x, w, y, dy, dx, dw;
   };
   std::vector<Linear> linears;
   for (auto [out, in] : std::vector<std::pair<int64_t, int64_t>>{
            {3 * h, h}, {h, h}, {4 * h, h}, {h, 4 * h}}) {
     auto x = Filled({tokens, in}), w = Filled({out, in}), y = Filled({tokens, out}),
-         dw = Filled({out, in});
-    if (!x.ok() || !w.ok() || !y.ok() || !dw.ok()) {
-      return absl::ResourceExhaustedError("calibrate: GEMM buffers");
+         dy = Filled({tokens, out}), dx = Filled({tokens, in}), dw = Filled({out, in});
+    for (const auto* t : {&x, &w, &y, &dy, &dx, &dw}) {
+      if (!t->ok()) return absl::ResourceExhaustedError("calibrate: GEMM buffers");
     }
-    linears.push_back({*x, *w, *y, *dw});
+    linears.push_back({*x, *w, *y, *dy, *dx, *dw});
   }
   std::vector<std::function<absl::Status()>> gemms;
   std::vector<double> flops;
   for (Linear& l : linears) {
-    // y stands in for dY and x for dX: the same shapes.
     gemms.push_back([&l] { return core::ops::Matmul(l.x, l.w, &l.y, {false, true}); });
-    gemms.push_back([&l] { return core::ops::Matmul(l.y, l.w, &l.x); });
-    gemms.push_back([&l] { return core::ops::Matmul(l.y, l.x, &l.dw, {true, false, 1.0f, 1.0f}); });
+    gemms.push_back([&l] { return core::ops::Matmul(l.dy, l.w, &l.dx); });
+    gemms.push_back([&l] { return core::ops::Matmul(l.dy, l.x, &l.dw, {true, false, 1.0f, 1.0f}); });
     flops.insert(flops.end(), 3, 2.0 * l.x.dim(0) * l.w.dim(0) * l.w.dim(1));
   }
   std::vector<double> best;
@@ -156,68 +157,6 @@ absl::StatusOr<double> TimeLayerGemms(int64_t h, double* peak) {
   if (!sum.ok()) return sum.status();
   for (size_t i = 0; i < best.size(); ++i) *peak = std::max(*peak, flops[i] / best[i]);
   return *sum;
-}
-
-// One GPT-2 layer's element-wise kernels (unfused, as the trainer runs them on
-// the CPU: LayerNorm, bias adds, GELU, residual adds), forward and backward,
-// on T tokens of hidden size h: SumOfSustained. Each call takes the next of 8
-// copies of the layer's tensors (together larger than a CPU's L2): in a step
-// an element-wise kernel reads activations another kernel wrote a while ago,
-// not the ones it has just read.
-absl::StatusOr<double> TimeLayerElementwise(int64_t tokens, int64_t h) {
-  struct Set {
-    core::Tensor x, y, z, qkv, up, up2, up3, gamma, beta, dgamma, dbeta, mean, rstd, b1, b3, b4;
-  };
-  std::vector<Set> sets;
-  for (int i = 0; i < 8; ++i) {
-    Set set;
-    for (auto [t, shape] : std::vector<std::pair<core::Tensor*, core::Shape>>{
-             {&set.x, {tokens, h}}, {&set.y, {tokens, h}}, {&set.z, {tokens, h}},
-             {&set.qkv, {tokens, 3 * h}}, {&set.up, {tokens, 4 * h}}, {&set.up2, {tokens, 4 * h}},
-             {&set.up3, {tokens, 4 * h}}, {&set.gamma, {h}}, {&set.beta, {h}}, {&set.dgamma, {h}},
-             {&set.dbeta, {h}}, {&set.mean, {tokens}}, {&set.rstd, {tokens}}, {&set.b1, {h}},
-             {&set.b3, {3 * h}}, {&set.b4, {4 * h}}}) {
-      absl::StatusOr<core::Tensor> filled = Filled(shape);
-      if (!filled.ok()) return filled.status();
-      *t = *std::move(filled);
-    }
-    sets.push_back(std::move(set));
-  }
-  // Each kernel: a function of one set, called on the sets in turn.
-  using Kernel = std::function<absl::Status(Set&)>;
-  namespace ops = core::ops;
-  const std::vector<Kernel> layer = {
-      // Forward: LN, QKV and projection biases, residual add, LN, up bias, GELU, down bias, add.
-      [](Set& s) { return ops::LayerNormForward(s.x, s.gamma, s.beta, 1e-5f, &s.y, &s.mean, &s.rstd); },
-      [](Set& s) { return ops::BiasAddForward(s.qkv, s.b3, &s.qkv); },
-      [](Set& s) { return ops::BiasAddForward(s.y, s.b1, &s.y); },
-      [](Set& s) { return ops::Add(s.x, s.y, &s.z); },
-      [](Set& s) { return ops::LayerNormForward(s.z, s.gamma, s.beta, 1e-5f, &s.y, &s.mean, &s.rstd); },
-      [](Set& s) { return ops::BiasAddForward(s.up, s.b4, &s.up); },
-      [](Set& s) { return ops::GeluForward(s.up, &s.up2); },
-      [](Set& s) { return ops::BiasAddForward(s.y, s.b1, &s.y); },
-      [](Set& s) { return ops::Add(s.z, s.y, &s.x); },
-      // Backward: the bias gradients, GELU's, both LayerNorms', the residual gradients' adds.
-      [](Set& s) { return ops::BiasAddBackward(s.y, &s.b1); },
-      [](Set& s) { return ops::GeluBackward(s.up, s.up2, &s.up3); },
-      [](Set& s) { return ops::BiasAddBackward(s.up3, &s.b4); },
-      [](Set& s) {
-        return ops::LayerNormBackward(s.y, s.z, s.gamma, s.mean, s.rstd, &s.x, &s.dgamma, &s.dbeta);
-      },
-      [](Set& s) { return ops::Add(s.x, s.y, &s.z); },
-      [](Set& s) { return ops::BiasAddBackward(s.y, &s.b1); },
-      [](Set& s) { return ops::BiasAddBackward(s.qkv, &s.b3); },
-      [](Set& s) {
-        return ops::LayerNormBackward(s.z, s.x, s.gamma, s.mean, s.rstd, &s.y, &s.dgamma, &s.dbeta);
-      },
-      [](Set& s) { return ops::Add(s.z, s.y, &s.x); },
-  };
-  std::vector<std::function<absl::Status()>> kernels;
-  size_t next = 0;
-  for (const Kernel& k : layer) {
-    kernels.push_back([&sets, &next, k] { return k(sets[next++ % sets.size()]); });
-  }
-  return SumOfSustained(kernels);
 }
 
 // Flash attention forward and backward (b = 1, 8 heads of 64, causal) at
@@ -269,10 +208,6 @@ CpuRates CpuRatesFromTimes(const CpuTimes& t) {
     // Each point at the layer's mean GEMM size; three GEMMs of each size per set.
     r.gemm_efficiency.push_back(point(flops / 4, std::min(1.0, 3 * flops / seconds / t.peak_flops)));
   }
-  // The time model's element-wise bytes of one GPT-2 layer (TP 1, no SP, GELU MLP: forward
-  // 12·X + (2·4 + 4)·X, backward twice that, X = T·h·4; time_model.cc) over their time.
-  const double x = 4.0 * t.elementwise_tokens * t.elementwise_hidden;
-  r.elementwise_bandwidth = 3 * 24 * x / t.elementwise;
   for (const CpuTimes::Attention& a : t.attention) {
     const double flops = 2.0 * a.seq * a.seq * a.heads * a.head_dim;  // QKᵀ and PV, causal half
     r.attention_efficiency.push_back(point(flops, std::min(1.0, flops / a.forward / t.peak_flops)));
@@ -290,9 +225,6 @@ absl::StatusOr<std::string> Calibrate() {
     if (!t.ok()) return t.status();
     times.layer_gemms.push_back({h, *t});
   }
-  auto elementwise = TimeLayerElementwise(times.elementwise_tokens, times.elementwise_hidden);
-  if (!elementwise.ok()) return elementwise.status();
-  times.elementwise = *elementwise;
   for (int64_t s : {128, 512, 2048}) {
     auto t = TimeAttention(s);
     if (!t.ok()) return t.status();
@@ -338,17 +270,16 @@ absl::StatusOr<std::string> Calibrate() {
   return absl::StrCat(
       "# Measured by `bazel run //train:plan -- --calibrate` (plan/calibrate.cc), each kernel\n"
       "# back to back for 25 ms windows, through core/ops: a GPT layer's f32 GEMMs (forward NT,\n"
-      "# dX NN, dW TN) at h = 64 .. 1024, one GPT-2 layer's element-wise kernels (T = h = 512),\n"
-      "# flash attention (8 heads of 64, s = 128, 512, 2048), Adam over 4M elements; a 64 MiB\n"
-      "# memcpy; the local backend's collectives between two threads (bus bandwidth from 4 MiB\n"
-      "# minus the 8 B latency).\n",
+      "# dX NN, dW TN) at h = 64 .. 1024, flash attention (8 heads of 64, s = 128, 512, 2048),\n"
+      "# Adam over 4M elements; a 64 MiB memcpy (also the element-wise kernels' rate); the local\n"
+      "# backend's collectives between two threads (bus bandwidth from 4 MiB minus the 8 B\n"
+      "# latency).\n",
       absl::StrFormat("name: \"cpu-%u-cores (calibrated)\"\n", cores),
       "source: \"//train:plan --calibrate\"\n",
       absl::StrFormat("device_memory_bytes: %.6g  # the host's RAM (ranks share it)\n",
                       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE)),
       absl::StrFormat("peak_flops: %.6g\n", rates.peak_flops), gemm,
       absl::StrFormat("memory_bandwidth: %.6g\n", bandwidth),
-      absl::StrFormat("elementwise_bandwidth: %.6g\n", rates.elementwise_bandwidth),
       absl::StrFormat("optimizer_bandwidth: %.6g\n", rates.optimizer_bandwidth),
       "devices_per_node: 64\nranks_share_compute: true\ncompute_dtype_bytes: 4\n", attention,
       absl::StrFormat("attention_backward_ratio: %.3f\n", rates.attention_backward_ratio),

@@ -8,12 +8,14 @@
 //     linear layer runs them (forward x·wᵀ, dX = dY·w, dW += dYᵀ·x), at
 //     hidden sizes 64 .. 1024: on a CPU the weight gradient's transposed A
 //     can run at half the forward's rate, which square GEMMs never show;
-//   - the element-wise rate from one GPT-2 layer's LayerNorm, bias, GELU and
-//     residual kernels (the time model's byte count over their time);
 //   - flash attention's rate by size (attention_curve) and its backward over
 //     its forward (attention_backward_ratio);
 //   - Adam's rate over its bytes (optimizer_bandwidth);
-//   - a memcpy (memory_bandwidth), and the local backend's all-reduce /
+//   - a memcpy (memory_bandwidth: also the element-wise kernels' rate; one
+//     GPT-2 layer's LayerNorm, bias, GELU and residual kernels timed alone ran
+//     2.5-3x faster per byte than the same kernels inside a training step on
+//     the AMD EPYC of 2026-12-07, the memcpy within 20 %: so the file leaves
+//     elementwise_bandwidth to hand-written files), and the local backend's all-reduce /
 //     all-gather / reduce-scatter / all-to-all between two ranks (threads)
 //     at 8 B and 4 MiB (latency, bus bandwidth).
 // plan/testdata/cpu.textproto is its output on the machine named there.
@@ -37,8 +39,6 @@ struct CpuTimes {
   double peak_flops = 0;  // the fastest GEMM's FLOP/s
   // (h, one set of a layer's 4 linear GEMMs × 3 forms at T = max(256, h) tokens).
   std::vector<std::pair<int64_t, double>> layer_gemms;
-  int64_t elementwise_tokens = 512, elementwise_hidden = 512;
-  double elementwise = 0;  // one GPT-2 layer's element-wise kernels, forward + backward
   struct Attention {
     int64_t seq = 0, heads = 0, head_dim = 0;  // b = 1, causal
     double forward = 0, backward = 0;
@@ -51,15 +51,13 @@ struct CpuTimes {
 // The hardware file's rates from those times (the arithmetic, tested alone):
 //   gemm_efficiency at each h: the set's FLOPs (3 × 2·T·h²·12) over its time,
 //     over peak, at the set's mean GEMM (2·T·h²·3), capped at 1
-//   elementwise_bandwidth = the time model's bytes of that layer (3 × 24·T·h·4:
-//     forward 12·X + (2·4 + 4)·X, backward twice) / time
 //   attention_curve: causal FLOPs 2·s²·heads·d / forward time / peak
 //   attention_backward_ratio: mean backward / forward
 //   optimizer_bandwidth = elements · 32 B (the model's 7·4 + 4) / time
 struct CpuRates {
   double peak_flops = 0;
   std::vector<GemmPoint> gemm_efficiency, attention_efficiency;
-  double elementwise_bandwidth = 0, attention_backward_ratio = 0, optimizer_bandwidth = 0;
+  double attention_backward_ratio = 0, optimizer_bandwidth = 0;
 };
 CpuRates CpuRatesFromTimes(const CpuTimes& times);
 

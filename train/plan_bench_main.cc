@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
       rates = absl::StrFormat(
           " %.1f, %.1f, %.1f |",
           hw->peak_flops() * loom::plan::GemmEfficiency(*hw, 1e8) / 1e9,
-          hw->elementwise_bandwidth() / 1e9, 1.67772e7 / loom::plan::AttentionSeconds(*hw, 1.67772e7) / 1e9);
+          1.0 / loom::plan::ElementwiseSeconds(*hw, 1e9), 1.67772e7 / loom::plan::AttentionSeconds(*hw, 1.67772e7) / 1e9);
     }
     std::printf("| %s%s | %.4f | %.4f (%.4f, %.4f, %.4f) | %+.0f%% | %.1f |%s\n",
                 (loom::plan::DescribeLayout(finalized) + " " +
