@@ -647,6 +647,11 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
     std::string text;
   };
   std::vector<Hint> hints;
+  // What the strategy shards is sharded over the ranks that share the
+  // gradients, DP (x CP), or one of --num-distributed-optimizer-instances'
+  // instances of them.
+  const int instances = c.num_distributed_optimizer_instances;
+  const int shards = g.dp() * g.cp() / instances;
   hints.push_back({s.peak_of(C::kParameters) + s.peak_of(C::kGradients), "parameters + gradients",
                    c.optimizer.shard_params
                        ? absl::StrFormat("--data-parallel-sharding-strategy=optim_grads_params "
@@ -656,8 +661,7 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
                                          "--tensor-model-parallel-size and "
                                          "--pipeline-model-parallel-size divide them (now TP %d "
                                          "x PP %d)",
-                                         g.dp() * g.cp() / c.num_distributed_optimizer_instances,
-                                         g.tp(), g.pp())
+                                         shards, g.tp(), g.pp())
                    : c.optimizer.shard_gradients
                        ? absl::StrFormat("%d B per parameter of this rank (f32 master%s), and "
                                          "--data-parallel-sharding-strategy=optim_grads keeps "
@@ -666,18 +670,13 @@ std::vector<std::string> MemoryHints(const TrainConfig& c, const comm::Grid& g,
                                          "--pipeline-model-parallel-size divide them (now TP %d "
                                          "x PP %d)",
                                          c.bf16 ? 6 : 4, c.bf16 ? ", bf16 compute copy" : "",
-                                         g.dp() * g.cp() / c.num_distributed_optimizer_instances,
-                                         g.tp(), g.pp())
+                                         shards, g.tp(), g.pp())
                        : absl::StrFormat("%d B per parameter of this rank (f32 master and "
                                          "gradient%s); --tensor-model-parallel-size and "
                                          "--pipeline-model-parallel-size divide them (now TP %d "
                                          "x PP %d)",
                                          c.bf16 ? 10 : 8, c.bf16 ? ", bf16 compute copy" : "",
                                          g.tp(), g.pp())});
-  // ZeRO-1 shards over the ranks that share the gradients: DP (x CP), or
-  // one of --num-distributed-optimizer-instances' instances of them.
-  const int instances = c.num_distributed_optimizer_instances;
-  const int shards = g.dp() * g.cp() / instances;
   std::string over = g.cp() > 1 ? absl::StrFormat("DP x CP %d", g.dp() * g.cp())
                                 : absl::StrFormat("DP %d", g.dp());
   if (instances > 1) {
