@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -177,13 +178,13 @@ StageLayers LayersOfStage(const train::TrainConfig& c, int pp_rank) {
 // --ddp-bucket-size, a bigger segment a bucket of its own, a word embedding
 // tied across stages a bucket alone. Units are numbered in forward order
 // (the backward runs them in reverse); each bucket lists the units that read
-// and write it (the head reads the table the embedding owns at PP 1).
+// and write it (the head reads the table the embedding owns at PP 1 and in
+// the V: a guest of that bucket).
 struct StageBucket {
   int64_t len;
   bool alone;
-  std::vector<int> units;  // sorted
-  int first_unit() const { return units.front(); }
-  int last_unit() const { return units.back(); }
+  std::vector<int> units;   // sorted
+  std::vector<int> guests;  // units that write it but own none of its slots
 };
 std::vector<StageBucket> StageBuckets(const train::TrainConfig& c, int pp_rank, int* num_units) {
   const layers::GptConfig& m = c.model;
@@ -192,25 +193,20 @@ std::vector<StageBucket> StageBuckets(const train::TrainConfig& c, int pp_rank, 
   const bool first = HoldsFirst(c, pp_rank), last = HoldsLast(c, pp_rank);
   // A tied table on two stages (not at PP 1, nor in the V, whose stage 0 holds both ends).
   const bool tied_across = m.tied_output_layer() && !(first && last);
-  struct Segment {
-    int64_t len;
-    bool alone;
-    std::vector<int> units;
-  };
-  std::vector<Segment> segments;
+  std::vector<StageBucket> segments;  // one per unit (two for a table tied across stages)
   int unit = 0;
   const std::vector<layers::ParamSpec> embedding = layers::EmbeddingParamSpecs(m, tp);
   int word_segment = -1;
   if (first) {
     if (tied_across) {
-      segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, {unit}});
+      segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, {unit}, {}});
       if (embedding.size() > 1) {
         segments.push_back({LocalPadded({embedding.begin() + 1, embedding.end()}, tp, multiple),
-                            false, {unit}});
+                            false, {unit}, {}});
       }
     } else {
       word_segment = static_cast<int>(segments.size());
-      segments.push_back({LocalPadded(embedding, tp, multiple), false, {unit}});
+      segments.push_back({LocalPadded(embedding, tp, multiple), false, {unit}, {}});
     }
     ++unit;
   }
@@ -221,7 +217,7 @@ std::vector<StageBucket> StageBuckets(const train::TrainConfig& c, int pp_rank, 
     for (int l = range->first; l < range->end(); ++l, ++unit) {
       const layers::ExpertShard shard{0, m.moe_layer(l) ? c.expert_model_parallel_size : 1};
       segments.push_back(
-          {LocalPadded(layers::BlockParamSpecs(m, l, shard), tp, multiple), false, {unit}});
+          {LocalPadded(layers::BlockParamSpecs(m, l, shard), tp, multiple), false, {unit}, {}});
     }
   }
   if (last) {
@@ -229,60 +225,240 @@ std::vector<StageBucket> StageBuckets(const train::TrainConfig& c, int pp_rank, 
     if (!m.tied_output_layer()) {
       for (const layers::ParamSpec& s : layers::OutputLayerParamSpecs(m, tp)) head.push_back(s);
     }
-    segments.push_back({LocalPadded(head, tp, multiple), false, {unit}});
-    if (tied_across) segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, {unit}});
-    // At PP 1 the output layer reads the table the embedding owns.
-    if (word_segment >= 0 && m.tied_output_layer()) segments[word_segment].units.push_back(unit);
+    segments.push_back({LocalPadded(head, tp, multiple), false, {unit}, {}});
+    if (tied_across) {
+      segments.push_back({LocalPadded({embedding[0]}, tp, multiple), true, {unit}, {}});
+    }
+    // At PP 1 (and in the V) the output layer reads the table the embedding owns.
+    if (word_segment >= 0 && m.tied_output_layer()) {
+      segments[word_segment].units.push_back(unit);
+      segments[word_segment].guests.push_back(unit);
+    }
     ++unit;
   }
   std::vector<StageBucket> buckets;  // from the back of the buffer
   const int64_t cap = std::max<int64_t>(1, c.optimizer.bucket_bytes / 4);
   for (size_t k = segments.size(); k-- > 0;) {
-    const Segment& s = segments[k];
+    const StageBucket& s = segments[k];
     if (!buckets.empty() && !buckets.back().alone && !s.alone &&
         buckets.back().len + s.len <= cap) {
       StageBucket& b = buckets.back();
       b.len += s.len;
       b.units.insert(b.units.end(), s.units.begin(), s.units.end());
       std::sort(b.units.begin(), b.units.end());
+      b.guests.insert(b.guests.end(), s.guests.begin(), s.guests.end());
     } else {
-      buckets.push_back({s.len, s.alone, s.units});
+      buckets.push_back(s);
     }
   }
+  std::reverse(buckets.begin(), buckets.end());  // buffer order
   *num_units = unit;
   return buckets;
 }
 
-// ZeRO-2's bucket buffers at their peak, in elements: one micro-batch's
-// backward over StageBuckets, a bucket bound from the first unit that writes
-// it (the head writes the tied table at PP 1, which the embedding completes)
-// to the last, and with --overlap-grad-reduce the bucket flushed last still
-// being reduce-scattered while the next runs.
+// One unit event of GradientSync's observer (layers/stage_model.h).
+struct UnitEvent {
+  bool before;  // BeforeBackward, else AfterBackward
+  int unit;
+};
+
+// The backward events of one step on stage `pp_rank`, in order, as GptModel
+// sends them (models/gpt/gpt_model.cc, BackwardChunk) for the schedule's
+// action list (pipeline::ComputeOrder): per chunk the head, the layers in
+// reverse (a recomputed run's BeforeBackwards all first), the embedding;
+// a split backward sends the BeforeBackwards at I and the AfterBackwards,
+// in the same order, at the deferred W.
+std::vector<UnitEvent> BackwardEvents(const train::TrainConfig& c, int pp_rank) {
+  const layers::GptConfig& m = c.model;
+  const pipeline::ScheduleOptions o = ScheduleOf(c);
+  const bool first = HoldsFirst(c, pp_rank);
+  const int last_virtual = o.pp * o.vp - 1;
+  struct Chunk {
+    std::vector<UnitEvent> whole, before, after;  // Backward; I's; W's
+  };
+  std::vector<Chunk> chunks;
+  int unit = first ? 1 : 0;
+  std::vector<int> first_unit;
+  for (int chunk = 0; chunk < o.vp; ++chunk) {
+    first_unit.push_back(unit);
+    auto range = pipeline::ChunkLayers(o, static_cast<int>(m.num_layers), pp_rank, chunk);
+    if (range.ok()) unit += range->count;
+  }
+  const int head = unit;
+  // GptModel's runs (RecomputePlan): --recompute-num-layers layers under
+  // full uniform recomputation, else one layer each.
+  int per = 1;
+  if (m.recompute_full() && m.recompute_method == layers::RecomputeMethod::kUniform) {
+    per = static_cast<int>(std::max<int64_t>(1, m.recompute_num_layers));
+  }
+  for (int chunk = 0; chunk < o.vp; ++chunk) {
+    Chunk ev;
+    auto run = [&](int from, int count) {  // units [from, from + count), backward order
+      for (int k = count; k-- > 0;) {
+        ev.whole.push_back({true, from + k});
+        ev.before.push_back({true, from + k});
+      }
+      for (int k = count; k-- > 0;) {
+        ev.whole.push_back({false, from + k});
+        ev.after.push_back({false, from + k});
+      }
+    };
+    const int virtual_stage = pipeline::VirtualStageOf(o, pp_rank, chunk);
+    if (virtual_stage == last_virtual) run(head, 1);
+    auto range = pipeline::ChunkLayers(o, static_cast<int>(m.num_layers), pp_rank, chunk);
+    const int n = range.ok() ? range->count : 0;
+    for (int i = (n - 1) / per * per; n > 0 && i >= 0; i -= per) {
+      run(first_unit[chunk] + i, std::min(per, n - i));
+    }
+    if (virtual_stage == 0) run(0, 1);
+    chunks.push_back(std::move(ev));
+  }
+  std::vector<UnitEvent> events;
+  for (const pipeline::Action& a : pipeline::ComputeOrder(o, pp_rank)) {
+    const Chunk& ev = chunks[a.chunk];
+    if (a.kind == pipeline::ActionKind::kBackward) {
+      events.insert(events.end(), ev.whole.begin(), ev.whole.end());
+    } else if (a.kind == pipeline::ActionKind::kBackwardInput) {
+      events.insert(events.end(), ev.before.begin(), ev.before.end());
+    } else if (a.kind == pipeline::ActionKind::kBackwardWeight) {
+      events.insert(events.end(), ev.after.begin(), ev.after.end());
+    }
+  }
+  return events;
+}
+// ZeRO-2's bucket buffers at their peak, in elements: GradientSync's pool
+// (distributed/gradient_sync.cc, gradient_shard.cc) replayed over a step's
+// backward events. A bucket is bound to a buffer at the BeforeBackward of a
+// unit that writes it and reduce-scattered at an AfterBackward once every
+// writer has run a backward since it was bound and none is still open (a
+// split backward opens a unit at I and closes it at its deferred W, so the
+// Ws of several micro-batches land in one binding); ZeRO-3 reduce-scatters a
+// bucket whose writers are not neighbours (the tied table at PP 1 and in the
+// V) after each writer instead. The pool keeps its buffers (the ledger's
+// bytes are the buffers allocated): a bucket takes the buffer it had last,
+// else the smallest free one it fits, else a new one while fewer than the
+// buckets bound + 1 (+ 1 being reduce-scattered with --overlap-grad-reduce)
+// exist, else the smallest free one reallocated. Steps repeat until the
+// pool stops growing (the second step starts from the first's pool).
 int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
   int units = 0;
   const std::vector<StageBucket> buckets = StageBuckets(c, pp_rank, &units);
-  // The backward: unit u (from the last) runs with every bucket it or a
-  // later-run unit has started and an earlier-run one has not finished bound.
-  int64_t peak = 0, flushed = 0;
-  // ZeRO-3 reduce-scatters a bucket whose writers are not neighbours (the
-  // tied table at PP 1) after each writer's backward instead.
-  auto each = [&](const StageBucket& b) {
-    return c.optimizer.shard_params && b.last_unit() - b.first_unit() + 1 !=
-                                           static_cast<int>(b.units.size());
-  };
-  auto writes = [](const StageBucket& b, int u) {
-    return std::find(b.units.begin(), b.units.end(), u) != b.units.end();
-  };
-  for (int u = units - 1; u >= 0; --u) {
-    int64_t bound = 0;
-    for (const StageBucket& b : buckets) {
-      if (each(b) ? writes(b, u) : b.last_unit() >= u && b.first_unit() <= u) bound += b.len;
+  const int nb = static_cast<int>(buckets.size());
+  const bool overlap = c.overlap_grad_reduce;
+  // Per unit, the buckets it writes in its parameters' order (its own
+  // segments in buffer order, then the table it reads as a guest).
+  std::vector<std::vector<int>> unit_buckets(units);
+  for (int b = 0; b < nb; ++b) {
+    for (int u : buckets[b].units) {
+      if (std::find(buckets[b].guests.begin(), buckets[b].guests.end(), u) ==
+          buckets[b].guests.end()) {
+        unit_buckets[u].push_back(b);
+      }
     }
-    peak = std::max(peak, bound + (c.overlap_grad_reduce ? flushed : 0));
-    for (const StageBucket& b : buckets) {
-      // Complete after u's backward.
-      if (each(b) ? writes(b, u) : b.first_unit() == u) flushed = b.len;
+  }
+  for (int b = 0; b < nb; ++b) {
+    for (int u : buckets[b].guests) unit_buckets[u].push_back(b);
+  }
+  std::vector<bool> each(nb, false);
+  for (int b = 0; b < nb; ++b) {
+    const std::vector<int>& r = buckets[b].units;
+    each[b] = c.optimizer.shard_params && r.back() - r.front() + 1 != static_cast<int>(r.size());
+  }
+  struct Buffer {
+    int64_t len;
+    bool free;
+  };
+  std::vector<Buffer> pool;
+  int64_t bytes = 0, peak = 0;
+  std::vector<int> bound(nb, -1), last(nb, -1);
+  std::deque<int> in_flight;  // buffers being reduce-scattered, oldest first
+  auto complete_oldest = [&] {
+    pool[in_flight.front()].free = true;
+    in_flight.pop_front();
+  };
+  auto bind = [&](int b) {
+    int target = static_cast<int>(std::count_if(bound.begin(), bound.end(),
+                                                [](int i) { return i >= 0; })) +
+                 1 + (overlap ? 1 : 0);
+    const int pref = last[b];
+    while (pref >= 0 && std::find(in_flight.begin(), in_flight.end(), pref) != in_flight.end()) {
+      complete_oldest();
     }
+    auto has_free = [&] {
+      return std::any_of(pool.begin(), pool.end(), [](const Buffer& x) { return x.free; });
+    };
+    while (!has_free() && static_cast<int>(pool.size()) >= target && !in_flight.empty()) {
+      complete_oldest();
+    }
+    if (!has_free()) target = std::max(target, static_cast<int>(pool.size()) + 1);
+    const int64_t len = buckets[b].len;
+    int fit = -1, smallest = -1;
+    if (pref >= 0 && pool[pref].free && pool[pref].len >= len) {
+      fit = pref;
+    } else {
+      for (int i = 0; i < static_cast<int>(pool.size()); ++i) {
+        if (!pool[i].free) continue;
+        if (pool[i].len >= len && (fit < 0 || pool[i].len < pool[fit].len)) fit = i;
+        if (smallest < 0 || pool[i].len < pool[smallest].len) smallest = i;
+      }
+    }
+    if (fit < 0) {
+      if (static_cast<int>(pool.size()) < target) {
+        fit = static_cast<int>(pool.size());
+        pool.push_back({0, true});
+      } else {
+        fit = smallest;  // released before its replacement is allocated
+        bytes -= pool[fit].len;
+      }
+      pool[fit].len = len;
+      bytes += len;
+      peak = std::max(peak, bytes);
+    }
+    pool[fit].free = false;
+    bound[b] = last[b] = fit;
+  };
+  std::vector<std::vector<int>> done(nb);  // per bucket, per writer: backwards since bound
+  auto flush = [&](int b) {
+    in_flight.push_back(bound[b]);
+    bound[b] = -1;
+    std::fill(done[b].begin(), done[b].end(), 0);
+    if (!overlap) complete_oldest();
+  };
+  const std::vector<UnitEvent> events = BackwardEvents(c, pp_rank);
+  for (int step = 0; step < 4; ++step) {
+    const int64_t before = peak;
+    std::vector<int> open(units, 0);
+    for (int b = 0; b < nb; ++b) done[b].assign(buckets[b].units.size(), 0);
+    for (const UnitEvent& e : events) {
+      if (e.before) {
+        ++open[e.unit];
+        // The largest first (GradientSync::BeforeBackward).
+        std::vector<int> order = unit_buckets[e.unit];
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int b) { return buckets[a].len > buckets[b].len; });
+        for (int b : order) {
+          if (bound[b] < 0) bind(b);
+        }
+        continue;
+      }
+      --open[e.unit];
+      for (int b : unit_buckets[e.unit]) {
+        const std::vector<int>& writers = buckets[b].units;
+        ++done[b][std::find(writers.begin(), writers.end(), e.unit) - writers.begin()];
+        const bool still_open =
+            std::any_of(writers.begin(), writers.end(), [&](int w) { return open[w] > 0; });
+        if (bound[b] >= 0 && !still_open &&
+            (each[b] || std::find(done[b].begin(), done[b].end(), 0) == done[b].end())) {
+          flush(b);
+        }
+      }
+    }
+    // FinishGradients: what is still bound, from the back; then every flush.
+    for (int b = nb; b-- > 0;) {
+      if (bound[b] >= 0) flush(b);
+    }
+    while (!in_flight.empty()) complete_oldest();
+    if (step > 0 && peak == before) break;
   }
   return peak;
 }
@@ -377,14 +553,12 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     // ZeRO-1 shards, experts over EP), the f64 scalar it is all-reduced in.
     const bool split_norm = t * pp > 1 || c.expert_model_parallel_size > 1 ||
                             (c.optimizer.distributed && shard > 1);
-    // ZeRO-1 shards the experts over DP / EP (their replicas), the rest over DP x CP.
+    // ZeRO-1 shards the experts over their replicas (DP / EP x CP), the rest
+    // over DP x CP; both within an instance.
     const double experts = static_cast<double>(StageExpertParameters(c, r));
-    const double owned = (n - experts) / shard + experts / (group / c.expert_model_parallel_size);
+    const double owned = (n - experts) / shard + experts / (shard / c.expert_model_parallel_size);
     const double adam = c.optimizer.distributed ? 8 * owned : 8 * n;
-    // ZeRO-2 keeps the owned shard and transient bucket buffers: the bucket
-    // being written (and with --overlap-grad-reduce one reduce-scattering
-    // behind it), and on a stage that holds both ends of a tied word
-    // embedding that table's bucket, bound for the whole backward.
+    // ZeRO-2 keeps the owned shard and the bucket pool (ShardedBucketPeak).
     m.gradients = 4 * n;
     if (c.optimizer.shard_gradients) {
       m.gradients = 4 * owned + 4.0 * static_cast<double>(ShardedBucketPeak(c, r));
@@ -438,7 +612,12 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     // A DP bucket: ZeRO-1 stages the whole bucket (reduce-scatter, all-gather),
     // the all-reduce its (g - 1)/g ring share.
     if (group > 1) {
-      const double bucket = std::min<double>(c.optimizer.bucket_bytes, m.gradients);
+      // The largest bucket (whole units: a unit above --ddp-bucket-size is
+      // a bucket of its own).
+      int units = 0;
+      int64_t largest = 0;
+      for (const StageBucket& b : StageBuckets(c, r, &units)) largest = std::max(largest, b.len);
+      const double bucket = 4.0 * static_cast<double>(largest);
       comm += c.optimizer.distributed ? bucket : bucket * (group - 1) / group;
     }
     if (t > 1) comm += a.x_full;
@@ -478,18 +657,21 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
                                : "",
       st.bytes.parameters / gib,
       c.optimizer.shard_gradients
-          ? " / (DP x CP / N) + the bucket buffers bound at once (optim_grads: the buckets a unit's "
-            "backward writes, the tied table's from the head to the embedding at PP 1, + the one "
-            "reduce-scattering with --overlap-grad-reduce)"
+          ? " / (DP x CP / N) + the bucket pool at its peak (optim_grads: GradientSync's buffers "
+            "replayed over the step's backward events; a bucket bound from a writer's backward, "
+            "or I, to the last writer's, or W, + one reduce-scattering with "
+            "--overlap-grad-reduce)"
           : "",
       st.bytes.gradients / gib,
       !c.optimizer.distributed ? ""
       : c.expert_model_parallel_size > 1
           ? absl::StrFormat(
-                " / %d, its %d expert elements / %d (DP / EP x CP)",
-                c.data_parallel_size * c.context_parallel_size,
+                " / %d, its %d expert elements / %d (DP / EP x CP / N)",
+                c.data_parallel_size * c.context_parallel_size /
+                    c.num_distributed_optimizer_instances,
                 StageExpertParameters(c, st.pp_rank),
-                c.data_parallel_size * c.context_parallel_size / c.expert_model_parallel_size)
+                c.data_parallel_size * c.context_parallel_size / c.expert_model_parallel_size /
+                    c.num_distributed_optimizer_instances)
           : absl::StrCat(" / ", c.data_parallel_size * c.context_parallel_size /
                                      c.num_distributed_optimizer_instances),
       st.bytes.optimizer / gib);
@@ -500,7 +682,7 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       "  K_layer = %s = %.0f B\n"
       "  activations   = a K_chunk + K_head + W + R, a = %d chunk activations in flight "
       "(pipeline simulator) = %.3f GiB\n"
-      "  communication = one DP bucket + one hidden state for TP%s = %.3f GiB\n"
+      "  communication = the largest DP bucket + one hidden state for TP%s = %.3f GiB\n"
       "  total         = %.3f GiB\n",
       a.x_full, a.x_seq, a.lse,
       c.sequence_parallel ? "16 X/TP + N/TP + P" : "(4 + 12/TP) X + N + P (GPT-2 shape)",

@@ -10,7 +10,9 @@
 //   optimizer    8·n_pad / g with ZeRO-1, else 8·n_pad  (Adam m, v)
 //     (g here: the ranks the strategy shards over, DP·CP / N with
 //     --num-distributed-optimizer-instances N; the padding stays DP·CP's)
-//   ZeRO-2 (optim_grads): gradients 4·n_pad / g + the bucket buffers bound
+//   ZeRO-2 (optim_grads): gradients 4·n_pad / g + GradientSync's bucket pool
+//     at its peak (replayed over the step's backward events from the schedule's
+//     action list: split backwards hold buckets from I to W)
 //   ZeRO-3 (optim_grads_params): also parameters 4·n_pad / g, and the
 //     gathered buckets (4 B, + 2 with --bf16, per element; GatheredParamPeak)
 //     under communication
