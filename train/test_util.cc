@@ -1,9 +1,11 @@
 #include "train/test_util.h"
 
+#include <memory>
 #include <mutex>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "comm/testing/host_staged_communicator.h"
 #include "comm/testing/ranks_as_threads.h"
 #include "gtest/gtest.h"
 #include "train/data/indexed_dataset.h"
@@ -111,7 +113,14 @@ RunResult Run(const train::TrainConfig& config, const Layout& l, TrainerHook aft
   train::TrainConfig c = config;
   result.status = train::Finalize(&c, world);
   if (!result.status.ok()) return result;
-  auto run = [&](int r, comm::Communicator* comm) -> absl::Status {
+  auto run = [&](int r, comm::Communicator* host) -> absl::Status {
+    // A device run's collectives move device memory, as NCCL's do: staged
+    // through the host (so a host tensor handed to them is refused).
+    std::unique_ptr<comm::Communicator> staged;
+    if (!c.model.device.is_cpu()) {
+      staged = std::make_unique<comm::testing::HostStagedCommunicator>(host, c.model.device);
+    }
+    comm::Communicator* comm = staged ? staged.get() : host;
     auto t = train::Trainer::Create(c, comm, [&result, &on_log, r](const std::string& line) {
       if (r != 0) return;
       result.log.push_back(line);

@@ -58,7 +58,11 @@ using TrainerHook = std::function<void(int rank, train::Trainer&)>;
 // Called with each of rank 0's log lines as it is logged (from its thread).
 using LogHook = std::function<void(const std::string& line)>;
 // Creates a Trainer on every rank of a local world (ranks as threads,
-// //comm/testing:ranks_as_threads) and runs Train(). `after_create` runs
+// //comm/testing:ranks_as_threads) and runs Train(). A config on a device
+// (--device=cuda: the fake device of //core/ops:fake_device in tests) gets
+// each rank's communicator staged onto that device
+// (//comm/testing:host_staged), so multi-rank device runs move device
+// memory through their collectives as they would over NCCL. `after_create` runs
 // before Train(), `after_train` after a successful one.
 RunResult Run(const train::TrainConfig& config, const Layout& layout,
               TrainerHook after_create = nullptr, TrainerHook after_train = nullptr,

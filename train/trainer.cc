@@ -815,22 +815,34 @@ absl::Status Trainer::EnsureHostMirror() {
                         Tensor::Zeros(optimizer_->exp_avg().shape(), core::DType::kF32));
   LOOM_ASSIGN_OR_RETURN(host_exp_avg_sq_,
                         Tensor::Zeros(optimizer_->exp_avg_sq().shape(), core::DType::kF32));
+  if (const Tensor owned = gradients_->owned_values(); owned.defined()) {  // ZeRO-3
+    LOOM_ASSIGN_OR_RETURN(host_owned_values_, Tensor::Zeros(owned.shape(), core::DType::kF32));
+  }
   return absl::OkStatus();
 }
 
 absl::Status Trainer::StageToHost() {
   LOOM_RETURN_IF_ERROR(EnsureHostMirror());
   if (!host_params_) return absl::OkStatus();
-  Tensor values = host_params_->flat_values();  // a handle: the copy fills the mirror
-  LOOM_RETURN_IF_ERROR(core::ops::Copy(model_->params().flat_values(), &values));
+  if (host_owned_values_.defined()) {  // ZeRO-3: the model holds no values, the shard does
+    LOOM_RETURN_IF_ERROR(core::ops::Copy(gradients_->owned_values(), &host_owned_values_));
+  } else {
+    Tensor values = host_params_->flat_values();  // a handle: the copy fills the mirror
+    LOOM_RETURN_IF_ERROR(core::ops::Copy(model_->params().flat_values(), &values));
+  }
   LOOM_RETURN_IF_ERROR(core::ops::Copy(optimizer_->exp_avg(), &host_exp_avg_));
   return core::ops::Copy(optimizer_->exp_avg_sq(), &host_exp_avg_sq_);
 }
 
 absl::Status Trainer::UnstageFromHost() {
   if (!host_params_) return absl::OkStatus();
-  Tensor values = model_->params().flat_values();
-  LOOM_RETURN_IF_ERROR(core::ops::Copy(host_params_->flat_values(), &values));
+  if (host_owned_values_.defined()) {
+    LOOM_RETURN_IF_ERROR(
+        core::ops::Copy(host_owned_values_, gradients_->mutable_owned_values()));
+  } else {
+    Tensor values = model_->params().flat_values();
+    LOOM_RETURN_IF_ERROR(core::ops::Copy(host_params_->flat_values(), &values));
+  }
   LOOM_RETURN_IF_ERROR(core::ops::Copy(host_exp_avg_, &optimizer_->mutable_exp_avg()));
   return core::ops::Copy(host_exp_avg_sq_, &optimizer_->mutable_exp_avg_sq());
 }
@@ -842,7 +854,8 @@ checkpoint::RankView Trainer::CheckpointView() {
   v.exp_avg = host_params_ ? &host_exp_avg_ : &optimizer_->mutable_exp_avg();
   v.exp_avg_sq = host_params_ ? &host_exp_avg_sq_ : &optimizer_->mutable_exp_avg_sq();
   v.moment_ranges = optimizer_->owned();
-  v.values = gradients_->mutable_owned_values();  // ZeRO-3; null otherwise
+  v.values = host_owned_values_.defined() ? &host_owned_values_
+                                          : gradients_->mutable_owned_values();  // ZeRO-3
   v.tp_rank = coord_.tp_rank;
   v.dp_rank = GradientGroup()->rank();  // CP ranks hold the same parameters: DP x CP rank
   v.expert_dp_rank = expert_dp_ ? expert_dp_->rank() : v.dp_rank;

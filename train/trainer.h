@@ -213,6 +213,7 @@ class Trainer {
   FaultInjector faults_;  // LOOM_FAULT (tests only): empty unless set
   std::unique_ptr<layers::ParamBuffer> host_params_;  // device runs only
   core::Tensor host_exp_avg_, host_exp_avg_sq_;
+  core::Tensor host_owned_values_;  // device runs under ZeRO-3: the owned values' mirror
   // Megatron's timers (--timing-log-level); with --profile also the spans.
   Timers timers_;
   ExecutorTimers executor_timers_{&timers_};

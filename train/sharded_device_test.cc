@@ -1,0 +1,163 @@
+// Data parallelism on --device=cuda without a GPU: every rank trains on the
+// fake device of //core/ops:fake_device (device memory behind poisoned
+// pointers: a host access crashes) and its collectives move device memory
+// through //comm/testing:host_staged, as NCCL's would. Each layout, under
+// each sharding strategy (no_shard, ZeRO-1, -2, -3) with and without the
+// overlaps, must reproduce the same layout's CPU run bit for bit (the kernels
+// are the CPU's): the losses and the final gradient norm. That proves the
+// device path of the gradient buckets, the shards, the ZeRO-3 gathers and the
+// optimizer; NCCL's streams are a GPU run's to prove (docs/DEVICE_CHECK.md).
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/ops/testing/fake_device.h"
+#include "gtest/gtest.h"
+#include "train/test_util.h"
+
+namespace loom::train {
+namespace {
+
+using core::ops::testing::ScopedFakeDevice;
+using testing::Layout;
+using testing::OptimGrads;
+using testing::OptimGradsParams;
+
+constexpr int kIters = 4;
+
+// Bit for bit needs the CPU's attention on the device too (the device's
+// default is the kernel manifest's; //train:device_plumbing_test).
+const bool kSameAttentionAsTheCpu = [] {
+  setenv("LOOM_KERNEL_IMPL", "attention=flash", 1);
+  return true;
+}();
+
+Layout Dist(Layout l) {  // ZeRO-1: --use-distributed-optimizer
+  l.distributed = true;
+  return l;
+}
+Layout Overlapped(Layout l, bool param_gather) {
+  l.overlap = true;
+  l.param_gather = param_gather;
+  return l;
+}
+
+TrainConfig Config(const Layout& l, bool llama, int iters = kIters) {
+  return llama ? testing::TinyLlamaConfig(l, iters) : testing::TinyConfig(l, iters);
+}
+
+// The same layout on the CPU and on the fake device: equal losses and final
+// gradient norm, and the device run's kernels went through the device table.
+void ExpectDeviceRunIsTheCpuRun(const Layout& l, bool llama) {
+  ASSERT_TRUE(kSameAttentionAsTheCpu);
+  const std::string what = (llama ? "Llama-style " : "GPT-2 ") + l.Describe();
+  const testing::Curve cpu = testing::TrainCurve(Config(l, llama), l);
+  ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kIters)) << what;
+
+  ScopedFakeDevice device;
+  TrainConfig c = Config(l, llama);
+  c.device = DeviceKind::kCuda;
+  const long calls = ScopedFakeDevice::kernel_calls();
+  const testing::Curve gpu = testing::TrainCurve(c, l);
+  EXPECT_GT(ScopedFakeDevice::kernel_calls(), calls + 100 * l.world())
+      << what << ": the kernels must have run through the device table";
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size()) << what;
+  for (size_t i = 0; i < cpu.losses.size(); ++i) {
+    EXPECT_EQ(gpu.losses[i], cpu.losses[i]) << what << ", iteration " << i + 1;
+  }
+  EXPECT_GT(cpu.grad_norm, 0) << what;
+  EXPECT_EQ(gpu.grad_norm, cpu.grad_norm) << what;
+}
+
+const Layout kDp2{1, 1, 2};
+
+TEST(ShardedDeviceTest, NoShard) {
+  ExpectDeviceRunIsTheCpuRun(kDp2, false);
+  ExpectDeviceRunIsTheCpuRun(Overlapped(kDp2, false), false);
+}
+
+TEST(ShardedDeviceTest, OptimZero1) {
+  ExpectDeviceRunIsTheCpuRun(Dist(kDp2), false);
+  ExpectDeviceRunIsTheCpuRun(Overlapped(Dist(kDp2), true), false);
+}
+
+TEST(ShardedDeviceTest, OptimGradsZero2) {
+  ExpectDeviceRunIsTheCpuRun(OptimGrads(kDp2), false);
+  ExpectDeviceRunIsTheCpuRun(Overlapped(OptimGrads(kDp2), false), false);
+}
+
+TEST(ShardedDeviceTest, OptimGradsParamsZero3) {
+  ExpectDeviceRunIsTheCpuRun(OptimGradsParams(kDp2), false);
+  ExpectDeviceRunIsTheCpuRun(Overlapped(OptimGradsParams(kDp2), true), false);
+}
+
+// TP 2 (with SP) x DP 2 and PP 2 x DP 2 (the tied embedding summed over the
+// end stages) under ZeRO-2 and ZeRO-3.
+TEST(ShardedDeviceTest, TensorAndPipelineParallelUnderZero2AndZero3) {
+  const Layout tp2_dp2{2, 1, 2, 0, true};
+  const Layout pp2_dp2{1, 2, 2};
+  ExpectDeviceRunIsTheCpuRun(OptimGrads(tp2_dp2), false);
+  ExpectDeviceRunIsTheCpuRun(Overlapped(OptimGradsParams(tp2_dp2), true), false);
+  ExpectDeviceRunIsTheCpuRun(Overlapped(OptimGrads(pp2_dp2), false), false);
+  ExpectDeviceRunIsTheCpuRun(Overlapped(OptimGradsParams(pp2_dp2), true), false);
+}
+
+// RMSNorm, RoPE, SwiGLU, GQA and the untied output layer.
+TEST(ShardedDeviceTest, LlamaStyle) {
+  ExpectDeviceRunIsTheCpuRun(Overlapped(OptimGrads(kDp2), false), true);
+  ExpectDeviceRunIsTheCpuRun(Overlapped(OptimGradsParams(kDp2), true), true);
+  ExpectDeviceRunIsTheCpuRun(OptimGradsParams({2, 1, 2, 0, true}), true);
+  ExpectDeviceRunIsTheCpuRun(OptimGrads({1, 2, 2}), true);
+}
+
+// Runs `save_layout` for kRun steps saving at kSaveAt, then resumes that
+// checkpoint under `load_layout`; `save_on_device` / `load_on_device` put the
+// halves on the fake device. Both runs' losses.
+struct SavedAndResumed {
+  std::vector<double> saved, resumed;
+};
+constexpr int kRun = 6, kSaveAt = 3;
+SavedAndResumed SaveThenResume(const Layout& save_layout, bool save_on_device,
+                               const Layout& load_layout, bool load_on_device,
+                               const std::string& name) {
+  const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/" + name;
+  // Same flags in both halves (the LR schedule depends on --train-iters).
+  TrainConfig save = Config(save_layout, false, kRun);
+  save.save = dir;
+  save.save_interval = kSaveAt;
+  TrainConfig load = Config(load_layout, false, kRun);
+  load.load = dir;
+  load.checkpoint.load_iteration = kSaveAt;
+  ScopedFakeDevice device;
+  if (save_on_device) save.device = DeviceKind::kCuda;
+  if (load_on_device) load.device = DeviceKind::kCuda;
+  SavedAndResumed out;
+  testing::RunResult a = testing::Run(save, save_layout);
+  EXPECT_TRUE(a.status.ok()) << name << ": " << a.status;
+  testing::RunResult b = testing::Run(load, load_layout);
+  EXPECT_TRUE(b.status.ok()) << name << ": " << b.status;
+  EXPECT_EQ(b.losses.size(), static_cast<size_t>(kRun - kSaveAt)) << name;
+  return {a.losses, b.losses};
+}
+
+// A checkpoint saved by a ZeRO-3 run on the device (staged through a host
+// mirror of each rank's owned values and moments) loads on the CPU under
+// ZeRO-1 and continues exactly as the one the same run saved on the CPU; and
+// a ZeRO-1 CPU checkpoint resumes under ZeRO-3 on the device exactly as on
+// the CPU.
+TEST(ShardedDeviceTest, Zero3CheckpointsMoveBetweenDeviceAndCpu) {
+  const Layout zero3 = Overlapped(OptimGradsParams(kDp2), true);
+  const Layout zero1 = Dist(kDp2);
+  const SavedAndResumed cpu = SaveThenResume(zero3, false, zero1, false, "zero3_cpu");
+  const SavedAndResumed gpu = SaveThenResume(zero3, true, zero1, false, "zero3_device");
+  EXPECT_EQ(gpu.saved, cpu.saved) << "the ZeRO-3 run that saved";
+  EXPECT_EQ(gpu.resumed, cpu.resumed) << "the CPU's ZeRO-1 steps after the device's checkpoint";
+
+  const SavedAndResumed cpu_back = SaveThenResume(zero1, false, zero3, false, "zero1_cpu");
+  const SavedAndResumed gpu_back = SaveThenResume(zero1, false, zero3, true, "zero1_to_device");
+  EXPECT_EQ(gpu_back.resumed, cpu_back.resumed) << "ZeRO-3 on the device after a CPU checkpoint";
+}
+
+}  // namespace
+}  // namespace loom::train
