@@ -76,10 +76,13 @@ absl::Status DistributedOptimizerInstances(const TrainConfig& c) {
         c.pipeline_model_parallel_size, " x --context-parallel-size ", c.context_parallel_size,
         ")): each instance holds DP / N ranks"));
   }
-  if (c.expert_model_parallel_size > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--num-distributed-optimizer-instances=", n, " with --expert-model-parallel-size=",
-        c.expert_model_parallel_size, " is not supported yet"));
+  if (const int ep = c.expert_model_parallel_size; (c.data_parallel_size / n) % ep != 0) {
+    // Each instance holds whole EP groups: every expert, and its replicas
+    // spread evenly over the instances.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-distributed-optimizer-instances (", n, "): each instance's ",
+        c.data_parallel_size / n, " data-parallel ranks (DP ", c.data_parallel_size, " / ", n,
+        ") must be a multiple of --expert-model-parallel-size (", ep, ")"));
   }
   return absl::OkStatus();
 }

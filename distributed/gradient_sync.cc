@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -98,18 +99,35 @@ absl::Status GradientSync::SplitInstances() {
         absl::StrCat("--num-distributed-optimizer-instances (", n,
                      ") does not divide the data-parallel group (", g, " ranks)"));
   }
-  if (expert_parallel()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--num-distributed-optimizer-instances=", n, " with --expert-model-parallel-size=",
-        groups_.expert_parallel, " is not supported yet"));
+  const int per = g / n, rank = groups_.dp->rank();
+  const int ep = groups_.expert_parallel;
+  if (expert_parallel() && per % ep != 0) {
+    // An instance must hold whole EP groups: every expert, and the same
+    // share of each expert's replicas as every other instance (the trainer
+    // checks DP / N against EP; this is the part visible here).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-distributed-optimizer-instances (", n, "): an instance's ", per,
+        " ranks cannot hold whole --expert-model-parallel-size (", ep, ") groups"));
   }
   // Instance i: the group's ranks [i g/N, (i+1) g/N); replicas: one rank of
   // each instance, the same rank within it. Split is collective over the group.
-  const int per = g / n, rank = groups_.dp->rank();
   instance_index_ = rank / per;
   LOOM_ASSIGN_OR_RETURN(instance_group_, groups_.dp->Split(instance_index_, rank, "dp_instance"));
   LOOM_ASSIGN_OR_RETURN(replicas_, groups_.dp->Split(rank % per, rank, "dp_replicas"));
   shard_dp_ = instance_group_.get();
+  if (sharded_over(groups_.expert_dp)) {
+    // The experts' replicas in this instance. Its k-th rank holds the same
+    // experts as the k-th of every other instance, which is its replica in
+    // replicas(): both walk the DP ranks in order, EP of them at a time.
+    comm::Communicator& edp = *groups_.expert_dp;
+    LOOM_ASSIGN_OR_RETURN(expert_instance_group_,
+                          edp.Split(instance_index_, edp.rank(), "expert_dp_instance"));
+    if (expert_instance_group_->size() * n != edp.size()) {
+      return absl::InternalError(absl::StrCat(
+          "GradientSync: ", expert_instance_group_->size(), " of the ", edp.size(),
+          " expert-data-parallel ranks are in instance ", instance_index_, ", not 1 / ", n));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -246,7 +264,10 @@ std::vector<BucketPart> GradientSync::Parts(const FlatRange& bucket) const {
 }
 
 comm::Communicator* GradientSync::GroupOf(const BucketPart& part) const {
-  comm::Communicator* group = part.expert ? groups_.expert_dp : shard_dp_;
+  comm::Communicator* group = shard_dp_;
+  if (part.expert) {
+    group = expert_instance_group_ ? expert_instance_group_.get() : groups_.expert_dp;
+  }
   return group != nullptr && group->size() > 1 ? group : nullptr;
 }
 
@@ -408,30 +429,20 @@ absl::Status GradientSync::FinishShardedGradients() {
   // The tied word embedding: rank r of both stages owns the same slice of
   // it, so the DP averages' slices are summed over the embedding group.
   std::vector<comm::WorkPtr> works;
-  for (const GradBucket& bucket : buckets_) {
-    if (!bucket.tied_embedding) continue;
-    for (const BucketPart& part : bucket.parts) {
-      if (part.owned.second <= part.owned.first) continue;
-      LOOM_ASSIGN_OR_RETURN(Tensor mine, shard_->Slice(part.owned.first, part.owned.second));
-      works.push_back(groups_.embedding->AllReduce(mine, comm::ReduceOp::kSum));
-    }
-  }
+  LOOM_RETURN_IF_ERROR(ForEachOwnedGradient(
+      [&](const GradBucket& bucket, const BucketPart&, const Tensor& mine) {
+        if (bucket.tied_embedding) {
+          works.push_back(groups_.embedding->AllReduce(mine, comm::ReduceOp::kSum));
+        }
+        return absl::OkStatus();
+      }));
   if (absl::Status summed = comm::WaitAllOnStream(works); !summed.ok()) {
     return absl::Status(summed.code(),
                         absl::StrCat("all-reduce of the tied word-embedding gradient shard over "
                                      "the embedding group: ",
                                      summed.message()));
   }
-  if (expert_parallel()) {  // as in FinishGradients
-    for (const GradBucket& bucket : buckets_) {
-      for (const BucketPart& part : bucket.parts) {
-        if (!part.expert || part.owned.second <= part.owned.first) continue;
-        LOOM_ASSIGN_OR_RETURN(Tensor mine, shard_->Slice(part.owned.first, part.owned.second));
-        LOOM_RETURN_IF_ERROR(
-            core::ops::Scale(1.0f / static_cast<float>(groups_.expert_parallel), &mine));
-      }
-    }
-  }
+  LOOM_RETURN_IF_ERROR(ScaleExpertGradients());
   // Sequence-parallel parameters saw 1/TP of the rows on each TP rank: their
   // owned slices summed over TP (every TP rank owns the same flat ranges).
   const layers::TpGroup& tp = model_->tp();
@@ -597,17 +608,7 @@ absl::Status GradientSync::FinishGradients() {
                                                            waited.message())));
   }
   if (status.ok()) status.Update(ReduceAcrossInstances());
-  if (status.ok() && expert_parallel()) {
-    // Each expert's gradient sums every EP rank's tokens: 1 / EP more makes
-    // it the mean over all DP ranks' losses, as the dense gradients are.
-    for (const GradBucket& bucket : buckets_) {
-      for (const BucketPart& part : bucket.parts) {
-        if (!part.expert) continue;
-        LOOM_ASSIGN_OR_RETURN(Tensor mine, Slice(model_->params().flat_grads(), part.owned));
-        status.Update(core::ops::Scale(1.0f / static_cast<float>(groups_.expert_parallel), &mine));
-      }
-    }
-  }
+  if (status.ok()) status.Update(ScaleExpertGradients());
   if (status.ok()) {
     // Sequence-parallel parameters saw 1/TP of the rows on each TP rank.
     absl::Status sp =
@@ -629,6 +630,32 @@ absl::Status GradientSync::ReduceAcrossInstances() {
   // Bucket by bucket, from the back of the buffer, so that a collective
   // stages at most one bucket's shard.
   std::vector<comm::WorkPtr> works;
+  LOOM_RETURN_IF_ERROR(
+      ForEachOwnedGradient([&](const GradBucket&, const BucketPart&, const Tensor& mine) {
+        works.push_back(replicas_->AllReduce(mine, comm::ReduceOp::kAvg));
+        return absl::OkStatus();
+      }));
+  if (absl::Status st = comm::WaitAllOnStream(works); !st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("all-reduce of the gradient shard across the "
+                                     "--num-distributed-optimizer-instances replicas: ",
+                                     st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::ScaleExpertGradients() {
+  if (!expert_parallel()) return absl::OkStatus();
+  // Each expert's gradient sums every EP rank's tokens: 1 / EP more makes it
+  // the mean over all DP ranks' losses, as the dense gradients are.
+  const float scale = 1.0f / static_cast<float>(groups_.expert_parallel);
+  return ForEachOwnedGradient([scale](const GradBucket&, const BucketPart& part, Tensor mine) {
+    return part.expert ? core::ops::Scale(scale, &mine) : absl::OkStatus();
+  });
+}
+
+absl::Status GradientSync::ForEachOwnedGradient(
+    const std::function<absl::Status(const GradBucket&, const BucketPart&, Tensor)>& fn) {
   for (size_t b = buckets_.size(); b-- > 0;) {
     for (const BucketPart& part : buckets_[b].parts) {
       if (part.owned.second <= part.owned.first) continue;
@@ -638,14 +665,8 @@ absl::Status GradientSync::ReduceAcrossInstances() {
       } else {
         LOOM_ASSIGN_OR_RETURN(mine, Slice(model_->params().flat_grads(), part.owned));
       }
-      works.push_back(replicas_->AllReduce(mine, comm::ReduceOp::kAvg));
+      LOOM_RETURN_IF_ERROR(fn(buckets_[b], part, mine));
     }
-  }
-  if (absl::Status st = comm::WaitAllOnStream(works); !st.ok()) {
-    return absl::Status(st.code(),
-                        absl::StrCat("all-reduce of the gradient shard across the "
-                                     "--num-distributed-optimizer-instances replicas: ",
-                                     st.message()));
   }
   return absl::OkStatus();
 }

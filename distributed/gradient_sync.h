@@ -94,8 +94,11 @@
 // once per step, after the instance's reductions (not hidden behind the
 // backward). The replicas then apply the same update to the same values.
 // N = 1 is the plain layout; N = g leaves one rank per instance (nothing
-// sharded, the replicas all-reduce everything). Needs a sharding strategy
-// and no EP (refused in Create).
+// sharded, the replicas all-reduce everything). Needs a sharding strategy.
+// Under EP each instance holds whole EP groups (DP / N a multiple of EP):
+// the expert parts are sharded over the instance's share of expert_dp, and
+// a rank's replicas hold its experts, so the one replicas group averages
+// both kinds of part.
 //
 // Every DP rank (and TP rank) holds the same layout and runs the same
 // schedule, so buckets start in the same order everywhere: the collectives
@@ -104,6 +107,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -282,6 +286,13 @@ class GradientSync : private layers::UnitObserver {
   absl::Status DropAllGathered();
   // Hybrid sharding: the owned gradients averaged over the replicas.
   absl::Status ReduceAcrossInstances();
+  // EP: the owned expert gradients times 1 / EP (see GradientSyncGroups).
+  absl::Status ScaleExpertGradients();
+  // fn(bucket, part, its owned final gradients) for every bucket part with
+  // an owned slice, from the back of the buffer; the gradients are the
+  // shard's under ZeRO-2, else the flat buffer's.
+  absl::Status ForEachOwnedGradient(
+      const std::function<absl::Status(const GradBucket&, const BucketPart&, core::Tensor)>& fn);
   bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }
   bool sharded_over(const comm::Communicator* c) const { return c != nullptr && c->size() > 1; }
   bool expert_parallel() const { return groups_.expert_parallel > 1; }
@@ -297,8 +308,9 @@ class GradientSync : private layers::UnitObserver {
   GradientSyncGroups groups_;
   GradientSyncOptions options_;
   // Hybrid sharding's groups (null with one instance); shard_dp_ is the
-  // instance, or groups_.dp.
-  std::unique_ptr<comm::Communicator> instance_group_, replicas_;
+  // instance, or groups_.dp; expert_instance_group_ (EP) the instance's
+  // share of groups_.expert_dp.
+  std::unique_ptr<comm::Communicator> instance_group_, replicas_, expert_instance_group_;
   comm::Communicator* shard_dp_ = nullptr;
   int instance_index_ = 0;
   std::vector<GradBucket> buckets_;

@@ -507,7 +507,11 @@ int64_t StageParameters(const train::TrainConfig& c, int pp_rank) {
   const int tp = c.tensor_model_parallel_size;
   const int64_t multiple = static_cast<int64_t>(c.data_parallel_size) * c.context_parallel_size;
   const int ep = c.expert_model_parallel_size;
-  const int64_t dense = LocalPadded(layers::BlockParamSpecs(m, 0), tp, multiple);
+  // A dense block's specs from a dense layer (layer 0 is an MoE layer
+  // whenever the model has experts: l % --moe-layer-freq == 0).
+  int64_t dense_layer = 0;
+  while (dense_layer + 1 < m.num_layers && m.moe_layer(dense_layer)) ++dense_layer;
+  const int64_t dense = LocalPadded(layers::BlockParamSpecs(m, dense_layer), tp, multiple);
   int64_t moe = dense;
   if (m.moe()) {
     moe = LocalPadded(layers::BlockParamSpecs(m, 0, layers::ExpertShard{0, ep}), tp, multiple);

@@ -2,7 +2,7 @@
 // the DP x CP group splits into N instances of consecutive ranks; each
 // strategy shards within an instance and the instances hold replicas
 // (distributed/gradient_sync.h). Every strategy at N = 2 (DP 4, TP 2 x DP 4,
-// PP 2 x DP 4, CP 2 x DP 2, ranks as threads) trains the single rank's curve
+// PP 2 x DP 4, CP 2 x DP 2, EP 2 x DP 4, ranks as threads) trains the single rank's curve
 // and ends with its gradient norm (1e-6, the ZeRO tests' tolerance); the
 // replicas stay identical bit for bit; checkpoints cross N, strategies and
 // layouts (1e-5); the ledger's sharded parts are ÷ (DP / N), as the planner
@@ -260,6 +260,91 @@ TEST(HybridShardTest, CheckpointsCrossInstancesStrategiesAndLayouts) {
   Continue(ref.losses, OptimGrads({2, 1, 4, 0, /*sp=*/true}), 2, g, 20, h);
 }
 
+// Expert parallelism: each instance holds whole EP groups, the experts'
+// parts are sharded over the instance's share of their expert-data-parallel
+// ranks, and the same replicas group averages them. Mixtral-style (4
+// experts, top-2, every second layer an MoE) against its single rank.
+TrainConfig Moe(const Layout& l, int iters, int instances) {
+  TrainConfig c = Hybrid(testing::TinyLlamaConfig(l, iters), instances);
+  // DP 8 holds one sample a rank; the router's balance is a micro-batch's,
+  // so every layout (the single rank too) runs micro-batches of one.
+  c.micro_batch_size = 1;
+  c.model.num_experts = 4;
+  c.model.moe_router_topk = 2;
+  c.model.moe_layer_freq = 2;
+  c.model.moe_aux_loss_coeff = 0.01f;
+  return c;
+}
+
+Layout Ep(int ep, Layout l) {
+  l.ep = ep;
+  return l;
+}
+
+TEST(HybridShardTest, ExpertParallelShardsWithinInstances) {
+  const Layout one{1, 1, 1};
+  const testing::Curve ref = testing::TrainCurve(Moe(one, kIters, 1), one);
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kIters));
+  Layout cp2 = OptimGrads(Ep(2, {1, 1, 4}));  // an instance: 2 DP ranks x 2 CP ranks
+  cp2.cp = 2;
+  const Layout ep2 = Ep(2, Overlapped({1, 1, 4}));
+  for (const Layout& l : {Optim(ep2), OptimGrads(ep2), OptimGradsParams(ep2),
+                          OptimGradsParams(Ep(2, {1, 1, 8})),  // 2 expert replicas an instance
+                          cp2}) {
+    testing::ExpectSameCurveAndNorm(testing::TrainCurve(Moe(l, kIters, 2), l), ref, kTolerance,
+                                    "MoE " + Name(l, 2));
+  }
+  // Replicas hold the same experts and the same bits; within an instance
+  // the two EP ranks hold different experts. The ledger's parameters and
+  // optimizer state are the planner's.
+  const Layout l = OptimGradsParams(Ep(2, {1, 1, 4}));
+  std::mutex mu;
+  std::vector<std::vector<float>> values(4);
+  testing::RunResult r = testing::Run(Moe(l, 4, 2), l, nullptr, [&](int rank, Trainer& t) {
+    const core::Tensor v = t.gradients().owned_values();
+    // The ledger's sharded parts, as the planner predicts them.
+    const plan::MemoryBreakdown p = plan::PredictMemory(t.config())[0].bytes;
+    const core::MemoryStats s = t.RankMemory();
+    EXPECT_EQ(p.parameters, s.peak_of(core::MemoryCategory::kParameters)) << rank;
+    EXPECT_EQ(p.optimizer, s.peak_of(core::MemoryCategory::kOptimizer)) << rank;
+    std::lock_guard<std::mutex> lock(mu);
+    values[rank].assign(v.data<float>(), v.data<float>() + v.numel());
+  });
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(values[rank], values[rank + 2]) << "replicas " << rank << ", " << rank + 2;
+    EXPECT_NE(values[rank], values[1 - rank]);
+  }
+  // A checkpoint saved under EP x ZeRO-3 with N = 2 holds every expert
+  // once: it continues on one rank, at N = 1 under ZeRO-1, and back at N = 2.
+  const std::string saved = Dir("moe_n2"), again = Dir("moe_n1");
+  TrainConfig c = Moe(l, kCheckpointIters, 2);
+  c.save = saved;
+  c.save_interval = 10;
+  testing::RunResult whole = testing::Run(c, l);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  struct Resume {
+    Layout layout;
+    int instances;
+    std::string from, to;
+    int at;
+  };
+  for (const Resume& k : {Resume{one, 1, saved, "", 10},
+                          Resume{Optim(Ep(2, {1, 1, 4})), 1, saved, again, 10},
+                          Resume{OptimGrads(Ep(2, {1, 1, 4})), 2, again, "", 20}}) {
+    TrainConfig resumed = Moe(k.layout, kCheckpointIters, k.instances);
+    resumed.load = k.from;
+    resumed.save = k.to;
+    if (!k.to.empty()) resumed.save_interval = 10;
+    resumed.checkpoint.load_iteration = k.at;
+    testing::RunResult got = testing::Run(resumed, k.layout);
+    ASSERT_TRUE(got.status.ok()) << Name(k.layout, k.instances) << ": " << got.status;
+    testing::ExpectSameCurve(
+        got.losses, whole.losses, k.at, kCheckpointTolerance,
+        absl::StrCat("MoE ", Name(k.layout, k.instances), " resumed at ", k.at));
+  }
+}
+
 // Refused before any work, naming the flags.
 TEST(HybridShardTest, RefusesBadCombinations) {
   auto error = [](TrainConfig c, int world) {
@@ -294,15 +379,16 @@ TEST(HybridShardTest, RefusesBadCombinations) {
     EXPECT_NE(m.find("--num-distributed-optimizer-instances=2"), std::string::npos) << m;
     EXPECT_NE(m.find("--data-parallel-sharding-strategy=no_shard"), std::string::npos) << m;
   }
-  // Expert parallelism: not yet.
-  c = testing::TinyConfig(OptimGrads({1, 1, 4}), 2);
-  c.model.num_experts = 2;
-  c.model.add_bias_linear = false;
-  c.expert_model_parallel_size = 2;
-  c.num_distributed_optimizer_instances = 2;
-  absl::Status s = Finalize(&c, 4);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_NE(s.message().find("--expert-model-parallel-size=2"), std::string::npos) << s;
+  // Expert parallelism: an instance of one DP rank cannot hold an EP group of 2.
+  c = Moe(OptimGrads(Ep(2, {1, 1, 4})), 2, 4);
+  m = error(c, 4);
+  EXPECT_NE(m.find("--num-distributed-optimizer-instances (4): each instance's 1 data-parallel "
+                   "ranks (DP 4 / 4) must be a multiple of --expert-model-parallel-size (2)"),
+            std::string::npos)
+      << m;
+  c = Moe(OptimGrads(Ep(2, {1, 1, 4})), 2, 2);
+  const absl::Status accepted = Finalize(&c, 4);
+  EXPECT_TRUE(accepted.ok()) << accepted;
   // Accepted: N = DP.
   c = testing::TinyConfig(Optim({1, 1, 4}), 2);
   c.num_distributed_optimizer_instances = 4;
