@@ -47,16 +47,17 @@ TrainConfig Config(const Layout& l, bool llama, int iters = kIters) {
   return llama ? testing::TinyLlamaConfig(l, iters) : testing::TinyConfig(l, iters);
 }
 
-// The same layout on the CPU and on the fake device: equal losses and final
-// gradient norm, and the device run's kernels went through the device table.
-void ExpectDeviceRunIsTheCpuRun(const Layout& l, bool llama) {
+// `config` (a layout's) on the CPU and on the fake device: equal losses and
+// final gradient norm, and the device run's kernels went through the device
+// table.
+void ExpectDeviceRunIsTheCpuRun(const TrainConfig& config, const Layout& l,
+                                const std::string& what) {
   ASSERT_TRUE(kSameAttentionAsTheCpu);
-  const std::string what = (llama ? "Llama-style " : "GPT-2 ") + l.Describe();
-  const testing::Curve cpu = testing::TrainCurve(Config(l, llama), l);
-  ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(kIters)) << what;
+  const testing::Curve cpu = testing::TrainCurve(config, l);
+  ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(config.train_iters)) << what;
 
   ScopedFakeDevice device;
-  TrainConfig c = Config(l, llama);
+  TrainConfig c = config;
   c.device = DeviceKind::kCuda;
   const long calls = ScopedFakeDevice::kernel_calls();
   const testing::Curve gpu = testing::TrainCurve(c, l);
@@ -68,6 +69,10 @@ void ExpectDeviceRunIsTheCpuRun(const Layout& l, bool llama) {
   }
   EXPECT_GT(cpu.grad_norm, 0) << what;
   EXPECT_EQ(gpu.grad_norm, cpu.grad_norm) << what;
+}
+
+void ExpectDeviceRunIsTheCpuRun(const Layout& l, bool llama) {
+  ExpectDeviceRunIsTheCpuRun(Config(l, llama), l, (llama ? "Llama-style " : "GPT-2 ") + l.Describe());
 }
 
 const Layout kDp2{1, 1, 2};
@@ -109,6 +114,69 @@ TEST(ShardedDeviceTest, LlamaStyle) {
   ExpectDeviceRunIsTheCpuRun(Overlapped(OptimGradsParams(kDp2), true), true);
   ExpectDeviceRunIsTheCpuRun(OptimGradsParams({2, 1, 2, 0, true}), true);
   ExpectDeviceRunIsTheCpuRun(OptimGrads({1, 2, 2}), true);
+}
+
+// ZeRO-3's other paths: the interleaved schedule, a recomputed forward's
+// second gather, hybrid sharding's replica all-reduce. (Context parallelism
+// and experts run on the CPU only: Finalize refuses them on a device.)
+TEST(ShardedDeviceTest, MoreZero3Paths) {
+  Layout interleaved = Overlapped(OptimGradsParams({1, 2, 2, 1}), true);
+  interleaved.schedule = "interleaved";
+  ExpectDeviceRunIsTheCpuRun(interleaved, false);
+
+  const Layout dp2 = Overlapped(OptimGradsParams(kDp2), true);
+  TrainConfig recompute = Config(dp2, false);
+  recompute.model.recompute_granularity = layers::RecomputeGranularity::kFull;
+  recompute.model.recompute_method = layers::RecomputeMethod::kUniform;
+  recompute.model.recompute_num_layers = 1;
+  ExpectDeviceRunIsTheCpuRun(recompute, dp2, "GPT-2 " + dp2.Describe() + " recompute full");
+
+  for (const Layout& l : {Overlapped(OptimGrads({1, 1, 4}), false),
+                          Overlapped(OptimGradsParams({1, 1, 4}), true)}) {
+    TrainConfig hybrid = Config(l, false);
+    hybrid.num_distributed_optimizer_instances = 2;
+    ExpectDeviceRunIsTheCpuRun(hybrid, l, "GPT-2 " + l.Describe() + " 2 instances");
+  }
+}
+
+// The trainer's own collectives beside the gradients' (the loss average,
+// evaluation, the memory report, the timers' and the straggler's min/max,
+// the profiler's merge) move device memory on a device communicator: a
+// logged, evaluated, profiled ZeRO-3 run on the device is the CPU's.
+TEST(ShardedDeviceTest, LoggingEvaluationAndReportsOnTheDevice) {
+  const Layout l = Overlapped(OptimGradsParams({2, 1, 2, 0, true}), true);
+  auto make = [&](const std::string& profile_dir) {
+    TrainConfig c = Config(l, false);
+    c.log_interval = 1;
+    c.eval_interval = 2;
+    c.eval_iters = 1;
+    c.memory_report = true;
+    c.timing_log_level = 2;
+    c.log_straggler = true;
+    c.profile = true;
+    c.profile_dir = std::string(getenv("TEST_TMPDIR")) + "/" + profile_dir;
+    c.profile_step_start = 1;
+    c.profile_step_end = 3;
+    return c;
+  };
+  testing::RunResult cpu = testing::Run(make("profile_cpu"), l);
+  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  ScopedFakeDevice device;
+  TrainConfig c = make("profile_device");
+  c.device = DeviceKind::kCuda;
+  testing::RunResult gpu = testing::Run(c, l);
+  ASSERT_TRUE(gpu.status.ok()) << gpu.status;
+  EXPECT_EQ(gpu.losses, cpu.losses);
+  EXPECT_EQ(gpu.eval_loss, cpu.eval_loss);
+  auto has = [](const testing::RunResult& r, const std::string& text) {
+    for (const std::string& line : r.log) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (const char* text : {"memory (rank 3", "straggler", "validation loss", "host-staged"}) {
+    EXPECT_TRUE(has(gpu, text)) << "the device run logs no \"" << text << "\"";
+  }
 }
 
 // Runs `save_layout` for kRun steps saving at kSaveAt, then resumes that
