@@ -132,6 +132,11 @@ struct TrainConfig {
   // --use-distributed-optimizer); Finalize sets optimizer.distributed,
   // shard_gradients and shard_params from it.
   ShardingStrategy data_parallel_sharding_strategy = ShardingStrategy::kUnset;
+  // optim_grads_params (ZeRO-3) with --device=cuda: proven on the fake device
+  // (//train:sharded_device_test: every device-memory access and collective
+  // of the CPU's run, bit for bit) but not yet by a GPU run (NCCL's streams,
+  // docs/DEVICE_CHECK.md); refused without this flag.
+  bool allow_unproven_gpu_sharding = false;
   // --num-distributed-optimizer-instances (Megatron's hybrid sharding): the
   // DP x CP gradient group splits into N instances of consecutive ranks; what
   // the strategy shards is sharded within an instance and replicated across

@@ -125,6 +125,9 @@ ABSL_FLAG(loom::train::ShardingStrategy, data_parallel_sharding_strategy,
           "optim_grads_params (ZeRO-3: also the parameters, all-gathered per layer before its "
           "forward and backward; prefetched with --overlap-param-gather; CPU). "
           "Default: optim with --use-distributed-optimizer, else no_shard");
+ABSL_FLAG(bool, allow_unproven_gpu_sharding, D().allow_unproven_gpu_sharding,
+          "Run --data-parallel-sharding-strategy=optim_grads_params with --device=cuda although "
+          "no device run has proven it yet");
 ABSL_FLAG(int, num_distributed_optimizer_instances, D().num_distributed_optimizer_instances,
           "Hybrid sharding: the data-parallel ranks split into N instances of consecutive ranks; "
           "what --data-parallel-sharding-strategy shards is sharded within an instance and "
@@ -324,6 +327,7 @@ TrainConfig ConfigFromFlags() {
   c.optimizer.eps = absl::GetFlag(FLAGS_adam_eps);
   c.optimizer.distributed = absl::GetFlag(FLAGS_use_distributed_optimizer);
   c.data_parallel_sharding_strategy = absl::GetFlag(FLAGS_data_parallel_sharding_strategy);
+  c.allow_unproven_gpu_sharding = absl::GetFlag(FLAGS_allow_unproven_gpu_sharding);
   c.num_distributed_optimizer_instances = absl::GetFlag(FLAGS_num_distributed_optimizer_instances);
   c.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
   c.overlap_param_gather = absl::GetFlag(FLAGS_overlap_param_gather);

@@ -184,12 +184,20 @@ TEST(Zero3Test, RefusesWhatItDoesNotSupport) {
     return Finalize(c, world);
   };
   TrainConfig gpu = testing::TinyConfig(Layout{1, 1, 2}, 2);
-  gpu.device = DeviceKind::kCuda;  // no device run has proven it
+  gpu.device = DeviceKind::kCuda;  // no GPU run has proven it
   absl::Status s = finalize(&gpu, 2);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
   EXPECT_NE(s.message().find("--data-parallel-sharding-strategy=optim_grads_params with --device="),
             std::string::npos)
       << s;
+  EXPECT_NE(s.message().find("--allow-unproven-gpu-sharding"), std::string::npos) << s;
+  // Asked for: accepted (//train:sharded_device_test proves it on the fake device).
+  TrainConfig allowed = testing::TinyConfig(Layout{1, 1, 2}, 2);
+  allowed.device = DeviceKind::kCuda;
+  allowed.allow_unproven_gpu_sharding = true;
+  s = finalize(&allowed, 2);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(allowed.optimizer.shard_params);
 
   TrainConfig ok = testing::TinyConfig(Layout{1, 1, 2}, 2);
   EXPECT_TRUE(finalize(&ok, 2).ok());
