@@ -258,23 +258,24 @@ std::vector<StageBucket> StageBuckets(const train::TrainConfig& c, int pp_rank, 
 
 // One unit event of GradientSync's observer (layers/stage_model.h).
 struct UnitEvent {
-  bool before;  // BeforeBackward, else AfterBackward
+  enum Kind { kBeforeForward, kAfterForward, kBeforeBackward, kAfterBackward } kind;
   int unit;
 };
 
-// The backward events of one step on stage `pp_rank`, in order, as GptModel
-// sends them (models/gpt/gpt_model.cc, BackwardChunk) for the schedule's
-// action list (pipeline::ComputeOrder): per chunk the head, the layers in
-// reverse (a recomputed run's BeforeBackwards all first), the embedding;
-// a split backward sends the BeforeBackwards at I and the AfterBackwards,
-// in the same order, at the deferred W.
-std::vector<UnitEvent> BackwardEvents(const train::TrainConfig& c, int pp_rank) {
+// The unit events of one step on stage `pp_rank`, in order, as GptModel
+// sends them (models/gpt/gpt_model.cc, Forward and BackwardChunk) for the
+// schedule's action list (pipeline::ComputeOrder): a forward runs the
+// embedding, the layers, the head; a backward the head, the layers in
+// reverse (a recomputed run's BeforeBackwards all first), the embedding; a
+// split backward sends the BeforeBackwards at I and the AfterBackwards, in
+// the same order, at the deferred W.
+std::vector<UnitEvent> StepEvents(const train::TrainConfig& c, int pp_rank) {
   const layers::GptConfig& m = c.model;
   const pipeline::ScheduleOptions o = ScheduleOf(c);
   const bool first = HoldsFirst(c, pp_rank);
   const int last_virtual = o.pp * o.vp - 1;
   struct Chunk {
-    std::vector<UnitEvent> whole, before, after;  // Backward; I's; W's
+    std::vector<UnitEvent> forward, whole, before, after;  // F; B; I's; W's
   };
   std::vector<Chunk> chunks;
   int unit = first ? 1 : 0;
@@ -295,18 +296,25 @@ std::vector<UnitEvent> BackwardEvents(const train::TrainConfig& c, int pp_rank) 
     Chunk ev;
     auto run = [&](int from, int count) {  // units [from, from + count), backward order
       for (int k = count; k-- > 0;) {
-        ev.whole.push_back({true, from + k});
-        ev.before.push_back({true, from + k});
+        ev.whole.push_back({UnitEvent::kBeforeBackward, from + k});
+        ev.before.push_back({UnitEvent::kBeforeBackward, from + k});
       }
       for (int k = count; k-- > 0;) {
-        ev.whole.push_back({false, from + k});
-        ev.after.push_back({false, from + k});
+        ev.whole.push_back({UnitEvent::kAfterBackward, from + k});
+        ev.after.push_back({UnitEvent::kAfterBackward, from + k});
       }
     };
     const int virtual_stage = pipeline::VirtualStageOf(o, pp_rank, chunk);
-    if (virtual_stage == last_virtual) run(head, 1);
     auto range = pipeline::ChunkLayers(o, static_cast<int>(m.num_layers), pp_rank, chunk);
     const int n = range.ok() ? range->count : 0;
+    auto forward = [&](int u) {
+      ev.forward.push_back({UnitEvent::kBeforeForward, u});
+      ev.forward.push_back({UnitEvent::kAfterForward, u});
+    };
+    if (virtual_stage == 0) forward(0);
+    for (int i = 0; i < n; ++i) forward(first_unit[chunk] + i);
+    if (virtual_stage == last_virtual) forward(head);
+    if (virtual_stage == last_virtual) run(head, 1);
     for (int i = (n - 1) / per * per; n > 0 && i >= 0; i -= per) {
       run(first_unit[chunk] + i, std::min(per, n - i));
     }
@@ -316,7 +324,9 @@ std::vector<UnitEvent> BackwardEvents(const train::TrainConfig& c, int pp_rank) 
   std::vector<UnitEvent> events;
   for (const pipeline::Action& a : pipeline::ComputeOrder(o, pp_rank)) {
     const Chunk& ev = chunks[a.chunk];
-    if (a.kind == pipeline::ActionKind::kBackward) {
+    if (a.kind == pipeline::ActionKind::kForward) {
+      events.insert(events.end(), ev.forward.begin(), ev.forward.end());
+    } else if (a.kind == pipeline::ActionKind::kBackward) {
       events.insert(events.end(), ev.whole.begin(), ev.whole.end());
     } else if (a.kind == pipeline::ActionKind::kBackwardInput) {
       events.insert(events.end(), ev.before.begin(), ev.before.end());
@@ -326,6 +336,25 @@ std::vector<UnitEvent> BackwardEvents(const train::TrainConfig& c, int pp_rank) 
   }
   return events;
 }
+// Per unit, the buckets it reads and writes in its parameters' order (its
+// own segments in buffer order, then the table it reads as a guest):
+// GradientSync's unit_buckets().
+std::vector<std::vector<int>> UnitBuckets(const std::vector<StageBucket>& buckets, int units) {
+  std::vector<std::vector<int>> unit_buckets(units);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (int u : buckets[b].units) {
+      if (std::find(buckets[b].guests.begin(), buckets[b].guests.end(), u) ==
+          buckets[b].guests.end()) {
+        unit_buckets[u].push_back(static_cast<int>(b));
+      }
+    }
+  }
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (int u : buckets[b].guests) unit_buckets[u].push_back(static_cast<int>(b));
+  }
+  return unit_buckets;
+}
+
 // ZeRO-2's bucket buffers at their peak, in elements: GradientSync's pool
 // (distributed/gradient_sync.cc, gradient_shard.cc) replayed over a step's
 // backward events. A bucket is bound to a buffer at the BeforeBackward of a
@@ -345,20 +374,7 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
   const std::vector<StageBucket> buckets = StageBuckets(c, pp_rank, &units);
   const int nb = static_cast<int>(buckets.size());
   const bool overlap = c.overlap_grad_reduce;
-  // Per unit, the buckets it writes in its parameters' order (its own
-  // segments in buffer order, then the table it reads as a guest).
-  std::vector<std::vector<int>> unit_buckets(units);
-  for (int b = 0; b < nb; ++b) {
-    for (int u : buckets[b].units) {
-      if (std::find(buckets[b].guests.begin(), buckets[b].guests.end(), u) ==
-          buckets[b].guests.end()) {
-        unit_buckets[u].push_back(b);
-      }
-    }
-  }
-  for (int b = 0; b < nb; ++b) {
-    for (int u : buckets[b].guests) unit_buckets[u].push_back(b);
-  }
+  const std::vector<std::vector<int>> unit_buckets = UnitBuckets(buckets, units);
   std::vector<bool> each(nb, false);
   for (int b = 0; b < nb; ++b) {
     const std::vector<int>& r = buckets[b].units;
@@ -424,13 +440,14 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
     std::fill(done[b].begin(), done[b].end(), 0);
     if (!overlap) complete_oldest();
   };
-  const std::vector<UnitEvent> events = BackwardEvents(c, pp_rank);
+  const std::vector<UnitEvent> events = StepEvents(c, pp_rank);
   for (int step = 0; step < 4; ++step) {
     const int64_t before = peak;
     std::vector<int> open(units, 0);
     for (int b = 0; b < nb; ++b) done[b].assign(buckets[b].units.size(), 0);
     for (const UnitEvent& e : events) {
-      if (e.before) {
+      if (e.kind == UnitEvent::kBeforeForward || e.kind == UnitEvent::kAfterForward) continue;
+      if (e.kind == UnitEvent::kBeforeBackward) {
         ++open[e.unit];
         // The largest first (GradientSync::BeforeBackward).
         std::vector<int> order = unit_buckets[e.unit];
@@ -465,26 +482,73 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
 
 }  // namespace
 
-int64_t GatheredParamPeak(const train::TrainConfig& c, int pp_rank) {
+int64_t GatheredParamPeakBytes(const train::TrainConfig& c, int pp_rank) {
   int units = 0;
   const std::vector<StageBucket> buckets = StageBuckets(c, pp_rank, &units);
-  // The units held at once: one (a recomputed run of --recompute-num-layers
-  // layers under full uniform recomputation: its BeforeBackward events all
-  // come first), and with --overlap-param-gather the neighbour prefetched.
-  int window = 1;
-  if (c.model.recompute_full() && c.model.recompute_method == layers::RecomputeMethod::kUniform) {
-    window = static_cast<int>(std::max<int64_t>(1, c.model.recompute_num_layers));
-  }
-  if (c.overlap_param_gather) ++window;
-  int64_t peak = 0;
-  for (int u = 0; u + 1 <= units; ++u) {
-    int64_t held = 0;
-    for (const StageBucket& b : buckets) {
-      bool read = false;
-      for (int v : b.units) read |= v >= u && v < u + window;
-      if (read) held += b.len;
+  const std::vector<std::vector<int>> unit_buckets = UnitBuckets(buckets, units);
+  // GradientSync's gathers (AcquireUnit, ReleaseUnit) replayed over the
+  // step's unit events: a unit's buckets are gathered (f32) and bound (+ the
+  // bf16 copy) from its BeforeForward or BeforeBackward to its AfterForward or
+  // AfterBackward, so a split backward holds them from I to W and several
+  // micro-batches' units at once; with --overlap-param-gather the next unit's
+  // (the previous in a backward) are gathered ahead (f32 only until bound),
+  // a released unit's kept for the next pass, and a prefetch not taken is
+  // dropped when the next unit begins.
+  struct Gathered {
+    bool master = false, bound = false, prefetched = false;
+    int holds = 0;
+  };
+  std::vector<Gathered> g(buckets.size());
+  const int64_t copy = c.bf16 ? 2 : 0;
+  int64_t bytes = 0, peak = 0;
+  auto start = [&](int b) {
+    if (g[b].master) return;
+    g[b].master = true;
+    bytes += 4 * buckets[b].len;
+    peak = std::max(peak, bytes);
+  };
+  auto drop = [&](int b) {
+    if (!g[b].master) return;
+    bytes -= (4 + (g[b].bound ? copy : 0)) * buckets[b].len;
+    g[b] = Gathered();
+  };
+  auto acquire = [&](int u, int prefetch) {
+    for (int b : unit_buckets[u]) start(b);
+    for (int b : unit_buckets[u]) {
+      if (!g[b].bound) {
+        g[b].bound = true;
+        bytes += copy * buckets[b].len;
+        peak = std::max(peak, bytes);
+      }
+      ++g[b].holds;
+      g[b].prefetched = false;
     }
-    peak = std::max(peak, held);
+    for (size_t b = 0; b < g.size(); ++b) {
+      if (g[b].prefetched && g[b].holds == 0) drop(static_cast<int>(b));
+    }
+    if (!c.overlap_param_gather || prefetch < 0) return;
+    for (int b : unit_buckets[prefetch]) {
+      start(b);
+      g[b].prefetched = true;
+    }
+  };
+  auto release = [&](int u) {
+    for (int b : unit_buckets[u]) {
+      if (--g[b].holds > 0 || g[b].prefetched) continue;
+      if (c.overlap_param_gather) {
+        g[b].prefetched = true;  // kept: the next pass may start with this unit
+      } else {
+        drop(b);
+      }
+    }
+  };
+  for (const UnitEvent& e : StepEvents(c, pp_rank)) {
+    switch (e.kind) {
+      case UnitEvent::kBeforeForward: acquire(e.unit, e.unit + 1 < units ? e.unit + 1 : -1); break;
+      case UnitEvent::kBeforeBackward: acquire(e.unit, e.unit - 1); break;
+      case UnitEvent::kAfterForward:
+      case UnitEvent::kAfterBackward: release(e.unit); break;
+    }
   }
   return peak;
 }
@@ -573,7 +637,7 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     double gathered = 0;
     if (c.optimizer.shard_params) {
       m.parameters = 4 * owned;
-      gathered = (c.bf16 ? 6.0 : 4.0) * static_cast<double>(GatheredParamPeak(c, r));
+      gathered = static_cast<double>(GatheredParamPeakBytes(c, r));
     }
     // Activations: the average chunk's kept bytes times the chunks in flight.
     double kept_sum = 0, rerun = 0;
@@ -692,8 +756,9 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       c.sequence_parallel ? "16 X/TP + N/TP + P" : "(4 + 12/TP) X + N + P (GPT-2 shape)",
       a.layer, st.in_flight, st.bytes.activations / gib,
       c.optimizer.shard_params
-          ? absl::StrFormat(" + the gathered parameters (%d elements at once: a unit's buckets%s)",
-                            GatheredParamPeak(c, st.pp_rank),
+          ? absl::StrFormat(" + the gathered parameters (%d B at once: the buckets of the units "
+                            "between their before- and after-event%s)",
+                            GatheredParamPeakBytes(c, st.pp_rank),
                             c.overlap_param_gather ? " and the prefetched neighbour's" : "")
           : "",
       st.bytes.communication / gib,

@@ -14,7 +14,7 @@
 //     at its peak (replayed over the step's backward events from the schedule's
 //     action list: split backwards hold buckets from I to W)
 //   ZeRO-3 (optim_grads_params): also parameters 4·n_pad / g, and the
-//     gathered buckets (4 B, + 2 with --bf16, per element; GatheredParamPeak)
+//     gathered buckets (4 B, + 2 with --bf16, per element; GatheredParamPeakBytes)
 //     under communication
 //     n_pad: the stage's local parameters, each slot padded to a multiple of
 //     the gradient group g = DP·CP (ParamBuffer); local = global/TP for split ones.
@@ -60,11 +60,12 @@ int64_t StageParameters(const train::TrainConfig& c, int pp_rank);
 // those over the expert-data-parallel ranks (DP / EP), the rest over DP x CP.
 int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank);
 
-// ZeRO-3 (optim_grads_params): the most parameter elements gathered at once
-// on stage `pp_rank` (GradientSync's buckets of the units held together: one
-// unit, a recomputed run, plus the prefetched neighbour with
-// --overlap-param-gather).
-int64_t GatheredParamPeak(const train::TrainConfig& c, int pp_rank);
+// ZeRO-3 (optim_grads_params): the most bytes of gathered parameters held at
+// once on stage `pp_rank` (GradientSync's buckets, f32 and the --bf16 copy,
+// replayed over the step's unit events: a unit's from its before- to its
+// after-event, a recomputed run's together, a split backward's from I to W,
+// the prefetched neighbour's with --overlap-param-gather).
+int64_t GatheredParamPeakBytes(const train::TrainConfig& c, int pp_rank);
 
 // Every stage's peak (`in_flight[r]`: chunk activations held by stage r;
 // empty: pipeline::PeakInFlightActivations(r), i.e. min(WarmupForwards(r) + 1, M·v) but for
