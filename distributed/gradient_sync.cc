@@ -709,6 +709,9 @@ absl::Status GradientSync::WaitGather(size_t b) {
 }
 
 absl::Status GradientSync::FinishParamGather() {
+  // ZeRO-3: nothing to wait for outside a pass; what a pass kept for the
+  // next one (after an evaluation, a save) is freed.
+  if (zero3()) return DropAllGathered();
   absl::Status status;
   for (size_t b = 0; b < buckets_.size(); ++b) status.Update(WaitGather(b));
   return status;

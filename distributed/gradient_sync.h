@@ -210,6 +210,8 @@ class GradientSync : private layers::UnitObserver {
   absl::Status StartParamGather();
   // Waits for every parameter gather still in flight: before reading the
   // values outside a forward (checkpoints). A forward waits by itself.
+  // ZeRO-3: frees every gathered bucket, a prefetch kept for the next pass
+  // included (after an evaluation: the next step gathers its own).
   absl::Status FinishParamGather();
 
   // The flat ranges whose final gradients this rank holds and whose values

@@ -613,6 +613,8 @@ absl::StatusOr<double> Trainer::Evaluate() {
     LOOM_RETURN_IF_ERROR(comm::AllReduceScalar(GradientGroup(), comm::ReduceOp::kAvg, &loss));
     total += loss;
   }
+  // ZeRO-3: the last unit's gather, kept as a guess for a next pass, is freed.
+  LOOM_RETURN_IF_ERROR(gradients_->FinishParamGather());
   return total / std::max<int64_t>(1, config_.eval_iters);
 }
 

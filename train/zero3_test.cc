@@ -129,6 +129,38 @@ TEST(Zero3Test, EndsWithTheSingleRankGradientNorm) {
   }
 }
 
+// Evaluation runs forward-only passes over gathered units: the single
+// rank's validation loss, and nothing left gathered afterwards (the kept
+// prefetch is freed, not held until the next step).
+TEST(Zero3Test, EvaluationGivesTheSingleRankLossAndKeepsNothingGathered) {
+  auto validation = [](const Layout& l, bool zero3) {
+    double loss = 0;
+    int64_t left = -1;
+    TrainConfig c = testing::TinyConfig(l, 4);
+    c.eval_interval = 4;  // a validation split; one evaluation after the last step
+    c.eval_iters = 2;
+    testing::RunResult r = testing::Run(c, l, nullptr, [&](int rank, Trainer& t) {
+      absl::StatusOr<double> v = t.Evaluate();
+      ASSERT_TRUE(v.ok()) << l.Describe() << ": " << v.status();
+      if (rank != 0) return;
+      loss = *v;
+      if (zero3) {
+        EXPECT_GT(t.gradients().peak_gathered_bytes(), 0) << l.Describe();
+        left = t.gradients().gathered_bytes();
+      }
+    });
+    EXPECT_TRUE(r.status.ok()) << l.Describe() << ": " << r.status;
+    EXPECT_EQ(left, zero3 ? 0 : -1) << l.Describe() << ": bytes still gathered";
+    return loss;
+  };
+  const double ref = validation({1, 1, 1}, false);
+  ASSERT_GT(ref, 0);
+  for (const Layout& l : {OptimGradsParams({1, 1, 2, 0, false, false, "1f1b", true, true}),
+                          OptimGradsParams({1, 2, 2, 0, false, false, "1f1b", true, true})}) {
+    EXPECT_NEAR(validation(l, true), ref, kTolerance * ref) << l.Describe();
+  }
+}
+
 // A checkpoint saved under optim_grads_params holds whole tensors assembled
 // from every rank's owned ranges (parameters and moments), so it loads under
 // any strategy and layout, and any checkpoint loads under it.
