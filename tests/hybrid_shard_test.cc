@@ -195,11 +195,7 @@ TEST(HybridShardTest, LedgerShardsOverTheInstance) {
       EXPECT_EQ(p.parameters, s.peak_of(MemoryCategory::kParameters));
       EXPECT_EQ(p.optimizer, s.peak_of(MemoryCategory::kOptimizer));
       EXPECT_EQ(p.gradients - p1.gradients, grads - grads1);
-      // (ZeRO-3's bucket pool at PP 1 with one-layer buckets: the planner
-      // predicts one embedding bucket less at N = 1 and N = 2 alike.)
-      if (!l.shard_params) {
-        EXPECT_EQ(p.gradients, grads);
-      }
+      EXPECT_EQ(p.gradients, grads);
     }
   }
 }
