@@ -1,5 +1,6 @@
 #include "comm/testing/host_staged_communicator.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,15 +14,25 @@ namespace {
 using core::Device;
 using core::Tensor;
 
-// The host op's handle; copies the host outputs into the device outputs
-// once, when the host op is seen complete and ok.
+// Whether two tensors share bytes.
+bool Overlap(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || !a.SharesStorageWith(b)) return false;
+  const size_t a0 = a.storage_offset_bytes(), b0 = b.storage_offset_bytes();
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// A device tensor and its host copy.
+struct Pair {
+  Tensor device, host;
+};
+
+// The host op's handle. Once the host op is seen complete and ok, it checks
+// that no input was changed while the op was in flight, then copies the host
+// outputs into the device outputs (once).
 class StagedWork : public Work {
  public:
-  struct Landing {
-    Tensor device, host;
-  };
-  StagedWork(WorkPtr host, std::vector<Landing> landings, std::vector<Tensor> inputs)
-      : host_(std::move(host)), landings_(std::move(landings)), inputs_(std::move(inputs)) {}
+  StagedWork(WorkPtr host, std::vector<Pair> outputs, std::vector<Pair> inputs)
+      : host_(std::move(host)), outputs_(std::move(outputs)), inputs_(std::move(inputs)) {}
 
   bool Poll() override {
     if (!host_->Poll()) return false;
@@ -34,46 +45,70 @@ class StagedWork : public Work {
 
  private:
   absl::Status Land(absl::Status host_status) {
-    if (!host_status.ok() || landed_) return landed_ ? landed_status_ : host_status;
+    if (landed_) return landed_status_;
+    if (!host_status.ok()) return host_status;
     landed_ = true;
-    for (Landing& l : landings_) {
-      landed_status_ = core::ops::Copy(l.host, &l.device);
-      if (!landed_status_.ok()) break;
-    }
-    landings_.clear();
+    landed_status_ = LandOutputs();
+    outputs_.clear();
     inputs_.clear();
     return landed_status_;
   }
+  absl::Status LandOutputs() {
+    for (const Pair& in : inputs_) {
+      LOOM_ASSIGN_OR_RETURN(Tensor now, in.device.To(Device::CPU()));
+      if (std::memcmp(now.raw_data(), in.host.raw_data(), in.host.nbytes()) != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            Describe(), ": an input (", in.device.DebugString(),
+            ") was changed before the op completed; on a GPU the collective may read either"));
+      }
+    }
+    for (Pair& out : outputs_) LOOM_RETURN_IF_ERROR(core::ops::Copy(out.host, &out.device));
+    return absl::OkStatus();
+  }
 
   WorkPtr host_;
-  std::vector<Landing> landings_;
-  std::vector<Tensor> inputs_;  // the host copies, alive until the op is
+  std::vector<Pair> outputs_;
+  std::vector<Pair> inputs_;  // checked unchanged when the op completes
   bool landed_ = false;
   absl::Status landed_status_;
 };
 
-// Host copies of device tensors, for one op.
+// Host copies of one op's device tensors. Issue() fills the device outputs
+// with NaN bytes until the op completes: a read before the wait (a race on a
+// GPU) reads NaN, not an old value that may happen to be right.
 class Stage {
  public:
-  // An input: its contents now.
-  absl::StatusOr<Tensor> In(const Tensor& t) {
+  // An input: its contents now, checked unchanged when the op completes
+  // unless it is also an output (in place) or `read` is false (Broadcast's
+  // input off the root, Reduce's output off the root).
+  absl::StatusOr<Tensor> In(const Tensor& t, bool read = true) {
     LOOM_ASSIGN_OR_RETURN(Tensor h, t.To(Device::CPU()));
-    inputs_.push_back(h);
+    (read ? inputs_ : unread_).push_back({t, h});
     return h;
   }
   // An output: a host buffer landed into `t` when the op completes.
   absl::StatusOr<Tensor> Out(const Tensor& t) {
     LOOM_ASSIGN_OR_RETURN(Tensor h, Tensor::Empty(t.shape(), t.dtype()));
-    landings_.push_back({t, h});
+    outputs_.push_back({t, h});
     return h;
   }
-  WorkPtr Issue(WorkPtr host) {
-    return std::make_shared<StagedWork>(std::move(host), std::move(landings_), std::move(inputs_));
+  absl::StatusOr<WorkPtr> Issue(WorkPtr host) {
+    std::vector<Pair> checked;
+    for (const Pair& in : inputs_) {
+      bool in_place = false;
+      for (const Pair& out : outputs_) in_place |= Overlap(in.device, out.device);
+      if (!in_place) checked.push_back(in);
+    }
+    for (Pair& out : outputs_) {
+      LOOM_ASSIGN_OR_RETURN(Tensor nan, Tensor::Empty(out.device.shape(), out.device.dtype()));
+      std::memset(nan.raw_data(), 0xff, nan.nbytes());
+      LOOM_RETURN_IF_ERROR(core::ops::Copy(nan, &out.device));
+    }
+    return std::make_shared<StagedWork>(std::move(host), std::move(outputs_), std::move(checked));
   }
 
  private:
-  std::vector<StagedWork::Landing> landings_;
-  std::vector<Tensor> inputs_;
+  std::vector<Pair> outputs_, inputs_, unread_;
 };
 
 // One op: `admitted` (its argument check on the device tensors), then
@@ -117,7 +152,7 @@ WorkPtr HostStagedCommunicator::AllReduce(const Tensor& in, const Tensor& out, R
 WorkPtr HostStagedCommunicator::Broadcast(const Tensor& in, const Tensor& out, int root) {
   return Staged("broadcast", Admit(internal::CheckBroadcast(in, out, root, size(), device_)),
                 [&](Stage& s) -> absl::StatusOr<WorkPtr> {
-                  LOOM_ASSIGN_OR_RETURN(Tensor hin, s.In(in));
+                  LOOM_ASSIGN_OR_RETURN(Tensor hin, s.In(in, rank() == root));
                   LOOM_ASSIGN_OR_RETURN(Tensor hout, s.Out(out));
                   return s.Issue(host_->Broadcast(hin, hout, root));
                 });
@@ -129,7 +164,8 @@ WorkPtr HostStagedCommunicator::Reduce(const Tensor& in, const Tensor& out, Redu
                   LOOM_ASSIGN_OR_RETURN(Tensor hin, s.In(in));
                   // Only root's output is written: elsewhere the device output
                   // keeps its contents.
-                  LOOM_ASSIGN_OR_RETURN(Tensor hout, rank() == root ? s.Out(out) : s.In(out));
+                  LOOM_ASSIGN_OR_RETURN(Tensor hout,
+                                        rank() == root ? s.Out(out) : s.In(out, false));
                   return s.Issue(host_->Reduce(hin, hout, op, root));
                 });
 }

@@ -13,10 +13,17 @@
 // so that is what NCCL's stream would read), issues the wrapped host op
 // asynchronously, and its Work copies the host outputs into the device
 // outputs once the host op completes (Wait, WaitOnStream, or a Poll that
-// finds it done): a caller that reads an output without waiting reads the
-// old contents, as it would on a GPU. Receives issued before sends, sends
-// left in flight, waits long after: everything that runs on the wrapped
-// backend runs here, in the same order. Split wraps the child.
+// finds it done). Receives issued before sends, sends left in flight, waits
+// long after: everything that runs on the wrapped backend runs here, in the
+// same order.
+//
+// What would be a race on a GPU fails here instead of passing by luck:
+//  * until the op completes its device outputs hold NaN bytes (0xff), so a
+//    caller that reads an output before waiting reads NaN;
+//  * when the op completes, its inputs (those not also its outputs) must
+//    still hold what they held at issue, else the Work fails
+//    (FailedPrecondition): NCCL's stream may read them any time until then.
+// Split wraps the child.
 
 #include <memory>
 #include <string>

@@ -4,6 +4,7 @@
 
 #include "comm/testing/host_staged_communicator.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -215,6 +216,47 @@ TEST(HostStagedCommunicatorTest, PointToPointKeepsItsAsynchronousOrder) {
 TEST(HostStagedCommunicatorTest, SplitWrapsTheChild) {
   ScopedFakeDevice device;
   absl::Status s = RunRanksAsThreads(kWorld, SplitChild);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// Until an op completes its device outputs hold NaN: a read before the
+// wait (a race on a GPU) cannot pass by luck.
+TEST(HostStagedCommunicatorTest, OutputsReadBeforeTheWaitAreNaN) {
+  ScopedFakeDevice device;
+  absl::Status s = RunRanksAsThreads(2, [](int rank, Communicator* host) -> absl::Status {
+    HostStagedCommunicator gpu(host, kGpu);
+    const Tensor sent = Values(64, 0, 11);
+    if (rank == 0) return gpu.Send(OnGpu(sent), 1, 0)->Wait();
+    Tensor got = OnGpu(Values(64, 1, 12));
+    WorkPtr recv = gpu.Recv(got, 0, 0);
+    LOOM_ASSIGN_OR_RETURN(Tensor early, got.To(Device::CPU()));
+    for (int64_t i = 0; i < early.numel(); ++i) {
+      if (!std::isnan(early.data<float>()[i])) {
+        return absl::InternalError("an output read before the wait is not NaN");
+      }
+    }
+    LOOM_RETURN_IF_ERROR(recv->Wait());
+    return Same("recv after the wait", sent, got);
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// An input changed while its op is in flight (NCCL's stream may read it any
+// time until the op completes) fails the op's wait.
+TEST(HostStagedCommunicatorTest, InputChangedInFlightFailsTheWait) {
+  ScopedFakeDevice device;
+  absl::Status s = RunRanksAsThreads(2, [](int rank, Communicator* host) -> absl::Status {
+    HostStagedCommunicator gpu(host, kGpu);
+    Tensor in = OnGpu(Values(64, rank, 13)), out = OnGpu(Values(64, 0, 0));
+    WorkPtr w = gpu.AllReduce(in, out, ReduceOp::kSum);
+    LOOM_RETURN_IF_ERROR(core::ops::Zero(&in));  // e.g. a pool buffer reused too early
+    absl::Status waited = w->Wait();
+    if (!absl::IsFailedPrecondition(waited) ||
+        waited.message().find("was changed before the op completed") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("a changed input went unnoticed: ", waited.ToString()));
+    }
+    return absl::OkStatus();
+  });
   EXPECT_TRUE(s.ok()) << s;
 }
 
