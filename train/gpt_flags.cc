@@ -123,7 +123,8 @@ ABSL_FLAG(loom::train::ShardingStrategy, data_parallel_sharding_strategy,
           "What DP shards: no_shard | optim (ZeRO-1: Adam state) | optim_grads (ZeRO-2: Adam "
           "state and gradients, reduce-scattered per bucket in every micro-batch's backward) | "
           "optim_grads_params (ZeRO-3: also the parameters, all-gathered per layer before its "
-          "forward and backward; prefetched with --overlap-param-gather; CPU). "
+          "forward and backward; prefetched with --overlap-param-gather; --device=cuda only with "
+          "--allow-unproven-gpu-sharding). "
           "Default: optim with --use-distributed-optimizer, else no_shard");
 ABSL_FLAG(bool, allow_unproven_gpu_sharding, D().allow_unproven_gpu_sharding,
           "Run --data-parallel-sharding-strategy=optim_grads_params with --device=cuda although "
