@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu/cpu_features.h"
 #include "core/ops/testing/fake_device.h"
 #include "gtest/gtest.h"
 #include "train/test_util.h"
@@ -136,6 +137,22 @@ TEST(ShardedDeviceTest, MoreZero3Paths) {
     TrainConfig hybrid = Config(l, false);
     hybrid.num_distributed_optimizer_instances = 2;
     ExpectDeviceRunIsTheCpuRun(hybrid, l, "GPT-2 " + l.Describe() + " 2 instances");
+  }
+}
+
+// --bf16: each ZeRO-3 gather converts the unit's f32 values into the bf16
+// copy the GEMMs read, on the device. The fake device runs the CPU's bf16
+// GEMMs, so it needs a CPU that has them.
+TEST(ShardedDeviceTest, Bf16UnderZero2AndZero3) {
+  if (absl::Status s = core::cpu::CheckBf16GemmSupport("--bf16"); !s.ok()) {
+    GTEST_SKIP() << "no bf16 GEMMs on this CPU: " << s;
+  }
+  for (const Layout& l : {Overlapped(OptimGrads(kDp2), false),
+                          Overlapped(OptimGradsParams(kDp2), true),
+                          OptimGradsParams({2, 1, 2, 0, true})}) {
+    TrainConfig c = Config(l, true);
+    c.bf16 = true;
+    ExpectDeviceRunIsTheCpuRun(c, l, "bf16 Llama-style " + l.Describe());
   }
 }
 
