@@ -269,9 +269,10 @@ struct UnitEvent {
 // reverse (a recomputed run's BeforeBackwards all first), the embedding; a
 // split backward sends the BeforeBackwards at I and the AfterBackwards, in
 // the same order, at the deferred W.
-std::vector<UnitEvent> StepEvents(const train::TrainConfig& c, int pp_rank) {
+std::vector<UnitEvent> StepEvents(const train::TrainConfig& c, int pp_rank, int micro_batches) {
   const layers::GptConfig& m = c.model;
-  const pipeline::ScheduleOptions o = ScheduleOf(c);
+  pipeline::ScheduleOptions o = ScheduleOf(c);
+  o.micro_batches = micro_batches;
   const bool first = HoldsFirst(c, pp_rank);
   const int last_virtual = o.pp * o.vp - 1;
   struct Chunk {
@@ -369,9 +370,8 @@ std::vector<std::vector<int>> UnitBuckets(const std::vector<StageBucket>& bucket
 // buckets bound + 1 (+ 1 being reduce-scattered with --overlap-grad-reduce)
 // exist, else the smallest free one reallocated. Steps repeat until the
 // pool stops growing (the second step starts from the first's pool).
-int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
-  int units = 0;
-  const std::vector<StageBucket> buckets = StageBuckets(c, pp_rank, &units);
+int64_t BucketPoolPeak(const train::TrainConfig& c, const std::vector<StageBucket>& buckets,
+                       int units, const std::vector<UnitEvent>& events) {
   const int nb = static_cast<int>(buckets.size());
   const bool overlap = c.overlap_grad_reduce;
   const std::vector<std::vector<int>> unit_buckets = UnitBuckets(buckets, units);
@@ -440,7 +440,6 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
     std::fill(done[b].begin(), done[b].end(), 0);
     if (!overlap) complete_oldest();
   };
-  const std::vector<UnitEvent> events = StepEvents(c, pp_rank);
   for (int step = 0; step < 4; ++step) {
     const int64_t before = peak;
     std::vector<int> open(units, 0);
@@ -480,11 +479,8 @@ int64_t ShardedBucketPeak(const train::TrainConfig& c, int pp_rank) {
   return peak;
 }
 
-}  // namespace
-
-int64_t GatheredParamPeakBytes(const train::TrainConfig& c, int pp_rank) {
-  int units = 0;
-  const std::vector<StageBucket> buckets = StageBuckets(c, pp_rank, &units);
+int64_t GatheredPeak(const train::TrainConfig& c, const std::vector<StageBucket>& buckets,
+                     int units, const std::vector<UnitEvent>& events) {
   const std::vector<std::vector<int>> unit_buckets = UnitBuckets(buckets, units);
   // GradientSync's gathers (AcquireUnit, ReleaseUnit) replayed over the
   // step's unit events: a unit's buckets are gathered (f32) and bound (+ the
@@ -542,7 +538,7 @@ int64_t GatheredParamPeakBytes(const train::TrainConfig& c, int pp_rank) {
       }
     }
   };
-  for (const UnitEvent& e : StepEvents(c, pp_rank)) {
+  for (const UnitEvent& e : events) {
     switch (e.kind) {
       case UnitEvent::kBeforeForward: acquire(e.unit, e.unit + 1 < units ? e.unit + 1 : -1); break;
       case UnitEvent::kBeforeBackward: acquire(e.unit, e.unit - 1); break;
@@ -551,6 +547,23 @@ int64_t GatheredParamPeakBytes(const train::TrainConfig& c, int pp_rank) {
     }
   }
   return peak;
+}
+
+}  // namespace
+
+int ReplayedMicroBatches(const train::TrainConfig& c) {
+  return static_cast<int>(
+      std::min<int64_t>(c.num_micro_batches, 4 * static_cast<int64_t>(c.pipeline_model_parallel_size)));
+}
+
+ReplayPeaks ReplayStep(const train::TrainConfig& c, int pp_rank, int micro_batches) {
+  int units = 0;
+  const std::vector<StageBucket> buckets = StageBuckets(c, pp_rank, &units);
+  const std::vector<UnitEvent> events = StepEvents(c, pp_rank, micro_batches);
+  ReplayPeaks p;
+  if (c.optimizer.shard_gradients) p.bucket_pool_bytes = 4 * BucketPoolPeak(c, buckets, units, events);
+  if (c.optimizer.shard_params) p.gathered_bytes = GatheredPeak(c, buckets, units, events);
+  return p;
 }
 
 int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank) {
@@ -626,10 +639,13 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     const double experts = static_cast<double>(StageExpertParameters(c, r));
     const double owned = (n - experts) / shard + experts / (shard / c.expert_model_parallel_size);
     const double adam = c.optimizer.distributed ? 8 * owned : 8 * n;
-    // ZeRO-2 keeps the owned shard and the bucket pool (ShardedBucketPeak).
+    // ZeRO-2 keeps the owned shard and the bucket pool (ReplayStep).
     m.gradients = 4 * n;
+    const ReplayPeaks replay = c.optimizer.shard_gradients
+                                   ? ReplayStep(c, r, ReplayedMicroBatches(c))
+                                   : ReplayPeaks();
     if (c.optimizer.shard_gradients) {
-      m.gradients = 4 * owned + 4.0 * static_cast<double>(ShardedBucketPeak(c, r));
+      m.gradients = 4 * owned + static_cast<double>(replay.bucket_pool_bytes);
     }
     m.optimizer = adam + (split_norm ? 8 : 0);
     // ZeRO-3 keeps the owned f32 values only; the gathered units' whole
@@ -637,7 +653,7 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     double gathered = 0;
     if (c.optimizer.shard_params) {
       m.parameters = 4 * owned;
-      gathered = static_cast<double>(GatheredParamPeakBytes(c, r));
+      gathered = static_cast<double>(replay.gathered_bytes);
     }
     // Activations: the average chunk's kept bytes times the chunks in flight.
     double kept_sum = 0, rerun = 0;
@@ -680,12 +696,18 @@ std::vector<StageMemory> PredictMemory(const train::TrainConfig& c,
     // A DP bucket: ZeRO-1 stages the whole bucket (reduce-scatter, all-gather),
     // the all-reduce its (g - 1)/g ring share.
     if (group > 1) {
-      // The largest bucket (whole units: a unit above --ddp-bucket-size is
-      // a bucket of its own).
-      int units = 0;
-      int64_t largest = 0;
-      for (const StageBucket& b : StageBuckets(c, r, &units)) largest = std::max(largest, b.len);
-      const double bucket = 4.0 * static_cast<double>(largest);
+      // On the CPU the host engine (comm/internal/engine.cc: the local, UCX
+      // and MPI backends) keeps a staging buffer as large as the largest
+      // collective: the largest bucket (whole units; a unit above
+      // --ddp-bucket-size is a bucket of its own). On CUDA (NCCL, whose
+      // staging no run has measured) a bucket of at most --ddp-bucket-size.
+      double bucket = std::min<double>(c.optimizer.bucket_bytes, m.gradients);
+      if (c.device == train::DeviceKind::kCpu) {
+        int units = 0;
+        int64_t largest = 0;
+        for (const StageBucket& b : StageBuckets(c, r, &units)) largest = std::max(largest, b.len);
+        bucket = 4.0 * static_cast<double>(largest);
+      }
       comm += c.optimizer.distributed ? bucket : bucket * (group - 1) / group;
     }
     if (t > 1) comm += a.x_full;
@@ -750,7 +772,8 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       "  K_layer = %s = %.0f B\n"
       "  activations   = a K_chunk + K_head + W + R, a = %d chunk activations in flight "
       "(pipeline simulator) = %.3f GiB\n"
-      "  communication = the largest DP bucket + one hidden state for TP%s = %.3f GiB\n"
+      "  communication = one DP bucket (the largest on the CPU) + one hidden state for TP%s = "
+      "%.3f GiB\n"
       "  total         = %.3f GiB\n",
       a.x_full, a.x_seq, a.lse,
       c.sequence_parallel ? "16 X/TP + N/TP + P" : "(4 + 12/TP) X + N + P (GPT-2 shape)",
@@ -758,7 +781,7 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
       c.optimizer.shard_params
           ? absl::StrFormat(" + the gathered parameters (%d B at once: the buckets of the units "
                             "between their before- and after-event%s)",
-                            GatheredParamPeakBytes(c, st.pp_rank),
+                            ReplayStep(c, st.pp_rank, ReplayedMicroBatches(c)).gathered_bytes,
                             c.overlap_param_gather ? " and the prefetched neighbour's" : "")
           : "",
       st.bytes.communication / gib,

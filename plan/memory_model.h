@@ -14,7 +14,7 @@
 //     at its peak (replayed over the step's backward events from the schedule's
 //     action list: split backwards hold buckets from I to W)
 //   ZeRO-3 (optim_grads_params): also parameters 4·n_pad / g, and the
-//     gathered buckets (4 B, + 2 with --bf16, per element; GatheredParamPeakBytes)
+//     gathered buckets (4 B, + 2 with --bf16, per element; ReplayStep)
 //     under communication
 //     n_pad: the stage's local parameters, each slot padded to a multiple of
 //     the gradient group g = DP·CP (ParamBuffer); local = global/TP for split ones.
@@ -60,12 +60,26 @@ int64_t StageParameters(const train::TrainConfig& c, int pp_rank);
 // those over the expert-data-parallel ranks (DP / EP), the rest over DP x CP.
 int64_t StageExpertParameters(const train::TrainConfig& c, int pp_rank);
 
-// ZeRO-3 (optim_grads_params): the most bytes of gathered parameters held at
-// once on stage `pp_rank` (GradientSync's buckets, f32 and the --bf16 copy,
-// replayed over the step's unit events: a unit's from its before- to its
-// after-event, a recomputed run's together, a split backward's from I to W,
-// the prefetched neighbour's with --overlap-param-gather).
-int64_t GatheredParamPeakBytes(const train::TrainConfig& c, int pp_rank);
+// GradientSync's transient memory on stage `pp_rank`, replayed over the unit
+// events of a step of `micro_batches` micro-batches (the schedule's action
+// list, pipeline::ComputeOrder; GptModel's events per action):
+//   bucket_pool_bytes  ZeRO-2/3: the gradient bucket buffers allocated at the
+//     peak (a bucket bound from a writer's BeforeBackward, at I under a split
+//     backward, until every writer has run and none is open, its W; the pool
+//     keeps and reuses its buffers);
+//   gathered_bytes  ZeRO-3: the gathered parameter buckets held at once (f32
+//     and the --bf16 copy; a unit's from its before- to its after-event, a
+//     split backward's from I to W, the prefetched neighbour's with
+//     --overlap-param-gather).
+struct ReplayPeaks {
+  int64_t bucket_pool_bytes = 0;
+  int64_t gathered_bytes = 0;
+};
+ReplayPeaks ReplayStep(const train::TrainConfig& c, int pp_rank, int micro_batches);
+// The micro-batches PredictMemory replays: min(M, 4 P). Past the warm-up the
+// schedules repeat per micro-batch and the peaks with them
+// (//plan:memory_model_test checks that against the whole step).
+int ReplayedMicroBatches(const train::TrainConfig& c);
 
 // Every stage's peak (`in_flight[r]`: chunk activations held by stage r;
 // empty: pipeline::PeakInFlightActivations(r), i.e. min(WarmupForwards(r) + 1, M·v) but for
