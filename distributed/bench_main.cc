@@ -10,6 +10,11 @@
 //   ZeRO-1                 reduce-scatter + parameter all-gather, then with
 //                          --overlap-grad-reduce, then also with
 //                          --overlap-param-gather (gathers during the forward)
+//   ZeRO-1, N = DP         hybrid sharding with every rank its own instance
+//                          (--num-distributed-optimizer-instances = DP): all
+//                          the traffic is the replicas' all-reduce of each
+//                          bucket, then with --overlap-grad-reduce (each
+//                          bucket's started behind the backward).
 //   ZeRO-2                 (--data-parallel-sharding-strategy=optim_grads)
 //                          a reduce-scatter per bucket in every micro-batch,
 //                          only the owned gradient shard kept; the same three
@@ -71,6 +76,9 @@ struct Mode {
   bool zero2 = false;
   bool zero3 = false;
   bool across_passes = true;  // GradientSyncOptions::prefetch_across_passes
+  // --num-distributed-optimizer-instances = DP: every rank its own
+  // instance, so all the gradient traffic is the replicas' all-reduce.
+  bool hybrid = false;
 };
 constexpr Mode kModes[] = {
     {"all-reduce", false, false, false},
@@ -78,6 +86,8 @@ constexpr Mode kModes[] = {
     {"ZeRO-1", true, false, false},
     {"ZeRO-1 + --overlap-grad-reduce", true, true, false},
     {"ZeRO-1 + both overlaps", true, true, true},
+    {"ZeRO-1, N = DP", true, false, false, false, false, true, true},
+    {"ZeRO-1 + --overlap-grad-reduce, N = DP", true, true, false, false, false, true, true},
     {"ZeRO-2", true, false, false, true},
     {"ZeRO-2 + --overlap-grad-reduce", true, true, false, true},
     {"ZeRO-2 + both overlaps", true, true, true, true},
@@ -86,7 +96,7 @@ constexpr Mode kModes[] = {
     {"ZeRO-3 + both overlaps, prefetch within a pass", true, true, true, true, true, false},
     {"ZeRO-3 + both overlaps, prefetch across passes", true, true, true, true, true},
 };
-constexpr size_t kFirstZero3 = 8;
+constexpr size_t kFirstZero3 = 10;
 
 struct Timing {
   double step_ms = 0, grad_ms = 0, gather_ms = 0;  // means over the timed steps
@@ -121,6 +131,7 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
   options.shard_gradients = mode.zero2;
   options.shard_params = mode.zero3;
   options.prefetch_across_passes = mode.across_passes;
+  if (mode.hybrid) options.instances = world.size();
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GradientSync> sync,
                         GradientSync::Create(model, groups, options));
   const layers::GptConfig& c = model->config();
@@ -216,7 +227,13 @@ absl::Status RunRank(comm::Communicator& world) {
     const Timing& t = timings[i];
     const Mode& m = kModes[i];
     // The baseline of a mode: the same reduction without any overlap.
-    const Timing& base = timings[m.zero3 ? kFirstZero3 : m.zero2 ? 5 : m.zero1 ? 2 : 0];
+    size_t b = 0;
+    while (kModes[b].zero1 != m.zero1 || kModes[b].zero2 != m.zero2 ||
+           kModes[b].zero3 != m.zero3 || kModes[b].hybrid != m.hybrid ||
+           kModes[b].overlap_grad || kModes[b].overlap_gather) {
+      ++b;
+    }
+    const Timing& base = timings[b];
     std::printf("| %s | %zu (%d early) | %.1f | %.1f | %.1f | %s | %s | %.1f | %s |\n", m.name,
                 t.buckets, t.early / std::max(steps, 1), t.step_ms, t.grad_ms, t.gather_ms,
                 m.overlap_grad ? Hidden(t.grad_ms, base.grad_ms).c_str() : "-",

@@ -488,6 +488,8 @@ absl::Status GradientSync::StartStep() {
       std::fill(contributed_[b].begin(), contributed_[b].end(), 0);
     }
     std::fill(open_backwards_.begin(), open_backwards_.end(), 0);
+    std::fill(backwards_.begin(), backwards_.end(), 0);
+    LOOM_RETURN_IF_ERROR(ForgetReplicaReductions());
     LOOM_RETURN_IF_ERROR(model_->params().BindGrads(Tensor()));
     started_early_ = 0;
     waited_s_ = 0;
@@ -497,6 +499,7 @@ absl::Status GradientSync::StartStep() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     pending_units_[b] = static_cast<int>(buckets_[b].units.size());
   }
+  LOOM_RETURN_IF_ERROR(ForgetReplicaReductions());
   started_early_ = 0;
   return model_->params().ZeroGrads();
 }
@@ -517,6 +520,7 @@ absl::Status GradientSync::AfterBackward(int64_t unit) {
                                               " ended a backward it did not begin"));
     }
     --open_backwards_[u];
+    ++backwards_[u];
     for (size_t b : unit_buckets_[u]) {
       std::vector<int>& done = contributed_[b];
       const auto at = std::find(readers_[b].begin(), readers_[b].end(), u) - readers_[b].begin();
@@ -530,19 +534,22 @@ absl::Status GradientSync::AfterBackward(int64_t unit) {
         LOOM_RETURN_IF_ERROR(FlushBucket(b));
       }
     }
+    LOOM_RETURN_IF_ERROR(StartReplicaReductions(/*wait=*/false));
     if (zero3()) return ReleaseUnit(u);
     return absl::OkStatus();
   }
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].id != unit) continue;
-    if (++backwards_[u] != options_.micro_batches) return absl::OkStatus();
-    const int b = unit_bucket_[u];
-    if (b < 0 || --pending_units_[b] != 0) return absl::OkStatus();
-    if (!options_.overlap_grad_reduce || !data_parallel() || buckets_[b].tied_embedding) {
-      return absl::OkStatus();
+    if (++backwards_[u] == options_.micro_batches) {
+      const int b = unit_bucket_[u];
+      if (b >= 0 && --pending_units_[b] == 0 && options_.overlap_grad_reduce && data_parallel() &&
+          !buckets_[b].tied_embedding) {
+        ++started_early_;
+        LOOM_RETURN_IF_ERROR(StartBucket(b));
+      }
     }
-    ++started_early_;
-    return StartBucket(b);
+    // A bucket reduced behind the backward goes on to the replicas.
+    return StartReplicaReductions(/*wait=*/false);
   }
   return absl::InternalError(absl::StrCat("GradientSync: the model reported unknown unit ", unit));
 }
@@ -598,16 +605,18 @@ absl::Status GradientSync::FinishGradients() {
     }
   }
   std::vector<comm::WorkPtr> works;
-  for (std::vector<comm::WorkPtr>& bucket : reduce_works_) {
-    for (comm::WorkPtr& w : bucket) works.push_back(std::move(w));
-    bucket.clear();
+  for (const std::vector<comm::WorkPtr>& bucket : reduce_works_) {
+    works.insert(works.end(), bucket.begin(), bucket.end());
   }
   absl::Status waited = comm::WaitAllOnStream(works);
   if (!waited.ok()) {
     status.Update(absl::Status(waited.code(), absl::StrCat("data-parallel gradient reduction: ",
                                                            waited.message())));
   }
+  // (The buckets' works are kept until here: the replicas' all-reduces
+  // follow them bucket by bucket.)
   if (status.ok()) status.Update(ReduceAcrossInstances());
+  for (std::vector<comm::WorkPtr>& bucket : reduce_works_) bucket.clear();
   if (status.ok()) status.Update(ScaleExpertGradients());
   if (status.ok()) {
     // Sequence-parallel parameters saw 1/TP of the rows on each TP rank.
@@ -625,16 +634,10 @@ absl::Status GradientSync::FinishGradients() {
 
 absl::Status GradientSync::ReduceAcrossInstances() {
   if (replicas_ == nullptr) return absl::OkStatus();
-  // Each instance averaged its own ranks' gradients into this rank's shard;
-  // the mean of the N instances' means is the mean over the whole group.
-  // Bucket by bucket, from the back of the buffer, so that a collective
-  // stages at most one bucket's shard.
-  std::vector<comm::WorkPtr> works;
-  LOOM_RETURN_IF_ERROR(
-      ForEachOwnedGradient([&](const GradBucket&, const BucketPart&, const Tensor& mine) {
-        works.push_back(replicas_->AllReduce(mine, comm::ReduceOp::kAvg));
-        return absl::OkStatus();
-      }));
+  // What the backward did not start, then every replica all-reduce.
+  LOOM_RETURN_IF_ERROR(StartReplicaReductions(/*wait=*/true));
+  std::vector<comm::WorkPtr> works = std::move(replica_works_);
+  replica_works_.clear();
   if (absl::Status st = comm::WaitAllOnStream(works); !st.ok()) {
     return absl::Status(st.code(),
                         absl::StrCat("all-reduce of the gradient shard across the "
@@ -642,6 +645,76 @@ absl::Status GradientSync::ReduceAcrossInstances() {
                                      st.message()));
   }
   return absl::OkStatus();
+}
+
+absl::Status GradientSync::StartReplicaReductions(bool wait) {
+  if (replicas_ == nullptr) return absl::OkStatus();
+  // Each instance averaged its own ranks' gradients into this rank's shard;
+  // the mean of the N instances' means is the mean over the whole group. A
+  // bucket's all-reduce starts once its instance reduction is complete, in
+  // bucket order from the back of the buffer: the same order on every
+  // replica, however their reductions happen to finish.
+  if (zero2() && !wait) {
+    // Reduce-scatters that finished behind the backward are added now (no
+    // collective: the order of this is free).
+    while (!in_flight_.empty() && AllDone(in_flight_.front().works)) {
+      LOOM_RETURN_IF_ERROR(CompleteOldestFlush());
+    }
+  }
+  while (next_replica_ < buckets_.size()) {
+    const size_t b = buckets_.size() - 1 - next_replica_;
+    LOOM_ASSIGN_OR_RETURN(const bool reduced, InstanceReduced(b, wait));
+    if (!reduced) return absl::OkStatus();
+    LOOM_RETURN_IF_ERROR(
+        ForEachOwnedGradientOf(b, [&](const BucketPart&, const Tensor& mine) {
+          replica_works_.push_back(replicas_->AllReduce(mine, comm::ReduceOp::kAvg));
+          return absl::OkStatus();
+        }));
+    if (!wait) ++replicas_started_early_;
+    ++next_replica_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::ForgetReplicaReductions() {
+  // What an interrupted step left in flight is waited for (never free
+  // memory a collective writes), then forgotten.
+  absl::Status st = comm::WaitAllOnStream(replica_works_);
+  replica_works_.clear();
+  next_replica_ = 0;
+  replicas_started_early_ = 0;
+  return st;
+}
+
+bool GradientSync::AllDone(const std::vector<comm::WorkPtr>& works) {
+  return std::all_of(works.begin(), works.end(), [](const comm::WorkPtr& w) { return w->Poll(); });
+}
+
+absl::StatusOr<bool> GradientSync::InstanceReduced(size_t b, bool wait) {
+  if (zero2()) {
+    // At the end of the step everything is flushed and added. Before: every
+    // writer ran its last backward of the step, the bucket is unbound, and
+    // none of its reduce-scatters is still to be added.
+    if (wait) return true;
+    for (int r : readers_[b]) {
+      if (backwards_[r] < options_.micro_batches) return false;
+    }
+    return bound_[b] < 0 && std::none_of(in_flight_.begin(), in_flight_.end(),
+                                          [b](const Flush& f) { return f.bucket == b; });
+  }
+  const std::vector<comm::WorkPtr>& works = reduce_works_[b];
+  if (works.empty() && wait) {
+    // Every replica must start every bucket's all-reduce, or they deadlock.
+    return absl::InternalError(
+        absl::StrCat("GradientSync: bucket ", b, " was not reduced before the step's end"));
+  }
+  if (works.empty()) return false;  // not started yet
+  if (!wait) return AllDone(works);
+  if (absl::Status st = comm::WaitAllOnStream(works); !st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("data-parallel gradient reduction: ", st.message()));
+  }
+  return true;
 }
 
 absl::Status GradientSync::ScaleExpertGradients() {
@@ -657,16 +730,23 @@ absl::Status GradientSync::ScaleExpertGradients() {
 absl::Status GradientSync::ForEachOwnedGradient(
     const std::function<absl::Status(const GradBucket&, const BucketPart&, Tensor)>& fn) {
   for (size_t b = buckets_.size(); b-- > 0;) {
-    for (const BucketPart& part : buckets_[b].parts) {
-      if (part.owned.second <= part.owned.first) continue;
-      Tensor mine;
-      if (zero2()) {
-        LOOM_ASSIGN_OR_RETURN(mine, shard_->Slice(part.owned.first, part.owned.second));
-      } else {
-        LOOM_ASSIGN_OR_RETURN(mine, Slice(model_->params().flat_grads(), part.owned));
-      }
-      LOOM_RETURN_IF_ERROR(fn(buckets_[b], part, mine));
+    LOOM_RETURN_IF_ERROR(ForEachOwnedGradientOf(
+        b, [&](const BucketPart& part, Tensor mine) { return fn(buckets_[b], part, mine); }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::ForEachOwnedGradientOf(
+    size_t b, const std::function<absl::Status(const BucketPart&, Tensor)>& fn) {
+  for (const BucketPart& part : buckets_[b].parts) {
+    if (part.owned.second <= part.owned.first) continue;
+    Tensor mine;
+    if (zero2()) {
+      LOOM_ASSIGN_OR_RETURN(mine, shard_->Slice(part.owned.first, part.owned.second));
+    } else {
+      LOOM_ASSIGN_OR_RETURN(mine, Slice(model_->params().flat_grads(), part.owned));
     }
+    LOOM_RETURN_IF_ERROR(fn(part, mine));
   }
   return absl::OkStatus();
 }

@@ -89,10 +89,14 @@
 // hold replicas: rank r of every instance owns the same ranges (replicas():
 // the N ranks with the same rank in their instance). A step's gradients are
 // reduce-scattered within the instance (averaged over its g / N ranks, every
-// micro-batch under ZeRO-2/3), then in FinishGradients each owned shard is
+// micro-batch under ZeRO-2/3), then each bucket's owned shard is
 // all-reduced across the instances (averaged over N: the mean over all g),
-// once per step, after the instance's reductions (not hidden behind the
-// backward). The replicas then apply the same update to the same values.
+// once per step, as soon as the bucket's last instance reduction of the
+// step has finished: behind the rest of the backward with
+// --overlap-grad-reduce (polled at each unit's end, started in bucket
+// order from the back so the replicas' collectives match), else in
+// FinishGradients. The replicas then apply the same update to the same
+// values.
 // N = 1 is the plain layout; N = g leaves one rank per instance (nothing
 // sharded, the replicas all-reduce everything). Needs a sharding strategy.
 // Under EP each instance holds whole EP groups (DP / N a multiple of EP):
@@ -259,6 +263,10 @@ class GradientSync : private layers::UnitObserver {
   // Buckets whose reduction started during the backward in the last step
   // (ZeRO-2: reduce-scatters, one per bucket and micro-batch).
   int buckets_started_early() const { return started_early_; }
+  // Hybrid sharding: buckets whose all-reduce across the replicas started
+  // during the backward in the last step (the rest start in
+  // FinishGradients).
+  int replica_reductions_started_early() const { return replicas_started_early_; }
 
  private:
   GradientSync(layers::StageModel* model, GradientSyncGroups groups, GradientSyncOptions options)
@@ -286,8 +294,17 @@ class GradientSync : private layers::UnitObserver {
   absl::Status BindGathered(size_t b);
   absl::Status DropGathered(size_t b);  // waits for its gather, frees it
   absl::Status DropAllGathered();
-  // Hybrid sharding: the owned gradients averaged over the replicas.
+  // Hybrid sharding: the owned gradients averaged over the replicas: each
+  // bucket's all-reduce started as soon as its instance reduction is
+  // complete (behind the backward, polled at each unit's AfterBackward;
+  // with `wait`, at the end of the step, waiting for each in turn), in
+  // bucket order from the back; ReduceAcrossInstances starts the rest and
+  // waits for them all.
   absl::Status ReduceAcrossInstances();
+  absl::Status StartReplicaReductions(bool wait);
+  absl::StatusOr<bool> InstanceReduced(size_t b, bool wait);
+  absl::Status ForgetReplicaReductions();
+  static bool AllDone(const std::vector<comm::WorkPtr>& works);
   // EP: the owned expert gradients times 1 / EP (see GradientSyncGroups).
   absl::Status ScaleExpertGradients();
   // fn(bucket, part, its owned final gradients) for every bucket part with
@@ -295,6 +312,8 @@ class GradientSync : private layers::UnitObserver {
   // shard's under ZeRO-2, else the flat buffer's.
   absl::Status ForEachOwnedGradient(
       const std::function<absl::Status(const GradBucket&, const BucketPart&, core::Tensor)>& fn);
+  absl::Status ForEachOwnedGradientOf(
+      size_t b, const std::function<absl::Status(const BucketPart&, core::Tensor)>& fn);
   bool data_parallel() const { return groups_.dp != nullptr && groups_.dp->size() > 1; }
   bool sharded_over(const comm::Communicator* c) const { return c != nullptr && c->size() > 1; }
   bool expert_parallel() const { return groups_.expert_parallel > 1; }
@@ -357,6 +376,12 @@ class GradientSync : private layers::UnitObserver {
   double waited_s_ = 0;  // this step's waits for reduce-scatters during the backward
   double exposed_grad_s_ = 0, exposed_gather_s_ = 0;
   int started_early_ = 0;
+  // Hybrid sharding, this step: buckets (counted from the back) whose
+  // replica all-reduce has started, those all-reduces, and how many of
+  // them started during the backward.
+  size_t next_replica_ = 0;
+  std::vector<comm::WorkPtr> replica_works_;
+  int replicas_started_early_ = 0;
 };
 
 }  // namespace loom::distributed

@@ -145,6 +145,38 @@ TEST(HybridShardTest, InstancesAreConsecutiveRanksAndReplicasStayIdentical) {
   }
 }
 
+// The replicas' all-reduce of a bucket starts as soon as the instance's
+// reduction of it has finished, behind the rest of the backward. With one
+// rank an instance (N = DP) that reduction is local, so the count is exact:
+// every bucket with --overlap-grad-reduce (ZeRO-1) and under ZeRO-2/3
+// (their reduce-scatters run in the backward anyway); none under ZeRO-1
+// without overlap (its reductions start after the backward).
+TEST(HybridShardTest, ReplicaReductionsStartDuringTheBackward) {
+  struct Case {
+    Layout layout;
+    bool early;
+  };
+  for (const Case& k : {Case{Optim(Overlapped({1, 1, 4})), true}, Case{Optim({1, 1, 4}), false},
+                        Case{OptimGrads({1, 1, 4}), true},
+                        Case{OptimGradsParams(Overlapped({1, 1, 4})), true}}) {
+    std::mutex mu;
+    std::vector<int> early(4, -1);
+    size_t buckets = 0;
+    testing::RunResult r = testing::Run(
+        Hybrid(testing::TinyConfig(k.layout, 2), 4), k.layout, nullptr, [&](int rank, Trainer& t) {
+          std::lock_guard<std::mutex> lock(mu);
+          early[rank] = t.gradients().replica_reductions_started_early();
+          buckets = t.gradients().buckets().size();
+        });
+    ASSERT_TRUE(r.status.ok()) << Name(k.layout, 4) << ": " << r.status;
+    ASSERT_GT(buckets, 1u);
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_EQ(early[rank], k.early ? static_cast<int>(buckets) : 0)
+          << Name(k.layout, 4) << ", rank " << rank;
+    }
+  }
+}
+
 // The ledger: what the strategy shards is ÷ (DP / N) per rank (N = 2 at DP 4
 // holds twice N = 1's shard), exactly as the planner predicts.
 TEST(HybridShardTest, LedgerShardsOverTheInstance) {
