@@ -1,7 +1,8 @@
 // The time model under hybrid sharding (--num-distributed-optimizer-instances
 // N, #37): the strategy's collectives run within an instance of DP / N ranks,
-// and each rank's gradient shard is all-reduced over the N instances after the
-// backward (GradientSync::FinishGradients), exposed.
+// and each bucket's shard is all-reduced over the N instances after its
+// reduction within the instance: after the backward (exposed), or with
+// --overlap-grad-reduce behind it (GradientSync::StartReplicaReductions).
 #include "gtest/gtest.h"
 #include "plan/hardware.h"
 #include "plan/memory_model.h"
@@ -56,6 +57,36 @@ TEST(HybridTimeModelTest, ReplicasAllReduceTheShardAfterTheBackward) {
   absl::StatusOr<StepTime> f = PredictStepTime(flat, *hw);
   ASSERT_TRUE(f.ok());
   EXPECT_NEAR(f->dp_comm, h->dp_comm, 0.01 * h->dp_comm);
+}
+
+// With --overlap-grad-reduce each bucket's replica all-reduce follows its
+// reduce-scatter behind the backward: on a machine where the backward
+// outlasts the traffic, only the last bucket's stays exposed.
+TEST(HybridTimeModelTest, OverlappedReplicaAllReducesHideBehindTheBackward) {
+  absl::StatusOr<Hardware> hw = ParseHardware(R"(
+    name: "slow-compute" device_memory_bytes: 1e12 peak_flops: 2e9 memory_bandwidth: 1e15
+    devices_per_node: 64 compute_dtype_bytes: 4
+    intra_node { all_reduce { bus_bandwidth: 1e9 } all_gather { bus_bandwidth: 1e9 }
+                 reduce_scatter { bus_bandwidth: 1e9 } }
+    inter_node { all_reduce { bus_bandwidth: 1e9 } }
+  )", "slow-compute");
+  ASSERT_TRUE(hw.ok()) << hw.status();
+  train::TrainConfig hybrid = Model(2), dp2 = Model(1);
+  hybrid.overlap_grad_reduce = dp2.overlap_grad_reduce = true;
+  ASSERT_TRUE(train::Finalize(&hybrid, 4).ok());
+  ASSERT_TRUE(train::Finalize(&dp2, 2).ok());
+  absl::StatusOr<StepTime> h = PredictStepTime(hybrid, *hw), d = PredictStepTime(dp2, *hw);
+  ASSERT_TRUE(h.ok() && d.ok());
+  const double shard_bytes = 4.0 * static_cast<double>(StageParameters(hybrid, 0)) / 2;
+  const double all_reduce = CollectiveSeconds(*hw, CollectiveKind::kAllReduce, shard_bytes, 2,
+                                              /*inter_node=*/false, /*ranks_per_node=*/2);
+  ASSERT_GT(h->compute, 10 * h->dp_comm) << "the backward must outlast the traffic";
+  // The same bytes move (one all-reduce a bucket: a latency more per layer) ...
+  EXPECT_GE(h->dp_comm - d->dp_comm, all_reduce);
+  EXPECT_LT(h->dp_comm - d->dp_comm, 1.5 * all_reduce);
+  // ... but at most the last bucket's (the embedding's, the largest here) is exposed.
+  EXPECT_LT(h->dp_exposed - d->dp_exposed, 0.5 * all_reduce);
+  EXPECT_GT(h->dp_exposed, d->dp_exposed);
 }
 
 }  // namespace

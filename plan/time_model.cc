@@ -391,14 +391,34 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   out.dp_latency =
       static_cast<double>(reduces.size()) * (reduce_of(1e-30) + gather_of(1e-30));
   auto by_time = [](const Piece& a, const Piece& b) { return a.at < b.at; };
+  // Hybrid sharding: each bucket's shard is then all-reduced over the N
+  // instances, as soon as its reduction within the instance is done
+  // (GradientSync::StartReplicaReductions), one after the other on the
+  // replicas' links. Instances are consecutive ranks, so the replicas share
+  // a node only when an instance is smaller than one.
+  double replica_reduce = 0;
+  auto replica_of = [&](double share) {
+    if (instances <= 1) return 0.0;
+    const int on_node = std::min(dp * cp, dpn / std::max(1, tp));  // the group's ranks on a node
+    const int per_node = std::max(1, on_node / static_cast<int>(group));
+    return CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes * share / group,
+                             static_cast<int>(instances), dp_inter && instances > per_node,
+                             per_node);
+  };
   double dp_exposed = 0;
   if (c.overlap_grad_reduce) {
     std::stable_sort(reduces.begin(), reduces.end(), by_time);
-    double busy_until = 0;
-    for (const Piece& r : reduces) busy_until = std::max(busy_until, r.at) + r.seconds;
-    dp_exposed += std::max(0.0, busy_until - result->makespan);
+    const double share = 1.0 / static_cast<double>(std::max<size_t>(1, reduces.size()));
+    double busy_until = 0, replicas_until = 0;
+    for (const Piece& r : reduces) {
+      busy_until = std::max(busy_until, r.at) + r.seconds;
+      replicas_until = std::max(replicas_until, busy_until) + replica_of(share);
+      replica_reduce += replica_of(share);
+    }
+    dp_exposed += std::max(0.0, std::max(busy_until, replicas_until) - result->makespan);
   } else {
-    dp_exposed += reduce;
+    replica_reduce = replica_of(1.0);
+    dp_exposed += reduce + replica_reduce;
   }
   // ZeRO-2 (optim_grads) reduce-scatters every bucket in each of the M
   // micro-batches, not only the last: the M - 1 earlier rounds run behind
@@ -436,18 +456,7 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   } else {
     dp_exposed += gather;
   }
-  if (instances > 1) {
-    // Hybrid sharding: each rank's gradient shard all-reduced over the N instances once the
-    // instance's reductions are done (GradientSync::FinishGradients): exposed. Instances are
-    // consecutive ranks, so the replicas share a node only when an instance is smaller than one.
-    const int on_node = std::min(dp * cp, dpn / std::max(1, tp));  // the group's ranks on a node
-    const int per_node = std::max(1, on_node / static_cast<int>(group));
-    const double ar = CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes / group,
-                                        static_cast<int>(instances),
-                                        dp_inter && instances > per_node, per_node);
-    reduce += ar;
-    dp_exposed += ar;
-  }
+  reduce += replica_reduce;
   out.dp_comm = reduce + gather;
   out.dp_gather = gather;
   out.dp_exposed = dp_exposed;
