@@ -1,4 +1,4 @@
-// bazel run //distributed:bench -- [--nproc-per-node=2] [--backend=ucx] [--steps=3]
+// bazel run //distributed:bench -- [--nproc-per-node=2] [--backend=ucx] [--steps=3] [--only=NAME]
 //
 // How much of data parallelism's communication GradientSync hides behind
 // computation. Each rank trains its own micro-batches of a GPT (default: 12
@@ -46,6 +46,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "comm/launch/flags.h"
 #include "comm/launch/run_ranks.h"
@@ -64,6 +65,9 @@ ABSL_FLAG(int64_t, micro_batches, 2, "Micro-batches per step");
 ABSL_FLAG(int64_t, ddp_bucket_size, 4 << 20 >> 2, "Parameters per gradient bucket");
 ABSL_FLAG(int, steps, 3, "Timed steps per mode (after one warm-up step)");
 ABSL_FLAG(bool, zero3_only, false, "Only the ZeRO-3 modes");
+ABSL_FLAG(std::string, only, "",
+          "Only the modes whose name contains this (and the baselines they are compared with), "
+          "e.g. 'N = DP'");
 
 namespace loom::distributed {
 namespace {
@@ -101,6 +105,7 @@ constexpr size_t kFirstZero3 = 10;
 struct Timing {
   double step_ms = 0, grad_ms = 0, gather_ms = 0;  // means over the timed steps
   int early = 0;                                    // buckets started during the backward
+  int replica_early = 0;  // hybrid: replica all-reduces started during the backward
   size_t buckets = 0;
   double grad_mib = 0;  // gradient storage
   int cold = 0;         // ZeRO-3: units gathered without a prefetch, per step
@@ -167,6 +172,7 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
     t.grad_ms += 1e3 * sync->exposed_grad_seconds() / steps;
     t.gather_ms += 1e3 * gather_s / steps;
     t.early += sync->buckets_started_early();
+    t.replica_early += sync->replica_reductions_started_early();
   }
   LOOM_RETURN_IF_ERROR(sync->FinishParamGather());
   t.grad_mib = (mode.zero2 ? 4 * sync->owned_numel() + sync->grad_buffer_bytes()
@@ -176,6 +182,18 @@ absl::StatusOr<Timing> RunMode(comm::Communicator& world, layers::GptModel* mode
   LOOM_ASSIGN_OR_RETURN(t.grad_ms, Slowest(world, t.grad_ms));
   LOOM_ASSIGN_OR_RETURN(t.gather_ms, Slowest(world, t.gather_ms));
   return t;
+}
+
+// The baseline of mode i: the same reduction without any overlap.
+size_t BaselineOf(size_t i) {
+  const Mode& m = kModes[i];
+  size_t b = 0;
+  while (kModes[b].zero1 != m.zero1 || kModes[b].zero2 != m.zero2 ||
+         kModes[b].zero3 != m.zero3 || kModes[b].hybrid != m.hybrid || kModes[b].overlap_grad ||
+         kModes[b].overlap_gather) {
+    ++b;
+  }
+  return b;
 }
 
 std::string Hidden(double exposed, double baseline) {
@@ -193,10 +211,17 @@ absl::Status RunRank(comm::Communicator& world) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<layers::GptModel> model,
                         layers::GptModel::Create(c, layers::TpGroup{}, {{0, c.num_layers, true, true}},
                                                  /*buffer_multiple=*/world.size()));
-  std::vector<Timing> timings(absl::GetFlag(FLAGS_zero3_only) ? kFirstZero3 : 0);
-  for (size_t i = timings.size(); i < kFirstZero3; ++i) {
-    LOOM_ASSIGN_OR_RETURN(Timing t, RunMode(world, model.get(), kModes[i]));
-    timings.push_back(t);
+  // Which modes run: the selected ones and their baselines.
+  std::vector<bool> runs(std::size(kModes), false);
+  for (size_t i = 0; i < std::size(kModes); ++i) {
+    if (absl::GetFlag(FLAGS_zero3_only) && i < kFirstZero3) continue;
+    if (!absl::StrContains(kModes[i].name, absl::GetFlag(FLAGS_only))) continue;
+    runs[i] = runs[BaselineOf(i)] = true;
+  }
+  std::vector<Timing> timings(std::size(kModes));
+  for (size_t i = 0; i < kFirstZero3; ++i) {
+    if (!runs[i]) continue;
+    LOOM_ASSIGN_OR_RETURN(timings[i], RunMode(world, model.get(), kModes[i]));
   }
   // ZeRO-3 takes a model with no parameter (or gradient) buffer.
   model.reset();
@@ -206,8 +231,8 @@ absl::Status RunRank(comm::Communicator& world) {
                         layers::GptModel::Create(c3, layers::TpGroup{}, {{0, c.num_layers, true, true}},
                                                  /*buffer_multiple=*/world.size()));
   for (size_t i = kFirstZero3; i < std::size(kModes); ++i) {
-    LOOM_ASSIGN_OR_RETURN(Timing t, RunMode(world, model.get(), kModes[i]));
-    timings.push_back(t);
+    if (!runs[i]) continue;
+    LOOM_ASSIGN_OR_RETURN(timings[i], RunMode(world, model.get(), kModes[i]));
   }
   if (world.rank() != 0) return absl::OkStatus();
   std::printf("DP %d over %s; GPT %lld layers, hidden %lld, vocab %lld, seq %lld, %lld x %lld "
@@ -223,19 +248,17 @@ absl::Status RunRank(comm::Communicator& world) {
               "gather hidden | gradient MiB | cold gathers/step |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
   const int steps = absl::GetFlag(FLAGS_steps);
-  for (size_t i = absl::GetFlag(FLAGS_zero3_only) ? kFirstZero3 : 0; i < timings.size(); ++i) {
+  for (size_t i = 0; i < timings.size(); ++i) {
+    if (!runs[i]) continue;
     const Timing& t = timings[i];
     const Mode& m = kModes[i];
-    // The baseline of a mode: the same reduction without any overlap.
-    size_t b = 0;
-    while (kModes[b].zero1 != m.zero1 || kModes[b].zero2 != m.zero2 ||
-           kModes[b].zero3 != m.zero3 || kModes[b].hybrid != m.hybrid ||
-           kModes[b].overlap_grad || kModes[b].overlap_gather) {
-      ++b;
-    }
-    const Timing& base = timings[b];
-    std::printf("| %s | %zu (%d early) | %.1f | %.1f | %.1f | %s | %s | %.1f | %s |\n", m.name,
-                t.buckets, t.early / std::max(steps, 1), t.step_ms, t.grad_ms, t.gather_ms,
+    const Timing& base = timings[BaselineOf(i)];
+    const std::string early =
+        m.hybrid ? absl::StrFormat("%d early, %d to the replicas early", t.early / std::max(steps, 1),
+                                   t.replica_early / std::max(steps, 1))
+                 : absl::StrFormat("%d early", t.early / std::max(steps, 1));
+    std::printf("| %s | %zu (%s) | %.1f | %.1f | %.1f | %s | %s | %.1f | %s |\n", m.name,
+                t.buckets, early.c_str(), t.step_ms, t.grad_ms, t.gather_ms,
                 m.overlap_grad ? Hidden(t.grad_ms, base.grad_ms).c_str() : "-",
                 m.overlap_gather ? Hidden(t.gather_ms, base.gather_ms).c_str() : "-", t.grad_mib,
                 m.zero3 ? absl::StrFormat("%d", t.cold).c_str() : "-");

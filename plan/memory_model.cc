@@ -747,7 +747,7 @@ std::string ExplainMemory(const train::TrainConfig& c, const StageMemory& st) {
                                : "",
       st.bytes.parameters / gib,
       c.optimizer.shard_gradients
-          ? " / (DP x CP / N) + the bucket pool at its peak (optim_grads: GradientSync's buffers "
+          ? " / (DP x CP / N) + the bucket pool at its peak (optim_grads and optim_grads_params: GradientSync's buffers "
             "replayed over the step's backward events; a bucket bound from a writer's backward, "
             "or I, to the last writer's, or W, + one reduce-scattering with "
             "--overlap-grad-reduce)"
