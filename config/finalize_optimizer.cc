@@ -78,8 +78,8 @@ absl::Status DistributedOptimizerInstances(const TrainConfig& c) {
     // Each instance holds whole EP groups: every expert, and its replicas
     // spread evenly over the instances.
     return absl::InvalidArgumentError(absl::StrCat(
-        "--num-distributed-optimizer-instances (", n, "): each instance's ",
-        c.data_parallel_size / n, " data-parallel ranks (DP ", c.data_parallel_size, " / ", n,
+        "--num-distributed-optimizer-instances (", n, "): the data-parallel ranks of an "
+        "instance (DP ", c.data_parallel_size, " / ", n, " = ", c.data_parallel_size / n,
         ") must be a multiple of --expert-model-parallel-size (", ep, ")"));
   }
   return absl::OkStatus();

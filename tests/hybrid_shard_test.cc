@@ -410,8 +410,9 @@ TEST(HybridShardTest, RefusesBadCombinations) {
   // Expert parallelism: an instance of one DP rank cannot hold an EP group of 2.
   c = Moe(OptimGrads(Ep(2, {1, 1, 4})), 2, 4);
   m = error(c, 4);
-  EXPECT_NE(m.find("--num-distributed-optimizer-instances (4): each instance's 1 data-parallel "
-                   "ranks (DP 4 / 4) must be a multiple of --expert-model-parallel-size (2)"),
+  EXPECT_NE(m.find("--num-distributed-optimizer-instances (4): the data-parallel ranks of an "
+                   "instance (DP 4 / 4 = 1) must be a multiple of --expert-model-parallel-size "
+                   "(2)"),
             std::string::npos)
       << m;
   c = Moe(OptimGrads(Ep(2, {1, 1, 4})), 2, 2);

@@ -183,7 +183,7 @@ run ucx_pp2_dp2_zbh1_zero3 "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
   --overlap-param-gather "${BUCKET[@]}"
 compare ucx_pp2_dp2_zbh1_zero3
 # Hybrid sharding (#37): DP 4 as 2 instances of 2 consecutive ranks, ZeRO-3
-# within each, each shard's gradients all-reduced across the instances.
+# within each, each bucket's shard all-reduced across the instances once reduced within.
 run ucx_dp4_zero3_hybrid "$GPT" --distributed-backend=ucx --nproc-per-node=4 \
   --data-parallel-sharding-strategy=optim_grads_params --num-distributed-optimizer-instances=2 \
   --overlap-grad-reduce --overlap-param-gather "${BUCKET[@]}"

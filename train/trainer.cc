@@ -358,10 +358,13 @@ absl::Status Trainer::Setup() {
     Log(absl::StrFormat(
         "loom: hybrid sharding (--num-distributed-optimizer-instances %d): the %d data-parallel "
         "ranks%s in %d instances of %d consecutive ones (instance i: ranks i x %d .. i x %d + %d); "
-        "sharded within an instance, each shard's gradients all-reduced across the %d instances "
-        "after the backward",
+        "sharded within an instance%s, each bucket's shard all-reduced across the %d instances "
+        "once the instance has reduced it%s",
         n, GradientGroup()->size(), grid_.cp() > 1 ? " (DP x CP)" : "", n, per, per, per,
-        per - 1, n));
+        per - 1, ep_ != nullptr ? " (the experts over the instance's share of their replicas)" : "",
+        n,
+        config_.overlap_grad_reduce || config_.optimizer.shard_gradients ? " (behind the backward)"
+                                                                        : " (after the backward)"));
   }
   // From here on the peaks are the training's, not the setup's transients
   // (the GEMM measurement, a checkpoint read).
