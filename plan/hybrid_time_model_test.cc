@@ -3,6 +3,7 @@
 // and each bucket's shard is all-reduced over the N instances after its
 // reduction within the instance: after the backward (exposed), or with
 // --overlap-grad-reduce behind it (GradientSync::StartReplicaReductions).
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "plan/hardware.h"
 #include "plan/memory_model.h"
@@ -25,14 +26,29 @@ train::TrainConfig Model(int instances) {
   return c;
 }
 
-TEST(HybridTimeModelTest, ReplicasAllReduceTheShardAfterTheBackward) {
-  absl::StatusOr<Hardware> hw = ParseHardware(R"(
-    name: "dp" device_memory_bytes: 1e12 peak_flops: 1e12 memory_bandwidth: 1e15
+// 64 devices on one node, every collective at 1 GB/s; `peak_flops` sets
+// how long the compute takes.
+absl::StatusOr<Hardware> OneNode(double peak_flops) {
+  return ParseHardware(absl::StrCat(R"(
+    name: "one-node" device_memory_bytes: 1e12 memory_bandwidth: 1e15 peak_flops: )",
+                                    peak_flops, R"(
     devices_per_node: 64 compute_dtype_bytes: 4
     intra_node { all_reduce { bus_bandwidth: 1e9 } all_gather { bus_bandwidth: 1e9 }
                  reduce_scatter { bus_bandwidth: 1e9 } }
     inter_node { all_reduce { bus_bandwidth: 1e9 } }
-  )", "dp");
+  )"),
+                       "one-node");
+}
+
+// The all-reduce of a rank's half shard (2 ranks an instance) over the 2 replicas.
+double ShardAllReduce(const Hardware& hw, const train::TrainConfig& hybrid) {
+  const double shard_bytes = 4.0 * static_cast<double>(StageParameters(hybrid, 0)) / 2;
+  return CollectiveSeconds(hw, CollectiveKind::kAllReduce, shard_bytes, 2,
+                           /*inter_node=*/false, /*ranks_per_node=*/2);
+}
+
+TEST(HybridTimeModelTest, ReplicasAllReduceTheShardAfterTheBackward) {
+  absl::StatusOr<Hardware> hw = OneNode(1e12);
   ASSERT_TRUE(hw.ok()) << hw.status();
   // DP 4 as 2 instances of 2 against DP 2 alone: the same ZeRO-1 traffic
   // within 2 ranks, plus the all-reduce of the 1/2 shard over 2 instances.
@@ -41,9 +57,7 @@ TEST(HybridTimeModelTest, ReplicasAllReduceTheShardAfterTheBackward) {
   ASSERT_TRUE(train::Finalize(&dp2, 2).ok());
   absl::StatusOr<StepTime> h = PredictStepTime(hybrid, *hw), d = PredictStepTime(dp2, *hw);
   ASSERT_TRUE(h.ok() && d.ok());
-  const double shard_bytes = 4.0 * static_cast<double>(StageParameters(hybrid, 0)) / 2;
-  const double all_reduce = CollectiveSeconds(*hw, CollectiveKind::kAllReduce, shard_bytes, 2,
-                                              /*inter_node=*/false, /*ranks_per_node=*/2);
+  const double all_reduce = ShardAllReduce(*hw, hybrid);
   ASSERT_GT(all_reduce, 0);
   // (The slots are padded to 4 ranks instead of 2: a few elements more.)
   EXPECT_NEAR(h->dp_comm - d->dp_comm, all_reduce, 0.01 * all_reduce);
@@ -63,13 +77,7 @@ TEST(HybridTimeModelTest, ReplicasAllReduceTheShardAfterTheBackward) {
 // reduce-scatter behind the backward: on a machine where the backward
 // outlasts the traffic, only the last bucket's stays exposed.
 TEST(HybridTimeModelTest, OverlappedReplicaAllReducesHideBehindTheBackward) {
-  absl::StatusOr<Hardware> hw = ParseHardware(R"(
-    name: "slow-compute" device_memory_bytes: 1e12 peak_flops: 2e9 memory_bandwidth: 1e15
-    devices_per_node: 64 compute_dtype_bytes: 4
-    intra_node { all_reduce { bus_bandwidth: 1e9 } all_gather { bus_bandwidth: 1e9 }
-                 reduce_scatter { bus_bandwidth: 1e9 } }
-    inter_node { all_reduce { bus_bandwidth: 1e9 } }
-  )", "slow-compute");
+  absl::StatusOr<Hardware> hw = OneNode(2e9);  // slow compute: the backward outlasts the traffic
   ASSERT_TRUE(hw.ok()) << hw.status();
   train::TrainConfig hybrid = Model(2), dp2 = Model(1);
   hybrid.overlap_grad_reduce = dp2.overlap_grad_reduce = true;
@@ -77,9 +85,7 @@ TEST(HybridTimeModelTest, OverlappedReplicaAllReducesHideBehindTheBackward) {
   ASSERT_TRUE(train::Finalize(&dp2, 2).ok());
   absl::StatusOr<StepTime> h = PredictStepTime(hybrid, *hw), d = PredictStepTime(dp2, *hw);
   ASSERT_TRUE(h.ok() && d.ok());
-  const double shard_bytes = 4.0 * static_cast<double>(StageParameters(hybrid, 0)) / 2;
-  const double all_reduce = CollectiveSeconds(*hw, CollectiveKind::kAllReduce, shard_bytes, 2,
-                                              /*inter_node=*/false, /*ranks_per_node=*/2);
+  const double all_reduce = ShardAllReduce(*hw, hybrid);
   ASSERT_GT(h->compute, 10 * h->dp_comm) << "the backward must outlast the traffic";
   // The same bytes move (one all-reduce a bucket: a latency more per layer) ...
   EXPECT_GE(h->dp_comm - d->dp_comm, all_reduce);
