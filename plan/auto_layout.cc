@@ -61,6 +61,10 @@ std::string Describe(const train::TrainConfig& c, const std::set<std::string>& f
   } else if (typed("use_distributed_optimizer")) {
     absl::StrAppend(&s, ", no ZeRO-1 (typed)");
   }
+  if (c.num_distributed_optimizer_instances > 1) {
+    absl::StrAppend(&s, " in ", c.num_distributed_optimizer_instances, " instances",
+                    Mark(fixed, "num_distributed_optimizer_instances"));
+  }
   return s;
 }
 
@@ -168,6 +172,7 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
   t.optimizer.distributed = c.optimizer.distributed;
   t.optimizer.shard_gradients = c.optimizer.shard_gradients;
   t.optimizer.shard_params = c.optimizer.shard_params;
+  t.num_distributed_optimizer_instances = c.num_distributed_optimizer_instances;
   if (!t.optimizer.distributed) t.overlap_param_gather = false;
 
   out.flags = {
@@ -189,6 +194,8 @@ absl::StatusOr<AutoLayout> ChooseLayout(const train::TrainConfig& config, int wo
                    : t.optimizer.shard_gradients ? "optim_grads"
                    : t.optimizer.distributed   ? "optim"
                                                : "no_shard"),
+      absl::StrCat("--num_distributed_optimizer_instances=",
+                   t.num_distributed_optimizer_instances),
       absl::StrCat("--overlap_param_gather=", Bool(t.overlap_param_gather)),
   };
 

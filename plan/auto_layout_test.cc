@@ -230,5 +230,47 @@ TEST(AutoLayout, OptimGradsParamsIsSearchedAndKept) {
             a->flags.end());
 }
 
+// Hybrid sharding (--num-distributed-optimizer-instances) is searched where
+// the gradient group spans nodes: one instance a node, for every strategy
+// but no_shard; a typed N is kept and passed on.
+TEST(AutoLayout, HybridShardingIsSearchedAcrossNodesAndKept) {
+  train::TrainConfig base = Tiny();
+  base.model.num_layers = 8;
+  base.micro_batch_size = 2;
+  SearchOptions search;
+  search.gpus = 4;
+  search.devices_per_node = 2;  // two nodes
+  int hybrid = 0;
+  for (const train::TrainConfig& c : EnumerateLayouts(base, search)) {
+    const int n = c.num_distributed_optimizer_instances;
+    if (n == 1) continue;
+    ++hybrid;
+    EXPECT_TRUE(c.optimizer.distributed) << DescribeLayout(c);
+    // A node holds 2 / TP of the gradient group: one instance each.
+    EXPECT_EQ(n, c.data_parallel_size * c.context_parallel_size /
+                     (2 / c.tensor_model_parallel_size))
+        << DescribeLayout(c);
+    EXPECT_TRUE(absl::StrContains(LayoutFlags(c), "--num-distributed-optimizer-instances=2"));
+    EXPECT_TRUE(absl::StrContains(DescribeLayout(c), " x2 instances"));
+  }
+  EXPECT_GT(hybrid, 0);
+  search.devices_per_node = 4;  // one node: nothing to replicate across
+  for (const train::TrainConfig& c : EnumerateLayouts(base, search)) {
+    EXPECT_EQ(c.num_distributed_optimizer_instances, 1) << DescribeLayout(c);
+  }
+  train::TrainConfig typed = base;
+  typed.num_distributed_optimizer_instances = 2;
+  typed.data_parallel_sharding_strategy = train::ShardingStrategy::kOptimGradsParams;
+  absl::StatusOr<AutoLayout> a =
+      ChooseLayout(typed, 4, Cpu(), "cpu",
+                   {"num_distributed_optimizer_instances", "data_parallel_sharding_strategy"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->config.num_distributed_optimizer_instances, 2);
+  EXPECT_TRUE(absl::StrContains(a->log_line, " in 2 instances (typed)")) << a->log_line;
+  EXPECT_NE(std::find(a->flags.begin(), a->flags.end(),
+                      "--num_distributed_optimizer_instances=2"),
+            a->flags.end());
+}
+
 }  // namespace
 }  // namespace loom::plan

@@ -43,6 +43,22 @@ std::vector<T> Tried(const SearchOptions& o, const char* flag, T typed, std::vec
 
 using Sharding = train::ShardingStrategy;
 
+// --num-distributed-optimizer-instances tried: 1, and where the gradient
+// group (DP x CP) spans nodes, one instance a node (shard within the node,
+// replicate across: hybrid sharding). TP fills a node first, as the time
+// model places ranks, so a node holds devices_per_node / TP of the group
+// (one rank a node: an instance would shard nothing).
+std::vector<int> Instances(int dp, int cp, int tp, int devices_per_node, Sharding sharding) {
+  std::vector<int> out = {1};
+  const int group = dp * cp, on_node = devices_per_node / tp;
+  if (sharding == Sharding::kNoShard || on_node < 2 || group <= on_node ||
+      group % on_node != 0 || on_node % cp != 0) {
+    return out;
+  }
+  if (const int n = group / on_node; dp % n == 0) out.push_back(n);
+  return out;
+}
+
 // `c`'s strategy, typed (--data-parallel-sharding-strategy) or finalized.
 Sharding ShardingOf(const train::TrainConfig& c) {
   if (c.data_parallel_sharding_strategy != Sharding::kUnset) {
@@ -119,6 +135,7 @@ const std::vector<std::string>& LayoutFlagNames() {
       "recompute_num_layers",
       "use_distributed_optimizer",
       "data_parallel_sharding_strategy",
+      "num_distributed_optimizer_instances",
   };
   return *names;
 }
@@ -148,6 +165,7 @@ std::string FixedFlags(const train::TrainConfig& c, const std::set<std::string>&
       {"recompute_num_layers", absl::StrCat(c.model.recompute_num_layers)},
       {"data_parallel_sharding_strategy",
        std::string(core::EnumName(c.data_parallel_sharding_strategy))},
+      {"num_distributed_optimizer_instances", absl::StrCat(c.num_distributed_optimizer_instances)},
   };
   const std::map<std::string, bool> switches = {
       {"sequence_parallel", c.sequence_parallel},
@@ -179,6 +197,24 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
                                                  base.pipeline_schedule ==
                                                      pipeline::ScheduleKind::kInterleaved);
   const std::string typed = FixedFlags(base, o.fixed);
+  // A candidate is kept when the trainer accepts it as it is.
+  auto keep_if_valid = [&](train::TrainConfig c) {
+    absl::Status s = train::Finalize(&c, o.gpus);
+    // Finalize may rewrite a field (SP off at TP 1, 1f1b to interleaved):
+    // then the layout lacks what was typed.
+    if (s.ok() && FixedFlags(c, o.fixed) != typed) {
+      s = absl::InvalidArgumentError(
+          absl::StrCat("the trainer runs it as ", FixedFlags(c, o.fixed), ", not ", typed));
+    }
+    if (s.ok()) {
+      out.push_back(std::move(c));
+      return;
+    }
+    if (first_error != nullptr && first_error->empty()) {
+      *first_error = absl::StrCat(DescribeLayout(c), ": ", s.message());
+    }
+    ++refused;
+  };
   for (int tp : Tried(o, "tensor_model_parallel_size", base.tensor_model_parallel_size,
                       DivisorsUpTo(o.gpus, max_tp))) {
     for (int cp : Tried(o, "context_parallel_size", base.context_parallel_size,
@@ -226,36 +262,28 @@ std::vector<train::TrainConfig> EnumerateLayouts(const train::TrainConfig& base,
                 for (const Recompute& r : recomputes) {
                   for (Sharding sharding :
                        Tried(o, "use_distributed_optimizer", ShardingOf(base), shardings)) {
-                    train::TrainConfig c = base;
-                    c.tensor_model_parallel_size = tp;
-                    c.pipeline_model_parallel_size = pp;
-                    c.context_parallel_size = cp;
-                    c.expert_model_parallel_size = ep;
-                    c.num_layers_per_virtual_pipeline_stage = per;
-                    if (!Fixed(o, "pipeline_schedule")) {
-                      c.pipeline_schedule = pipeline::ScheduleKind::k1F1B;
-                    }
-                    c.sequence_parallel = sp;
-                    c.micro_batch_size = mbs;
-                    c.model.recompute_granularity = r.granularity;
-                    c.model.recompute_method = r.method;
-                    c.model.recompute_num_layers = r.layers;
-                    SetSharding(sharding, &c);
-                    absl::Status s = train::Finalize(&c, o.gpus);
-                    // Finalize may rewrite a field (SP off at TP 1, 1f1b to
-                    // interleaved): then the layout lacks what was typed.
-                    if (s.ok() && FixedFlags(c, o.fixed) != typed) {
-                      s = absl::InvalidArgumentError(absl::StrCat(
-                          "the trainer runs it as ", FixedFlags(c, o.fixed), ", not ", typed));
-                    }
-                    if (!s.ok()) {
-                      if (first_error != nullptr && first_error->empty()) {
-                        *first_error = absl::StrCat(DescribeLayout(c), ": ", s.message());
+                    for (int instances :
+                         Tried(o, "num_distributed_optimizer_instances",
+                               base.num_distributed_optimizer_instances,
+                               Instances(dp, cp, tp, o.devices_per_node, sharding))) {
+                      train::TrainConfig c = base;
+                      c.tensor_model_parallel_size = tp;
+                      c.pipeline_model_parallel_size = pp;
+                      c.context_parallel_size = cp;
+                      c.expert_model_parallel_size = ep;
+                      c.num_layers_per_virtual_pipeline_stage = per;
+                      if (!Fixed(o, "pipeline_schedule")) {
+                        c.pipeline_schedule = pipeline::ScheduleKind::k1F1B;
                       }
-                      ++refused;
-                      continue;
+                      c.sequence_parallel = sp;
+                      c.micro_batch_size = mbs;
+                      c.model.recompute_granularity = r.granularity;
+                      c.model.recompute_method = r.method;
+                      c.model.recompute_num_layers = r.layers;
+                      SetSharding(sharding, &c);
+                      c.num_distributed_optimizer_instances = instances;
+                      keep_if_valid(std::move(c));
                     }
-                    out.push_back(std::move(c));
                   }
                 }
               }
@@ -288,6 +316,9 @@ std::string DescribeLayout(const train::TrainConfig& c) {
   } else if (c.optimizer.distributed) {
     absl::StrAppend(&s, " dist-opt");
   }
+  if (c.num_distributed_optimizer_instances > 1) {
+    absl::StrAppend(&s, " x", c.num_distributed_optimizer_instances, " instances");
+  }
   return s;
 }
 
@@ -319,6 +350,10 @@ std::string LayoutFlags(const train::TrainConfig& c) {
     absl::StrAppend(&s, " --data-parallel-sharding-strategy=optim_grads");
   } else if (c.optimizer.distributed) {
     absl::StrAppend(&s, " --use-distributed-optimizer");
+  }
+  if (c.num_distributed_optimizer_instances > 1) {
+    absl::StrAppend(&s, " --num-distributed-optimizer-instances=",
+                    c.num_distributed_optimizer_instances);
   }
   return s;
 }

@@ -136,7 +136,8 @@ train::TrainConfig Base(const Table& t, const Row& r) {
 }
 
 // Whether a finalized layout follows the assumptions (SP iff TP > 1, one
-// layer per virtual stage iff PP > 1, micro-batch 1, no recomputation, ZeRO-1).
+// layer per virtual stage iff PP > 1, micro-batch 1, no recomputation, ZeRO-1
+// over the whole DP group: Search fixes that).
 bool FollowsAssumptions(const train::TrainConfig& c) {
   const int64_t per_stage = c.model.num_layers / c.pipeline_model_parallel_size;
   const bool vp_ok = c.pipeline_model_parallel_size == 1
@@ -153,7 +154,8 @@ SearchOptions Search(const Hardware& hw, int gpus) {
   s.devices_per_node = hw.devices_per_node();
   s.max_micro_batch = 1;
   s.try_recompute = false;
-  s.fixed = {"use_distributed_optimizer"};
+  // Megatron's runs: ZeRO-1 over the whole DP group (no hybrid sharding).
+  s.fixed = {"use_distributed_optimizer", "num_distributed_optimizer_instances"};
   return s;
 }
 

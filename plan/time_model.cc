@@ -323,7 +323,9 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   double params = 0;
   for (int r = 0; r < pp; ++r) params = std::max(params, static_cast<double>(StageParameters(c, r)));
   const double grad_bytes = options.grad_reduce_bytes * params;
-  const bool dp_inter = x.dp_inter || (cp > 1 && x.cp_inter);
+  // The strategy's collectives span nodes when the instance does (hybrid
+  // sharding keeps an instance of up to a node's ranks on its fast links).
+  const bool dp_inter = tp * group > dpn || (cp > 1 && x.cp_inter);
   // Ranks of the gradient group (DP·CP) on one node: TP's ranks fill a node first.
   const int dp_per_node = std::max(1, std::min(static_cast<int>(group), dpn / std::max(1, tp)));
   // One collective per layer (GradientSync's bucket), each with its latency.
@@ -402,7 +404,7 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
     const int on_node = std::min(dp * cp, dpn / std::max(1, tp));  // the group's ranks on a node
     const int per_node = std::max(1, on_node / static_cast<int>(group));
     return CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes * share / group,
-                             static_cast<int>(instances), dp_inter && instances > per_node,
+                             static_cast<int>(instances), x.dp_inter && instances > per_node,
                              per_node);
   };
   double dp_exposed = 0;
