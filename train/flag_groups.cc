@@ -38,7 +38,7 @@ const std::vector<FlagGroup>& GptFlagGroups() {
         "pipeline_model_parallel_size",
         "num_layers_per_virtual_pipeline_stage", "pipeline_schedule", "context_parallel_size",
         "expert_model_parallel_size", "use_distributed_optimizer",
-        "data_parallel_sharding_strategy", "allow_unproven_gpu_sharding",
+        "data_parallel_sharding_strategy", "use_megatron_fsdp", "allow_unproven_gpu_sharding",
         "num_distributed_optimizer_instances",
         "overlap_grad_reduce",
         "overlap_param_gather", "ddp_bucket_size", "distributed_backend",

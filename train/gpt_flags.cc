@@ -126,6 +126,13 @@ ABSL_FLAG(loom::train::ShardingStrategy, data_parallel_sharding_strategy,
           "forward and backward; prefetched with --overlap-param-gather; --device=cuda only with "
           "--allow-unproven-gpu-sharding). "
           "Default: optim with --use-distributed-optimizer, else no_shard");
+// Megatron-LM's switch to its FSDP code path, where --data-parallel-sharding-strategy
+// applies: accepted so Megatron command lines run. Loom has one data-parallel path
+// (distributed::GradientSync) that runs every strategy, so it selects nothing.
+ABSL_FLAG(bool, use_megatron_fsdp, false,
+          "Accepted for Megatron-LM command lines (--use-megatron-fsdp "
+          "--data-parallel-sharding-strategy=...): Loom runs every strategy on one path, so it "
+          "changes nothing");
 ABSL_FLAG(bool, allow_unproven_gpu_sharding, D().allow_unproven_gpu_sharding,
           "Run --data-parallel-sharding-strategy=optim_grads_params with --device=cuda although "
           "no device run has proven it yet");

@@ -300,6 +300,9 @@ TEST(GptFlagsTest, LlamaStyleModelFlags) {
     EXPECT_EQ(ConfigFromFlags().data_parallel_sharding_strategy,
               ShardingStrategy::kOptimGradsParams);
     EXPECT_EQ(ConfigFromFlags().num_distributed_optimizer_instances, 2);
+    // Megatron-FSDP's command line, as its users type it.
+    Parse({"--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"});
+    EXPECT_EQ(ConfigFromFlags().data_parallel_sharding_strategy, ShardingStrategy::kOptimGrads);
   }
   {
     absl::FlagSaver saver;
