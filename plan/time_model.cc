@@ -399,10 +399,10 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   // replicas' links. Instances are consecutive ranks, so the replicas share
   // a node only when an instance is smaller than one.
   double replica_reduce = 0;
+  const int group_on_node = std::min(dp * cp, dpn / std::max(1, tp));  // DP·CP ranks on a node
+  const int per_node = std::max(1, group_on_node / static_cast<int>(group));  // replicas on a node
   auto replica_of = [&](double share) {
     if (instances <= 1) return 0.0;
-    const int on_node = std::min(dp * cp, dpn / std::max(1, tp));  // the group's ranks on a node
-    const int per_node = std::max(1, on_node / static_cast<int>(group));
     return CollectiveSeconds(hw, CollectiveKind::kAllReduce, grad_bytes * share / group,
                              static_cast<int>(instances), x.dp_inter && instances > per_node,
                              per_node);
@@ -411,11 +411,12 @@ absl::StatusOr<StepTime> PredictStepTime(const train::TrainConfig& c, const Hard
   if (c.overlap_grad_reduce) {
     std::stable_sort(reduces.begin(), reduces.end(), by_time);
     const double share = 1.0 / static_cast<double>(std::max<size_t>(1, reduces.size()));
+    const double replica_per_bucket = replica_of(share);
     double busy_until = 0, replicas_until = 0;
     for (const Piece& r : reduces) {
       busy_until = std::max(busy_until, r.at) + r.seconds;
-      replicas_until = std::max(replicas_until, busy_until) + replica_of(share);
-      replica_reduce += replica_of(share);
+      replicas_until = std::max(replicas_until, busy_until) + replica_per_bucket;
+      replica_reduce += replica_per_bucket;
     }
     dp_exposed += std::max(0.0, std::max(busy_until, replicas_until) - result->makespan);
   } else {
